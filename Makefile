@@ -1,0 +1,75 @@
+# shoal - one entry point: build, deps, test, demo.
+#
+#   make            build bin/shoal-server (release: -O2 -g)
+#   make SAN=1      build with AddressSanitizer + UBSan into build/san/bin/
+#   make deps       install the Debian packages the project needs (idempotent)
+#   make test       deps, then unit and integration tests under sanitizers
+#   make demo       deps, build, start a server on its embedded database and drive the API
+#   make clean
+
+CC      ?= cc
+MODE    := $(if $(SAN),san,rel)
+BUILD   := build/$(MODE)
+BINDIR  := $(if $(SAN),$(BUILD)/bin,bin)
+
+CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O2 -g -pthread \
+           -I/usr/include/postgresql -MMD -MP
+LDLIBS  := -lmicrohttpd -ljansson -lpq -lcrypto -lm -pthread
+ifdef SAN
+CFLAGS  += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=address,undefined
+endif
+
+COMMON_SRC  := $(wildcard common/*.c)
+SERVER_SRC  := $(filter-out server/main.c,$(wildcard server/*.c))
+UNIT_SRC    := $(wildcard tests/unit/test_*.c)
+MIGRATIONS  := $(sort $(wildcard sql/*.sql))
+STATIC      := server/openapi.yaml
+
+COMMON_OBJ  := $(COMMON_SRC:%.c=$(BUILD)/%.o)
+SERVER_OBJ  := $(SERVER_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/embedded.o
+UNIT_BIN    := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+
+DEB_PACKAGES := build-essential pkg-config libmicrohttpd-dev libjansson-dev \
+                libcurl4-openssl-dev libpq-dev libssl-dev libcmocka-dev \
+                postgresql curl jq procps
+
+.PHONY: all deps test test-unit test-integration demo clean
+all: $(BINDIR)/shoal-server
+
+$(BINDIR)/shoal-server: $(BUILD)/server/main.o $(SERVER_OBJ) $(COMMON_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+# Migrations and static documents are compiled into the server.
+$(BUILD)/gen/embedded.c: server/embed.sh $(MIGRATIONS) $(STATIC)
+	@mkdir -p $(@D)
+	sh server/embed.sh embedded_migrations $(MIGRATIONS) -- embedded_static $(STATIC) > $@.tmp
+	mv $@.tmp $@
+
+$(BUILD)/gen/embedded.o: $(BUILD)/gen/embedded.c
+	$(CC) $(CFLAGS) -Iserver -c -o $@ $<
+
+$(BUILD)/tests/%: tests/unit/%.c $(SERVER_OBJ) $(COMMON_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcmocka
+
+deps:
+	@sh deploy/deps.sh $(DEB_PACKAGES)
+
+# Tests always run the sanitizer build, so CI and a developer see the same thing.
+test: deps
+	@$(MAKE) --no-print-directory SAN=1 build/san/bin/shoal-server $(UNIT_SRC:tests/unit/%.c=build/san/tests/%)
+	@sh tests/run.sh build/san
+
+demo: deps all
+	@sh deploy/demo.sh bin/shoal-server
+
+clean:
+	rm -rf build bin
+
+-include $(shell find build -name '*.d' 2>/dev/null)

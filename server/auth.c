@@ -1,0 +1,133 @@
+#include "auth.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../common/log.h"
+
+/* Reads a token file, or creates it with a fresh token (mode 0600).
+ * `kind` is "admin" or "join". */
+static int auth_token_file(const char *data_dir, const char *kind, char *out, size_t n,
+                           struct shoal_err *err)
+{
+    char path[4096], prefix[32];
+    int rc = -1, fd = -1;
+    snprintf(path, sizeof path, "%s/%s.token", data_dir, kind);
+    snprintf(prefix, sizeof prefix, "shoal_%s_", kind);
+
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t got = read(fd, out, n - 1);
+        if (got <= 0) {
+            err_set(err, 500, "bad_token_file", NULL, "cannot read %s; delete it to make a new token", path);
+            goto out;
+        }
+        out[got] = '\0';
+        out[strcspn(out, "\r\n")] = '\0';
+        if (!token_well_formed(out)) {
+            err_set(err, 500, "bad_token_file", NULL, "%s does not hold a token; delete it to make a new one", path);
+            goto out;
+        }
+        rc = 0;
+        goto out;
+    }
+    if (errno != ENOENT) {
+        err_set(err, 500, "bad_token_file", NULL, "cannot open %s: %s", path, strerror(errno));
+        goto out;
+    }
+    if (token_generate(prefix, out, n) != 0) {
+        err_set(err, 500, "no_randomness", NULL, "cannot generate a %s token", kind);
+        goto out;
+    }
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    size_t len = strlen(out);
+    if (fd < 0 || write(fd, out, len) != (ssize_t)len || write(fd, "\n", 1) != 1 || fsync(fd) != 0) {
+        err_set(err, 500, "bad_token_file", NULL, "cannot write %s: %s", path, strerror(errno));
+        unlink(path);
+        goto out;
+    }
+    fprintf(stderr, "shoal-server: generated %s token %s (kept in %s)\n", kind, out, path);
+    rc = 0;
+out:
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+int auth_load_tokens(struct server *srv, struct shoal_err *err)
+{
+    struct { const char *kind; const char *given; char *dst; } t[] = {
+        { "admin", srv->cfg.admin_token, srv->admin_token },
+        { "join", srv->cfg.join_token, srv->join_token },
+    };
+    for (size_t i = 0; i < 2; i++) {
+        if (t[i].given[0]) {
+            if (!token_well_formed(t[i].given))
+                return err_set(err, 2, "invalid_config", t[i].kind,
+                               "the %s token must be 1-127 printable characters without spaces", t[i].kind);
+            snprintf(t[i].dst, TOKEN_MAX, "%s", t[i].given);
+        } else if (auth_token_file(srv->cfg.data_dir, t[i].kind, t[i].dst, TOKEN_MAX, err) != 0) {
+            return -1;
+        }
+    }
+    if (token_equal(srv->admin_token, srv->join_token))
+        return err_set(err, 2, "invalid_config", "join_token", "the admin and join tokens must differ");
+    return 0;
+}
+
+int64_t auth_node_by_token(struct server *srv, const char *token, struct shoal_err *err)
+{
+    char hash[TOKEN_HASH_HEX];
+    int64_t id = -1;
+    token_sha256_hex(token, strlen(token), hash);
+    const char *params[1] = { hash };
+    PGresult *r = NULL;
+    PGconn *c = db_acquire(srv->db, err);
+    if (!c)
+        goto out;
+    r = db_exec(c, "SELECT id FROM nodes WHERE token_hash = $1", 1, params, err);
+    if (!r)
+        goto out;
+    id = PQntuples(r) ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) : 0;
+out:
+    PQclear(r);
+    db_release(srv->db, c);
+    return id;
+}
+
+int auth_check(struct server *srv, const char *authorization, enum auth_kind need,
+               int64_t *node_id, struct shoal_err *err)
+{
+    const char *token = NULL;
+    if (need == AUTH_OPEN)
+        return 0;
+    if (authorization && strncasecmp(authorization, "Bearer ", 7) == 0)
+        token = authorization + 7;
+    if (!token || !token_well_formed(token))
+        return err_set(err, 401, "unauthorized", NULL,
+                       "send 'Authorization: Bearer <token>' with the %s token",
+                       need == AUTH_ADMIN ? "admin" : need == AUTH_JOIN ? "join" : "node");
+    int is_admin = token_equal(token, srv->admin_token);
+    int is_join = token_equal(token, srv->join_token);
+    if ((need == AUTH_ADMIN && is_admin) || (need == AUTH_JOIN && is_join))
+        return 0;
+    int64_t id = 0;
+    if (!is_admin && !is_join) {
+        id = auth_node_by_token(srv, token, err);
+        if (id < 0)
+            return -1;
+    }
+    if (need == AUTH_NODE && id > 0) {
+        *node_id = id;
+        return 0;
+    }
+    if (is_admin || is_join || id > 0)
+        return err_set(err, 403, "forbidden", NULL, "this token may not use this endpoint");
+    return err_set(err, 401, "unauthorized", NULL, "unknown token");
+}

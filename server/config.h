@@ -1,0 +1,37 @@
+/* config.h - shoal-server settings from flags and SHOAL_* environment.
+ *
+ * Precedence: built-in default < environment variable < command-line flag.
+ * Every setting is listed once, in config.c's table, which also prints
+ * --help, so the help can never disagree with what is parsed. */
+#ifndef SHOAL_CONFIG_H
+#define SHOAL_CONFIG_H
+
+#include <limits.h>
+#include <stdio.h>
+
+#include "../common/err.h"
+#include "../common/token.h"
+
+struct config {
+    char listen_addr[64];       /* IPv4/IPv6 address to bind, e.g. 127.0.0.1 */
+    long port;                  /* TCP port; 0 picks a free one (written to <data-dir>/server.port) */
+    char database_url[1024];    /* libpq conninfo or URL; "" = embedded Postgres */
+    char data_dir[PATH_MAX];    /* tokens, embedded cluster, port file */
+    char admin_token[TOKEN_MAX];
+    char join_token[TOKEN_MAX];
+    char log_level[16];         /* debug, info, warn, error */
+    char pg_bin[PATH_MAX];      /* directory with initdb/pg_ctl; "" = search */
+    char pg_user[64];           /* account the embedded Postgres runs as under root */
+    long threads;               /* HTTP worker threads */
+    long db_pool;               /* database connections per server */
+    long max_body;              /* request body cap, bytes */
+};
+
+/* Fills `cfg` from defaults, the environment and argv.  Returns 0 to run,
+ * 1 if --help was printed (exit 0), or -1 with `err` set (exit 2). */
+int config_load(struct config *cfg, int argc, char **argv, struct shoal_err *err);
+
+/* Prints the usage text, one line per setting with flag, variable and default. */
+void config_usage(FILE *out);
+
+#endif

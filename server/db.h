@@ -1,0 +1,52 @@
+/* db.h - a small pool of libpq connections and the query helpers handlers use.
+ *
+ * Connections are opened lazily and re-established when Postgres went away,
+ * so a database restart costs a few 503s, not a server restart.  Every query
+ * goes through PQexecParams. */
+#ifndef SHOAL_DB_H
+#define SHOAL_DB_H
+
+#include <jansson.h>
+#include <libpq-fe.h>
+
+#include "../common/err.h"
+
+struct db_pool;
+
+/* Creates a pool of up to `size` connections to `conninfo` (not yet opened).
+ * Returns NULL only when memory is short.  Free with db_pool_close. */
+struct db_pool *db_pool_new(const char *conninfo, int size);
+
+/* Closes every connection and frees the pool. */
+void db_pool_close(struct db_pool *p);
+
+/* Takes a healthy connection, waiting up to 5 s for one to be free.  Returns
+ * NULL with `err` set (503 "database_unavailable") if none can be had.
+ * The caller gives it back with db_release. */
+PGconn *db_acquire(struct db_pool *p, struct shoal_err *err);
+
+/* Returns a connection taken with db_acquire.  NULL is ignored. */
+void db_release(struct db_pool *p, PGconn *c);
+
+/* Connections currently taken, and the pool's size (for /metrics). */
+int db_pool_in_use(struct db_pool *p);
+int db_pool_size(struct db_pool *p);
+
+/* Runs `sql` with `n` text parameters (NULL entries are SQL NULL).  Returns
+ * the result (caller PQclear's it) when the statement succeeded, else NULL
+ * with `err` set: 503 if the connection is gone, 409 "conflict" on a unique
+ * or foreign-key violation, 500 otherwise. */
+PGresult *db_exec(PGconn *c, const char *sql, int n, const char *const *params,
+                  struct shoal_err *err);
+
+/* Runs a query whose first row's first column is JSON text and returns it
+ * parsed (caller json_decref's it).  No row: NULL with a 404 "not_found"
+ * error that says `what` was not found. */
+json_t *db_exec_json(PGconn *c, const char *sql, int n, const char *const *params,
+                     const char *what, struct shoal_err *err);
+
+/* Text forms of numbers for query parameters; return `out` for use inline. */
+const char *db_param_i64(char out[24], long long v);
+const char *db_param_f64(char out[32], double v);
+
+#endif

@@ -1,0 +1,134 @@
+/* h_links.c - agents report measured links; operators read the matrix. */
+#include <stdio.h>
+#include <string.h>
+
+#include "../common/jsonv.h"
+#include "http.h"
+#include "routes.h"
+
+#define LINKS_MAX_SAMPLES 4096   /* per request; a node has at most this many peers to report */
+
+struct link_sample {
+    int64_t to;
+    double latency_ms;        /* round trip / 2 is the agent's business; this is what it measured, ms */
+    double bandwidth_gbps;    /* Gbit/s */
+};
+
+#define S(f) offsetof(struct link_sample, f)
+static const struct jv_field sample_fields[] = {
+    { "to", JV_INT, 1, 0, 1, 9e18, S(to), 0, NULL, NULL },
+    { "latency_ms", JV_NUM, 1, 0, 0, 600000, S(latency_ms), 0, NULL, NULL },
+    { "bandwidth_gbps", JV_NUM, 1, 0, 1e-9, 1e5, S(bandwidth_gbps), 0, NULL, NULL },
+    { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
+};
+#undef S
+
+/* Checks the body and writes the samples as three Postgres array literals. */
+static int links_parse(json_t *body, int64_t self, struct buf *to, struct buf *lat,
+                       struct buf *bw, size_t *count, struct shoal_err *e)
+{
+    const char *key;
+    json_t *val;
+    json_object_foreach(body, key, val) {
+        if (strcmp(key, "samples") != 0 && strcmp(key, "from") != 0)
+            return err_set(e, 400, "unknown_field", key, "unknown field %s", key);
+    }
+    json_t *from = json_object_get(body, "from");
+    if (from && (!json_is_integer(from) || json_integer_value(from) != self))
+        return err_set(e, 403, "forbidden", "from", "a node may only report its own links (from = %lld)",
+                       (long long)self);
+    json_t *samples = json_object_get(body, "samples");
+    if (!json_is_array(samples))
+        return err_set(e, 400, samples ? "invalid_field" : "missing_field", "samples",
+                       "samples must be an array of {to, latency_ms, bandwidth_gbps}");
+    size_t n = json_array_size(samples);
+    if (n == 0 || n > LINKS_MAX_SAMPLES)
+        return err_set(e, 422, "invalid_field", "samples", "samples must hold 1 to %d entries",
+                       LINKS_MAX_SAMPLES);
+    for (size_t i = 0; i < n; i++) {
+        struct link_sample s;
+        char path[32];
+        snprintf(path, sizeof path, "samples[%zu]", i);
+        if (jv_object(json_array_get(samples, i), sample_fields, path, &s, e) != 0)
+            return -1;
+        if (s.to == self)
+            return err_set(e, 422, "invalid_field", path, "%s.to is the reporting node itself", path);
+        const char *sep = i ? "," : "{";
+        if (buf_printf(to, "%s%lld", sep, (long long)s.to) || buf_printf(lat, "%s%.17g", sep, s.latency_ms) ||
+            buf_printf(bw, "%s%.17g", sep, s.bandwidth_gbps))
+            return err_set(e, 413, "body_too_large", "samples", "too many samples");
+    }
+    if (buf_append(to, "}", 1) || buf_append(lat, "}", 1) || buf_append(bw, "}", 1))
+        return err_set(e, 413, "body_too_large", "samples", "too many samples");
+    *count = n;
+    return 0;
+}
+
+void h_links_put(struct request *rq, struct response *rs)
+{
+    struct shoal_err e;
+    struct buf to, lat, bw;
+    size_t n = 0;
+    char p_self[24];
+    PGconn *c = NULL;
+    PGresult *r = NULL;
+    buf_init(&to, 1 << 20);
+    buf_init(&lat, 1 << 20);
+    buf_init(&bw, 1 << 20);
+    json_t *body = request_json(rq, rs);
+    if (!body)
+        goto out;
+    if (links_parse(body, rq->node_id, &to, &lat, &bw, &n, &e) != 0) {
+        reply_error(rs, &e);
+        goto out;
+    }
+    const char *params[] = { db_param_i64(p_self, rq->node_id), to.data, lat.data, bw.data };
+    c = db_acquire(rq->srv->db, &e);
+    if (c)
+        r = db_exec(c, "INSERT INTO link_samples (from_node, to_node, latency_ms, bandwidth_gbps)"
+                       " SELECT $1, t, l, b FROM unnest($2::bigint[], $3::float8[], $4::float8[]) AS s(t, l, b)",
+                    4, params, &e);
+    if (!r) {
+        if (e.status == 409)   /* the foreign key on to_node */
+            err_set(&e, 422, "invalid_field", "samples", "a sample's 'to' names a node that does not exist");
+        reply_error(rs, &e);
+        goto out;
+    }
+    reply_json(rs, 200, json_pack("{s:I}", "accepted", (json_int_t)n));
+out:
+    PQclear(r);
+    db_release(rq->srv->db, c);
+    json_decref(body);
+    buf_free(&to);
+    buf_free(&lat);
+    buf_free(&bw);
+}
+
+void h_links_get(struct request *rq, struct response *rs)
+{
+    struct shoal_err e;
+    json_t *m = NULL;
+    PGconn *c = db_acquire(rq->srv->db, &e);
+    /* Row i is from nodes[i], column j to nodes[j]; null where never measured. */
+    if (c)
+        m = db_exec_json(c,
+            "WITH ids AS (SELECT id FROM nodes),"
+            " ll AS MATERIALIZED (SELECT * FROM links_latest),"
+            " cells AS (SELECT a.id AS a, b.id AS b, ll.latency_ms, ll.bandwidth_gbps, ll.measured_at"
+            "   FROM ids a CROSS JOIN ids b"
+            "   LEFT JOIN ll ON ll.from_node = a.id AND ll.to_node = b.id),"
+            " rows AS (SELECT a, json_agg(latency_ms ORDER BY b) AS lat,"
+            "   json_agg(bandwidth_gbps ORDER BY b) AS bw, json_agg(measured_at ORDER BY b) AS at"
+            "   FROM cells GROUP BY a)"
+            " SELECT json_build_object("
+            "  'nodes', (SELECT coalesce(json_agg(id ORDER BY id), '[]') FROM ids),"
+            "  'latency_ms', (SELECT coalesce(json_agg(lat ORDER BY a), '[]') FROM rows),"
+            "  'bandwidth_gbps', (SELECT coalesce(json_agg(bw ORDER BY a), '[]') FROM rows),"
+            "  'measured_at', (SELECT coalesce(json_agg(at ORDER BY a), '[]') FROM rows))",
+            0, NULL, "links", &e);
+    db_release(rq->srv->db, c);
+    if (!m)
+        reply_error(rs, &e);
+    else
+        reply_json(rs, 200, m);
+}

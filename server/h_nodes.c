@@ -1,0 +1,231 @@
+/* h_nodes.c - agents registering and heartbeating; the fleet for operators. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/jsonv.h"
+#include "http.h"
+#include "routes.h"
+
+/* A node as the API shows it; the token hash never leaves the database. */
+#define NODE_JSON \
+    "json_build_object('id', id, 'name', name, 'peer_address', peer_address, 'region', region," \
+    " 'state', state, 'hardware', json_build_object('gpu_model', gpu_model," \
+    " 'gpu_memory_bytes', gpu_memory_bytes, 'gpu_count', gpu_count, 'tflops', tflops," \
+    " 'cpu_cores', cpu_cores, 'ram_bytes', ram_bytes)," \
+    " 'current_job_id', current_job_id, 'current_step', current_step," \
+    " 'registered_at', registered_at, 'last_heartbeat_at', last_heartbeat_at)"
+
+static const char *const node_states_reported[] = { "idle", "busy", NULL };
+static const char *const node_states_all[] = { "idle", "busy", "draining", "lost", NULL };
+
+struct registration {
+    char name[64];
+    char peer_address[262];     /* host:port, [v6]:port */
+    char region[64];
+    char gpu_model[128];
+    int64_t gpu_memory_bytes;
+    int64_t gpu_count;
+    double tflops;              /* measured, dense */
+    int64_t cpu_cores;
+    int64_t ram_bytes;
+};
+
+#define R(f) offsetof(struct registration, f)
+static const struct jv_field hardware_fields[] = {
+    { "gpu_model", JV_STR, 0, 0, 0, 127, R(gpu_model), sizeof(((struct registration *)0)->gpu_model), NULL, NULL },
+    { "gpu_memory_bytes", JV_INT, 0, 0, 0, 1e15, R(gpu_memory_bytes), 0, NULL, NULL },
+    { "gpu_count", JV_INT, 0, 0, 0, 64, R(gpu_count), 0, NULL, NULL },
+    { "tflops", JV_NUM, 1, 0, 1e-6, 1e5, R(tflops), 0, NULL, NULL },
+    { "cpu_cores", JV_INT, 1, 0, 1, 4096, R(cpu_cores), 0, NULL, NULL },
+    { "ram_bytes", JV_INT, 0, 0, 0, 1e15, R(ram_bytes), 0, NULL, NULL },
+    { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
+};
+static const struct jv_field registration_fields[] = {
+    { "name", JV_STR, 1, 0, 1, 63, R(name), sizeof(((struct registration *)0)->name), NULL, NULL },
+    { "peer_address", JV_STR, 1, 0, 3, 261, R(peer_address), sizeof(((struct registration *)0)->peer_address), NULL, NULL },
+    { "region", JV_STR, 0, 0, 0, 63, R(region), sizeof(((struct registration *)0)->region), NULL, NULL },
+    { "hardware", JV_OBJ, 1, 0, 0, 0, 0, 0, NULL, hardware_fields },
+    { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
+};
+#undef R
+
+/* Checks "host:port": a non-empty host without spaces and a port 1..65535. */
+static int peer_address_valid(const char *a)
+{
+    const char *colon = strrchr(a, ':');
+    if (!colon || colon == a || strchr(a, ' '))
+        return 0;
+    if (a[0] == '[' && colon[-1] != ']')
+        return 0;
+    char *end;
+    errno = 0;
+    long port = strtol(colon + 1, &end, 10);
+    return !errno && end != colon + 1 && *end == '\0' && port >= 1 && port <= 65535;
+}
+
+void h_register(struct request *rq, struct response *rs)
+{
+    struct registration reg = { .gpu_count = 0 };
+    struct shoal_err e;
+    char token[TOKEN_MAX], hash[TOKEN_HASH_HEX];
+    char p_mem[24], p_cnt[24], p_tf[32], p_cores[24], p_ram[24];
+    PGconn *c = NULL;
+    json_t *node = NULL;
+    json_t *body = request_json(rq, rs);
+    if (!body)
+        goto out;
+    if (jv_object(body, registration_fields, "", &reg, &e) != 0) {
+        reply_error(rs, &e);
+        goto out;
+    }
+    if (!peer_address_valid(reg.peer_address)) {
+        reply_fail(rs, 422, "invalid_field", "peer_address",
+                   "peer_address must be host:port with a port from 1 to 65535");
+        goto out;
+    }
+    if (token_generate("shoal_node_", token, sizeof token) != 0) {
+        reply_fail(rs, 500, "internal", NULL, "cannot generate a node token");
+        goto out;
+    }
+    token_sha256_hex(token, strlen(token), hash);
+    const char *params[] = {
+        reg.name, hash, reg.peer_address, reg.region, reg.gpu_model,
+        db_param_i64(p_mem, reg.gpu_memory_bytes), db_param_i64(p_cnt, reg.gpu_count),
+        db_param_f64(p_tf, reg.tflops), db_param_i64(p_cores, reg.cpu_cores),
+        db_param_i64(p_ram, reg.ram_bytes),
+    };
+    c = db_acquire(rq->srv->db, &e);
+    if (c)
+        node = db_exec_json(c,
+            "INSERT INTO nodes (name, token_hash, peer_address, region, gpu_model,"
+            " gpu_memory_bytes, gpu_count, tflops, cpu_cores, ram_bytes)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING " NODE_JSON,
+            10, params, "node", &e);
+    if (!node) {
+        reply_error(rs, &e);
+        goto out;
+    }
+    reply_json(rs, 201, json_pack("{s:O, s:s, s:O}", "node_id", json_object_get(node, "id"),
+                                  "token", token, "node", node));
+out:
+    db_release(rq->srv->db, c);
+    json_decref(node);
+    json_decref(body);
+}
+
+struct heartbeat {
+    char state[16];
+    int64_t job_id;     /* 0: none */
+    int64_t step;       /* -1: none */
+};
+
+#define H(f) offsetof(struct heartbeat, f)
+static const struct jv_field heartbeat_fields[] = {
+    { "state", JV_STR, 1, 0, 1, 15, H(state), sizeof(((struct heartbeat *)0)->state), node_states_reported, NULL },
+    { "job_id", JV_INT, 0, 1, 1, 9e18, H(job_id), 0, NULL, NULL },
+    { "step", JV_INT, 0, 1, 0, 9e18, H(step), 0, NULL, NULL },
+    { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
+};
+#undef H
+
+void h_heartbeat(struct request *rq, struct response *rs)
+{
+    struct heartbeat hb = { .job_id = 0, .step = -1 };
+    struct shoal_err e;
+    char p_id[24], p_job[24], p_step[24];
+    PGconn *c = NULL;
+    json_t *node = NULL;
+    json_t *body = request_json(rq, rs);
+    if (!body)
+        goto out;
+    if (jv_object(body, heartbeat_fields, "", &hb, &e) != 0) {
+        reply_error(rs, &e);
+        goto out;
+    }
+    const char *params[] = {
+        db_param_i64(p_id, rq->node_id), hb.state,
+        hb.job_id > 0 ? db_param_i64(p_job, hb.job_id) : NULL,
+        hb.step >= 0 ? db_param_i64(p_step, hb.step) : NULL,
+    };
+    c = db_acquire(rq->srv->db, &e);
+    /* A draining node keeps draining whatever it reports: the operator said so. */
+    if (c)
+        node = db_exec_json(c,
+            "UPDATE nodes SET last_heartbeat_at = now(),"
+            " state = CASE WHEN state = 'draining' THEN 'draining' ELSE $2 END,"
+            " current_job_id = $3, current_step = $4"
+            " WHERE id = $1 RETURNING " NODE_JSON, 4, params, "node", &e);
+    if (!node) {
+        if (e.status == 409)   /* the foreign key on current_job_id */
+            err_set(&e, 422, "invalid_field", "job_id", "job %s does not exist", p_job);
+        reply_error(rs, &e);
+        goto out;
+    }
+    reply_json(rs, 200, json_pack("{s:O, s:O}", "node_id", json_object_get(node, "id"),
+                                  "state", json_object_get(node, "state")));
+out:
+    db_release(rq->srv->db, c);
+    json_decref(node);
+    json_decref(body);
+}
+
+void h_nodes_list(struct request *rq, struct response *rs)
+{
+    struct shoal_err e;
+    json_t *nodes = NULL;
+    const char *state = request_query(rq, "state");
+    if (state) {
+        int ok = 0;
+        for (const char *const *s = node_states_all; *s; s++)
+            ok |= strcmp(*s, state) == 0;
+        if (!ok) {
+            reply_fail(rs, 400, "invalid_field", "state",
+                       "state must be one of idle, busy, draining, lost");
+            return;
+        }
+    }
+    const char *params[] = { state };
+    PGconn *c = db_acquire(rq->srv->db, &e);
+    if (c)
+        nodes = db_exec_json(c, "SELECT coalesce(json_agg(" NODE_JSON " ORDER BY id), '[]')"
+                                " FROM nodes WHERE $1::text IS NULL OR state = $1",
+                             1, params, "nodes", &e);
+    db_release(rq->srv->db, c);
+    if (!nodes)
+        reply_error(rs, &e);
+    else
+        reply_json(rs, 200, json_pack("{s:o}", "nodes", nodes));
+}
+
+/* Runs `sql` (one $1 = the node id from the path, returning NODE_JSON) and
+ * answers with the node, or 404. */
+static void h_node_one(struct request *rq, struct response *rs, const char *sql)
+{
+    struct shoal_err e;
+    char p_id[24];
+    json_t *node = NULL;
+    const char *params[] = { db_param_i64(p_id, rq->match.ids[0]) };
+    PGconn *c = db_acquire(rq->srv->db, &e);
+    if (c)
+        node = db_exec_json(c, sql, 1, params, "node", &e);
+    db_release(rq->srv->db, c);
+    if (!node) {
+        if (e.status == 404)
+            snprintf(e.message, sizeof e.message, "node %s does not exist", p_id);
+        reply_error(rs, &e);
+        return;
+    }
+    reply_json(rs, 200, node);
+}
+
+void h_node_get(struct request *rq, struct response *rs)
+{
+    h_node_one(rq, rs, "SELECT " NODE_JSON " FROM nodes WHERE id = $1");
+}
+
+void h_node_drain(struct request *rq, struct response *rs)
+{
+    h_node_one(rq, rs, "UPDATE nodes SET state = 'draining' WHERE id = $1 RETURNING " NODE_JSON);
+}

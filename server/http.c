@@ -1,0 +1,266 @@
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "../common/jsonv.h"
+#include "../common/log.h"
+#include "auth.h"
+#include "routes.h"
+
+#define TEXT_BODY_LIMIT (16u << 20)   /* bytes; /metrics and static files stay far below */
+
+double http_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void reply_json(struct response *rs, int status, json_t *body)
+{
+    json_decref(rs->json);
+    if (!body) {
+        struct shoal_err e;
+        err_set(&e, 500, "internal", NULL, "out of memory building the response");
+        reply_error(rs, &e);
+        return;
+    }
+    rs->json = body;
+    rs->status = status;
+}
+
+void reply_error(struct response *rs, const struct shoal_err *err)
+{
+    json_t *e = json_pack("{s:s, s:s}", "code", err->code, "message", err->message);
+    if (e && err->field[0])
+        json_object_set_new(e, "field", json_string(err->field));
+    json_decref(rs->json);
+    rs->json = e ? json_pack("{s:o}", "error", e) : NULL;
+    rs->status = err->status >= 400 && err->status < 600 ? err->status : 500;
+}
+
+void reply_fail(struct response *rs, int status, const char *code, const char *field,
+                const char *fmt, ...)
+{
+    struct shoal_err e;
+    char msg[sizeof e.message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    err_set(&e, status, code, field, "%s", msg);
+    reply_error(rs, &e);
+}
+
+json_t *request_json(struct request *rq, struct response *rs)
+{
+    struct shoal_err e;
+    json_t *j = jv_parse_object(rq->body.data, rq->body.len, &e);
+    if (!j)
+        reply_error(rs, &e);
+    return j;
+}
+
+const char *request_query(struct request *rq, const char *key)
+{
+    return MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+/* 1 if the request carries a body whose Content-Type is not JSON. */
+static int http_wrong_content_type(struct request *rq)
+{
+    if (rq->body.len == 0)
+        return 0;
+    const char *ct = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Content-Type");
+    if (!ct)
+        return 0;
+    size_t n = strcspn(ct, ";");
+    while (n > 0 && ct[n - 1] == ' ')
+        n--;
+    return !(n == strlen("application/json") && strncasecmp(ct, "application/json", n) == 0);
+}
+
+/* Turns the response into bytes and queues it on the connection. */
+static enum MHD_Result http_send(struct request *rq, struct response *rs)
+{
+    char *body = NULL;
+    size_t len = 0;
+    const char *type = "application/json";
+    if (rs->json) {
+        body = json_dumps(rs->json, JSON_COMPACT);
+        len = body ? strlen(body) : 0;
+    } else if (rs->text.len) {
+        body = rs->text.data;     /* ownership moves to the response */
+        len = rs->text.len;
+        rs->text.data = NULL;
+        type = rs->content_type ? rs->content_type : "text/plain; charset=utf-8";
+    }
+    if (!body && rs->json) {
+        rs->status = 500;
+        type = "text/plain; charset=utf-8";
+    }
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, body ? body : (void *)"",
+                                                                 body ? MHD_RESPMEM_MUST_FREE
+                                                                      : MHD_RESPMEM_PERSISTENT);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", type);
+    MHD_add_response_header(resp, "Cache-Control", "no-store");
+    if (rs->status == 401)
+        MHD_add_response_header(resp, "WWW-Authenticate", "Bearer realm=\"shoal\"");
+    if (rs->status == 405 && rs->allow[0])
+        MHD_add_response_header(resp, "Allow", rs->allow);
+    rq->status = rs->status;
+    enum MHD_Result ok = MHD_queue_response(rq->conn, (unsigned)rs->status, resp);
+    MHD_destroy_response(resp);
+    return ok;
+}
+
+/* Answers a fully received request: route, auth, content type, handler. */
+static enum MHD_Result http_dispatch(struct request *rq)
+{
+    struct response rs = { .status = 500 };
+    struct shoal_err e;
+    buf_init(&rs.text, TEXT_BODY_LIMIT);
+
+    if (rq->route_status == 404) {
+        reply_fail(&rs, 404, "not_found", NULL, "no such endpoint: %s %s", rq->method, rq->path);
+    } else if (rq->route_status == 405) {
+        reply_fail(&rs, 405, "method_not_allowed", NULL, "%s is not allowed here; use %s",
+                   rq->method, rq->match.allow);
+        snprintf(rs.allow, sizeof rs.allow, "%s", rq->match.allow);
+    } else if (rq->route_status != 0) {
+        reply_error(&rs, &rq->route_err);
+    } else if (rq->body_too_large) {
+        reply_fail(&rs, 413, "body_too_large", NULL, "the request body is over the %ld byte limit",
+                   rq->srv->cfg.max_body);
+    } else {
+        const struct route *r = &routes[rq->match.index];
+        const char *authz = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Authorization");
+        if (auth_check(rq->srv, authz, r->auth, &rq->node_id, &e) != 0)
+            reply_error(&rs, &e);
+        else if (http_wrong_content_type(rq))
+            reply_fail(&rs, 415, "unsupported_media_type", NULL,
+                       "send the body as JSON with 'Content-Type: application/json'");
+        else
+            r->fn(rq, &rs);
+    }
+    enum MHD_Result ok = http_send(rq, &rs);
+    json_decref(rs.json);
+    buf_free(&rs.text);
+    return ok;
+}
+
+/* Content-Length larger than the cap: answer 413 before reading the body. */
+static int http_declared_too_large(struct request *rq)
+{
+    const char *cl = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Content-Length");
+    if (!cl)
+        return 0;
+    errno = 0;
+    char *end;
+    unsigned long long n = strtoull(cl, &end, 10);
+    return errno != 0 || n > (unsigned long long)rq->srv->cfg.max_body;
+}
+
+static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const char *url,
+                                   const char *method, const char *version,
+                                   const char *upload, size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    struct request *rq = *con_cls;
+    if (!rq) {
+        rq = calloc(1, sizeof *rq);
+        if (!rq)
+            return MHD_NO;
+        rq->srv = cls;
+        rq->conn = conn;
+        rq->method = method;
+        rq->path = url;
+        rq->started = http_now();
+        buf_init(&rq->body, (size_t)rq->srv->cfg.max_body);
+        rq->route_status = router_match(routes, routes_count, method, url, &rq->match, &rq->route_err);
+        *con_cls = rq;
+        if (http_declared_too_large(rq)) {
+            rq->body_too_large = 1;
+            return http_dispatch(rq);
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!rq->body_too_large && buf_append(&rq->body, upload, *upload_size) != 0)
+            rq->body_too_large = 1;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (rq->status)   /* already answered (early 413) */
+        return MHD_YES;
+    return http_dispatch(rq);
+}
+
+/* Runs once per request after the response is sent (or the client left). */
+static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                           enum MHD_RequestTerminationCode why)
+{
+    (void)conn;
+    struct server *srv = cls;
+    struct request *rq = *con_cls;
+    if (!rq)
+        return;
+    double secs = http_now() - rq->started;
+    int route = rq->route_status == 0 ? rq->match.index : -1;
+    metrics_observe(srv->metrics, route, rq->status, secs);
+    log_info("http method=%s route=%s status=%d ms=%.2f%s", rq->method,
+             route >= 0 ? routes[route].pattern : "-", rq->status, secs * 1000.0,
+             why == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted=1");
+    buf_free(&rq->body);
+    free(rq);
+    *con_cls = NULL;
+}
+
+struct MHD_Daemon *http_start(struct server *srv, unsigned *bound_port, struct shoal_err *err)
+{
+    struct sockaddr_in6 a6 = { 0 };
+    struct sockaddr_in a4 = { 0 };
+    struct sockaddr *addr;
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+    if (inet_pton(AF_INET, srv->cfg.listen_addr, &a4.sin_addr) == 1) {
+        a4.sin_family = AF_INET;
+        a4.sin_port = htons((uint16_t)srv->cfg.port);
+        addr = (struct sockaddr *)&a4;
+    } else if (inet_pton(AF_INET6, srv->cfg.listen_addr, &a6.sin6_addr) == 1) {
+        a6.sin6_family = AF_INET6;
+        a6.sin6_port = htons((uint16_t)srv->cfg.port);
+        addr = (struct sockaddr *)&a6;
+        flags |= MHD_USE_IPv6;
+    } else {
+        err_set(err, 2, "invalid_config", "listen", "--listen must be an IPv4 or IPv6 address, got '%s'",
+                srv->cfg.listen_addr);
+        return NULL;
+    }
+    struct MHD_Daemon *d = MHD_start_daemon(
+        flags, (uint16_t)srv->cfg.port, NULL, NULL, http_access, srv,
+        MHD_OPTION_SOCK_ADDR, addr,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)srv->cfg.threads,
+        MHD_OPTION_NOTIFY_COMPLETED, http_completed, srv,
+        MHD_OPTION_CONNECTION_TIMEOUT, 120u,
+        MHD_OPTION_END);
+    if (!d) {
+        err_set(err, 2, "listen_failed", "port", "cannot listen on %s port %ld: %s",
+                srv->cfg.listen_addr, srv->cfg.port, strerror(errno));
+        return NULL;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    *bound_port = info ? info->port : (unsigned)srv->cfg.port;
+    return d;
+}

@@ -1,0 +1,116 @@
+#include "jobspec.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../common/jsonv.h"
+
+static const char *const schedules[] = { "gpipe", "1f1b", NULL };
+static const char *const data_formats[] = { "llmc", NULL };
+
+#define F(f) offsetof(struct job_spec, f)
+#define SZ(f) sizeof(((struct job_spec *)0)->f)
+/* name, type, required, nullable, min, max, offset, size, choices, fields */
+static const struct jv_field model_fields[] = {
+    { "vocab_size", JV_INT, 1, 0, 2, 1000000, F(vocab_size), 0, NULL, NULL },
+    { "context_length", JV_INT, 1, 0, 1, 131072, F(context_length), 0, NULL, NULL },
+    { "d_model", JV_INT, 1, 0, 1, 65536, F(d_model), 0, NULL, NULL },
+    { "heads", JV_INT, 1, 0, 1, 1024, F(heads), 0, NULL, NULL },
+    { "layers", JV_INT, 1, 0, 1, 1024, F(layers), 0, NULL, NULL },
+    { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
+};
+static const struct jv_field parallelism_fields[] = {
+    { "stages", JV_INT, 1, 0, 1, 1024, F(stages), 0, NULL, NULL },
+    { "replicas", JV_INT, 1, 0, 1, 4096, F(replicas), 0, NULL, NULL },
+    { "micro_batches", JV_INT, 1, 0, 1, 4096, F(micro_batches), 0, NULL, NULL },
+    { "micro_batch_size", JV_INT, 1, 0, 1, 65536, F(micro_batch_size), 0, NULL, NULL },
+    { "schedule", JV_STR, 0, 0, 1, 7, F(schedule), SZ(schedule), schedules, NULL },
+    { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
+};
+static const struct jv_field training_fields[] = {
+    { "steps", JV_INT, 1, 0, 1, 1e9, F(steps), 0, NULL, NULL },
+    { "learning_rate", JV_NUM, 1, 0, 1e-12, 10, F(learning_rate), 0, NULL, NULL },
+    { "warmup_steps", JV_INT, 0, 0, 0, 1e9, F(warmup_steps), 0, NULL, NULL },
+    { "weight_decay", JV_NUM, 0, 0, 0, 10, F(weight_decay), 0, NULL, NULL },
+    { "grad_clip", JV_NUM, 0, 0, 0, 1e6, F(grad_clip), 0, NULL, NULL },
+    { "seed", JV_INT, 0, 0, 0, 9007199254740991.0, F(seed), 0, NULL, NULL },
+    { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
+};
+static const struct jv_field data_fields[] = {
+    { "path", JV_STR, 1, 0, 1, 511, F(data_path), SZ(data_path), NULL, NULL },
+    { "format", JV_STR, 0, 0, 1, 15, F(data_format), SZ(data_format), data_formats, NULL },
+    { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
+};
+static const struct jv_field job_fields[] = {
+    { "name", JV_STR, 0, 0, 1, 63, F(name), SZ(name), NULL, NULL },
+    { "model", JV_OBJ, 1, 0, 0, 0, 0, 0, NULL, model_fields },
+    { "parallelism", JV_OBJ, 1, 0, 0, 0, 0, 0, NULL, parallelism_fields },
+    { "training", JV_OBJ, 1, 0, 0, 0, 0, 0, NULL, training_fields },
+    { "data", JV_OBJ, 1, 0, 0, 0, 0, 0, NULL, data_fields },
+    { "checkpoint_interval", JV_INT, 0, 0, 0, 1e9, F(checkpoint_interval), 0, NULL, NULL },
+    { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
+};
+#undef F
+#undef SZ
+
+/* 1 if `s` holds an ASCII control character. */
+static int has_control(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return 1;
+    return 0;
+}
+
+int jobspec_parse(const json_t *body, struct job_spec *spec, struct shoal_err *err)
+{
+    memset(spec, 0, sizeof *spec);
+    snprintf(spec->name, sizeof spec->name, "job");
+    snprintf(spec->schedule, sizeof spec->schedule, "1f1b");
+    snprintf(spec->data_format, sizeof spec->data_format, "llmc");
+    spec->grad_clip = 1.0;
+    spec->checkpoint_interval = 100;
+    if (jv_object(body, job_fields, "", spec, err) != 0)
+        return -1;
+    if (spec->d_model % spec->heads != 0)
+        return err_set(err, 422, "invalid_field", "model.d_model",
+                       "model.d_model (%lld) must be divisible by model.heads (%lld)",
+                       (long long)spec->d_model, (long long)spec->heads);
+    if (spec->layers < spec->stages)
+        return err_set(err, 422, "invalid_field", "parallelism.stages",
+                       "parallelism.stages (%lld) must not exceed model.layers (%lld): each stage needs a layer",
+                       (long long)spec->stages, (long long)spec->layers);
+    if (spec->stages * spec->replicas > 65536)
+        return err_set(err, 422, "invalid_field", "parallelism.replicas",
+                       "stages x replicas must be at most 65536 tasklets");
+    if (spec->warmup_steps > spec->steps)
+        return err_set(err, 422, "invalid_field", "training.warmup_steps",
+                       "training.warmup_steps must not exceed training.steps");
+    if (spec->checkpoint_interval > spec->steps)
+        return err_set(err, 422, "invalid_field", "checkpoint_interval",
+                       "checkpoint_interval must not exceed training.steps (0 checkpoints only at the end)");
+    if (has_control(spec->name))
+        return err_set(err, 422, "invalid_field", "name", "name must not contain control characters");
+    if (has_control(spec->data_path))
+        return err_set(err, 422, "invalid_field", "data.path", "data.path must not contain control characters");
+    return 0;
+}
+
+json_t *jobspec_to_json(const struct job_spec *s)
+{
+    return json_pack(
+        "{s:s, s:{s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:I, s:I, s:s},"
+        " s:{s:I, s:f, s:I, s:f, s:f, s:I}, s:{s:s, s:s}, s:I}",
+        "name", s->name,
+        "model", "vocab_size", (json_int_t)s->vocab_size, "context_length", (json_int_t)s->context_length,
+        "d_model", (json_int_t)s->d_model, "heads", (json_int_t)s->heads, "layers", (json_int_t)s->layers,
+        "parallelism", "stages", (json_int_t)s->stages, "replicas", (json_int_t)s->replicas,
+        "micro_batches", (json_int_t)s->micro_batches, "micro_batch_size", (json_int_t)s->micro_batch_size,
+        "schedule", s->schedule,
+        "training", "steps", (json_int_t)s->steps, "learning_rate", s->learning_rate,
+        "warmup_steps", (json_int_t)s->warmup_steps, "weight_decay", s->weight_decay,
+        "grad_clip", s->grad_clip, "seed", (json_int_t)s->seed,
+        "data", "path", s->data_path, "format", s->data_format,
+        "checkpoint_interval", (json_int_t)s->checkpoint_interval);
+}

@@ -1,0 +1,52 @@
+/* jobspec.h - a training job's specification: parse, validate, normalise.
+ *
+ * The spec names the model, the parallelism, the training hyper-parameters,
+ * the data and the checkpoint interval.  Validation is complete: every range
+ * and every relation between fields (layers >= stages, d_model % heads == 0,
+ * ...) is checked here, each failure naming its field, so nothing invalid
+ * reaches the database or the scheduler. */
+#ifndef SHOAL_JOBSPEC_H
+#define SHOAL_JOBSPEC_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "../common/err.h"
+
+struct job_spec {
+    char name[64];
+    /* model (GPT-2 architecture) */
+    int64_t vocab_size;         /* tokens */
+    int64_t context_length;     /* tokens per sequence, T */
+    int64_t d_model;            /* channels, C */
+    int64_t heads;
+    int64_t layers;             /* transformer blocks */
+    /* parallelism */
+    int64_t stages;             /* pipeline depth, P */
+    int64_t replicas;           /* data-parallel width, D */
+    int64_t micro_batches;      /* per step and replica, M */
+    int64_t micro_batch_size;   /* sequences per micro-batch, B */
+    char schedule[8];           /* "gpipe" or "1f1b" */
+    /* training */
+    int64_t steps;
+    double learning_rate;       /* peak, after warm-up */
+    int64_t warmup_steps;
+    double weight_decay;        /* AdamW, decoupled */
+    double grad_clip;           /* global norm; 0 = off */
+    int64_t seed;
+    /* data */
+    char data_path[512];        /* as the agents see it */
+    char data_format[16];       /* "llmc": llm.c token shards */
+    int64_t checkpoint_interval; /* steps; 0 = only at the end */
+};
+
+/* Validates the JSON body of POST /v1/jobs into `spec`, filling defaults for
+ * optional fields.  Returns 0, or -1 with `err` naming the field (400 for
+ * bad shape or type, 422 for values out of range or inconsistent). */
+int jobspec_parse(const json_t *body, struct job_spec *spec, struct shoal_err *err);
+
+/* The normalised spec as JSON (every field present, defaults filled), as
+ * stored in jobs.spec.  New reference; NULL if memory is short. */
+json_t *jobspec_to_json(const struct job_spec *spec);
+
+#endif

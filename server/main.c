@@ -1,0 +1,149 @@
+/* main.c - shoal-server: configuration, start-up order, and clean shutdown.
+ *
+ * Start: settings -> data dir -> tokens -> database (embedded or given) ->
+ * migrations -> HTTP.  Stop on SIGINT/SIGTERM in the reverse order, so the
+ * embedded Postgres is shut down cleanly after the last request. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../common/log.h"
+#include "auth.h"
+#include "http.h"
+#include "migrate.h"
+#include "pgembed.h"
+#include "routes.h"
+
+/* Creates `dir` and its missing parents, mode 0700 for what it creates. */
+static int make_dirs(const char *dir, struct shoal_err *err)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s", dir);
+    for (char *p = path + 1; ; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(path, 0700) != 0 && errno != EEXIST)
+            return err_set(err, 2, "data_dir", "data_dir", "cannot create %s: %s", path, strerror(errno));
+        *p = c;
+        if (c == '\0')
+            return 0;
+    }
+}
+
+/* Writes the bound port to <data-dir>/server.port via a rename, so a reader
+ * never sees half a number. */
+static void write_port_file(const char *data_dir, unsigned port)
+{
+    char path[PATH_MAX + 32], tmp[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/server.port", data_dir);
+    snprintf(tmp, sizeof tmp, "%s/server.port.tmp", data_dir);
+    FILE *f = fopen(tmp, "w");
+    if (!f || fprintf(f, "%u\n", port) < 0 || fclose(f) != 0 || rename(tmp, path) != 0)
+        log_warn("cannot write %s: %s", path, strerror(errno));
+}
+
+/* Applies migrations, retrying for a while when the database is not up yet
+ * (a compose file may start Postgres and shoal together). */
+static int run_migrations(struct db_pool *db, struct shoal_err *err)
+{
+    for (int attempt = 1; ; attempt++) {
+        PGconn *c = db_acquire(db, err);
+        int applied = 0, rc = -1;
+        if (c) {
+            rc = migrate_apply(c, &applied, err);
+            db_release(db, c);
+        }
+        if (rc == 0) {
+            log_info("migrations current applied_now=%d", applied);
+            return 0;
+        }
+        if (err->status != 503 || attempt == 30)
+            return -1;
+        log_warn("database not reachable yet, retrying attempt=%d", attempt);
+        sleep(1);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    struct server srv;
+    struct shoal_err err;
+    struct pgembed pg = { 0 };
+    struct MHD_Daemon *httpd = NULL;
+    char conninfo[PATH_MAX + 128];
+    int rc = 1;
+    sigset_t stop_signals;
+
+    memset(&srv, 0, sizeof srv);
+    int cr = config_load(&srv.cfg, argc, argv, &err);
+    if (cr != 0) {
+        if (cr < 0)
+            fprintf(stderr, "shoal-server: %s\n", err.message);
+        return cr > 0 ? 0 : 2;
+    }
+    enum log_level lvl;
+    if (log_parse_level(srv.cfg.log_level, &lvl) != 0) {
+        fprintf(stderr, "shoal-server: --log-level must be debug, info, warn or error\n");
+        return 2;
+    }
+    log_threshold = lvl;
+
+    /* Block the stop signals before any thread exists; main waits for them. */
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (make_dirs(srv.cfg.data_dir, &err) != 0 || auth_load_tokens(&srv, &err) != 0)
+        goto fail;
+    srv.metrics = metrics_new(routes_count);
+    if (!srv.metrics) {
+        err_set(&err, 1, "oom", NULL, "out of memory");
+        goto fail;
+    }
+    if (srv.cfg.database_url[0]) {
+        snprintf(conninfo, sizeof conninfo, "%s", srv.cfg.database_url);
+    } else {
+        log_info("starting embedded postgres data_dir=%s/pg", srv.cfg.data_dir);
+        if (pgembed_start(&pg, srv.cfg.data_dir, srv.cfg.pg_bin, srv.cfg.pg_user, conninfo,
+                          sizeof conninfo, &err) != 0)
+            goto fail;
+    }
+    srv.db = db_pool_new(conninfo, (int)srv.cfg.db_pool);
+    if (!srv.db) {
+        err_set(&err, 1, "oom", NULL, "out of memory");
+        goto fail;
+    }
+    if (run_migrations(srv.db, &err) != 0)
+        goto fail;
+    unsigned port = 0;
+    httpd = http_start(&srv, &port, &err);
+    if (!httpd)
+        goto fail;
+    write_port_file(srv.cfg.data_dir, port);
+    log_info("listening addr=%s port=%u database=%s", srv.cfg.listen_addr, port,
+             srv.cfg.database_url[0] ? "external" : "embedded");
+
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    log_info("stopping signal=%d", sig);
+    rc = 0;
+    goto out;
+fail:
+    fprintf(stderr, "shoal-server: %s\n", err.message);
+    log_error("start-up failed: %s", err.message);
+out:
+    if (httpd)
+        MHD_stop_daemon(httpd);
+    db_pool_close(srv.db);
+    pgembed_stop(&pg);
+    metrics_free(srv.metrics);
+    return rc;
+}

@@ -1,0 +1,49 @@
+/* router.h - matching a request's method and path against the route table.
+ *
+ * Patterns are written as the API documents them ("/v1/jobs/{id}"); the
+ * "/v1" prefix is optional on both sides when matching, so "/v1/jobs" and
+ * "/jobs" reach the same route.  "{id}" matches a positive decimal integer and is captured.
+ * The table itself lives in routes.c; this file only matches. */
+#ifndef SHOAL_ROUTER_H
+#define SHOAL_ROUTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/err.h"
+
+struct request;
+struct response;
+typedef void (*handler_fn)(struct request *rq, struct response *rs);
+
+enum auth_kind {
+    AUTH_OPEN,    /* anyone */
+    AUTH_ADMIN,   /* the admin token */
+    AUTH_JOIN,    /* the join token (agent registration) */
+    AUTH_NODE,    /* a node token; the request acts for that node */
+};
+
+struct route {
+    const char *method;    /* "GET", "POST", ... */
+    const char *pattern;   /* "/v1/jobs/{id}"; also the route's label in logs and metrics */
+    enum auth_kind auth;
+    handler_fn fn;
+};
+
+#define ROUTE_MAX_IDS 2
+
+struct route_match {
+    int index;                    /* into the table, -1 if none */
+    int64_t ids[ROUTE_MAX_IDS];   /* captured {id} values, in path order */
+    int n_ids;
+    char allow[64];               /* for 405: the methods the path accepts */
+};
+
+/* Finds the route for `method` and `path`.  Returns 0 on a match (m filled),
+ * 404 if no pattern matches the path, 405 if one does but not for this
+ * method (m->allow lists those that do), or 400 with `err` set when a
+ * "{id}" segment is not a valid id. */
+int router_match(const struct route *table, size_t n, const char *method,
+                 const char *path, struct route_match *m, struct shoal_err *err);
+
+#endif

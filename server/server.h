@@ -1,0 +1,18 @@
+/* server.h - the running server's shared state, handed to every handler. */
+#ifndef SHOAL_SERVER_H
+#define SHOAL_SERVER_H
+
+#include "../common/token.h"
+#include "config.h"
+#include "db.h"
+#include "metrics.h"
+
+struct server {
+    struct config cfg;
+    struct db_pool *db;
+    struct metrics *metrics;
+    char admin_token[TOKEN_MAX];
+    char join_token[TOKEN_MAX];
+};
+
+#endif
