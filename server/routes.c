@@ -3,22 +3,22 @@
 /* Every endpoint, once.  The router also accepts versioned paths without
  * their "/v1" prefix (see router.h). */
 const struct route routes[] = {
-    { "GET",    "/",                  AUTH_OPEN,  h_index },
-    { "GET",    "/healthz",           AUTH_OPEN,  h_healthz },
-    { "GET",    "/readyz",            AUTH_OPEN,  h_readyz },
-    { "GET",    "/metrics",           AUTH_OPEN,  h_metrics },
-    { "GET",    "/v1/openapi.yaml",      AUTH_OPEN,  h_openapi },
-    { "POST",   "/v1/agent/register",    AUTH_JOIN,  h_register },
-    { "POST",   "/v1/agent/heartbeat",   AUTH_NODE,  h_heartbeat },
-    { "GET",    "/v1/nodes",             AUTH_ADMIN, h_nodes_list },
-    { "GET",    "/v1/nodes/{id}",        AUTH_ADMIN, h_node_get },
-    { "DELETE", "/v1/nodes/{id}",        AUTH_ADMIN, h_node_drain },
-    { "PUT",    "/v1/links",             AUTH_NODE,  h_links_put },
-    { "GET",    "/v1/links",             AUTH_ADMIN, h_links_get },
-    { "POST",   "/v1/jobs",              AUTH_ADMIN, h_job_create },
-    { "GET",    "/v1/jobs",              AUTH_ADMIN, h_jobs_list },
-    { "GET",    "/v1/jobs/{id}",         AUTH_ADMIN, h_job_get },
-    { "DELETE", "/v1/jobs/{id}",         AUTH_ADMIN, h_job_cancel },
+    { "GET",    "/",                    AUTH_OPEN,   h_index },
+    { "GET",    "/healthz",             AUTH_OPEN,   h_healthz },
+    { "GET",    "/readyz",              AUTH_OPEN,   h_readyz },
+    { "GET",    "/metrics",             AUTH_OPEN,   h_metrics },
+    { "GET",    "/v1/openapi.yaml",     AUTH_OPEN,   h_openapi },
+    { "POST",   "/v1/agent/register",   AUTH_JOIN,   h_register },
+    { "POST",   "/v1/agent/heartbeat",  AUTH_NODE,   h_heartbeat },
+    { "GET",    "/v1/nodes",            AUTH_ADMIN,  h_nodes_list },
+    { "GET",    "/v1/nodes/{id}",       AUTH_ADMIN,  h_node_get },
+    { "DELETE", "/v1/nodes/{id}",       AUTH_ADMIN,  h_node_drain },
+    { "PUT",    "/v1/links",            AUTH_NODE,   h_links_put },
+    { "GET",    "/v1/links",            AUTH_ADMIN,  h_links_get },
+    { "POST",   "/v1/jobs",             AUTH_ADMIN,  h_job_create },
+    { "GET",    "/v1/jobs",             AUTH_ADMIN,  h_jobs_list },
+    { "GET",    "/v1/jobs/{id}",        AUTH_ADMIN,  h_job_get },
+    { "DELETE", "/v1/jobs/{id}",        AUTH_ADMIN,  h_job_cancel },
 };
 
 const size_t routes_count = sizeof routes / sizeof routes[0];

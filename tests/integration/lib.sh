@@ -1,0 +1,120 @@
+# lib.sh - helpers for integration suites: real servers, real Postgres, real HTTP.
+#
+# A suite sources this file, starts servers with start_server, drives them
+# with req, and records each check with ok/check_*; every check prints
+# "ok - name" or "not ok - name".  Everything lives under one temporary
+# directory that is removed at exit, with every server stopped.
+
+: "${SHOAL_SERVER:?set SHOAL_SERVER to the shoal-server binary}"
+WORK=$(mktemp -d /tmp/shoal-it.XXXXXX)
+# The embedded Postgres runs as 'postgres' when we are root; it must reach here.
+chmod 711 "$WORK"
+FAILS=0
+SERVERS=""
+
+cleanup() {
+    local pidfile pg pid
+    for pidfile in $SERVERS; do
+        [ -f "$pidfile" ] && kill -TERM "$(cat "$pidfile")" 2>/dev/null
+    done
+    sleep 1
+    # Embedded clusters left behind by a server we killed on purpose.
+    for pg in "$WORK"/*/pg; do
+        [ -f "$pg/postmaster.pid" ] || continue
+        pid=$(head -n 1 "$pg/postmaster.pid")
+        kill -TERM "$pid" 2>/dev/null
+    done
+    sleep 1
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# ok NAME / fail NAME DETAIL: record one check.
+ok()   { echo "ok - $1"; }
+fail() { echo "not ok - $1${2:+: $2}"; FAILS=$((FAILS + 1)); }
+
+# start_server NAME [ARGS...]: starts a server with data dir $WORK/NAME, on a
+# free port, and waits until /readyz answers 200.  Sets URL_<NAME> and leaves
+# its log in $WORK/NAME.log.  Extra args go to shoal-server.
+start_server() {
+    local name=$1 dir port; shift
+    dir="$WORK/$name"
+    mkdir -p "$dir"
+    rm -f "$dir/server.port"
+    "$SHOAL_SERVER" --data-dir "$dir" --port 0 "$@" >>"$WORK/$name.log" 2>&1 &
+    echo $! > "$WORK/$name.pid"
+    SERVERS="$SERVERS $WORK/$name.pid"
+    for _ in $(seq 1 300); do
+        if [ -s "$dir/server.port" ]; then
+            port=$(cat "$dir/server.port")
+            if curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz" | grep -q 200; then
+                eval "URL_$name=http://127.0.0.1:$port"
+                return 0
+            fi
+        fi
+        kill -0 "$(cat "$WORK/$name.pid")" 2>/dev/null || break
+        sleep 0.2
+    done
+    echo "server $name did not start; its log:" >&2
+    cat "$WORK/$name.log" >&2
+    return 1
+}
+
+# stop_server NAME: SIGTERM, wait, and check a clean exit (sanitizers report
+# errors and leaks through the exit status).
+stop_server() {
+    local name=$1 pid rc
+    pid=$(cat "$WORK/$name.pid")
+    kill -TERM "$pid"
+    for _ in $(seq 1 100); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    wait "$pid" 2>/dev/null
+    rc=$?
+    if [ "$rc" -eq 0 ]; then ok "server $name exits cleanly on SIGTERM"
+    else fail "server $name exits cleanly on SIGTERM" "status $rc; log: $(tail -n 20 "$WORK/$name.log")"; fi
+}
+
+# req METHOD URL [TOKEN] [BODY] [extra curl args...]: one request.  Sets STATUS
+# (HTTP code) and BODY (response text); headers land in $WORK/headers.
+req() {
+    local method=$1 url=$2 token=${3:-} body=${4-}
+    shift 2; [ $# -gt 0 ] && shift; [ $# -gt 0 ] && shift
+    set -- -s -X "$method" -o "$WORK/body" -D "$WORK/headers" -w '%{http_code}' "$@"
+    [ -n "$token" ] && set -- "$@" -H "Authorization: Bearer $token"
+    if [ -n "$body" ]; then
+        printf '%s' "$body" > "$WORK/request"
+        set -- "$@" -H 'Content-Type: application/json' --data-binary "@$WORK/request"
+    fi
+    STATUS=$(curl "$@" "$url")
+    BODY=$(cat "$WORK/body")
+}
+
+# expect NAME STATUS [JQ_FILTER EXPECTED]: checks the last response's status
+# and, if given, that `jq -r FILTER` of its body prints EXPECTED.
+expect() {
+    local name=$1 want=$2 filter=${3:-} want_value=${4-} got
+    if [ "$STATUS" != "$want" ]; then
+        fail "$name" "status $STATUS, want $want; body: $(printf '%.300s' "$BODY")"
+        return
+    fi
+    if [ -n "$filter" ]; then
+        got=$(printf '%s' "$BODY" | jq -r "$filter" 2>&1)
+        if [ "$got" != "$want_value" ]; then
+            fail "$name" "$filter is '$got', want '$want_value'; body: $(printf '%.300s' "$BODY")"
+            return
+        fi
+    fi
+    ok "$name"
+}
+
+# check NAME GOT WANT: compares two strings.
+check() {
+    if [ "$2" = "$3" ]; then ok "$1"; else fail "$1" "got '$2', want '$3'"; fi
+}
+
+# sql NAME QUERY: runs QUERY on server NAME's embedded database, prints rows.
+sql() {
+    psql -X -q -t -A "host=$WORK/$1/pg-socket dbname=shoal user=shoal" -c "$2"
+}

@@ -1,0 +1,56 @@
+#!/bin/sh
+# run.sh - runs every test suite and prints one closing line "N passed, N failed".
+# usage: tests/run.sh BUILD_DIR   (e.g. build/san: its bin/ and tests/ are used)
+#
+# Unit tests are cmocka binaries (build/*/tests/test_*); integration suites are
+# tests/integration/test_*.sh, which print "ok - ..." / "not ok - ..." lines.
+# A suite that crashes or exits non-zero counts as a failure even if its
+# lines said ok.
+set -u
+build=${1:?usage: tests/run.sh BUILD_DIR}
+top=$(cd "$(dirname "$0")/.." && pwd)
+passed=0
+failed=0
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT INT TERM
+
+# ASan/UBSan: stop at the first error so it cannot scroll by unnoticed.
+export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=0:halt_on_error=1:detect_leaks=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+
+for t in "$top/$build"/tests/test_*; do
+    [ -x "$t" ] || continue
+    name=$(basename "$t")
+    echo "== unit $name"
+    "$t" >"$log" 2>&1
+    rc=$?
+    cat "$log"
+    p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
+    f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$log" | tail -n 1)
+    passed=$((passed + ${p:-0}))
+    failed=$((failed + ${f:-0}))
+    if [ "$rc" -ne 0 ] && [ "${f:-0}" -eq 0 ]; then
+        echo "not ok - $name exited with status $rc"
+        failed=$((failed + 1))
+    fi
+done
+
+for s in "$top"/tests/integration/test_*.sh; do
+    name=$(basename "$s" .sh)
+    echo "== integration $name"
+    SHOAL_SERVER="$top/$build/bin/shoal-server" bash "$s" >"$log" 2>&1
+    rc=$?
+    cat "$log"
+    p=$(grep -c '^ok - ' "$log")
+    f=$(grep -c '^not ok - ' "$log")
+    passed=$((passed + p))
+    failed=$((failed + f))
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        echo "not ok - $name exited with status $rc"
+        failed=$((failed + 1))
+    fi
+done
+
+echo
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]
