@@ -168,7 +168,7 @@ json_t *db_exec_json(PGconn *c, const char *sql, int n, const char *const *param
     if (!r)
         goto out;
     if (PQntuples(r) == 0 || PQgetisnull(r, 0, 0)) {
-        err_set(err, 404, "not_found", NULL, "%s not found", what);
+        err_set(err, 404, "not_found", NULL, "%s does not exist", what);
         goto out;
     }
     json_error_t je;
@@ -177,6 +177,17 @@ json_t *db_exec_json(PGconn *c, const char *sql, int n, const char *const *param
         err_set(err, 500, "internal", NULL, "database returned bad JSON: %s", je.text);
 out:
     PQclear(r);
+    return out;
+}
+
+json_t *db_query_json(struct db_pool *p, const char *sql, int n, const char *const *params,
+                      const char *what, struct shoal_err *err)
+{
+    PGconn *c = db_acquire(p, err);
+    if (!c)
+        return NULL;
+    json_t *out = db_exec_json(c, sql, n, params, what, err);
+    db_release(p, c);
     return out;
 }
 

@@ -41,9 +41,14 @@ PGresult *db_exec(PGconn *c, const char *sql, int n, const char *const *params,
 
 /* Runs a query whose first row's first column is JSON text and returns it
  * parsed (caller json_decref's it).  No row: NULL with a 404 "not_found"
- * error that says `what` was not found. */
+ * error that says "`what` does not exist" (what = "job 12", say). */
 json_t *db_exec_json(PGconn *c, const char *sql, int n, const char *const *params,
                      const char *what, struct shoal_err *err);
+
+/* db_exec_json on a connection taken from `p` and given back: the one call
+ * most handlers make.  Same contract as db_exec_json. */
+json_t *db_query_json(struct db_pool *p, const char *sql, int n, const char *const *params,
+                      const char *what, struct shoal_err *err);
 
 /* Text forms of numbers for query parameters; return `out` for use inline. */
 const char *db_param_i64(char out[24], long long v);

@@ -35,7 +35,6 @@ void h_job_create(struct request *rq, struct response *rs)
     struct job_spec spec;
     struct shoal_err e;
     char p_stages[24], p_replicas[24], p_steps[24];
-    PGconn *c = NULL;
     json_t *job = NULL, *norm = NULL;
     char *spec_text = NULL;
     json_t *body = request_json(rq, rs);
@@ -53,92 +52,64 @@ void h_job_create(struct request *rq, struct response *rs)
     }
     const char *params[] = { spec.name, spec_text, db_param_i64(p_stages, spec.stages),
                              db_param_i64(p_replicas, spec.replicas), db_param_i64(p_steps, spec.steps) };
-    c = db_acquire(rq->srv->db, &e);
-    if (c)
-        job = db_exec_json(c, "INSERT INTO jobs AS j (name, spec, stages, replicas, total_steps)"
-                              " VALUES ($1, $2::jsonb, $3, $4, $5) RETURNING " JOB_JSON,
-                           5, params, "job", &e);
-    if (!job) {
+    job = db_query_json(rq->srv->db, "INSERT INTO jobs AS j (name, spec, stages, replicas, total_steps)"
+                                     " VALUES ($1, $2::jsonb, $3, $4, $5) RETURNING " JOB_JSON,
+                        5, params, "job", &e);
+    if (job)
+        reply_json(rs, 201, job);
+    else
         reply_error(rs, &e);
-        goto out;
-    }
-    reply_json(rs, 201, job);
-    job = NULL;
 out:
-    db_release(rq->srv->db, c);
     free(spec_text);
     json_decref(norm);
-    json_decref(job);
     json_decref(body);
 }
 
 void h_jobs_list(struct request *rq, struct response *rs)
 {
     struct shoal_err e;
-    json_t *jobs = NULL;
-    const char *state = request_query(rq, "state");
-    if (state) {
-        int ok = 0;
-        for (const char *const *s = job_states; *s; s++)
-            ok |= strcmp(*s, state) == 0;
-        if (!ok) {
-            reply_fail(rs, 400, "invalid_field", "state", "state must be one of pending, scheduled, "
-                       "running, recovering, completed, failed, cancelled");
-            return;
-        }
-    }
+    const char *state;
+    if (request_query_choice(rq, rs, "state", job_states, &state) != 0)
+        return;
     const char *params[] = { state };
-    PGconn *c = db_acquire(rq->srv->db, &e);
-    if (c)
-        jobs = db_exec_json(c, "SELECT coalesce(json_agg(" JOB_JSON " ORDER BY j.id), '[]')"
-                               " FROM jobs j WHERE $1::text IS NULL OR j.state = $1",
-                            1, params, "jobs", &e);
-    db_release(rq->srv->db, c);
-    if (!jobs)
-        reply_error(rs, &e);
-    else
+    json_t *jobs = db_query_json(rq->srv->db, "SELECT coalesce(json_agg(" JOB_JSON " ORDER BY j.id), '[]')"
+                                              " FROM jobs j WHERE $1::text IS NULL OR j.state = $1",
+                                 1, params, "jobs", &e);
+    if (jobs)
         reply_json(rs, 200, json_pack("{s:o}", "jobs", jobs));
+    else
+        reply_error(rs, &e);
 }
 
 void h_job_get(struct request *rq, struct response *rs)
 {
     struct shoal_err e;
-    char p_id[24];
-    json_t *job = NULL;
+    char p_id[24], what[40];
     const char *params[] = { db_param_i64(p_id, rq->match.ids[0]) };
-    PGconn *c = db_acquire(rq->srv->db, &e);
-    if (c)
-        job = db_exec_json(c, "SELECT " JOB_DETAIL_JSON " FROM jobs j WHERE j.id = $1", 1, params, "job", &e);
-    db_release(rq->srv->db, c);
-    if (!job) {
-        if (e.status == 404)
-            snprintf(e.message, sizeof e.message, "job %s does not exist", p_id);
+    snprintf(what, sizeof what, "job %s", p_id);
+    json_t *job = db_query_json(rq->srv->db, "SELECT " JOB_DETAIL_JSON " FROM jobs j WHERE j.id = $1",
+                                1, params, what, &e);
+    if (job)
+        reply_json(rs, 200, job);
+    else
         reply_error(rs, &e);
-        return;
-    }
-    reply_json(rs, 200, job);
 }
 
 void h_job_cancel(struct request *rq, struct response *rs)
 {
     struct shoal_err e;
-    char p_id[24];
-    json_t *res = NULL;
+    char p_id[24], what[40];
     const char *params[] = { db_param_i64(p_id, rq->match.ids[0]) };
-    PGconn *c = db_acquire(rq->srv->db, &e);
+    snprintf(what, sizeof what, "job %s", p_id);
     /* One statement: cancel if still live, and say what the job was either way. */
-    if (c)
-        res = db_exec_json(c,
-            "WITH before AS (SELECT id, state FROM jobs WHERE id = $1 FOR UPDATE),"
-            " done AS (UPDATE jobs j SET state = 'cancelled', updated_at = now(), finished_at = now()"
-            "   FROM before b WHERE j.id = b.id"
-            "   AND b.state NOT IN ('completed', 'failed', 'cancelled') RETURNING " JOB_JSON " AS job)"
-            " SELECT json_build_object('was', b.state, 'job', (SELECT job FROM done)) FROM before b",
-            1, params, "job", &e);
-    db_release(rq->srv->db, c);
+    json_t *res = db_query_json(rq->srv->db,
+        "WITH before AS (SELECT id, state FROM jobs WHERE id = $1 FOR UPDATE),"
+        " done AS (UPDATE jobs j SET state = 'cancelled', updated_at = now(), finished_at = now()"
+        "   FROM before b WHERE j.id = b.id"
+        "   AND b.state NOT IN ('completed', 'failed', 'cancelled') RETURNING " JOB_JSON " AS job)"
+        " SELECT json_build_object('was', b.state, 'job', (SELECT job FROM done)) FROM before b",
+        1, params, what, &e);
     if (!res) {
-        if (e.status == 404)
-            snprintf(e.message, sizeof e.message, "job %s does not exist", p_id);
         reply_error(rs, &e);
         return;
     }

@@ -25,7 +25,7 @@ static const struct jv_field sample_fields[] = {
 
 /* Checks the body and writes the samples as three Postgres array literals. */
 static int links_parse(json_t *body, int64_t self, struct buf *to, struct buf *lat,
-                       struct buf *bw, size_t *count, struct shoal_err *e)
+                       struct buf *bw, struct shoal_err *e)
 {
     const char *key;
     json_t *val;
@@ -60,7 +60,6 @@ static int links_parse(json_t *body, int64_t self, struct buf *to, struct buf *l
     }
     if (buf_append(to, "}", 1) || buf_append(lat, "}", 1) || buf_append(bw, "}", 1))
         return err_set(e, 413, "body_too_large", "samples", "too many samples");
-    *count = n;
     return 0;
 }
 
@@ -68,36 +67,32 @@ void h_links_put(struct request *rq, struct response *rs)
 {
     struct shoal_err e;
     struct buf to, lat, bw;
-    size_t n = 0;
     char p_self[24];
-    PGconn *c = NULL;
-    PGresult *r = NULL;
+    json_t *res = NULL;
     buf_init(&to, 1 << 20);
     buf_init(&lat, 1 << 20);
     buf_init(&bw, 1 << 20);
     json_t *body = request_json(rq, rs);
     if (!body)
         goto out;
-    if (links_parse(body, rq->node_id, &to, &lat, &bw, &n, &e) != 0) {
+    if (links_parse(body, rq->node_id, &to, &lat, &bw, &e) != 0) {
         reply_error(rs, &e);
         goto out;
     }
     const char *params[] = { db_param_i64(p_self, rq->node_id), to.data, lat.data, bw.data };
-    c = db_acquire(rq->srv->db, &e);
-    if (c)
-        r = db_exec(c, "INSERT INTO link_samples (from_node, to_node, latency_ms, bandwidth_gbps)"
-                       " SELECT $1, t, l, b FROM unnest($2::bigint[], $3::float8[], $4::float8[]) AS s(t, l, b)",
-                    4, params, &e);
-    if (!r) {
+    res = db_query_json(rq->srv->db,
+        "WITH ins AS (INSERT INTO link_samples (from_node, to_node, latency_ms, bandwidth_gbps)"
+        "   SELECT $1, t, l, b FROM unnest($2::bigint[], $3::float8[], $4::float8[]) AS s(t, l, b)"
+        "   RETURNING 1)"
+        " SELECT json_build_object('accepted', count(*)) FROM ins", 4, params, "samples", &e);
+    if (!res) {
         if (e.status == 409)   /* the foreign key on to_node */
             err_set(&e, 422, "invalid_field", "samples", "a sample's 'to' names a node that does not exist");
         reply_error(rs, &e);
         goto out;
     }
-    reply_json(rs, 200, json_pack("{s:I}", "accepted", (json_int_t)n));
+    reply_json(rs, 200, res);
 out:
-    PQclear(r);
-    db_release(rq->srv->db, c);
     json_decref(body);
     buf_free(&to);
     buf_free(&lat);
@@ -107,26 +102,22 @@ out:
 void h_links_get(struct request *rq, struct response *rs)
 {
     struct shoal_err e;
-    json_t *m = NULL;
-    PGconn *c = db_acquire(rq->srv->db, &e);
     /* Row i is from nodes[i], column j to nodes[j]; null where never measured. */
-    if (c)
-        m = db_exec_json(c,
-            "WITH ids AS (SELECT id FROM nodes),"
-            " ll AS MATERIALIZED (SELECT * FROM links_latest),"
-            " cells AS (SELECT a.id AS a, b.id AS b, ll.latency_ms, ll.bandwidth_gbps, ll.measured_at"
-            "   FROM ids a CROSS JOIN ids b"
-            "   LEFT JOIN ll ON ll.from_node = a.id AND ll.to_node = b.id),"
-            " rows AS (SELECT a, json_agg(latency_ms ORDER BY b) AS lat,"
-            "   json_agg(bandwidth_gbps ORDER BY b) AS bw, json_agg(measured_at ORDER BY b) AS at"
-            "   FROM cells GROUP BY a)"
-            " SELECT json_build_object("
-            "  'nodes', (SELECT coalesce(json_agg(id ORDER BY id), '[]') FROM ids),"
-            "  'latency_ms', (SELECT coalesce(json_agg(lat ORDER BY a), '[]') FROM rows),"
-            "  'bandwidth_gbps', (SELECT coalesce(json_agg(bw ORDER BY a), '[]') FROM rows),"
-            "  'measured_at', (SELECT coalesce(json_agg(at ORDER BY a), '[]') FROM rows))",
-            0, NULL, "links", &e);
-    db_release(rq->srv->db, c);
+    json_t *m = db_query_json(rq->srv->db,
+        "WITH ids AS (SELECT id FROM nodes),"
+        " ll AS MATERIALIZED (SELECT * FROM links_latest),"
+        " cells AS (SELECT a.id AS a, b.id AS b, ll.latency_ms, ll.bandwidth_gbps, ll.measured_at"
+        "   FROM ids a CROSS JOIN ids b"
+        "   LEFT JOIN ll ON ll.from_node = a.id AND ll.to_node = b.id),"
+        " rows AS (SELECT a, json_agg(latency_ms ORDER BY b) AS lat,"
+        "   json_agg(bandwidth_gbps ORDER BY b) AS bw, json_agg(measured_at ORDER BY b) AS at"
+        "   FROM cells GROUP BY a)"
+        " SELECT json_build_object("
+        "  'nodes', (SELECT coalesce(json_agg(id ORDER BY id), '[]') FROM ids),"
+        "  'latency_ms', (SELECT coalesce(json_agg(lat ORDER BY a), '[]') FROM rows),"
+        "  'bandwidth_gbps', (SELECT coalesce(json_agg(bw ORDER BY a), '[]') FROM rows),"
+        "  'measured_at', (SELECT coalesce(json_agg(at ORDER BY a), '[]') FROM rows))",
+        0, NULL, "links", &e);
     if (!m)
         reply_error(rs, &e);
     else

@@ -71,7 +71,6 @@ void h_register(struct request *rq, struct response *rs)
     struct shoal_err e;
     char token[TOKEN_MAX], hash[TOKEN_HASH_HEX];
     char p_mem[24], p_cnt[24], p_tf[32], p_cores[24], p_ram[24];
-    PGconn *c = NULL;
     json_t *node = NULL;
     json_t *body = request_json(rq, rs);
     if (!body)
@@ -96,13 +95,11 @@ void h_register(struct request *rq, struct response *rs)
         db_param_f64(p_tf, reg.tflops), db_param_i64(p_cores, reg.cpu_cores),
         db_param_i64(p_ram, reg.ram_bytes),
     };
-    c = db_acquire(rq->srv->db, &e);
-    if (c)
-        node = db_exec_json(c,
-            "INSERT INTO nodes (name, token_hash, peer_address, region, gpu_model,"
-            " gpu_memory_bytes, gpu_count, tflops, cpu_cores, ram_bytes)"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING " NODE_JSON,
-            10, params, "node", &e);
+    node = db_query_json(rq->srv->db,
+        "INSERT INTO nodes (name, token_hash, peer_address, region, gpu_model,"
+        " gpu_memory_bytes, gpu_count, tflops, cpu_cores, ram_bytes)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING " NODE_JSON,
+        10, params, "node", &e);
     if (!node) {
         reply_error(rs, &e);
         goto out;
@@ -110,7 +107,6 @@ void h_register(struct request *rq, struct response *rs)
     reply_json(rs, 201, json_pack("{s:O, s:s, s:O}", "node_id", json_object_get(node, "id"),
                                   "token", token, "node", node));
 out:
-    db_release(rq->srv->db, c);
     json_decref(node);
     json_decref(body);
 }
@@ -135,7 +131,6 @@ void h_heartbeat(struct request *rq, struct response *rs)
     struct heartbeat hb = { .job_id = 0, .step = -1 };
     struct shoal_err e;
     char p_id[24], p_job[24], p_step[24];
-    PGconn *c = NULL;
     json_t *node = NULL;
     json_t *body = request_json(rq, rs);
     if (!body)
@@ -149,14 +144,12 @@ void h_heartbeat(struct request *rq, struct response *rs)
         hb.job_id > 0 ? db_param_i64(p_job, hb.job_id) : NULL,
         hb.step >= 0 ? db_param_i64(p_step, hb.step) : NULL,
     };
-    c = db_acquire(rq->srv->db, &e);
     /* A draining node keeps draining whatever it reports: the operator said so. */
-    if (c)
-        node = db_exec_json(c,
-            "UPDATE nodes SET last_heartbeat_at = now(),"
-            " state = CASE WHEN state = 'draining' THEN 'draining' ELSE $2 END,"
-            " current_job_id = $3, current_step = $4"
-            " WHERE id = $1 RETURNING " NODE_JSON, 4, params, "node", &e);
+    node = db_query_json(rq->srv->db,
+        "UPDATE nodes SET last_heartbeat_at = now(),"
+        " state = CASE WHEN state = 'draining' THEN 'draining' ELSE $2 END,"
+        " current_job_id = $3, current_step = $4"
+        " WHERE id = $1 RETURNING " NODE_JSON, 4, params, "node", &e);
     if (!node) {
         if (e.status == 409)   /* the foreign key on current_job_id */
             err_set(&e, 422, "invalid_field", "job_id", "job %s does not exist", p_job);
@@ -166,7 +159,6 @@ void h_heartbeat(struct request *rq, struct response *rs)
     reply_json(rs, 200, json_pack("{s:O, s:O}", "node_id", json_object_get(node, "id"),
                                   "state", json_object_get(node, "state")));
 out:
-    db_release(rq->srv->db, c);
     json_decref(node);
     json_decref(body);
 }
@@ -174,29 +166,17 @@ out:
 void h_nodes_list(struct request *rq, struct response *rs)
 {
     struct shoal_err e;
-    json_t *nodes = NULL;
-    const char *state = request_query(rq, "state");
-    if (state) {
-        int ok = 0;
-        for (const char *const *s = node_states_all; *s; s++)
-            ok |= strcmp(*s, state) == 0;
-        if (!ok) {
-            reply_fail(rs, 400, "invalid_field", "state",
-                       "state must be one of idle, busy, draining, lost");
-            return;
-        }
-    }
+    const char *state;
+    if (request_query_choice(rq, rs, "state", node_states_all, &state) != 0)
+        return;
     const char *params[] = { state };
-    PGconn *c = db_acquire(rq->srv->db, &e);
-    if (c)
-        nodes = db_exec_json(c, "SELECT coalesce(json_agg(" NODE_JSON " ORDER BY id), '[]')"
-                                " FROM nodes WHERE $1::text IS NULL OR state = $1",
-                             1, params, "nodes", &e);
-    db_release(rq->srv->db, c);
-    if (!nodes)
-        reply_error(rs, &e);
-    else
+    json_t *nodes = db_query_json(rq->srv->db, "SELECT coalesce(json_agg(" NODE_JSON " ORDER BY id), '[]')"
+                                               " FROM nodes WHERE $1::text IS NULL OR state = $1",
+                                  1, params, "nodes", &e);
+    if (nodes)
         reply_json(rs, 200, json_pack("{s:o}", "nodes", nodes));
+    else
+        reply_error(rs, &e);
 }
 
 /* Runs `sql` (one $1 = the node id from the path, returning NODE_JSON) and
@@ -204,20 +184,14 @@ void h_nodes_list(struct request *rq, struct response *rs)
 static void h_node_one(struct request *rq, struct response *rs, const char *sql)
 {
     struct shoal_err e;
-    char p_id[24];
-    json_t *node = NULL;
+    char p_id[24], what[40];
     const char *params[] = { db_param_i64(p_id, rq->match.ids[0]) };
-    PGconn *c = db_acquire(rq->srv->db, &e);
-    if (c)
-        node = db_exec_json(c, sql, 1, params, "node", &e);
-    db_release(rq->srv->db, c);
-    if (!node) {
-        if (e.status == 404)
-            snprintf(e.message, sizeof e.message, "node %s does not exist", p_id);
+    snprintf(what, sizeof what, "node %s", p_id);
+    json_t *node = db_query_json(rq->srv->db, sql, 1, params, what, &e);
+    if (node)
+        reply_json(rs, 200, node);
+    else
         reply_error(rs, &e);
-        return;
-    }
-    reply_json(rs, 200, node);
 }
 
 void h_node_get(struct request *rq, struct response *rs)

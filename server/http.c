@@ -74,6 +74,25 @@ const char *request_query(struct request *rq, const char *key)
     return MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, key);
 }
 
+int request_query_choice(struct request *rq, struct response *rs, const char *key,
+                         const char *const *choices, const char **value)
+{
+    *value = request_query(rq, key);
+    if (!*value)
+        return 0;
+    char list[256] = "";
+    size_t used = 0;
+    for (const char *const *c = choices; *c; c++) {
+        if (strcmp(*c, *value) == 0)
+            return 0;
+        int w = snprintf(list + used, sizeof list - used, "%s%s", used ? ", " : "", *c);
+        if (w > 0 && (size_t)w < sizeof list - used)
+            used += (size_t)w;
+    }
+    reply_fail(rs, 400, "invalid_field", key, "%s must be one of %s", key, list);
+    return -1;
+}
+
 /* 1 if the request carries a body whose Content-Type is not JSON. */
 static int http_wrong_content_type(struct request *rq)
 {

@@ -55,6 +55,12 @@ json_t *request_json(struct request *rq, struct response *rs);
 /* Reads a query parameter, or NULL. */
 const char *request_query(struct request *rq, const char *key);
 
+/* Reads optional query parameter `key` into `*value` (NULL if absent).
+ * Returns 0, or -1 after replying 400 if it is present but not one of
+ * `choices` (NULL-terminated). */
+int request_query_choice(struct request *rq, struct response *rs, const char *key,
+                         const char *const *choices, const char **value);
+
 /* Starts the HTTP daemon on cfg's address and port.  Writes the bound port
  * into `bound_port`.  Returns the daemon, or NULL with `err` set. */
 struct MHD_Daemon *http_start(struct server *srv, unsigned *bound_port, struct shoal_err *err);
