@@ -61,6 +61,10 @@ static int jv_member(const json_t *v, const struct jv_field *f, const char *path
         size_t len = json_string_length(v);
         if (strlen(s) != len)
             return err_set(err, 400, "invalid_field", path, "%s must not contain NUL characters", path);
+        for (size_t i = 0; i < len; i++)
+            if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+                return err_set(err, 422, "invalid_field", path,
+                               "%s must not contain control characters", path);
         if ((double)len < f->min || (double)len > f->max || len >= f->size)
             return jv_range_error(err, path, "a string with a length in bytes", f->min,
                                   f->max < (double)(f->size - 1) ? f->max : (double)(f->size - 1));

@@ -7,6 +7,9 @@
  * the same struct.  Members that are absent keep whatever the caller put in
  * the struct beforehand, which is how defaults are given.
  *
+ * Strings never hold control characters (tabs and newlines included): no
+ * field of the API needs them and logs and dashboards are safer without.
+ *
  * On the first bad member it fails with status 400 (or 422 for values out of
  * range), code "invalid_field", "missing_field" or "unknown_field", and the
  * dotted path of the member ("model.d_model", "samples[2].to"). */

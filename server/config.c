@@ -74,7 +74,7 @@ static int opt_set(struct config *cfg, const struct opt *o, const char *text,
 void config_usage(FILE *out)
 {
     fprintf(out, "usage: shoal-server [options]\n\n"
-                 "The shoal control plane: REST API, scheduler and dashboard on PostgreSQL.\n"
+                 "The shoal control plane: a REST API whose only state is PostgreSQL.\n"
                  "Every option can also be set by its environment variable; flags win.\n\n");
     for (size_t i = 0; i < N_OPTS; i++) {
         fprintf(out, "  %s VALUE  (%s)\n      %s", opts[i].flag, opts[i].env, opts[i].help);

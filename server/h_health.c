@@ -23,9 +23,11 @@ void h_readyz(struct request *rq, struct response *rs)
         reply_error(rs, &e);
         return;
     }
-    int current = migrate_is_current(c);
+    int current = migrate_is_current(c, &e);
     db_release(rq->srv->db, c);
-    if (current)
+    if (current < 0)
+        reply_error(rs, &e);
+    else if (current)
         reply_json(rs, 200, json_pack("{s:s}", "status", "ready"));
     else
         reply_fail(rs, 503, "not_ready", NULL, "the database schema is not migrated yet");

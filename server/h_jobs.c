@@ -45,7 +45,7 @@ void h_job_create(struct request *rq, struct response *rs)
         goto out;
     }
     norm = jobspec_to_json(&spec);
-    spec_text = norm ? json_dumps(norm, JSON_COMPACT) : NULL;
+    spec_text = norm ? json_dumps(norm, JSON_COMPACT | JSON_REAL_PRECISION(15)) : NULL;
     if (!spec_text) {
         reply_fail(rs, 500, "internal", NULL, "out of memory");
         goto out;

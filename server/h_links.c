@@ -34,7 +34,9 @@ static int links_parse(json_t *body, int64_t self, struct buf *to, struct buf *l
             return err_set(e, 400, "unknown_field", key, "unknown field %s", key);
     }
     json_t *from = json_object_get(body, "from");
-    if (from && (!json_is_integer(from) || json_integer_value(from) != self))
+    if (from && !json_is_integer(from))
+        return err_set(e, 400, "invalid_field", "from", "from must be an integer node id");
+    if (from && json_integer_value(from) != self)
         return err_set(e, 403, "forbidden", "from", "a node may only report its own links (from = %lld)",
                        (long long)self);
     json_t *samples = json_object_get(body, "samples");

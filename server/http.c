@@ -114,10 +114,10 @@ static enum MHD_Result http_send(struct request *rq, struct response *rs)
     size_t len = 0;
     const char *type = "application/json";
     if (rs->json) {
-        body = json_dumps(rs->json, JSON_COMPACT);
+        body = json_dumps(rs->json, JSON_COMPACT | JSON_REAL_PRECISION(15));
         len = body ? strlen(body) : 0;
-    } else if (rs->text.len) {
-        body = rs->text.data;     /* ownership moves to the response */
+    } else {
+        body = rs->text.data;     /* ownership moves to the response; NULL if empty */
         len = rs->text.len;
         rs->text.data = NULL;
         type = rs->content_type ? rs->content_type : "text/plain; charset=utf-8";

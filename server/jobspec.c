@@ -54,15 +54,6 @@ static const struct jv_field job_fields[] = {
 #undef F
 #undef SZ
 
-/* 1 if `s` holds an ASCII control character. */
-static int has_control(const char *s)
-{
-    for (; *s; s++)
-        if ((unsigned char)*s < 0x20 || *s == 0x7f)
-            return 1;
-    return 0;
-}
-
 int jobspec_parse(const json_t *body, struct job_spec *spec, struct shoal_err *err)
 {
     memset(spec, 0, sizeof *spec);
@@ -70,9 +61,11 @@ int jobspec_parse(const json_t *body, struct job_spec *spec, struct shoal_err *e
     snprintf(spec->schedule, sizeof spec->schedule, "1f1b");
     snprintf(spec->data_format, sizeof spec->data_format, "llmc");
     spec->grad_clip = 1.0;
-    spec->checkpoint_interval = 100;
+    spec->checkpoint_interval = -1;   /* absent: min(100, steps), below */
     if (jv_object(body, job_fields, "", spec, err) != 0)
         return -1;
+    if (spec->checkpoint_interval < 0)
+        spec->checkpoint_interval = spec->steps < 100 ? spec->steps : 100;
     if (spec->d_model % spec->heads != 0)
         return err_set(err, 422, "invalid_field", "model.d_model",
                        "model.d_model (%lld) must be divisible by model.heads (%lld)",
@@ -90,10 +83,6 @@ int jobspec_parse(const json_t *body, struct job_spec *spec, struct shoal_err *e
     if (spec->checkpoint_interval > spec->steps)
         return err_set(err, 422, "invalid_field", "checkpoint_interval",
                        "checkpoint_interval must not exceed training.steps (0 checkpoints only at the end)");
-    if (has_control(spec->name))
-        return err_set(err, 422, "invalid_field", "name", "name must not contain control characters");
-    if (has_control(spec->data_path))
-        return err_set(err, 422, "invalid_field", "data.path", "data.path must not contain control characters");
     return 0;
 }
 

@@ -37,7 +37,7 @@ struct job_spec {
     /* data */
     char data_path[512];        /* as the agents see it */
     char data_format[16];       /* "llmc": llm.c token shards */
-    int64_t checkpoint_interval; /* steps; 0 = only at the end */
+    int64_t checkpoint_interval; /* steps; 0 = only at the end; default min(100, steps) */
 };
 
 /* Validates the JSON body of POST /v1/jobs into `spec`, filling defaults for

@@ -58,7 +58,7 @@ void metrics_observe(struct metrics *m, int route, int status, double seconds)
         b++;
     atomic_fetch_add(&s->bucket[b], 1);
     atomic_fetch_add(&s->count, 1);
-    atomic_fetch_add(&s->sum_ns, (uint_fast64_t)(seconds * 1e9));
+    atomic_fetch_add(&s->sum_ns, seconds > 0 ? (uint_fast64_t)(seconds * 1e9) : 0);
 }
 
 /* The route's labels: its method and pattern, or "unmatched". */

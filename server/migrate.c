@@ -102,12 +102,11 @@ out:
     return rc;
 }
 
-int migrate_is_current(PGconn *c)
+int migrate_is_current(PGconn *c, struct shoal_err *err)
 {
-    struct shoal_err err;
-    PGresult *r = db_exec(c, "SELECT count(*) FROM schema_migrations", 0, NULL, &err);
+    PGresult *r = db_exec(c, "SELECT count(*) FROM schema_migrations", 0, NULL, err);
     if (!r)
-        return 0;
+        return -1;
     long n = strtol(PQgetvalue(r, 0, 0), NULL, 10);
     PQclear(r);
     return n >= (long)embedded_migrations_count;

@@ -16,8 +16,8 @@
  * failing migration is rolled back and named). */
 int migrate_apply(PGconn *c, int *applied, struct shoal_err *err);
 
-/* 1 if every embedded migration is recorded in the database, 0 if not or if
- * the database cannot be asked. */
-int migrate_is_current(PGconn *c);
+/* 1 if every embedded migration is recorded in the database, 0 if not, or
+ * -1 with `err` set if the database cannot be asked. */
+int migrate_is_current(PGconn *c, struct shoal_err *err);
 
 #endif

@@ -50,7 +50,7 @@ static int router_match_one(const char *pattern, const char *path, struct route_
             if (m->n_ids == ROUTE_MAX_IDS || router_parse_id(path, slen, &m->ids[m->n_ids]) != 0) {
                 /* The rest must still match for this to be a bad id rather than a miss. */
                 struct route_match rest;
-                return router_match_one(pattern + plen, path + slen, &rest) == 1 ? -1 : 0;
+                return router_match_one(pattern + plen, path + slen, &rest) != 0 ? -1 : 0;
             }
             m->n_ids++;
         } else if (plen != slen || strncmp(pattern, path, plen) != 0) {

@@ -4,6 +4,20 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 
+# ---- configuration
+help=$("$SHOAL_SERVER" --help); rc=$?
+check "--help exits 0" "$rc" 0
+for var in SHOAL_LISTEN SHOAL_PORT SHOAL_DATABASE_URL SHOAL_DATA_DIR SHOAL_ADMIN_TOKEN SHOAL_JOIN_TOKEN SHOAL_LOG_LEVEL; do
+    check "--help documents $var" "$(printf '%s' "$help" | grep -c "($var)")" 1
+done
+"$SHOAL_SERVER" --port 99999 >/dev/null 2>"$WORK/err"; rc=$?
+check "a bad flag value exits 2" "$rc" 2
+check "and says what is wrong" "$(grep -c -- '--port must be an integer from 0 to 65535' "$WORK/err")" 1
+SHOAL_LOG_LEVEL=loud "$SHOAL_SERVER" >/dev/null 2>"$WORK/err"; rc=$?
+check "a bad environment value exits 2" "$rc" 2
+"$SHOAL_SERVER" --no-such-flag >/dev/null 2>&1; rc=$?
+check "an unknown flag exits 2" "$rc" 2
+
 start_server a || exit 1
 S=$URL_a
 ADMIN=$(cat "$WORK/a/admin.token")
@@ -52,6 +66,7 @@ bad_register "register: NaN is not JSON"              400 invalid_json "" '{"nam
 bad_register "register: duplicate keys"               400 invalid_json "" '{"name":"x","name":"y","peer_address":"h:1","hardware":{"tflops":1,"cpu_cores":8}}'
 bad_register "register: peer address without port"    422 invalid_field peer_address '{"name":"x","peer_address":"hostonly","hardware":{"tflops":1,"cpu_cores":8}}'
 bad_register "register: port out of range"            422 invalid_field peer_address '{"name":"x","peer_address":"h:70000","hardware":{"tflops":1,"cpu_cores":8}}'
+bad_register "register: control character in name"  422 invalid_field name '{"name":"a\tb","peer_address":"h:1","hardware":{"tflops":1,"cpu_cores":8}}'
 bad_register "register: empty name"                   422 invalid_field name '{"name":"","peer_address":"h:1","hardware":{"tflops":1,"cpu_cores":8}}'
 bad_register "register: invalid UTF-8"                400 invalid_json "" "$(printf '{"name":"\xff\xfe","peer_address":"h:1","hardware":{"tflops":1,"cpu_cores":8}}')"
 bad_register "register: deep nesting"                 400 invalid_json "" "$(printf '%*s' 5000 '' | tr ' ' '[')"
@@ -213,6 +228,17 @@ req GET "$S/v1/nodes" "$ADMIN"; list_a=$BODY
 req GET "$B/v1/nodes" "$ADMIN"; list_b=$BODY
 check "both servers list the same nodes" "$(printf '%s' "$list_a" | jq -c '[.nodes[] | [.id, .state]]')" "$(printf '%s' "$list_b" | jq -c '[.nodes[] | [.id, .state]]')"
 check "server b applied no migration" "$(grep -c 'migrations current applied_now=0' "$WORK/b.log")" 1
+
+# ---- the database goes away under server b, and comes back
+stop_server a
+req GET "$B/readyz";                   expect "readyz is 503 while the database is down" 503 .error.code database_unavailable
+req GET "$B/v1/jobs" "$ADMIN";         expect "API calls are 503 while the database is down" 503 .error.code database_unavailable
+req GET "$B/healthz";                  expect "healthz still answers" 200
+start_server a || exit 1
+S=$URL_a
+for _ in 1 2 3; do req GET "$B/readyz"; [ "$STATUS" = 200 ] && break; sleep 0.5; done
+expect "server b reconnects when the database is back" 200 .status ready
+req GET "$B/v1/jobs/$JB" "$ADMIN";     expect "and serves data again" 200 .id "$JB"
 stop_server b
 
 # ---- a crashed server: its Postgres is still running and is adopted
