@@ -22,12 +22,14 @@ endif
 
 COMMON_SRC  := $(wildcard common/*.c)
 SERVER_SRC  := $(filter-out server/main.c,$(wildcard server/*.c))
+SCHED_SRC   := $(filter-out server/sched/shoal_sched.c,$(wildcard server/sched/*.c))
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 MIGRATIONS  := $(sort $(wildcard sql/*.sql))
 STATIC      := server/openapi.yaml
 
 COMMON_OBJ  := $(COMMON_SRC:%.c=$(BUILD)/%.o)
-SERVER_OBJ  := $(SERVER_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/embedded.o
+SCHED_OBJ   := $(SCHED_SRC:%.c=$(BUILD)/%.o)
+SERVER_OBJ  := $(SERVER_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/embedded.o $(SCHED_OBJ)
 UNIT_BIN    := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 DEB_PACKAGES := build-essential pkg-config libmicrohttpd-dev libjansson-dev \
@@ -35,9 +37,13 @@ DEB_PACKAGES := build-essential pkg-config libmicrohttpd-dev libjansson-dev \
                 postgresql curl jq procps
 
 .PHONY: all deps test test-unit test-integration demo clean
-all: $(BINDIR)/shoal-server
+all: $(BINDIR)/shoal-server $(BINDIR)/shoal-sched
 
 $(BINDIR)/shoal-server: $(BUILD)/server/main.o $(SERVER_OBJ) $(COMMON_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BINDIR)/shoal-sched: $(BUILD)/server/sched/shoal_sched.o $(BUILD)/server/jobspec.o $(SCHED_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -63,7 +69,7 @@ deps:
 
 # Tests always run the sanitizer build, so CI and a developer see the same thing.
 test: deps
-	@$(MAKE) --no-print-directory SAN=1 build/san/bin/shoal-server $(UNIT_SRC:tests/unit/%.c=build/san/tests/%)
+	@$(MAKE) --no-print-directory SAN=1 build/san/bin/shoal-server build/san/bin/shoal-sched $(UNIT_SRC:tests/unit/%.c=build/san/tests/%)
 	@sh tests/run.sh build/san
 
 demo: deps all

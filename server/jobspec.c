@@ -103,3 +103,15 @@ json_t *jobspec_to_json(const struct job_spec *s)
         "data", "path", s->data_path, "format", s->data_format,
         "checkpoint_interval", (json_int_t)s->checkpoint_interval);
 }
+
+void jobspec_sched_model(const struct job_spec *spec, struct sched_problem *pb)
+{
+    pb->stages = (int)spec->stages;
+    pb->replicas = (int)spec->replicas;
+    pb->model = (struct sched_model){
+        .vocab_size = spec->vocab_size, .context_length = spec->context_length, .d_model = spec->d_model,
+        .heads = spec->heads, .layers = spec->layers, .micro_batches = spec->micro_batches,
+        .micro_batch_size = spec->micro_batch_size,
+        .schedule = strcmp(spec->schedule, "gpipe") == 0 ? SCHED_GPIPE : SCHED_1F1B, .act_bytes = 2 };
+    sched_dtfm_sizes(pb);
+}

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "../common/err.h"
+#include "sched/sched.h"
 
 struct job_spec {
     char name[64];
@@ -48,5 +49,9 @@ int jobspec_parse(const json_t *body, struct job_spec *spec, struct shoal_err *e
 /* The normalised spec as JSON (every field present, defaults filled), as
  * stored in jobs.spec.  New reference; NULL if memory is short. */
 json_t *jobspec_to_json(const struct job_spec *spec);
+
+/* Fills the job's shape, model and batch into a scheduling problem
+ * (stages, replicas, model, and dtfm's c_dp/c_pp derived from them). */
+void jobspec_sched_model(const struct job_spec *spec, struct sched_problem *pb);
 
 #endif

@@ -1,0 +1,445 @@
+/* cost.c - the two cost models, for a candidate partition (cached, updated
+ * per moved group) and for a complete plan.  Formulas: README.md here. */
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* AdamW touches every parameter a few times and is bound by memory, not
+ * matmul speed: ~12 FLOP per parameter at 5% of the measured matmul rate. */
+#define OPT_FLOP_PER_PARAM 12.0
+#define OPT_EFFICIENCY 0.05
+/* Bytes of state per parameter: fp32 weight, gradient, Adam m and v. */
+#define STATE_BYTES_PER_PARAM 16.0
+
+/* One-way transfer time of `bytes` from i to j: latency plus serialisation, s. */
+static double xfer_s(const struct sched_problem *pb, int i, int j, double bytes)
+{
+    return pb->latency_ms[i * pb->n + j] / 1000.0 + bytes * 8.0 / (pb->bandwidth_gbps[i * pb->n + j] * 1e9);
+}
+
+int ctx_init(struct sched_ctx *cx, const struct sched_problem *pb)
+{
+    memset(cx, 0, sizeof *cx);
+    int n = pb->n;
+    cx->pb = pb;
+    cx->n = n;
+    cx->P = pb->stages;
+    cx->D = pb->replicas;
+    cx->spares = n - cx->P * cx->D;
+    const struct sched_model *m = &pb->model;
+    double C = (double)m->d_model, T = (double)m->context_length, V = (double)m->vocab_size;
+    double tokens = (double)m->micro_batch_size * T;
+    cx->layer_params = 12.0 * C * C + 13.0 * C;
+    cx->first_params = V * C + T * C;
+    cx->last_params = 2.0 * C + V * C;
+    cx->layer_flops = tokens * (72.0 * C * C + 6.0 * C * T);
+    cx->last_flops = tokens * 6.0 * C * V;
+    cx->layer_act_bytes = tokens * C * (34.0 + 5.0 * (double)m->heads * T / (C > 0 ? C : 1)) * m->act_bytes / 2.0;
+    cx->last_act_bytes = tokens * V * 4.0 * 2.0;
+    cx->boundary_bytes = tokens * C * m->act_bytes;
+
+    cx->pp = malloc(sizeof(double) * (size_t)n * (size_t)n);
+    cx->dp = malloc(sizeof(double) * (size_t)n * (size_t)n);
+    cx->mw = malloc(sizeof *cx->mw);
+    cx->pw = path_work_new(cx->P);
+    cx->wbuf = malloc(sizeof(double) * (size_t)cx->D * (size_t)cx->D);
+    cx->ibuf = malloc(sizeof(int) * (size_t)(2 * n + cx->P * cx->D));
+    if (!cx->pp || !cx->dp || !cx->mw || !cx->pw || !cx->wbuf || !cx->ibuf) {
+        ctx_free(cx);
+        return -1;
+    }
+    memset(cx->mw, 0, sizeof *cx->mw);
+    for (int i = 0; i < n; i++) {
+        for (int j = 0; j < n; j++) {
+            if (i == j) {
+                cx->pp[i * n + j] = cx->dp[i * n + j] = 0;
+                continue;
+            }
+            double lat = pb->latency_ms[i * n + j] / 1000.0, bw = pb->bandwidth_gbps[i * n + j];
+            double back_lat = pb->latency_ms[j * n + i] / 1000.0, back_bw = pb->bandwidth_gbps[j * n + i];
+            cx->dp[i * n + j] = 2.0 * (lat + pb->c_dp_gb * 8.0 / (bw * cx->D));
+            /* Activations go one way and their gradients come back: the mean of
+             * both directions (the paper's matrices are symmetric anyway). */
+            if (pb->cost == SCHED_COST_DTFM)
+                cx->pp[i * n + j] = (lat + pb->c_pp_gb * 8.0 / bw + back_lat + pb->c_pp_gb * 8.0 / back_bw) / 2.0;
+            else
+                cx->pp[i * n + j] = (xfer_s(pb, i, j, cx->boundary_bytes) + xfer_s(pb, j, i, cx->boundary_bytes)) / 2.0;
+        }
+    }
+    return 0;
+}
+
+void ctx_free(struct sched_ctx *cx)
+{
+    free(cx->pp);
+    free(cx->dp);
+    free(cx->mw);
+    path_work_free(cx->pw);
+    free(cx->wbuf);
+    free(cx->ibuf);
+    memset(cx, 0, sizeof *cx);
+}
+
+int cand_alloc(struct cand *c, const struct sched_ctx *cx)
+{
+    size_t P = (size_t)cx->P, D = (size_t)cx->D;
+    memset(c, 0, sizeof *c);
+    c->member = malloc(sizeof(int) * (size_t)cx->n);
+    c->pos = malloc(sizeof(int) * (size_t)cx->n);
+    c->group_dp = calloc(P, sizeof(double));
+    c->group_lat = calloc(P, sizeof(double));
+    c->edge = calloc(P * P, sizeof(double));
+    c->pairing = calloc(P * P * D, sizeof(int));
+    c->order = calloc(P, sizeof(int));
+    if (!c->member || !c->pos || !c->group_dp || !c->group_lat || !c->edge || !c->pairing || !c->order) {
+        cand_free(c);
+        return -1;
+    }
+    return 0;
+}
+
+void cand_free(struct cand *c)
+{
+    free(c->member);
+    free(c->pos);
+    free(c->group_dp);
+    free(c->group_lat);
+    free(c->edge);
+    free(c->pairing);
+    free(c->order);
+    memset(c, 0, sizeof *c);
+}
+
+void cand_copy(struct cand *dst, const struct cand *src, const struct sched_ctx *cx)
+{
+    size_t n = (size_t)cx->n, P = (size_t)cx->P, D = (size_t)cx->D;
+    memcpy(dst->member, src->member, sizeof(int) * n);
+    memcpy(dst->pos, src->pos, sizeof(int) * n);
+    memcpy(dst->group_dp, src->group_dp, sizeof(double) * P);
+    memcpy(dst->group_lat, src->group_lat, sizeof(double) * P);
+    memcpy(dst->edge, src->edge, sizeof(double) * P * P);
+    memcpy(dst->pairing, src->pairing, sizeof(int) * P * P * D);
+    memcpy(dst->order, src->order, sizeof(int) * P);
+    dst->cost = src->cost;
+    dst->tie = src->tie;
+}
+
+/* dtfm DP cost of the D nodes at `g`: max over d of the sum of its terms. */
+static double group_dp_dtfm(const struct sched_ctx *cx, const int *g)
+{
+    double worst = 0;
+    for (int a = 0; a < cx->D; a++) {
+        double sum = 0;
+        for (int b = 0; b < cx->D; b++)
+            if (a != b)
+                sum += cx->dp[g[a] * cx->n + g[b]];
+        if (sum > worst)
+            worst = sum;
+    }
+    return worst;
+}
+
+/* shoal: the ring all-reduce path through the D nodes at `g`, built greedily
+ * (next hop = the unvisited node with the fastest link).  Writes the ring's
+ * slowest bandwidth (Gbit/s) and worst latency (ms). */
+static void group_ring(const struct sched_ctx *cx, const int *g, double *ring_bw, double *ring_lat)
+{
+    const struct sched_problem *pb = cx->pb;
+    int n = cx->n, D = cx->D;
+    int *used = cx->ibuf;   /* D flags */
+    memset(used, 0, sizeof(int) * (size_t)D);
+    double bw = DBL_MAX, lat = 0;
+    int cur = 0;
+    used[0] = 1;
+    for (int step = 1; step <= D; step++) {
+        int next = 0;
+        if (step < D) {
+            next = -1;
+            for (int k = 0; k < D; k++)
+                if (!used[k] && (next < 0 || pb->bandwidth_gbps[g[cur] * n + g[k]] > pb->bandwidth_gbps[g[cur] * n + g[next]]))
+                    next = k;
+            used[next] = 1;
+        }
+        if (D > 1) {
+            double b = pb->bandwidth_gbps[g[cur] * n + g[next]], l = pb->latency_ms[g[cur] * n + g[next]];
+            if (b < bw) bw = b;
+            if (l > lat) lat = l;
+        }
+        cur = next;
+    }
+    *ring_bw = D > 1 ? bw : DBL_MAX;
+    *ring_lat = lat;
+}
+
+static void group_eval(const struct sched_ctx *cx, struct cand *c, int g)
+{
+    const int *members = c->member + g * cx->D;
+    if (cx->pb->cost == SCHED_COST_DTFM)
+        c->group_dp[g] = group_dp_dtfm(cx, members);
+    else
+        group_ring(cx, members, &c->group_dp[g], &c->group_lat[g]);
+}
+
+/* Bottleneck matching between groups g < h; caches cost and pairing. */
+static void edge_eval(const struct sched_ctx *cx, struct cand *c, int g, int h)
+{
+    int D = cx->D, P = cx->P, n = cx->n;
+    if (g > h) { int t = g; g = h; h = t; }
+    const int *a = c->member + g * D, *b = c->member + h * D;
+    for (int i = 0; i < D; i++)
+        for (int j = 0; j < D; j++)
+            cx->wbuf[i * D + j] = cx->pp[a[i] * n + b[j]];
+    double v = match_bottleneck(cx->wbuf, D, c->pairing + (size_t)(g * P + h) * (size_t)D, cx->mw);
+    c->edge[g * P + h] = c->edge[h * P + g] = v;
+}
+
+/* Writes the plan of candidate `c` with stage order c->order into
+ * node[stage * D + replica], chaining replicas through the pairings. */
+static void cand_nodes(const struct sched_ctx *cx, const struct cand *c, int *node)
+{
+    int P = cx->P, D = cx->D;
+    int *local = cx->ibuf + cx->n;   /* D: member index of each replica in the current group */
+    for (int r = 0; r < D; r++)
+        local[r] = r;
+    for (int s = 0; s < P; s++) {
+        int g = c->order[s];
+        for (int r = 0; r < D; r++)
+            node[s * D + r] = c->member[g * D + local[r]];
+        if (s + 1 == P)
+            break;
+        int h = c->order[s + 1];
+        const int *pr = c->pairing + (size_t)((g < h ? g : h) * P + (g < h ? h : g)) * (size_t)D;
+        for (int r = 0; r < D; r++) {
+            if (g < h) {
+                local[r] = pr[local[r]];
+            } else {
+                int j = 0;
+                while (pr[j] != local[r])
+                    j++;
+                local[r] = j;
+            }
+        }
+    }
+}
+
+/* shoal: layers per stage, balancing compute under each group's memory.
+ * Gives every stage one layer, then each next layer to the stage whose time
+ * would grow least, never past a stage's memory cap.  Returns the shortfall
+ * (layers that do not fit anywhere, plus stages that cannot hold one). */
+static double shoal_layers(const struct sched_ctx *cx, const int *node, int *layers)
+{
+    const struct sched_problem *pb = cx->pb;
+    int P = cx->P, D = cx->D, L = (int)pb->model.layers;
+    int64_t M = pb->model.micro_batches;
+    double speed[P], cap[P];
+    double shortfall = 0, total_cap = 0;
+    for (int s = 0; s < P; s++) {
+        double sp = DBL_MAX, mem = DBL_MAX;
+        for (int r = 0; r < D; r++) {
+            const struct sched_node *nd = &pb->nodes[node[s * D + r]];
+            if (nd->tflops < sp) sp = nd->tflops;
+            if (nd->mem_bytes < mem) mem = nd->mem_bytes;
+        }
+        speed[s] = sp;
+        double stash = pb->model.schedule == SCHED_GPIPE ? (double)M : (double)(M < P - s ? M : P - s);
+        double fixed = ((s == 0 ? cx->first_params : 0) + (s == P - 1 ? cx->last_params : 0)) * STATE_BYTES_PER_PARAM
+                     + (s == P - 1 ? cx->last_act_bytes : 0);
+        double per_layer = cx->layer_params * STATE_BYTES_PER_PARAM + stash * cx->layer_act_bytes;
+        cap[s] = floor((mem - fixed) / per_layer);
+        if (cap[s] < 1) {
+            shortfall += 1 - (cap[s] < -1e6 ? -1e6 : cap[s]);
+            cap[s] = 1;
+        }
+        total_cap += cap[s];
+        layers[s] = 1;
+    }
+    if (total_cap < L)
+        shortfall += L - total_cap;
+    for (int left = L - P; left > 0; left--) {
+        int best = -1;
+        double best_t = DBL_MAX;
+        for (int s = 0; s < P; s++) {
+            if (layers[s] >= cap[s] && shortfall == 0)
+                continue;
+            double t = ((layers[s] + 1) * cx->layer_flops + (s == P - 1 ? cx->last_flops : 0)) / speed[s];
+            if (t < best_t) {
+                best_t = t;
+                best = s;
+            }
+        }
+        layers[best]++;
+    }
+    return shortfall;
+}
+
+/* shoal: predicted iteration time of a complete plan (see README.md). */
+static double shoal_cost(const struct sched_ctx *cx, const int *node, const double *ring_bw,
+                         const double *ring_lat, int *layers, struct sched_breakdown *bd)
+{
+    const struct sched_problem *pb = cx->pb;
+    int P = cx->P, D = cx->D;
+    double M = (double)pb->model.micro_batches;
+    double shortfall = shoal_layers(cx, node, layers);
+    double pipeline = 0, crit_compute = 0, crit_comm = 0, optimizer = 0, allreduce = 0;
+    for (int r = 0; r < D; r++) {
+        double sum = 0, worst = 0, comm = 0, worst_compute = 0;
+        for (int s = 0; s < P; s++) {
+            int x = node[s * D + r];
+            double flops = layers[s] * cx->layer_flops + (s == P - 1 ? cx->last_flops : 0);
+            double t = flops / (pb->nodes[x].tflops * 1e12);
+            sum += t;
+            if (t > worst) worst = t;
+            if (t > worst_compute) worst_compute = t;
+            if (s + 1 < P) {
+                int y = node[(s + 1) * D + r];
+                double l = xfer_s(pb, x, y, cx->boundary_bytes) + xfer_s(pb, y, x, cx->boundary_bytes);
+                sum += l;
+                comm += l;
+                if (l > worst) worst = l;
+            }
+        }
+        double t_r = sum + (M - 1) * worst;
+        if (t_r > pipeline) {
+            pipeline = t_r;
+            crit_compute = M * worst_compute;
+            crit_comm = comm;
+        }
+    }
+    for (int s = 0; s < P; s++) {
+        double params = layers[s] * cx->layer_params + (s == 0 ? cx->first_params : 0) + (s == P - 1 ? cx->last_params : 0);
+        if (D > 1) {
+            double ar = 2.0 * (D - 1) / D * params * 4.0 * 8.0 / (ring_bw[s] * 1e9) + 2.0 * (D - 1) * ring_lat[s] / 1000.0;
+            if (ar > allreduce) allreduce = ar;
+        }
+        for (int r = 0; r < D; r++) {
+            double o = params * OPT_FLOP_PER_PARAM / (pb->nodes[node[s * D + r]].tflops * 1e12 * OPT_EFFICIENCY);
+            if (o > optimizer) optimizer = o;
+        }
+    }
+    double total = pipeline + allreduce + optimizer;
+    if (bd) {
+        bd->dp_s = allreduce;
+        bd->pipeline_s = pipeline;
+        bd->compute_s = crit_compute;
+        bd->comm_s = crit_comm;
+        bd->bubble_s = pipeline - crit_compute > 0 ? pipeline - crit_compute : 0;
+        bd->optimizer_s = optimizer;
+        bd->feasible = shortfall == 0;
+        bd->total_s = shortfall > 0 ? SCHED_INFEASIBLE_S + shortfall : total;
+    }
+    return shortfall > 0 ? SCHED_INFEASIBLE_S + shortfall : total;
+}
+
+/* Orders the groups and totals the cost of the candidate. */
+static void cand_finish(const struct sched_ctx *cx, struct cand *c)
+{
+    int P = cx->P;
+    double path = path_open_best(c->edge, P, c->order, cx->pw);
+    double edges = 0;
+    for (int g = 0; g < P; g++)
+        for (int h = g + 1; h < P; h++)
+            edges += c->edge[g * P + h];
+    if (cx->pb->cost == SCHED_COST_DTFM) {
+        double worst = 0, sum = 0;
+        for (int g = 0; g < P; g++) {
+            if (c->group_dp[g] > worst) worst = c->group_dp[g];
+            sum += c->group_dp[g];
+        }
+        c->cost = worst + 2.0 * path;
+        c->tie = sum + edges;
+        return;
+    }
+    int *node = cx->ibuf + cx->n + cx->D;   /* P*D */
+    int layers[P];
+    double ring_bw[P], ring_lat[P], inv_bw = 0;
+    for (int s = 0; s < P; s++) {
+        ring_bw[s] = c->group_dp[c->order[s]];
+        ring_lat[s] = c->group_lat[c->order[s]];
+        inv_bw += 1.0 / ring_bw[s];
+    }
+    cand_nodes(cx, c, node);
+    c->cost = shoal_cost(cx, node, ring_bw, ring_lat, layers, NULL);
+    c->tie = edges + inv_bw;
+}
+
+void cand_eval_full(const struct sched_ctx *cx, struct cand *c)
+{
+    for (int g = 0; g < cx->P; g++)
+        group_eval(cx, c, g);
+    for (int g = 0; g < cx->P; g++)
+        for (int h = g + 1; h < cx->P; h++)
+            edge_eval(cx, c, g, h);
+    cand_finish(cx, c);
+}
+
+void cand_eval_groups(const struct sched_ctx *cx, struct cand *c, int a, int b)
+{
+    int P = cx->P;
+    int moved[2] = { a, b };
+    for (int k = 0; k < 2; k++) {
+        int g = moved[k];
+        if (g >= P || (k == 1 && b == a))
+            continue;
+        group_eval(cx, c, g);
+        for (int h = 0; h < P; h++)
+            if (h != g && !(k == 1 && h == a))
+                edge_eval(cx, c, g, h);
+    }
+    cand_finish(cx, c);
+}
+
+/* Even split for dtfm: the first L % P stages get one layer more. */
+static void even_layers(int L, int P, int *layers)
+{
+    for (int s = 0; s < P; s++)
+        layers[s] = L / P + (s < L % P);
+}
+
+void cost_plan(const struct sched_ctx *cx, struct sched_plan *plan)
+{
+    const struct sched_problem *pb = cx->pb;
+    int P = cx->P, D = cx->D, n = cx->n;
+    int layers[P];
+    struct sched_breakdown *bd = &plan->cost;
+    memset(bd, 0, sizeof *bd);
+    if (pb->cost == SCHED_COST_DTFM) {
+        double dp = 0, pipe = 0;
+        for (int s = 0; s < P; s++) {
+            double g = group_dp_dtfm(cx, plan->node + s * D);
+            if (g > dp) dp = g;
+            if (s + 1 < P) {
+                double worst = 0;
+                for (int r = 0; r < D; r++) {
+                    double e = cx->pp[plan->node[s * D + r] * n + plan->node[(s + 1) * D + r]];
+                    if (e > worst) worst = e;
+                }
+                pipe += worst;
+            }
+        }
+        bd->dp_s = dp;
+        bd->pipeline_s = pipe;
+        bd->total_s = dp + 2.0 * pipe;
+        bd->feasible = 1;
+        even_layers((int)(pb->model.layers > 0 ? pb->model.layers : P), P, layers);
+    } else {
+        double ring_bw[P], ring_lat[P];
+        for (int s = 0; s < P; s++)
+            group_ring(cx, plan->node + s * D, &ring_bw[s], &ring_lat[s]);
+        shoal_cost(cx, plan->node, ring_bw, ring_lat, layers, bd);
+    }
+    int start = 0;
+    for (int s = 0; s < P; s++) {
+        plan->layer_start[s] = start;
+        start += layers[s];
+        plan->layer_end[s] = start;
+    }
+}
+
+void cand_to_plan(const struct sched_ctx *cx, const struct cand *c, struct sched_plan *plan)
+{
+    cand_nodes(cx, c, plan->node);
+    cost_plan(cx, plan);
+}

@@ -1,0 +1,84 @@
+/* internal.h - what the scheduler's files share: the evaluation context,
+ * a candidate partition with its cached costs, and the random generator. */
+#ifndef SHOAL_SCHED_INTERNAL_H
+#define SHOAL_SCHED_INTERNAL_H
+
+#include <stdint.h>
+
+#include "matching.h"
+#include "path.h"
+#include "sched.h"
+
+/* A plan that does not fit in memory costs this much plus its shortfall,
+ * so the search still prefers plans that are closer to fitting. */
+#define SCHED_INFEASIBLE_S 1e9
+
+struct sched_ctx {
+    const struct sched_problem *pb;
+    int n, P, D, spares;      /* spares = n - P*D, kept in a group of their own */
+    double *pp;               /* n*n symmetric pipeline edge cost between two nodes, s */
+    double *dp;               /* n*n dtfm DP term 2*(lat/1000 + c_dp*8/(bw*D)), s */
+    /* shoal model, per micro-batch unless said otherwise */
+    double layer_flops;       /* forward + backward FLOPs of one block */
+    double last_flops;        /* forward + backward FLOPs of final LayerNorm, head and loss */
+    double layer_params;      /* parameters of one block */
+    double first_params;      /* token + position embeddings */
+    double last_params;       /* final LayerNorm + output head */
+    double layer_act_bytes;   /* activations one block keeps for backward, bytes */
+    double last_act_bytes;    /* logits and their gradient on the last stage, bytes */
+    double boundary_bytes;    /* hidden state crossing a stage boundary, bytes */
+    struct match_work *mw;
+    struct path_work *pw;
+    double *wbuf;             /* D*D scratch for matchings */
+    int *ibuf;                /* scratch, n + P*D ints */
+};
+
+/* A candidate: P groups of D nodes, spares after them, and cached costs. */
+struct cand {
+    int *member;              /* n: group g is member[g*D .. g*D+D); spares follow */
+    int *pos;                 /* n: node -> index in member */
+    double *group_dp;         /* P: dtfm DP cost of the group; shoal: ring all-reduce s per GB */
+    double *group_lat;        /* P: shoal: worst ring latency of the group, ms */
+    double *edge;             /* P*P: bottleneck matching cost between groups */
+    int *pairing;             /* P*P*D: for g < h, member i of g pairs with member pairing[..+i] of h */
+    int *order;               /* P: stage -> group, from the last finish */
+    double cost;              /* the plan's cost, s */
+    double tie;               /* tie-breaker: lower is better among equal costs */
+};
+
+int ctx_init(struct sched_ctx *cx, const struct sched_problem *pb);
+void ctx_free(struct sched_ctx *cx);
+
+int cand_alloc(struct cand *c, const struct sched_ctx *cx);
+void cand_free(struct cand *c);
+void cand_copy(struct cand *dst, const struct cand *src, const struct sched_ctx *cx);
+
+/* Recomputes every cached cost of `c` and its total. */
+void cand_eval_full(const struct sched_ctx *cx, struct cand *c);
+/* After nodes moved between groups a and b (either may be P, the spares):
+ * recomputes what depends on those groups and the total. */
+void cand_eval_groups(const struct sched_ctx *cx, struct cand *c, int a, int b);
+
+/* Writes the plan the candidate stands for (order, pairing, layer ranges,
+ * cost breakdown) into `plan`. */
+void cand_to_plan(const struct sched_ctx *cx, const struct cand *c, struct sched_plan *plan);
+
+/* Costs a complete plan as it is (plan->node fixed); fills layers and cost. */
+void cost_plan(const struct sched_ctx *cx, struct sched_plan *plan);
+
+/* splitmix64: small, fast, and the same everywhere for a given seed. */
+static inline uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* Uniform integer in [0, n). */
+static inline int rng_below(uint64_t *s, int n)
+{
+    return (int)(rng_next(s) % (uint64_t)n);
+}
+
+#endif

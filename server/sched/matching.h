@@ -1,0 +1,25 @@
+/* matching.h - bottleneck perfect matching between two groups of D nodes.
+ *
+ * Pairs every node of one data-parallel group with one node of the next
+ * stage's group so that the worst pair's cost is as small as possible: the
+ * smallest threshold at which the bipartite graph of pairs no dearer than it
+ * has a perfect matching (binary search over the sorted costs, Kuhn's
+ * augmenting paths to test each threshold).  Exact. */
+#ifndef SHOAL_SCHED_MATCHING_H
+#define SHOAL_SCHED_MATCHING_H
+
+#define MATCH_MAX_D 256   /* largest group the workspace is sized for */
+
+struct match_work {
+    double sorted[MATCH_MAX_D * MATCH_MAX_D];
+    int match_right[MATCH_MAX_D];   /* right vertex -> left vertex, -1 free */
+    int seen[MATCH_MAX_D];
+    int stamp;
+};
+
+/* `w` is D x D row-major: w[i*D + j] = cost of pairing left i with right j.
+ * Returns the bottleneck value and writes pair[i] = j for a matching that
+ * attains it (pair may be NULL).  D must be 1..MATCH_MAX_D. */
+double match_bottleneck(const double *w, int D, int *pair, struct match_work *ws);
+
+#endif

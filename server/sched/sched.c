@@ -1,0 +1,148 @@
+/* sched.c - the library's entry points besides the search: plans, problem
+ * checks, costing a given assignment, and the baselines. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+int sched_plan_init(struct sched_plan *plan, int stages, int replicas)
+{
+    memset(plan, 0, sizeof *plan);
+    plan->stages = stages;
+    plan->replicas = replicas;
+    plan->node = calloc((size_t)stages * (size_t)replicas, sizeof(int));
+    plan->layer_start = calloc((size_t)stages, sizeof(int));
+    plan->layer_end = calloc((size_t)stages, sizeof(int));
+    if (!plan->node || !plan->layer_start || !plan->layer_end) {
+        sched_plan_free(plan);
+        return -1;
+    }
+    return 0;
+}
+
+void sched_plan_free(struct sched_plan *plan)
+{
+    free(plan->node);
+    free(plan->layer_start);
+    free(plan->layer_end);
+    memset(plan, 0, sizeof *plan);
+}
+
+int sched_problem_check(const struct sched_problem *pb, struct shoal_err *err)
+{
+    int n = pb->n, P = pb->stages, D = pb->replicas;
+    if (P < 1 || D < 1 || D > MATCH_MAX_D)
+        return err_set(err, 422, "invalid_field", "parallelism", "stages must be >= 1 and replicas 1..%d",
+                       MATCH_MAX_D);
+    if ((long)P * D > n)
+        return err_set(err, 409, "not_enough_nodes", "parallelism",
+                       "the job needs %d nodes (%d stages x %d replicas) and %d are available",
+                       P * D, P, D, n);
+    for (int i = 0; i < n; i++) {
+        if (!(pb->nodes[i].tflops > 0) && pb->cost == SCHED_COST_SHOAL)
+            return err_set(err, 422, "invalid_field", "tflops", "node %lld has no measured speed",
+                           (long long)pb->nodes[i].id);
+        for (int j = 0; j < n; j++) {
+            if (i == j)
+                continue;
+            double lat = pb->latency_ms[i * n + j], bw = pb->bandwidth_gbps[i * n + j];
+            if (!isfinite(lat) || lat < 0 || !isfinite(bw) || bw <= 0)
+                return err_set(err, 422, "invalid_field", "links",
+                               "link %lld -> %lld needs latency >= 0 ms and bandwidth > 0 Gbit/s",
+                               (long long)pb->nodes[i].id, (long long)pb->nodes[j].id);
+        }
+    }
+    if (pb->cost == SCHED_COST_DTFM && !(pb->c_dp_gb >= 0 && pb->c_pp_gb >= 0))
+        return err_set(err, 422, "invalid_field", "cost", "dtfm needs c_dp and c_pp >= 0 GB");
+    if (pb->cost == SCHED_COST_SHOAL) {
+        const struct sched_model *m = &pb->model;
+        if (m->layers < P || m->d_model < 1 || m->heads < 1 || m->context_length < 1 ||
+            m->vocab_size < 1 || m->micro_batches < 1 || m->micro_batch_size < 1 || m->act_bytes < 1)
+            return err_set(err, 422, "invalid_field", "model",
+                           "the shoal cost model needs the model's shapes, layers >= stages, and the batch");
+    }
+    return 0;
+}
+
+int sched_evaluate(const struct sched_problem *pb, struct sched_plan *plan, struct shoal_err *err)
+{
+    struct sched_ctx cx;
+    int P = pb->stages, D = pb->replicas, rc = -1;
+    if (sched_problem_check(pb, err) != 0)
+        return -1;
+    if (plan->stages != P || plan->replicas != D)
+        return err_set(err, 422, "invalid_field", "assignments", "the plan must have %d stages x %d replicas", P, D);
+    char *seen = calloc((size_t)pb->n, 1);
+    if (!seen)
+        return err_set(err, 500, "internal", NULL, "out of memory");
+    for (int t = 0; t < P * D; t++) {
+        int x = plan->node[t];
+        if (x < 0 || x >= pb->n) {
+            err_set(err, 422, "invalid_field", "assignments", "tasklet %d names an unknown node", t);
+            goto out;
+        }
+        if (seen[x]++) {
+            err_set(err, 422, "invalid_field", "assignments", "node %lld has two tasklets",
+                    (long long)pb->nodes[x].id);
+            goto out;
+        }
+    }
+    if (ctx_init(&cx, pb) != 0) {
+        err_set(err, 500, "internal", NULL, "out of memory");
+        goto out;
+    }
+    cost_plan(&cx, plan);
+    ctx_free(&cx);
+    rc = 0;
+out:
+    free(seen);
+    return rc;
+}
+
+int sched_baseline_sequential(const struct sched_problem *pb, struct sched_plan *plan, struct shoal_err *err)
+{
+    for (int t = 0; t < pb->stages * pb->replicas; t++)
+        plan->node[t] = t;
+    return sched_evaluate(pb, plan, err);
+}
+
+int sched_baseline_random(const struct sched_problem *pb, uint64_t seed, struct sched_plan *plan,
+                          struct shoal_err *err)
+{
+    int n = pb->n;
+    int *perm = malloc(sizeof(int) * (size_t)n);
+    if (!perm)
+        return err_set(err, 500, "internal", NULL, "out of memory");
+    uint64_t rng = seed;
+    for (int i = 0; i < n; i++)
+        perm[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        int j = rng_below(&rng, i + 1);
+        int t = perm[i]; perm[i] = perm[j]; perm[j] = t;
+    }
+    for (int t = 0; t < pb->stages * pb->replicas; t++)
+        plan->node[t] = perm[t];
+    free(perm);
+    return sched_evaluate(pb, plan, err);
+}
+
+void sched_paper_job(struct sched_problem *pb)
+{
+    pb->stages = 8;
+    pb->replicas = 8;
+    pb->c_dp_gb = SCHED_PAPER_C_DP_GB;
+    pb->c_pp_gb = SCHED_PAPER_C_PP_GB;
+    pb->model = (struct sched_model){ .vocab_size = 50257, .context_length = 2048, .d_model = 2048,
+                                      .heads = 16, .layers = 24, .micro_batches = 32,
+                                      .micro_batch_size = 1, .schedule = SCHED_GPIPE, .act_bytes = 2 };
+}
+
+void sched_dtfm_sizes(struct sched_problem *pb)
+{
+    const struct sched_model *m = &pb->model;
+    double C = (double)m->d_model, GiB = 1024.0 * 1024.0 * 1024.0;
+    double params = (double)m->layers * (12.0 * C * C + 13.0 * C);
+    pb->c_dp_gb = params / pb->stages * 4.0 / GiB;
+    pb->c_pp_gb = (double)m->micro_batches * (double)m->micro_batch_size * (double)m->context_length * C * 2.0 / GiB;
+}

@@ -1,0 +1,127 @@
+/* sched.h - the scheduler: which node runs which tasklet.
+ *
+ * A job with P pipeline stages and D data-parallel replicas has P x D
+ * tasklets.  The scheduler partitions the nodes into P data-parallel groups
+ * of D nodes (plus, when there are more nodes than tasklets, a group of
+ * spares), orders the groups into a pipeline, pairs the nodes of
+ * neighbouring groups into replicas (bottleneck matchings), and, for the
+ * `shoal` cost model, gives each stage its layer range.  It searches for the
+ * plan with the lowest cost under one of two cost models (see README.md in
+ * this directory for the formulas):
+ *
+ *   dtfm   the model of Yuan et al., NeurIPS 2022, exactly;
+ *   shoal  the predicted wall time of one training iteration.
+ *
+ * This library knows nothing of HTTP or SQL: the server and shoal-sched
+ * fill a sched_problem and read a sched_plan.  Nodes are indices 0..n-1.
+ */
+#ifndef SHOAL_SCHED_H
+#define SHOAL_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../../common/err.h"
+
+enum sched_cost { SCHED_COST_DTFM, SCHED_COST_SHOAL };
+enum sched_schedule { SCHED_GPIPE, SCHED_1F1B };
+
+struct sched_node {
+    int64_t id;             /* the caller's id (server node id), reported back */
+    char region[32];        /* label for humans; "" if unknown */
+    double tflops;          /* measured dense TFLOP/s */
+    double mem_bytes;       /* memory for the stage: GPU memory, or RAM for CPU nodes, bytes */
+};
+
+/* The model and batch as the `shoal` cost model needs them (GPT-2 shapes). */
+struct sched_model {
+    int64_t vocab_size, context_length, d_model, heads, layers;
+    int64_t micro_batches;      /* M, per replica and step */
+    int64_t micro_batch_size;   /* B, sequences */
+    enum sched_schedule schedule;
+    int act_bytes;              /* bytes per activation element on the wire (2: bf16/fp16) */
+};
+
+struct sched_problem {
+    int n;                          /* nodes */
+    const struct sched_node *nodes; /* n entries */
+    const double *latency_ms;       /* n*n, [i*n + j] from i to j, ms */
+    const double *bandwidth_gbps;   /* n*n, Gbit/s; > 0 off the diagonal */
+    int stages, replicas;           /* P, D; P*D <= n */
+    enum sched_cost cost;
+    double c_dp_gb, c_pp_gb;        /* dtfm: gradient and activation sizes, GB (GiB, as the paper) */
+    struct sched_model model;       /* shoal */
+};
+
+struct sched_breakdown {
+    double total_s;        /* the plan's cost, seconds (model-seconds for dtfm) */
+    double dp_s;           /* dtfm: DP cost; shoal: gradient all-reduce time */
+    double pipeline_s;     /* dtfm: pipeline cost (counted twice in total); shoal: forward+backward pipeline time */
+    double compute_s;      /* shoal: busiest stage's compute per step */
+    double comm_s;         /* shoal: activation/gradient transfer time on the critical path */
+    double bubble_s;       /* shoal: idle time of the busiest stage in the pipeline */
+    double optimizer_s;    /* shoal: AdamW step */
+    int feasible;          /* 0: some node lacks memory for its stage */
+};
+
+struct sched_plan {
+    int stages, replicas;
+    int *node;             /* [stage * replicas + replica] -> node index */
+    int *layer_start;      /* [stage], first layer; layer_end[s] = layer_start[s+1] or layers */
+    int *layer_end;
+    struct sched_breakdown cost;
+};
+
+struct sched_options {
+    uint64_t seed;          /* same seed, same problem -> same plan */
+    double budget_ms;       /* wall-clock limit for the search; 0 = none */
+    long candidates;        /* evaluations limit; 0 = none (then budget_ms must be > 0) */
+    int population;         /* GA population; 0 = 100 */
+    /* Called now and then with the fraction done (0..1); may be NULL. */
+    void (*progress)(double fraction, double best_cost, void *arg);
+    void *progress_arg;
+};
+
+/* Allocates a plan for P stages and D replicas (node, layer arrays).
+ * Returns 0, or -1 if memory is short.  Free with sched_plan_free. */
+int sched_plan_init(struct sched_plan *plan, int stages, int replicas);
+void sched_plan_free(struct sched_plan *plan);
+
+/* Checks the problem: sizes, P*D <= n, finite positive bandwidths, model
+ * shapes for the shoal model.  Returns 0, or -1 with `err` (422). */
+int sched_problem_check(const struct sched_problem *pb, struct shoal_err *err);
+
+/* Searches for the cheapest plan.  `plan` must be initialised for the
+ * problem's P and D.  Returns 0, or -1 with `err` set (bad problem, or
+ * no feasible plan under the shoal model's memory check: 422). */
+int sched_search(const struct sched_problem *pb, const struct sched_options *opt,
+                 struct sched_plan *plan, struct shoal_err *err);
+
+/* Costs a given assignment: `plan->node` fixed as given (stage order and
+ * replica pairing as given, no matching or reordering); layer ranges are
+ * chosen by the cost model (shoal) or split evenly (dtfm).  Fills
+ * plan->cost and the layer arrays.  Returns 0, or -1 with `err` set when
+ * the assignment is not a valid one (a node twice, an index out of range). */
+int sched_evaluate(const struct sched_problem *pb, struct sched_plan *plan, struct shoal_err *err);
+
+/* Baselines: `plan` gets node i at tasklet i in stage-major order
+ * (sequential), or a uniformly random assignment; then sched_evaluate. */
+int sched_baseline_sequential(const struct sched_problem *pb, struct sched_plan *plan,
+                              struct shoal_err *err);
+int sched_baseline_random(const struct sched_problem *pb, uint64_t seed, struct sched_plan *plan,
+                          struct shoal_err *err);
+
+/* The paper's GPT-3 XL set-up: 24 layers on 8 stages x 8 replicas,
+ * c_dp = 0.65 GB, c_pp = 0.47124922 GB; for the shoal model, GPT-3 XL's
+ * shapes (d_model 2048, 16 heads, context 2048), GPipe, 32 micro-batches
+ * of 1 sequence, bf16 activations.  Sets those fields of `pb`. */
+#define SCHED_PAPER_C_DP_GB 0.65
+#define SCHED_PAPER_C_PP_GB 0.47124922
+void sched_paper_job(struct sched_problem *pb);
+
+/* dtfm's sizes for a model: c_dp = fp32 gradients of one stage, c_pp =
+ * 16-bit activations of one replica's batch at a stage boundary, both in
+ * GB of 2^30 bytes as the paper counts them.  Sets pb->c_dp_gb, c_pp_gb. */
+void sched_dtfm_sizes(struct sched_problem *pb);
+
+#endif
