@@ -44,6 +44,8 @@ static const struct opt opts[] = {
       "database connections this server keeps" },
     { "--max-body", "SHOAL_MAX_BODY", LONG(max_body, 1024, 1L << 30), "1048576",
       "largest request body accepted, bytes (larger: 413)" },
+    { "--heartbeat-timeout", "SHOAL_HEARTBEAT_TIMEOUT", LONG(heartbeat_timeout, 1, 86400), "60",
+      "seconds since a node's last heartbeat after which the scheduler leaves it out" },
 };
 
 #define N_OPTS (sizeof opts / sizeof opts[0])

@@ -25,6 +25,7 @@ struct config {
     long threads;               /* HTTP worker threads */
     long db_pool;               /* database connections per server */
     long max_body;              /* request body cap, bytes */
+    long heartbeat_timeout;     /* s without a heartbeat before a node is not offered to the scheduler */
 };
 
 /* Fills `cfg` from defaults, the environment and argv.  Returns 0 to run,

@@ -4,6 +4,7 @@
 
 #include "../common/jsonv.h"
 #include "http.h"
+#include "queries.h"
 #include "routes.h"
 
 #define LINKS_MAX_SAMPLES 4096   /* per request; a node has at most this many peers to report */
@@ -104,22 +105,7 @@ out:
 void h_links_get(struct request *rq, struct response *rs)
 {
     struct shoal_err e;
-    /* Row i is from nodes[i], column j to nodes[j]; null where never measured. */
-    json_t *m = db_query_json(rq->srv->db,
-        "WITH ids AS (SELECT id FROM nodes),"
-        " ll AS MATERIALIZED (SELECT * FROM links_latest),"
-        " cells AS (SELECT a.id AS a, b.id AS b, ll.latency_ms, ll.bandwidth_gbps, ll.measured_at"
-        "   FROM ids a CROSS JOIN ids b"
-        "   LEFT JOIN ll ON ll.from_node = a.id AND ll.to_node = b.id),"
-        " rows AS (SELECT a, json_agg(latency_ms ORDER BY b) AS lat,"
-        "   json_agg(bandwidth_gbps ORDER BY b) AS bw, json_agg(measured_at ORDER BY b) AS at"
-        "   FROM cells GROUP BY a)"
-        " SELECT json_build_object("
-        "  'nodes', (SELECT coalesce(json_agg(id ORDER BY id), '[]') FROM ids),"
-        "  'latency_ms', (SELECT coalesce(json_agg(lat ORDER BY a), '[]') FROM rows),"
-        "  'bandwidth_gbps', (SELECT coalesce(json_agg(bw ORDER BY a), '[]') FROM rows),"
-        "  'measured_at', (SELECT coalesce(json_agg(at ORDER BY a), '[]') FROM rows))",
-        0, NULL, "links", &e);
+    json_t *m = db_query_json(rq->srv->db, LINKS_MATRIX_SQL, 0, NULL, "links", &e);
     if (!m)
         reply_error(rs, &e);
     else

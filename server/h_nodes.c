@@ -6,16 +6,8 @@
 
 #include "../common/jsonv.h"
 #include "http.h"
+#include "queries.h"
 #include "routes.h"
-
-/* A node as the API shows it; the token hash never leaves the database. */
-#define NODE_JSON \
-    "json_build_object('id', id, 'name', name, 'peer_address', peer_address, 'region', region," \
-    " 'state', state, 'hardware', json_build_object('gpu_model', gpu_model," \
-    " 'gpu_memory_bytes', gpu_memory_bytes, 'gpu_count', gpu_count, 'tflops', tflops," \
-    " 'cpu_cores', cpu_cores, 'ram_bytes', ram_bytes)," \
-    " 'current_job_id', current_job_id, 'current_step', current_step," \
-    " 'registered_at', registered_at, 'last_heartbeat_at', last_heartbeat_at)"
 
 static const char *const node_states_reported[] = { "idle", "busy", NULL };
 static const char *const node_states_all[] = { "idle", "busy", "draining", "lost", NULL };

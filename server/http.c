@@ -1,6 +1,7 @@
 #include "http.h"
 
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -93,6 +94,67 @@ int request_query_choice(struct request *rq, struct response *rs, const char *ke
     return -1;
 }
 
+int request_defer(struct request *rq, struct response *rs, deferred_fn fn, void *arg)
+{
+    int n = atomic_fetch_add(&rq->srv->deferred, 1);
+    if (n >= SERVER_MAX_DEFERRED) {
+        atomic_fetch_sub(&rq->srv->deferred, 1);
+        reply_fail(rs, 503, "busy", NULL, "%d scheduling requests are already running; retry shortly",
+                   SERVER_MAX_DEFERRED);
+        return -1;
+    }
+    rq->defer_fn = fn;
+    rq->defer_arg = arg;
+    return 0;
+}
+
+void http_wait_deferred(struct server *srv, int ms)
+{
+    for (int waited = 0; atomic_load(&srv->deferred) > 0 && waited < ms; waited += 20) {
+        struct timespec ts = { 0, 20 * 1000000L };
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* The deferred work's thread: run it, then let MHD send the answer. */
+static void *http_deferred_main(void *p)
+{
+    struct request *rq = p;
+    struct server *srv = rq->srv;
+    rq->defer_fn(rq, rq->deferred, rq->defer_arg);
+    atomic_store(&rq->deferred_done, 1);
+    MHD_resume_connection(rq->conn);
+    atomic_fetch_sub(&srv->deferred, 1);
+    return NULL;
+}
+
+/* Moves the handler's response to the heap, suspends the connection and
+ * starts the deferred work.  Returns MHD_YES, or answers 500 on failure. */
+static enum MHD_Result http_start_deferred(struct request *rq, struct response *rs)
+{
+    pthread_t t;
+    pthread_attr_t attr;
+    rq->deferred = malloc(sizeof *rq->deferred);
+    if (rq->deferred) {
+        *rq->deferred = *rs;
+        MHD_suspend_connection(rq->conn);
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        int rc = pthread_create(&t, &attr, http_deferred_main, rq);
+        pthread_attr_destroy(&attr);
+        if (rc == 0)
+            return MHD_YES;
+        MHD_resume_connection(rq->conn);
+        free(rq->deferred);
+        rq->deferred = NULL;
+    }
+    atomic_fetch_sub(&rq->srv->deferred, 1);
+    rq->defer_fn(NULL, NULL, rq->defer_arg);   /* NULL request: only free the argument */
+    rq->defer_fn = NULL;
+    reply_fail(rs, 500, "internal", NULL, "cannot start the scheduling thread");
+    return MHD_NO;
+}
+
 /* 1 if the request carries a body whose Content-Type is not JSON. */
 static int http_wrong_content_type(struct request *rq)
 {
@@ -174,6 +236,8 @@ static enum MHD_Result http_dispatch(struct request *rq)
         else
             r->fn(rq, &rs);
     }
+    if (rq->defer_fn && http_start_deferred(rq, &rs) == MHD_YES)
+        return MHD_YES;
     enum MHD_Result ok = http_send(rq, &rs);
     json_decref(rs.json);
     buf_free(&rs.text);
@@ -224,6 +288,17 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
     }
     if (rq->status)   /* already answered (early 413) */
         return MHD_YES;
+    if (rq->deferred) {   /* resumed: the thread has filled the response */
+        if (!atomic_load(&rq->deferred_done))
+            return MHD_YES;
+        struct response *rs = rq->deferred;
+        enum MHD_Result ok = http_send(rq, rs);
+        json_decref(rs->json);
+        buf_free(&rs->text);
+        free(rs);
+        rq->deferred = NULL;
+        return ok;
+    }
     return http_dispatch(rq);
 }
 
@@ -252,7 +327,7 @@ struct MHD_Daemon *http_start(struct server *srv, unsigned *bound_port, struct s
     struct sockaddr_in6 a6 = { 0 };
     struct sockaddr_in a4 = { 0 };
     struct sockaddr *addr;
-    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
     if (inet_pton(AF_INET, srv->cfg.listen_addr, &a4.sin_addr) == 1) {
         a4.sin_family = AF_INET;
         a4.sin_port = htons((uint16_t)srv->cfg.port);

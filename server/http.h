@@ -9,12 +9,16 @@
 
 #include <jansson.h>
 #include <microhttpd.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "../common/buf.h"
 #include "../common/err.h"
 #include "router.h"
 #include "server.h"
+
+struct response;
+typedef void (*deferred_fn)(struct request *rq, struct response *rs, void *arg);
 
 struct request {
     struct server *srv;
@@ -29,6 +33,10 @@ struct request {
     int64_t node_id;              /* the caller's node, for AUTH_NODE routes */
     double started;               /* monotonic seconds */
     int status;                   /* status sent, for the log and metrics */
+    deferred_fn defer_fn;         /* set by request_defer: work left for a thread */
+    void *defer_arg;
+    struct response *deferred;    /* that thread's response, sent once it is done */
+    atomic_int deferred_done;
 };
 
 struct response {
@@ -60,6 +68,17 @@ const char *request_query(struct request *rq, const char *key);
  * `choices` (NULL-terminated). */
 int request_query_choice(struct request *rq, struct response *rs, const char *key,
                          const char *const *choices, const char **value);
+
+/* Finishes the request on a thread of its own, so long work (a scheduler
+ * search) holds no HTTP worker: after the handler returns, the connection
+ * is suspended, fn(rq, rs, arg) runs on a new thread and fills the
+ * response, then the connection resumes and the response is sent.  fn owns
+ * `arg`; if the thread cannot start, fn(NULL, NULL, arg) is called to free it.  Returns 0, or -1 after replying 503 (and freeing nothing: the
+ * caller keeps `arg`) when SERVER_MAX_DEFERRED requests are in flight. */
+int request_defer(struct request *rq, struct response *rs, deferred_fn fn, void *arg);
+
+/* Waits until no deferred request is running (at shutdown), up to `ms`. */
+void http_wait_deferred(struct server *srv, int ms);
 
 /* Starts the HTTP daemon on cfg's address and port.  Writes the bound port
  * into `bound_port`.  Returns the daemon, or NULL with `err` set. */

@@ -140,6 +140,7 @@ fail:
     fprintf(stderr, "shoal-server: %s\n", err.message);
     log_error("start-up failed: %s", err.message);
 out:
+    http_wait_deferred(&srv, 150000);   /* a search runs at most 120 s */
     if (httpd)
         MHD_stop_daemon(httpd);
     db_pool_close(srv.db);

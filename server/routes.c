@@ -19,6 +19,7 @@ const struct route routes[] = {
     { "GET",    "/v1/jobs",             AUTH_ADMIN,  h_jobs_list },
     { "GET",    "/v1/jobs/{id}",        AUTH_ADMIN,  h_job_get },
     { "DELETE", "/v1/jobs/{id}",        AUTH_ADMIN,  h_job_cancel },
+    { "POST",   "/v1/jobs/{id}/schedule", AUTH_ADMIN, h_job_schedule },
 };
 
 const size_t routes_count = sizeof routes / sizeof routes[0];

@@ -33,4 +33,7 @@ void h_jobs_list(struct request *rq, struct response *rs);
 void h_job_get(struct request *rq, struct response *rs);
 void h_job_cancel(struct request *rq, struct response *rs);
 
+/* h_schedule.c: the scheduler over the live fleet */
+void h_job_schedule(struct request *rq, struct response *rs);
+
 #endif

@@ -2,6 +2,8 @@
 #ifndef SHOAL_SERVER_H
 #define SHOAL_SERVER_H
 
+#include <stdatomic.h>
+
 #include "../common/token.h"
 #include "config.h"
 #include "db.h"
@@ -13,6 +15,10 @@ struct server {
     struct metrics *metrics;
     char admin_token[TOKEN_MAX];
     char join_token[TOKEN_MAX];
+    atomic_int deferred;        /* requests finishing on threads of their own (scheduling) */
 };
+
+/* At most this many deferred requests at once; more get 503 (2 cores here). */
+#define SERVER_MAX_DEFERRED 2
 
 #endif

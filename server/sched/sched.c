@@ -127,6 +127,48 @@ int sched_baseline_random(const struct sched_problem *pb, uint64_t seed, struct 
     return sched_evaluate(pb, plan, err);
 }
 
+int sched_baselines(const struct sched_problem *pb, uint64_t seed, long random_plans,
+                    struct sched_baselines *out, struct shoal_err *err)
+{
+    struct sched_ctx cx;
+    struct sched_plan plan;
+    int n = pb->n, T = pb->stages * pb->replicas, rc = -1;
+    int *perm = NULL;
+    if (sched_problem_check(pb, err) != 0)
+        return -1;
+    memset(&cx, 0, sizeof cx);
+    if (sched_plan_init(&plan, pb->stages, pb->replicas) != 0 || ctx_init(&cx, pb) != 0 ||
+        !(perm = malloc(sizeof(int) * (size_t)n))) {
+        err_set(err, 500, "internal", NULL, "out of memory");
+        goto out;
+    }
+    for (int t = 0; t < T; t++)
+        plan.node[t] = t;
+    cost_plan(&cx, &plan);
+    out->sequential_s = plan.cost.total_s;
+    out->best_random_s = out->sequential_s;
+    out->random_plans = random_plans;
+    uint64_t rng = seed ^ 0xba5e11e5ULL;
+    for (long k = 0; k < random_plans; k++) {
+        for (int i = 0; i < n; i++)
+            perm[i] = i;
+        for (int i = n - 1; i > 0; i--) {
+            int j = rng_below(&rng, i + 1);
+            int t = perm[i]; perm[i] = perm[j]; perm[j] = t;
+        }
+        memcpy(plan.node, perm, sizeof(int) * (size_t)T);
+        cost_plan(&cx, &plan);
+        if (k == 0 || plan.cost.total_s < out->best_random_s)
+            out->best_random_s = plan.cost.total_s;
+    }
+    rc = 0;
+out:
+    free(perm);
+    ctx_free(&cx);
+    sched_plan_free(&plan);
+    return rc;
+}
+
 void sched_paper_job(struct sched_problem *pb)
 {
     pb->stages = 8;
@@ -135,7 +177,7 @@ void sched_paper_job(struct sched_problem *pb)
     pb->c_pp_gb = SCHED_PAPER_C_PP_GB;
     pb->model = (struct sched_model){ .vocab_size = 50257, .context_length = 2048, .d_model = 2048,
                                       .heads = 16, .layers = 24, .micro_batches = 32,
-                                      .micro_batch_size = 1, .schedule = SCHED_GPIPE, .act_bytes = 2 };
+                                      .micro_batch_size = 1, .schedule = SCHED_1F1B, .act_bytes = 2 };
 }
 
 void sched_dtfm_sizes(struct sched_problem *pb)

@@ -111,10 +111,22 @@ int sched_baseline_sequential(const struct sched_problem *pb, struct sched_plan 
 int sched_baseline_random(const struct sched_problem *pb, uint64_t seed, struct sched_plan *plan,
                           struct shoal_err *err);
 
+struct sched_baselines {
+    double sequential_s;     /* node i at tasklet i, stage-major */
+    double best_random_s;    /* best of `random_plans` uniformly random assignments */
+    long random_plans;
+};
+
+/* Both baselines at once, sharing one evaluation context (fast enough for
+ * thousands of random plans on large networks).  Returns 0, or -1. */
+int sched_baselines(const struct sched_problem *pb, uint64_t seed, long random_plans,
+                    struct sched_baselines *out, struct shoal_err *err);
+
 /* The paper's GPT-3 XL set-up: 24 layers on 8 stages x 8 replicas,
  * c_dp = 0.65 GB, c_pp = 0.47124922 GB; for the shoal model, GPT-3 XL's
- * shapes (d_model 2048, 16 heads, context 2048), GPipe, 32 micro-batches
- * of 1 sequence, bf16 activations.  Sets those fields of `pb`. */
+ * shapes (d_model 2048, 16 heads, context 2048), 32 micro-batches of 1
+ * sequence, bf16 activations, and 1F1B (GPipe's stash of 32 micro-batches
+ * does not fit a 32 GiB V100 without recomputation).  Sets those fields. */
 #define SCHED_PAPER_C_DP_GB 0.65
 #define SCHED_PAPER_C_PP_GB 0.47124922
 void sched_paper_job(struct sched_problem *pb);

@@ -271,18 +271,17 @@ int main(int argc, char **argv)
     struct shoal_err err;
     struct scenario net;
     struct sched_problem problem;
-    struct sched_plan plan, base;
+    struct sched_plan plan;
     int rc = 1;
 
     memset(&net, 0, sizeof net);
     memset(&plan, 0, sizeof plan);
-    memset(&base, 0, sizeof base);
     if (parse_args(&c, argc, argv) != 0)
         return 2;
     if (load_network(&c, &net, &err) != 0 || load_job(&c, &net, &problem, &err) != 0)
         goto fail;
     const struct sched_problem *pb = &problem;
-    if (sched_plan_init(&plan, pb->stages, pb->replicas) || sched_plan_init(&base, pb->stages, pb->replicas)) {
+    if (sched_plan_init(&plan, pb->stages, pb->replicas)) {
         err_set(&err, 1, "oom", NULL, "out of memory");
         goto fail;
     }
@@ -295,16 +294,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "\r%60s\r", "");
 
     /* Baselines: the best of N random plans, and the sequential plan. */
-    double best_random = DBL_MAX, sequential;
-    for (long k = 0; k < c.random_plans; k++) {
-        if (sched_baseline_random(pb, c.opt.seed * 1000003ULL + (uint64_t)k, &base, &err) != 0)
-            goto fail;
-        if (base.cost.total_s < best_random)
-            best_random = base.cost.total_s;
-    }
-    if (sched_baseline_sequential(pb, &base, &err) != 0)
+    struct sched_baselines bl;
+    if (sched_baselines(pb, c.opt.seed, c.random_plans, &bl, &err) != 0)
         goto fail;
-    sequential = base.cost.total_s;
+    double best_random = bl.best_random_s, sequential = bl.sequential_s;
 
     const char *cost_name = pb->cost == SCHED_COST_DTFM ? "dtfm" : "shoal";
     if (c.json) {
@@ -343,7 +336,6 @@ fail:
     fprintf(stderr, "shoal-sched: %s\n", err.message);
 out:
     sched_plan_free(&plan);
-    sched_plan_free(&base);
     scenario_free(&net);
     return rc;
 }
