@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# test_schedule.sh - POST /v1/jobs/{id}/schedule against a real server and
+# database: registered nodes, posted links, plans stored (or not), errors.
+set -u
+. "$(dirname "$0")/lib.sh"
+
+start_server a || exit 1
+S=$URL_a
+ADMIN=$(cat "$WORK/a/admin.token")
+JOIN=$(cat "$WORK/a/join.token")
+
+# Four nodes in two regions; fast links inside a region, slow across.
+declare -a TOK ID
+for i in 0 1 2 3; do
+    req POST "$S/v1/agent/register" "$JOIN" "{\"name\":\"n$i\",\"peer_address\":\"10.0.0.$i:7000\",\"region\":\"r$((i / 2))\",\"hardware\":{\"tflops\":$((10 + 10 * i)),\"cpu_cores\":8,\"gpu_memory_bytes\":8000000000}}"
+    TOK[$i]=$(printf '%s' "$BODY" | jq -r .token)
+    ID[$i]=$(printf '%s' "$BODY" | jq -r .node_id)
+done
+for i in 0 1 2 3; do
+    s=""
+    for j in 0 1 2 3; do
+        [ "$i" = "$j" ] && continue
+        bw=$([ $((i / 2)) = $((j / 2)) ] && echo 10 || echo 0.1)
+        s="$s{\"to\":${ID[$j]},\"latency_ms\":5,\"bandwidth_gbps\":$bw},"
+    done
+    req PUT "$S/v1/links" "${TOK[$i]}" "{\"samples\":[${s%,}]}"
+done
+check "all twelve links are posted" "$(sql a "SELECT count(*) FROM links_latest")" 12
+
+JOB='{"name":"sched","model":{"vocab_size":1000,"context_length":256,"d_model":256,"heads":8,"layers":8},"parallelism":{"stages":2,"replicas":2,"micro_batches":4,"micro_batch_size":8},"training":{"steps":100,"learning_rate":0.0003},"data":{"path":"x.bin"}}'
+req POST "$S/v1/jobs" "$ADMIN" "$JOB"; J=$(printf '%s' "$BODY" | jq -r .id)
+
+# ---- dry run: a plan, nothing stored
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"dry_run":true,"budget_ms":200}'
+expect "a dry run answers 200 with a plan" 200 '[.dry_run, .epoch, (.stages | length), .nodes_available] | tostring' '[true,null,2,4]'
+check "the dry run's plan uses four distinct nodes" "$(printf '%s' "$BODY" | jq '[.stages[].nodes[]] | unique | length')" 4
+check "its layer ranges cover the model" "$(printf '%s' "$BODY" | jq -c '[.stages[0].layer_start, .stages[0].layer_end == .stages[1].layer_start, .stages[1].layer_end]')" "[0,true,8]"
+check "it reports the baselines" "$(printf '%s' "$BODY" | jq '.baselines.random_plans > 0 and .baselines.sequential_s > 0 and .predicted_iteration_s > 0')" true
+check "a dry run stores no plan" "$(sql a "SELECT count(*) FROM plans")" 0
+req GET "$S/v1/jobs/$J" "$ADMIN";   expect "and leaves the job pending" 200 '[.state, .plan_epoch, .plan] | tostring' '["pending",0,null]'
+
+# ---- same seed, same plan
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"dry_run":true,"seed":7,"candidates":300,"budget_ms":60000}'; first=$(printf '%s' "$BODY" | jq -c .stages)
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"dry_run":true,"seed":7,"candidates":300,"budget_ms":60000}'
+check "the same seed gives the same plan" "$(printf '%s' "$BODY" | jq -c .stages)" "$first"
+
+# ---- schedule for real
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":300,"cost_model":"dtfm"}'
+expect "scheduling stores epoch 1" 201 '[.epoch, .cost_model] | tostring' '[1,"dtfm"]'
+check "one assignment per tasklet" "$(sql a "SELECT count(*) FROM assignments")" 4
+req GET "$S/v1/jobs/$J" "$ADMIN"
+expect "the job shows its plan" 200 '[.state, .plan_epoch, .plan.epoch, (.plan.assignments | length), (.plan.breakdown.total_s > 0), (.plan.baselines.random_plans)] | tostring' '["scheduled",1,1,4,true,1000]'
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" ''
+expect "scheduling again (empty body: defaults) makes epoch 2" 201 '[.epoch, .cost_model] | tostring' '[2,"shoal"]'
+check "both plans are kept" "$(sql a "SELECT string_agg(epoch::text, ',' ORDER BY epoch) FROM plans")" "1,2"
+
+# ---- bad parameters change nothing
+plans_before=$(sql a "SELECT count(*) FROM plans")
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"cost_model":"magic"}';  expect "unknown cost model is 422" 422 .error.field cost_model
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":5}';         expect "too small a budget is 422" 422 .error.field budget_ms
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"seed":"x"}';            expect "a string seed is 400" 400 .error.field seed
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget":5}';            expect "an unknown field is 400" 400 .error.field budget
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"dry_run":';             expect "malformed JSON is 400" 400 .error.code invalid_json
+req POST "$S/v1/jobs/424242/schedule" "$ADMIN" '{}';                  expect "an unknown job is 404" 404 .error.code not_found
+req POST "$S/v1/jobs/$J/schedule" "$JOIN" '{}';                       expect "the join token may not schedule" 403
+check "bad requests store no plan" "$(sql a "SELECT count(*) FROM plans")" "$plans_before"
+
+# ---- missing links: named, unless filled
+req POST "$S/v1/agent/register" "$JOIN" '{"name":"late","peer_address":"10.0.0.9:7000","hardware":{"tflops":20,"cpu_cores":8}}'
+N5=$(printf '%s' "$BODY" | jq -r .node_id)
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"dry_run":true,"budget_ms":100}'
+expect "unmeasured links are an error" 422 .error.code missing_links
+check "which names the missing pairs" "$(printf '%s' "$BODY" | jq -r .error.message | grep -c -- "${ID[0]}->$N5")" 1
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"dry_run":true,"budget_ms":100,"fill_missing_links":{"latency_ms":100,"bandwidth_gbps":0.01}}'
+expect "fill values stand in for unmeasured links" 200 .nodes_available 5
+
+# ---- too few nodes; drained nodes and other jobs' nodes are not offered
+req POST "$S/v1/jobs" "$ADMIN" "$(printf '%s' "$JOB" | jq -c '.parallelism.replicas = 3')"; J2=$(printf '%s' "$BODY" | jq -r .id)
+req POST "$S/v1/jobs/$J2/schedule" "$ADMIN" '{"fill_missing_links":{"latency_ms":100,"bandwidth_gbps":0.01}}'
+expect "too few nodes is 409" 409 .error.code not_enough_nodes
+check "naming what is needed and what is available" "$(printf '%s' "$BODY" | jq -r .error.message | grep -c 'needs 6 nodes .* and 1 are available')" 1
+req DELETE "$S/v1/nodes/${ID[0]}" "$ADMIN"
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"dry_run":true,"fill_missing_links":{"latency_ms":100,"bandwidth_gbps":0.01}}'
+expect "a drained node is not offered" 200 .nodes_available 4
+check "and is not in the plan" "$(printf '%s' "$BODY" | jq "[.stages[].nodes[]] | index(${ID[0]})")" null
+check "no plan was stored for the job that did not fit" "$(sql a "SELECT count(*) FROM plans WHERE job_id = $J2")" 0
+
+# ---- scheduling runs beside other requests, at most two at a time
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" ''   # settle: epoch 3 on the four live nodes
+long='{"dry_run":true,"budget_ms":4000,"fill_missing_links":{"latency_ms":100,"bandwidth_gbps":0.01}}'
+curl -s -o "$WORK/long1" -H "Authorization: Bearer $ADMIN" -H 'Content-Type: application/json' -d "$long" "$S/v1/jobs/$J/schedule" &
+p1=$!
+curl -s -o "$WORK/long2" -H "Authorization: Bearer $ADMIN" -H 'Content-Type: application/json' -d "$long" "$S/v1/jobs/$J/schedule" &
+p2=$!
+sleep 1
+req GET "$S/v1/jobs/$J" "$ADMIN";   expect "other requests are served while searches run" 200 .id "$J"
+check "and the searches were still running then" "$(kill -0 $p1 2>/dev/null && kill -0 $p2 2>/dev/null && echo yes)" yes
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" "$long"; expect "a third concurrent search is 503" 503 .error.code busy
+wait $p1 $p2
+check "the long searches finish with a plan" "$(jq -s -c 'map(.dry_run)' "$WORK/long1" "$WORK/long2")" "[true,true]"
+
+# ---- only live jobs are scheduled
+req DELETE "$S/v1/jobs/$J2" "$ADMIN"
+req POST "$S/v1/jobs/$J2/schedule" "$ADMIN" '{}';   expect "a cancelled job cannot be scheduled" 409 .error.code conflict
+
+stop_server a
+[ "$FAILS" -eq 0 ]
