@@ -5,6 +5,7 @@
 #   make deps       install the Debian packages the project needs (idempotent)
 #   make test       deps, then unit and integration tests under sanitizers
 #   make demo       deps, build, start a server on its embedded database and drive the API
+#   make bench-sched  the scheduler against the paper's results (table + JSON lines)
 #   make clean
 
 CC      ?= cc
@@ -34,9 +35,9 @@ UNIT_BIN    := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 DEB_PACKAGES := build-essential pkg-config libmicrohttpd-dev libjansson-dev \
                 libcurl4-openssl-dev libpq-dev libssl-dev libcmocka-dev \
-                postgresql curl jq procps
+                postgresql curl jq procps bc
 
-.PHONY: all deps test test-unit test-integration demo clean
+.PHONY: all deps test demo bench-sched clean
 all: $(BINDIR)/shoal-server $(BINDIR)/shoal-sched
 
 $(BINDIR)/shoal-server: $(BUILD)/server/main.o $(SERVER_OBJ) $(COMMON_OBJ)
@@ -71,6 +72,10 @@ deps:
 test: deps
 	@$(MAKE) --no-print-directory SAN=1 build/san/bin/shoal-server build/san/bin/shoal-sched $(UNIT_SRC:tests/unit/%.c=build/san/tests/%)
 	@sh tests/run.sh build/san
+
+# Benchmarks print a table and JSON lines; they are not tests.
+bench-sched: all
+	@sh tests/bench/bench_sched.sh bin/shoal-sched
 
 demo: deps all
 	@sh deploy/demo.sh bin/shoal-server

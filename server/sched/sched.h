@@ -70,6 +70,8 @@ struct sched_plan {
     int *layer_start;      /* [stage], first layer; layer_end[s] = layer_start[s+1] or layers */
     int *layer_end;
     struct sched_breakdown cost;
+    long evaluations;      /* sched_search: candidate evaluations made */
+    double best_at_ms;     /* sched_search: when the returned plan's cost was first reached, ms */
 };
 
 struct sched_options {

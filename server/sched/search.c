@@ -228,7 +228,8 @@ int sched_search(const struct sched_problem *pb, const struct sched_options *opt
     S.cx = &cx;
     S.opt = opt;
     S.rng = opt->seed ^ 0x5c4ed5c4ed5c4edULL;
-    S.deadline = opt->budget_ms > 0 ? now_ms() + opt->budget_ms : 0;
+    double started = now_ms(), best_at = 0;
+    S.deadline = opt->budget_ms > 0 ? started + opt->budget_ms : 0;
     pop = calloc((size_t)npop, sizeof *pop);
     if (!pop || cand_alloc(&S.trial, &cx) || cand_alloc(&child, &cx) || cand_alloc(&best, &cx)) {
         err_set(err, 500, "internal", NULL, "out of memory");
@@ -248,8 +249,11 @@ int sched_search(const struct sched_problem *pb, const struct sched_options *opt
         cand_eval_full(&cx, &pop[made]);
         S.evals++;
         local_search(&S, &pop[made], patience);
-        if (made == 0 || better(&pop[made], &best))
+        if (made == 0 || better(&pop[made], &best)) {
+            if (made == 0 || pop[made].cost < best.cost - 1e-12)
+                best_at = now_ms() - started;
             cand_copy(&best, &pop[made], &cx);
+        }
         if (made > 0 && out_of_budget(&S)) {
             made++;
             break;
@@ -267,8 +271,11 @@ int sched_search(const struct sched_problem *pb, const struct sched_options *opt
         int worse = better(&pop[a], &pop[b]) ? b : a;
         if (!better(&pop[worse], &child))
             cand_copy(&pop[worse], &child, &cx);
-        if (better(&child, &best))
+        if (better(&child, &best)) {
+            if (child.cost < best.cost - 1e-12)
+                best_at = now_ms() - started;
             cand_copy(&best, &child, &cx);
+        }
         if (opt->progress && (++generation & 7) == 0) {
             double frac = opt->candidates > 0 ? (double)S.evals / (double)opt->candidates : 0;
             if (S.deadline > 0) {
@@ -279,6 +286,8 @@ int sched_search(const struct sched_problem *pb, const struct sched_options *opt
         }
     }
     cand_to_plan(&cx, &best, plan);
+    plan->evaluations = S.evals;
+    plan->best_at_ms = best_at;
     if (!plan->cost.feasible) {
         err_set(err, 422, "infeasible", NULL,
                 "no plan fits: some stage's layers, optimizer state and stashed activations "

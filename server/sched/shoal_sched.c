@@ -309,9 +309,11 @@ int main(int argc, char **argv)
             json_array_append_new(grid, json_pack("{s:i, s:i, s:o}", "layer_start", plan.layer_start[s],
                                                   "layer_end", plan.layer_end[s], "nodes", row));
         }
-        json_t *out = json_pack("{s:s, s:i, s:i, s:i, s:o, s:o, s:{s:f, s:I, s:f}}",
+        json_t *out = json_pack("{s:s, s:i, s:i, s:i, s:o, s:o, s:{s:I, s:f, s:f}, s:{s:f, s:I, s:f}}",
                                 "cost_model", cost_name, "nodes", pb->n, "stages", pb->stages,
                                 "replicas", pb->replicas, "plan", grid, "cost", breakdown_json(&plan.cost),
+                                "search", "evaluations", (json_int_t)plan.evaluations, "best_at_ms",
+                                plan.best_at_ms, "budget_ms", c.opt.budget_ms,
                                 "baselines", "best_random_s", best_random, "random_plans",
                                 (json_int_t)c.random_plans, "sequential_s", sequential);
         json_dumpf(out, stdout, JSON_COMPACT | JSON_REAL_PRECISION(10));
@@ -327,6 +329,7 @@ int main(int argc, char **argv)
         else
             printf("  pipeline %.4f s (compute %.4f, comm %.4f, bubble %.4f) + all-reduce %.4f s + optimizer %.4f s\n",
                    b->pipeline_s, b->compute_s, b->comm_s, b->bubble_s, b->dp_s, b->optimizer_s);
+        printf("search: %ld evaluations, best found after %.0f ms\n", plan.evaluations, plan.best_at_ms);
         printf("baselines: best of %ld random plans %.4f s (%.2fx), sequential %.4f s (%.2fx)\n",
                c.random_plans, best_random, best_random / b->total_s, sequential, sequential / b->total_s);
     }
