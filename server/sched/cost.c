@@ -143,24 +143,35 @@ static double group_dp_dtfm(const struct sched_ctx *cx, const int *g)
 }
 
 /* shoal: the ring all-reduce path through the D nodes at `g`, built greedily
- * (next hop = the unvisited node with the fastest link).  Writes the ring's
- * slowest bandwidth (Gbit/s) and worst latency (ms). */
+ * (next hop = the unvisited node with the fastest link, ties to the lower
+ * node index) from the lowest node index, so the ring depends only on which
+ * nodes are in the group, not on their order.  Writes the ring's slowest
+ * bandwidth (Gbit/s) and worst latency (ms). */
 static void group_ring(const struct sched_ctx *cx, const int *g, double *ring_bw, double *ring_lat)
 {
     const struct sched_problem *pb = cx->pb;
     int n = cx->n, D = cx->D;
     int *used = cx->ibuf;   /* D flags */
     memset(used, 0, sizeof(int) * (size_t)D);
+    int first = 0;
+    for (int k = 1; k < D; k++)
+        if (g[k] < g[first])
+            first = k;
     double bw = DBL_MAX, lat = 0;
-    int cur = 0;
-    used[0] = 1;
+    int cur = first;
+    used[first] = 1;
     for (int step = 1; step <= D; step++) {
-        int next = 0;
+        int next = first;   /* the last hop closes the ring */
         if (step < D) {
             next = -1;
-            for (int k = 0; k < D; k++)
-                if (!used[k] && (next < 0 || pb->bandwidth_gbps[g[cur] * n + g[k]] > pb->bandwidth_gbps[g[cur] * n + g[next]]))
+            for (int k = 0; k < D; k++) {
+                if (used[k])
+                    continue;
+                double b = pb->bandwidth_gbps[g[cur] * n + g[k]];
+                double best = next < 0 ? -1 : pb->bandwidth_gbps[g[cur] * n + g[next]];
+                if (next < 0 || b > best || (b == best && g[k] < g[next]))
                     next = k;
+            }
             used[next] = 1;
         }
         if (D > 1) {

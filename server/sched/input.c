@@ -18,8 +18,8 @@ static int input_nodes(const json_t *doc, struct scenario *net, struct shoal_err
     json_t *arr = json_object_get(doc, "nodes");
     if (!json_is_array(arr))
         return err_set(err, 422, "invalid_field", "nodes", "the nodes document needs a \"nodes\" array");
-    if (json_array_size(arr) > 100000)
-        return err_set(err, 422, "invalid_field", "nodes", "at most 100000 nodes");
+    if (json_array_size(arr) > 20000)
+        return err_set(err, 422, "invalid_field", "nodes", "at most 20000 nodes");
     if (scenario_alloc(net, (int)json_array_size(arr)) != 0)
         return err_set(err, 500, "internal", NULL, "out of memory");
     size_t i;
@@ -51,7 +51,7 @@ int input_network(const json_t *nodes_doc, const json_t *links_doc, double fill_
     if (input_nodes(nodes_doc, net, err) != 0)
         goto fail;
     int n = net->n;
-    for (int k = 0; k < n * n; k++)
+    for (size_t k = 0; k < (size_t)n * (size_t)n; k++)
         net->latency_ms[k] = net->bandwidth_gbps[k] = -1;   /* -1: not measured */
     json_t *ids = json_object_get(links_doc, "nodes");
     json_t *lat = json_object_get(links_doc, "latency_ms"), *bw = json_object_get(links_doc, "bandwidth_gbps");
@@ -60,6 +60,12 @@ int input_network(const json_t *nodes_doc, const json_t *links_doc, double fill_
         goto fail;
     }
     size_t m = json_array_size(ids);
+    for (size_t a = 0; a < m; a++) {
+        if (!json_is_integer(json_array_get(ids, a))) {
+            err_set(err, 422, "invalid_field", "links", "the links document's node %zu is not an integer id", a);
+            goto fail;
+        }
+    }
     for (size_t a = 0; a < m; a++) {
         int i = node_index(net, json_integer_value(json_array_get(ids, a)));
         if (i < 0)

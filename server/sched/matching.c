@@ -1,5 +1,7 @@
 #include "matching.h"
 
+#include <float.h>
+#include <limits.h>
 #include <stdlib.h>
 
 /* Kuhn's augmenting path from left vertex i using edges with cost <= t. */
@@ -23,12 +25,12 @@ static int match_perfect(const double *w, int D, double t, struct match_work *ws
     for (int j = 0; j < D; j++)
         ws->match_right[j] = -1;
     for (int i = 0; i < D; i++) {
-        ws->stamp++;
-        if (ws->stamp == 0) {   /* wrapped: reset the marks */
-            for (int j = 0; j < D; j++)
+        if (ws->stamp == INT_MAX) {   /* about to wrap: reset the marks */
+            for (int j = 0; j < MATCH_MAX_D; j++)
                 ws->seen[j] = 0;
-            ws->stamp = 1;
+            ws->stamp = 0;
         }
+        ws->stamp++;
         if (!match_augment(w, D, t, i, ws))
             return 0;
     }
@@ -44,7 +46,7 @@ static int cmp_double(const void *a, const void *b)
 double match_bottleneck(const double *w, int D, int *pair, struct match_work *ws)
 {
     /* Lower bound: every row and every column needs one edge. */
-    double lb = 0;
+    double lb = -DBL_MAX;
     for (int i = 0; i < D; i++) {
         double rmin = w[i * D], cmin = w[i];
         for (int j = 1; j < D; j++) {
