@@ -19,12 +19,16 @@
 #include "scenario.h"
 #include "sched.h"
 
+#define BASE_RANDOM 1
+#define BASE_SEQUENTIAL 2
+
 struct cli {
     const char *scenario, *nodes_file, *links_file, *job_file;
     int paper_job;
     enum sched_cost cost;
     struct sched_options opt;
     long random_plans;
+    int baseline;          /* which baselines to show: BASE_RANDOM | BASE_SEQUENTIAL */
     int json;
     int generated_n, generated_regions;
     double fill_latency_ms, fill_bandwidth_gbps;   /* < 0: missing links are an error */
@@ -48,7 +52,8 @@ static void usage(FILE *out)
         "  --seed N               search seed [1]\n"
         "  --budget-ms MS         search time limit [1000]\n"
         "  --candidates N         search evaluation limit [none]\n"
-        "  --random-plans N       baseline: best of N random plans [5000]\n"
+        "  --baseline random|sequential|both   baselines to compare with [both]\n"
+        "  --random-plans N       the random baseline: best of N random plans [5000]\n"
         "  --stages P --replicas D   with --generated: the job's shape [sqrt-ish of N]\n"
         "  --fill-latency-ms MS --fill-bandwidth-gbps G   use these for unmeasured links\n"
         "  --json                 one JSON object on stdout\n");
@@ -84,6 +89,7 @@ static int parse_args(struct cli *c, int argc, char **argv)
     c->opt.seed = 1;
     c->opt.budget_ms = 1000;
     c->random_plans = 5000;
+    c->baseline = BASE_RANDOM | BASE_SEQUENTIAL;
     c->fill_latency_ms = c->fill_bandwidth_gbps = -1;
     for (int a = 1; a < argc; a++) {
         const char *f = argv[a], *v = a + 1 < argc ? argv[a + 1] : NULL;
@@ -122,6 +128,11 @@ static int parse_args(struct cli *c, int argc, char **argv)
         } else if (strcmp(f, "--cost") == 0) {
             if (strcmp(v, "dtfm") == 0) c->cost = SCHED_COST_DTFM;
             else if (strcmp(v, "shoal") == 0) c->cost = SCHED_COST_SHOAL;
+            else goto bad;
+        } else if (strcmp(f, "--baseline") == 0) {
+            if (strcmp(v, "random") == 0) c->baseline = BASE_RANDOM;
+            else if (strcmp(v, "sequential") == 0) c->baseline = BASE_SEQUENTIAL;
+            else if (strcmp(v, "both") == 0) c->baseline = BASE_RANDOM | BASE_SEQUENTIAL;
             else goto bad;
         } else if (strcmp(f, "--seed") == 0) {
             if (parse_long(v, 0, 0x7fffffffffffffffL, &l)) goto bad;
@@ -295,7 +306,7 @@ int main(int argc, char **argv)
 
     /* Baselines: the best of N random plans, and the sequential plan. */
     struct sched_baselines bl;
-    if (sched_baselines(pb, c.opt.seed, c.random_plans, &bl, &err) != 0)
+    if (sched_baselines(pb, c.opt.seed, c.baseline & BASE_RANDOM ? c.random_plans : 0, &bl, &err) != 0)
         goto fail;
     double best_random = bl.best_random_s, sequential = bl.sequential_s;
 
@@ -309,13 +320,16 @@ int main(int argc, char **argv)
             json_array_append_new(grid, json_pack("{s:i, s:i, s:o}", "layer_start", plan.layer_start[s],
                                                   "layer_end", plan.layer_end[s], "nodes", row));
         }
-        json_t *out = json_pack("{s:s, s:i, s:i, s:i, s:o, s:o, s:{s:I, s:f, s:f}, s:{s:f, s:I, s:f}}",
+        /* A baseline that was not asked for is null. */
+        json_t *baselines = json_pack("{s:o, s:I, s:o}",
+            "best_random_s", c.baseline & BASE_RANDOM ? json_real(best_random) : json_null(),
+            "random_plans", (json_int_t)(c.baseline & BASE_RANDOM ? c.random_plans : 0),
+            "sequential_s", c.baseline & BASE_SEQUENTIAL ? json_real(sequential) : json_null());
+        json_t *out = json_pack("{s:s, s:i, s:i, s:i, s:o, s:o, s:{s:I, s:f, s:f}, s:o}",
                                 "cost_model", cost_name, "nodes", pb->n, "stages", pb->stages,
                                 "replicas", pb->replicas, "plan", grid, "cost", breakdown_json(&plan.cost),
                                 "search", "evaluations", (json_int_t)plan.evaluations, "best_at_ms",
-                                plan.best_at_ms, "budget_ms", c.opt.budget_ms,
-                                "baselines", "best_random_s", best_random, "random_plans",
-                                (json_int_t)c.random_plans, "sequential_s", sequential);
+                                plan.best_at_ms, "budget_ms", c.opt.budget_ms, "baselines", baselines);
         json_dumpf(out, stdout, JSON_COMPACT | JSON_REAL_PRECISION(10));
         printf("\n");
         json_decref(out);
@@ -330,8 +344,11 @@ int main(int argc, char **argv)
             printf("  pipeline %.4f s (compute %.4f, comm %.4f, bubble %.4f) + all-reduce %.4f s + optimizer %.4f s\n",
                    b->pipeline_s, b->compute_s, b->comm_s, b->bubble_s, b->dp_s, b->optimizer_s);
         printf("search: %ld evaluations, best found after %.0f ms\n", plan.evaluations, plan.best_at_ms);
-        printf("baselines: best of %ld random plans %.4f s (%.2fx), sequential %.4f s (%.2fx)\n",
-               c.random_plans, best_random, best_random / b->total_s, sequential, sequential / b->total_s);
+        if (c.baseline & BASE_RANDOM)
+            printf("baseline: best of %ld random plans %.4f s (%.2fx the plan's cost)\n", c.random_plans,
+                   best_random, best_random / b->total_s);
+        if (c.baseline & BASE_SEQUENTIAL)
+            printf("baseline: sequential plan %.4f s (%.2fx the plan's cost)\n", sequential, sequential / b->total_s);
     }
     rc = 0;
     goto out;

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# test_sched_cli.sh - shoal-sched as an operator runs it: scenarios, the
+# server's JSON files, errors and exit codes.
+set -u
+. "$(dirname "$0")/lib.sh"
+SCHED="$(dirname "$SHOAL_SERVER")/shoal-sched"
+
+"$SCHED" --help > "$WORK/out"; check "--help exits 0" "$?" 0
+check "--help lists the scenarios" "$(grep -c 'dc|spot|multi|regional|world' "$WORK/out")" 1
+
+"$SCHED" --scenario dc --paper-job --cost dtfm --budget-ms 500 --random-plans 200 --json > "$WORK/out"
+check "dc under dtfm reaches the paper's 3.440" "$(jq '.cost.total_s <= 3.4399' "$WORK/out")" true
+check "the plan has 8 stages of 8 distinct nodes" "$(jq '[.plan[].nodes[]] | unique | length' "$WORK/out")" 64
+check "baselines are reported" "$(jq '.baselines.random_plans == 200 and .baselines.sequential_s > .cost.total_s' "$WORK/out")" true
+"$SCHED" --scenario world --paper-job --cost dtfm --budget-ms 200 --random-plans 10 > "$WORK/out"
+check "the human output shows regions in the grid" "$(grep -c '@tokyo' "$WORK/out" | awk '$1 > 0 {print "yes"}')" yes
+check "and the cost breakdown" "$(grep -c '^cost model dtfm: ' "$WORK/out")" 1
+
+"$SCHED" --scenario multi --paper-job --cost shoal --seed 3 --candidates 400 --budget-ms 60000 --random-plans 0 --json > "$WORK/a.json"
+"$SCHED" --scenario multi --paper-job --cost shoal --seed 3 --candidates 400 --budget-ms 60000 --random-plans 0 --json > "$WORK/b.json"
+check "same seed and candidate budget, same plan" "$(jq -c .plan "$WORK/a.json")" "$(jq -c .plan "$WORK/b.json")"
+
+# The server's own JSON: three nodes, one link missing.
+cat > "$WORK/nodes.json" <<'JSON'
+{"nodes":[{"id":11,"region":"eu","hardware":{"tflops":50,"gpu_memory_bytes":17179869184}},
+          {"id":12,"region":"eu","hardware":{"tflops":50,"gpu_memory_bytes":17179869184}},
+          {"id":13,"region":"us","hardware":{"tflops":25,"ram_bytes":68719476736}}]}
+JSON
+cat > "$WORK/links.json" <<'JSON'
+{"nodes":[11,12,13],
+ "latency_ms":[[null,1,80],[1,null,80],[80,null,null]],
+ "bandwidth_gbps":[[null,10,0.2],[10,null,0.2],[0.2,null,null]]}
+JSON
+cat > "$WORK/job.json" <<'JSON'
+{"model":{"vocab_size":1000,"context_length":128,"d_model":128,"heads":4,"layers":6},
+ "parallelism":{"stages":3,"replicas":1,"micro_batches":4,"micro_batch_size":2},
+ "training":{"steps":10,"learning_rate":0.001},"data":{"path":"x.bin"}}
+JSON
+"$SCHED" --nodes "$WORK/nodes.json" --links "$WORK/links.json" --job "$WORK/job.json" --budget-ms 200 > "$WORK/out" 2> "$WORK/err"
+check "a missing link fails" "$?" 1
+check "naming the pair" "$(grep -c '13->12' "$WORK/err")" 1
+"$SCHED" --nodes "$WORK/nodes.json" --links "$WORK/links.json" --job "$WORK/job.json" --budget-ms 200 \
+    --fill-latency-ms 80 --fill-bandwidth-gbps 0.2 --json > "$WORK/out"
+check "fill values let it schedule" "$?" 0
+check "all six layers are placed over three stages" "$(jq -c '[.plan[0].layer_start, .plan[2].layer_end, (.plan | length)]' "$WORK/out")" "[0,6,3]"
+
+"$SCHED" --scenario moon --paper-job > /dev/null 2> "$WORK/err"
+check "an unknown scenario fails" "$?" 1
+check "and says which exist" "$(grep -c 'use dc, spot, multi, regional or world' "$WORK/err")" 1
+"$SCHED" --scenario dc --budget-ms soon > /dev/null 2>&1; check "a bad value exits 2" "$?" 2
+"$SCHED" --scenario dc --frobnicate > /dev/null 2>&1;     check "an unknown option exits 2" "$?" 2
+"$SCHED" --scenario dc --nodes "$WORK/nodes.json" --links "$WORK/links.json" > /dev/null 2>&1
+check "two networks at once fail" "$?" 1
+"$SCHED" --nodes "$WORK/nodes.json" --links "$WORK/nope.json" > /dev/null 2> "$WORK/err"
+check "a missing file fails" "$?" 1
+check "and names it" "$(grep -c 'nope.json' "$WORK/err")" 1
+
+[ "$FAILS" -eq 0 ]
