@@ -30,14 +30,14 @@ struct sched_ctx {
     struct match_work *mw;
     struct path_work *pw;
     double *wbuf;             /* D*D scratch for matchings */
-    int *ibuf;                /* scratch, n + P*D ints */
+    int *ibuf;                /* scratch, 2n + P*D ints */
 };
 
 /* A candidate: P groups of D nodes, spares after them, and cached costs. */
 struct cand {
     int *member;              /* n: group g is member[g*D .. g*D+D); spares follow */
     int *pos;                 /* n: node -> index in member */
-    double *group_dp;         /* P: dtfm DP cost of the group; shoal: ring all-reduce s per GB */
+    double *group_dp;         /* P: dtfm DP cost of the group, s; shoal: the ring's slowest bandwidth, Gbit/s */
     double *group_lat;        /* P: shoal: worst ring latency of the group, ms */
     double *edge;             /* P*P: bottleneck matching cost between groups */
     int *pairing;             /* P*P*D: for g < h, member i of g pairs with member pairing[..+i] of h */

@@ -75,7 +75,8 @@ struct sched_plan {
 };
 
 struct sched_options {
-    uint64_t seed;          /* same seed, same problem -> same plan */
+    uint64_t seed;          /* same seed, problem and candidate budget -> same plan, when the
+                               candidate budget ends the search before the time budget does */
     double budget_ms;       /* wall-clock limit for the search; 0 = none */
     long candidates;        /* evaluations limit; 0 = none (then budget_ms must be > 0) */
     int population;         /* GA population; 0 = 100 */

@@ -91,7 +91,10 @@ struct search {
     const struct sched_options *opt;
     uint64_t rng;
     long evals;
+    double started;         /* ms on the monotonic clock */
     double deadline;        /* ms on the monotonic clock, 0 = none */
+    double best_cost;       /* lowest cost seen in any evaluation */
+    double best_at;         /* ms after `started` when it was first seen */
     struct cand trial;      /* scratch for reverting swaps */
 };
 
@@ -99,7 +102,17 @@ static int out_of_budget(struct search *S)
 {
     if (S->opt->candidates > 0 && S->evals >= S->opt->candidates)
         return 1;
-    return S->deadline > 0 && (S->evals & 15) == 0 && now_ms() > S->deadline;
+    return S->deadline > 0 && now_ms() > S->deadline;
+}
+
+/* Counts one evaluation and notes when a new lowest cost first appears. */
+static void evaluated(struct search *S, const struct cand *c)
+{
+    S->evals++;
+    if (c->cost < S->best_cost - 1e-12) {
+        S->best_cost = c->cost;
+        S->best_at = now_ms() - S->started;
+    }
 }
 
 /* Swaps random pairs of nodes in different groups, keeping improvements,
@@ -118,7 +131,7 @@ static void local_search(struct search *S, struct cand *c, int patience)
         cand_copy(&S->trial, c, cx);
         swap_nodes(&S->trial, x, y);
         cand_eval_groups(cx, &S->trial, gx, gy);
-        S->evals++;
+        evaluated(S, &S->trial);
         if (better(&S->trial, c)) {
             cand_copy(c, &S->trial, cx);
             fails = 0;
@@ -205,7 +218,7 @@ static void crossover(struct search *S, const struct cand *p1, const struct cand
         child->pos[x] = i;
     }
     cand_eval_full(cx, child);
-    S->evals++;
+    evaluated(S, child);
 }
 
 int sched_search(const struct sched_problem *pb, const struct sched_options *opt,
@@ -228,36 +241,46 @@ int sched_search(const struct sched_problem *pb, const struct sched_options *opt
     S.cx = &cx;
     S.opt = opt;
     S.rng = opt->seed ^ 0x5c4ed5c4ed5c4edULL;
-    double started = now_ms(), best_at = 0;
-    S.deadline = opt->budget_ms > 0 ? started + opt->budget_ms : 0;
+    S.started = now_ms();
+    S.best_cost = DBL_MAX;
+    S.deadline = opt->budget_ms > 0 ? S.started + opt->budget_ms : 0;
     pop = calloc((size_t)npop, sizeof *pop);
     if (!pop || cand_alloc(&S.trial, &cx) || cand_alloc(&child, &cx) || cand_alloc(&best, &cx)) {
         err_set(err, 500, "internal", NULL, "out of memory");
         goto out;
     }
-    /* Initial population: random partitions, each improved locally. */
-    int patience = 2 * cx.n;
-    for (made = 0; made < npop; made++) {
+    /* Initial population: the two structured seeds, both costed before any
+     * local search so a large network cannot spend the budget on the first,
+     * then random partitions; each is improved locally, with a patience
+     * that stays bounded on large networks. */
+    int patience = cx.n <= 128 ? 2 * cx.n : 256;
+    for (made = 0; made < 2 && made < npop; made++) {
         if (cand_alloc(&pop[made], &cx) != 0) {
             err_set(err, 500, "internal", NULL, "out of memory");
             goto out;
         }
-        if (made < 2)
-            cand_structured(&cx, &pop[made], made);
-        else
-            cand_random(&cx, &pop[made], &S.rng);
+        cand_structured(&cx, &pop[made], made);
         cand_eval_full(&cx, &pop[made]);
-        S.evals++;
-        local_search(&S, &pop[made], patience);
-        if (made == 0 || better(&pop[made], &best)) {
-            if (made == 0 || pop[made].cost < best.cost - 1e-12)
-                best_at = now_ms() - started;
+        evaluated(&S, &pop[made]);
+        if (made == 0 || better(&pop[made], &best))
             cand_copy(&best, &pop[made], &cx);
-        }
-        if (made > 0 && out_of_budget(&S)) {
+    }
+    for (int i = 0; i < npop; i++) {
+        if (i >= made) {
+            if (out_of_budget(&S))
+                break;
+            if (cand_alloc(&pop[made], &cx) != 0) {
+                err_set(err, 500, "internal", NULL, "out of memory");
+                goto out;
+            }
             made++;
-            break;
+            cand_random(&cx, &pop[i], &S.rng);
+            cand_eval_full(&cx, &pop[i]);
+            evaluated(&S, &pop[i]);
         }
+        local_search(&S, &pop[i], patience);
+        if (better(&pop[i], &best))
+            cand_copy(&best, &pop[i], &cx);
     }
     /* Steady state: two parents, one child, the child replaces the worse
      * parent if it is no worse. */
@@ -271,11 +294,8 @@ int sched_search(const struct sched_problem *pb, const struct sched_options *opt
         int worse = better(&pop[a], &pop[b]) ? b : a;
         if (!better(&pop[worse], &child))
             cand_copy(&pop[worse], &child, &cx);
-        if (better(&child, &best)) {
-            if (child.cost < best.cost - 1e-12)
-                best_at = now_ms() - started;
+        if (better(&child, &best))
             cand_copy(&best, &child, &cx);
-        }
         if (opt->progress && (++generation & 7) == 0) {
             double frac = opt->candidates > 0 ? (double)S.evals / (double)opt->candidates : 0;
             if (S.deadline > 0) {
@@ -287,7 +307,7 @@ int sched_search(const struct sched_problem *pb, const struct sched_options *opt
     }
     cand_to_plan(&cx, &best, plan);
     plan->evaluations = S.evals;
-    plan->best_at_ms = best_at;
+    plan->best_at_ms = S.best_at;
     if (!plan->cost.feasible) {
         err_set(err, 422, "infeasible", NULL,
                 "no plan fits: some stage's layers, optimizer state and stashed activations "

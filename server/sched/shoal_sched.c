@@ -31,6 +31,8 @@ struct cli {
     int baseline;          /* which baselines to show: BASE_RANDOM | BASE_SEQUENTIAL */
     int json;
     int generated_n, generated_regions;
+    uint64_t network_seed;                         /* --generated's links */
+    int budget_given;
     double fill_latency_ms, fill_bandwidth_gbps;   /* < 0: missing links are an error */
     int stages, replicas;                          /* with --scenario: override 8 x 8 */
 };
@@ -50,8 +52,9 @@ static void usage(FILE *out)
         "options:\n"
         "  --cost dtfm|shoal      cost model [shoal]\n"
         "  --seed N               search seed [1]\n"
-        "  --budget-ms MS         search time limit [1000]\n"
-        "  --candidates N         search evaluation limit [none]\n"
+        "  --network-seed N       --generated's links [1]\n"
+        "  --budget-ms MS         search time limit [1000; none when --candidates is given alone]\n"
+        "  --candidates N         search evaluation limit; same seed and N, same plan [none]\n"
         "  --baseline random|sequential|both   baselines to compare with [both]\n"
         "  --random-plans N       the random baseline: best of N random plans [5000]\n"
         "  --stages P --replicas D   with --generated: the job's shape [sqrt-ish of N]\n"
@@ -88,6 +91,7 @@ static int parse_args(struct cli *c, int argc, char **argv)
     c->cost = SCHED_COST_SHOAL;
     c->opt.seed = 1;
     c->opt.budget_ms = 1000;
+    c->network_seed = 1;
     c->random_plans = 5000;
     c->baseline = BASE_RANDOM | BASE_SEQUENTIAL;
     c->fill_latency_ms = c->fill_bandwidth_gbps = -1;
@@ -134,11 +138,15 @@ static int parse_args(struct cli *c, int argc, char **argv)
             else if (strcmp(v, "sequential") == 0) c->baseline = BASE_SEQUENTIAL;
             else if (strcmp(v, "both") == 0) c->baseline = BASE_RANDOM | BASE_SEQUENTIAL;
             else goto bad;
+        } else if (strcmp(f, "--network-seed") == 0) {
+            if (parse_long(v, 0, 0x7fffffffffffffffL, &l)) goto bad;
+            c->network_seed = (uint64_t)l;
         } else if (strcmp(f, "--seed") == 0) {
             if (parse_long(v, 0, 0x7fffffffffffffffL, &l)) goto bad;
             c->opt.seed = (uint64_t)l;
         } else if (strcmp(f, "--budget-ms") == 0) {
             if (parse_double(v, 0, 3.6e6, &c->opt.budget_ms)) goto bad;
+            c->budget_given = 1;
         } else if (strcmp(f, "--candidates") == 0) {
             if (parse_long(v, 0, 1000000000L, &c->opt.candidates)) goto bad;
         } else if (strcmp(f, "--random-plans") == 0) {
@@ -163,6 +171,9 @@ bad:
         fprintf(stderr, "shoal-sched: bad value '%s' for %s (see --help)\n", v, f);
         return -1;
     }
+    /* A candidate budget alone makes the search repeatable: no time limit. */
+    if (c->opt.candidates > 0 && !c->budget_given)
+        c->opt.budget_ms = 0;
     return 0;
 }
 
@@ -215,7 +226,7 @@ static int load_network(const struct cli *c, struct scenario *net, struct shoal_
     if (c->scenario)
         return scenario_paper(c->scenario, net, err);
     if (c->generated_n)
-        return scenario_generated(c->generated_n, c->generated_regions, c->opt.seed, net, err);
+        return scenario_generated(c->generated_n, c->generated_regions, c->network_seed, net, err);
     if (!c->nodes_file || !c->links_file)
         return err_set(err, 2, "usage", NULL, "--nodes and --links go together");
     int rc = -1;
@@ -264,8 +275,14 @@ static int load_job(const struct cli *c, const struct scenario *net, struct sche
             side++;
         pb->stages = pb->replicas = side;
     }
-    if (pb->model.layers < pb->stages)
+    if (pb->model.layers < pb->stages) {
+        fprintf(stderr, "shoal-sched: note: %d stages need %d layers; the model's %lld are raised to %d\n",
+                pb->stages, pb->stages, (long long)pb->model.layers, pb->stages);
         pb->model.layers = pb->stages;
+    }
+    /* A job file's dtfm sizes follow its shape; the paper's are fixed. */
+    if (c->job_file)
+        sched_dtfm_sizes(pb);
     return 0;
 }
 

@@ -10,7 +10,7 @@
 set -eu
 sched=${1:-bin/shoal-sched}
 out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+trap 'rm -f "$out" "$out.jsonl"' EXIT
 
 printf '%-10s %-6s %10s %10s %6s %10s %12s %12s %8s\n' network model cost target met best_at_ms best_random sequential wall_s
 for row in "dc 3.440" "spot 49.504" "multi 16.087" "regional 34.802" "world 49.218"; do
@@ -41,4 +41,3 @@ jq -r '[.network, .cost_model, (.cost*1000|round/1000), (.target // "-"), .met, 
     done
 echo
 cat "$out.jsonl"
-rm -f "$out.jsonl"
