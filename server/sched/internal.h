@@ -81,4 +81,15 @@ static inline int rng_below(uint64_t *s, int n)
     return (int)(rng_next(s) % (uint64_t)n);
 }
 
+/* Writes a uniformly random permutation of 0..n-1 into `a` (Fisher-Yates). */
+static inline void rng_permutation(int *a, int n, uint64_t *s)
+{
+    for (int i = 0; i < n; i++)
+        a[i] = i;
+    for (int i = n - 1; i > 0; i--) {
+        int j = rng_below(s, i + 1);
+        int t = a[i]; a[i] = a[j]; a[j] = t;
+    }
+}
+
 #endif

@@ -115,12 +115,7 @@ int sched_baseline_random(const struct sched_problem *pb, uint64_t seed, struct 
     if (!perm)
         return err_set(err, 500, "internal", NULL, "out of memory");
     uint64_t rng = seed;
-    for (int i = 0; i < n; i++)
-        perm[i] = i;
-    for (int i = n - 1; i > 0; i--) {
-        int j = rng_below(&rng, i + 1);
-        int t = perm[i]; perm[i] = perm[j]; perm[j] = t;
-    }
+    rng_permutation(perm, n, &rng);
     for (int t = 0; t < pb->stages * pb->replicas; t++)
         plan->node[t] = perm[t];
     free(perm);
@@ -150,12 +145,7 @@ int sched_baselines(const struct sched_problem *pb, uint64_t seed, long random_p
     out->random_plans = random_plans;
     uint64_t rng = seed ^ 0xba5e11e5ULL;
     for (long k = 0; k < random_plans; k++) {
-        for (int i = 0; i < n; i++)
-            perm[i] = i;
-        for (int i = n - 1; i > 0; i--) {
-            int j = rng_below(&rng, i + 1);
-            int t = perm[i]; perm[i] = perm[j]; perm[j] = t;
-        }
+        rng_permutation(perm, n, &rng);
         memcpy(plan.node, perm, sizeof(int) * (size_t)T);
         cost_plan(&cx, &plan);
         if (k == 0 || plan.cost.total_s < out->best_random_s)

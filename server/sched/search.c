@@ -46,12 +46,7 @@ static void swap_nodes(struct cand *c, int x, int y)
 
 static void cand_random(const struct sched_ctx *cx, struct cand *c, uint64_t *rng)
 {
-    for (int i = 0; i < cx->n; i++)
-        c->member[i] = i;
-    for (int i = cx->n - 1; i > 0; i--) {
-        int j = rng_below(rng, i + 1);
-        int t = c->member[i]; c->member[i] = c->member[j]; c->member[j] = t;
-    }
+    rng_permutation(c->member, cx->n, rng);
     for (int i = 0; i < cx->n; i++)
         c->pos[c->member[i]] = i;
 }

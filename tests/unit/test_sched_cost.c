@@ -423,12 +423,7 @@ static struct sched_problem net_problem(const struct net *w, int P, int D, enum 
 
 static void random_cand(const struct sched_ctx *cx, struct cand *c, uint64_t *rng)
 {
-    for (int i = 0; i < cx->n; i++)
-        c->member[i] = i;
-    for (int i = cx->n - 1; i > 0; i--) {
-        int j = rng_below(rng, i + 1);
-        int t = c->member[i]; c->member[i] = c->member[j]; c->member[j] = t;
-    }
+    rng_permutation(c->member, cx->n, rng);
     for (int i = 0; i < cx->n; i++)
         c->pos[c->member[i]] = i;
 }
