@@ -6,6 +6,9 @@
 #   make test       deps, then unit and integration tests under sanitizers
 #   make demo       deps, build, start a server on its embedded database and drive the API
 #   make bench-sched  the scheduler against the paper's results (table + JSON lines)
+#   make test-gpu     CUDA kernels against the CPU oracle (needs a GPU)
+#   make bench-kernels  stage forward+backward speed, MFU, vs PyTorch (needs a GPU)
+#   make CUDA=0       build without the CUDA backend even where nvcc exists
 #   make clean
 
 CC      ?= cc
@@ -19,6 +22,28 @@ LDLIBS  := -lmicrohttpd -ljansson -lpq -lcrypto -lm -pthread
 ifdef SAN
 CFLAGS  += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=address,undefined
+endif
+
+# The CUDA backend is built where nvcc is; sanitizer builds leave it out
+# (ASan and the CUDA runtime do not share an address space well).
+NVCC    ?= /usr/local/cuda/bin/nvcc
+CUDA_HOME ?= /usr/local/cuda
+CUDA    ?= $(if $(SAN),0,$(if $(wildcard $(NVCC)),1,0))
+CUDA_ARCH ?= sm_90
+NVCCFLAGS := -std=c++17 -O3 -g -arch=$(CUDA_ARCH) -Xcompiler=-Wall,-Wextra,-Werror \
+             -Wno-deprecated-gpu-targets
+
+KERNELS_CFLAGS := -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-openmp
+KERNELS_LIBS   := -lopenblas -fopenmp -lm
+KERNELS_SRC := kernels/stage.c kernels/layout.c kernels/checkpoint.c \
+               kernels/cpu_layers.c kernels/cpu_stage.c
+KERNELS_OBJ := $(KERNELS_SRC:%.c=$(BUILD)/%.o)
+ifeq ($(CUDA),1)
+KERNELS_OBJ += $(patsubst %.cu,$(BUILD)/%.o,$(wildcard kernels/cuda_*.cu))
+KERNELS_LIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcublasLt \
+                -lcudart -lstdc++
+else
+KERNELS_OBJ += $(BUILD)/kernels/cuda_none.o
 endif
 
 COMMON_SRC  := $(wildcard common/*.c)
@@ -35,7 +60,7 @@ UNIT_BIN    := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 DEB_PACKAGES := build-essential pkg-config libmicrohttpd-dev libjansson-dev \
                 libcurl4-openssl-dev libpq-dev libssl-dev libcmocka-dev \
-                postgresql curl jq procps bc
+                postgresql curl jq procps bc libopenblas-openmp-dev
 
 .PHONY: all deps test demo bench-sched clean
 all: $(BINDIR)/shoal-server $(BINDIR)/shoal-sched
@@ -52,6 +77,12 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
+$(BUILD)/kernels/%.o: CFLAGS += $(KERNELS_CFLAGS)
+
+$(BUILD)/kernels/%.o: kernels/%.cu $(wildcard kernels/*.h kernels/*.cuh)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+
 # Migrations and static documents are compiled into the server.
 $(BUILD)/gen/embedded.c: server/embed.sh $(MIGRATIONS) $(STATIC)
 	@mkdir -p $(@D)
@@ -61,9 +92,9 @@ $(BUILD)/gen/embedded.c: server/embed.sh $(MIGRATIONS) $(STATIC)
 $(BUILD)/gen/embedded.o: $(BUILD)/gen/embedded.c
 	$(CC) $(CFLAGS) -Iserver -c -o $@ $<
 
-$(BUILD)/tests/%: tests/unit/%.c $(SERVER_OBJ) $(COMMON_OBJ)
+$(BUILD)/tests/%: tests/unit/%.c $(SERVER_OBJ) $(COMMON_OBJ) $(KERNELS_OBJ)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcmocka
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS) $(KERNELS_LIBS) -lcmocka
 
 deps:
 	@sh deploy/deps.sh $(DEB_PACKAGES)

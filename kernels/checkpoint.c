@@ -1,0 +1,178 @@
+/* checkpoint.c - stage files: one stage's parameters and AdamW state.
+ *
+ * Layout, little-endian:
+ *   char     magic[8]      "SHOALSTG"
+ *   uint32   version       KERN_STAGE_FILE_VERSION
+ *   int32    vocab, context, d_model, heads, layers
+ *   int32    layer_start, layer_end, first, last
+ *   uint64   step          AdamW steps taken
+ *   uint64   n             floats per buffer
+ *   float32  params[n], adam_m[n], adam_v[n]
+ *   uint64   checksum      FNV-1a 64 of every byte before it
+ */
+#include "stage.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "stage files are written in host order, which must be little-endian"
+#endif
+
+#define STAGE_MAGIC "SHOALSTG"
+#define HEADER_INTS 9
+
+struct header {
+    char magic[8];
+    uint32_t version;
+    int32_t ints[HEADER_INTS];
+    uint64_t step;
+    uint64_t n;
+};
+
+#define HEADER_BYTES (8 + 4 + 4 * HEADER_INTS + 8 + 8)
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+#define FNV_START 0xcbf29ce484222325ull
+
+static void header_pack(const struct header *h, unsigned char *out)
+{
+    memcpy(out, h->magic, 8);
+    memcpy(out + 8, &h->version, 4);
+    memcpy(out + 12, h->ints, 4 * HEADER_INTS);
+    memcpy(out + 12 + 4 * HEADER_INTS, &h->step, 8);
+    memcpy(out + 20 + 4 * HEADER_INTS, &h->n, 8);
+}
+
+static void header_of_stage(const struct kern_stage *st, struct header *h)
+{
+    const struct kern_model *m = &st->model;
+    const struct kern_stage_spec *s = &st->spec;
+    memcpy(h->magic, STAGE_MAGIC, 8);
+    h->version = KERN_STAGE_FILE_VERSION;
+    int32_t v[HEADER_INTS] = {m->vocab, m->context, m->d_model, m->heads, m->layers,
+                              s->layer_start, s->layer_end, !!s->first, !!s->last};
+    memcpy(h->ints, v, sizeof v);
+    h->step = st->step;
+    h->n = st->n_params;
+}
+
+int kern_stage_save(struct kern_stage *st, FILE *f, struct kern_err *err)
+{
+    static const enum kern_buffer order[3] = {KERN_PARAMS, KERN_ADAM_M, KERN_ADAM_V};
+    struct header h;
+    unsigned char raw[HEADER_BYTES];
+    float *buf = malloc(st->n_params * sizeof *buf);
+    uint64_t sum = FNV_START;
+    int rc = -1;
+
+    if (!buf) {
+        kern_fail(err, "save: out of memory");
+        goto out;
+    }
+    header_of_stage(st, &h);
+    header_pack(&h, raw);
+    sum = fnv1a(sum, raw, sizeof raw);
+    if (fwrite(raw, 1, sizeof raw, f) != sizeof raw) {
+        kern_fail(err, "save: write failed");
+        goto out;
+    }
+    for (int i = 0; i < 3; i++) {
+        if (st->ops->read(st, order[i], buf, err))
+            goto out;
+        sum = fnv1a(sum, buf, st->n_params * sizeof *buf);
+        if (fwrite(buf, sizeof *buf, st->n_params, f) != st->n_params) {
+            kern_fail(err, "save: write failed");
+            goto out;
+        }
+    }
+    if (fwrite(&sum, sizeof sum, 1, f) != 1 || fflush(f)) {
+        kern_fail(err, "save: write failed");
+        goto out;
+    }
+    rc = 0;
+out:
+    free(buf);
+    return rc;
+}
+
+int kern_stage_load(struct kern_stage *st, FILE *f, struct kern_err *err)
+{
+    struct header want, got;
+    unsigned char raw[HEADER_BYTES];
+    float *buf[3] = {NULL, NULL, NULL};
+    uint64_t sum = FNV_START, stored;
+    int rc = -1;
+
+    if (fread(raw, 1, sizeof raw, f) != sizeof raw) {
+        kern_fail(err, "load: file is shorter than a stage file header");
+        goto out;
+    }
+    sum = fnv1a(sum, raw, sizeof raw);
+    memcpy(got.magic, raw, 8);
+    memcpy(&got.version, raw + 8, 4);
+    memcpy(got.ints, raw + 12, 4 * HEADER_INTS);
+    memcpy(&got.step, raw + 12 + 4 * HEADER_INTS, 8);
+    memcpy(&got.n, raw + 20 + 4 * HEADER_INTS, 8);
+    if (memcmp(got.magic, STAGE_MAGIC, 8)) {
+        kern_fail(err, "load: not a shoal stage file (bad magic)");
+        goto out;
+    }
+    if (got.version != KERN_STAGE_FILE_VERSION) {
+        kern_fail(err, "load: stage file version %u, this build reads %d", got.version,
+                  KERN_STAGE_FILE_VERSION);
+        goto out;
+    }
+    header_of_stage(st, &want);
+    if (memcmp(got.ints, want.ints, sizeof got.ints) || got.n != want.n) {
+        kern_fail(err, "load: the file holds layers [%d,%d) of a model (V=%d T=%d C=%d "
+                  "NH=%d L=%d); this stage is layers [%d,%d) of (V=%d T=%d C=%d NH=%d L=%d)",
+                  got.ints[5], got.ints[6], got.ints[0], got.ints[1], got.ints[2],
+                  got.ints[3], got.ints[4], want.ints[5], want.ints[6], want.ints[0],
+                  want.ints[1], want.ints[2], want.ints[3], want.ints[4]);
+        goto out;
+    }
+    for (int i = 0; i < 3; i++) {
+        buf[i] = malloc(st->n_params * sizeof *buf[i]);
+        if (!buf[i]) {
+            kern_fail(err, "load: out of memory");
+            goto out;
+        }
+        if (fread(buf[i], sizeof *buf[i], st->n_params, f) != st->n_params) {
+            kern_fail(err, "load: file is truncated");
+            goto out;
+        }
+        sum = fnv1a(sum, buf[i], st->n_params * sizeof *buf[i]);
+    }
+    if (fread(&stored, sizeof stored, 1, f) != 1) {
+        kern_fail(err, "load: file is truncated (no checksum)");
+        goto out;
+    }
+    if (stored != sum) {
+        kern_fail(err, "load: checksum mismatch: the file is corrupt");
+        goto out;
+    }
+    if (fgetc(f) != EOF) {
+        kern_fail(err, "load: trailing bytes after the checksum");
+        goto out;
+    }
+    if (st->ops->write(st, KERN_PARAMS, buf[0], err) ||
+        st->ops->write(st, KERN_ADAM_M, buf[1], err) ||
+        st->ops->write(st, KERN_ADAM_V, buf[2], err))
+        goto out;
+    st->step = got.step;
+    kern_stage_drop_in_flight(st);
+    rc = 0;
+out:
+    for (int i = 0; i < 3; i++)
+        free(buf[i]);
+    return rc;
+}

@@ -1,0 +1,21 @@
+/* cpu_layers.c - compiles cpu_layers_impl.inc for float and for double. */
+#include "cpu_layers.h"
+
+#include <cblas.h>
+#include <tgmath.h>
+
+#define KERN_REAL float
+#define KERN_SFX(name) name##_f32
+#define KERN_GEMM cblas_sgemm
+#include "cpu_layers_impl.inc"
+#undef KERN_REAL
+#undef KERN_SFX
+#undef KERN_GEMM
+
+#define KERN_REAL double
+#define KERN_SFX(name) name##_f64
+#define KERN_GEMM cblas_dgemm
+#include "cpu_layers_impl.inc"
+#undef KERN_REAL
+#undef KERN_SFX
+#undef KERN_GEMM

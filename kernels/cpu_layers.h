@@ -1,0 +1,35 @@
+/* cpu_layers.h - the CPU backend's layers, each one forward and one backward
+ * function with its shapes in the signature. Every layer exists in fp32
+ * (_f32, what the backend runs) and fp64 (_f64, what the tests check against
+ * finite differences): one source compiled twice, so the code tested in
+ * double is the code that runs in float.
+ *
+ *   encoder    inp (B,T) ids, wte (V,C), wpe (T_ctx,C) -> out (B,T,C)
+ *   layernorm  inp (N,C), weight (C), bias (C) -> out (N,C), mean (N), rstd (N)
+ *   matmul     inp (N,IC), weight (OC,IC), bias (OC) or NULL -> out (N,OC)
+ *   attention  qkv (B,T,3C) -> out (B,T,C), att (B,NH,T,T) causal softmax;
+ *              backward needs datt (B,NH,T,T) as scratch
+ *   gelu       inp (n) -> out (n), tanh approximation
+ *   residual   a (n), b (n) -> out (n)
+ *   crossentropy logits (N,V), targets (N) -> probs (N,V), losses (N);
+ *              backward: dlogits (N,V) = (probs - onehot) * dloss, overwritten
+ */
+#ifndef SHOAL_KERNELS_CPU_LAYERS_H
+#define SHOAL_KERNELS_CPU_LAYERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KERN_REAL float
+#define KERN_SFX(name) name##_f32
+#include "cpu_layers_proto.inc"
+#undef KERN_REAL
+#undef KERN_SFX
+
+#define KERN_REAL double
+#define KERN_SFX(name) name##_f64
+#include "cpu_layers_proto.inc"
+#undef KERN_REAL
+#undef KERN_SFX
+
+#endif

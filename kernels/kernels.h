@@ -1,0 +1,158 @@
+/* kernels.h - GPT-2 transformer layers as pipeline stages, forward and
+ * backward, on one of two backends chosen at run time: "cpu" (fp32, OpenBLAS,
+ * the oracle) or "cuda" (bf16 matrix products with fp32 accumulation, fp32
+ * master weights and optimizer state).
+ *
+ * A stage is a contiguous range of transformer blocks [layer_start,
+ * layer_end), plus the token and position embeddings when it is the first
+ * stage and the final layer norm, output head and cross-entropy loss when it
+ * is the last. The output head is not tied to the token embedding, so stages
+ * never share a parameter.
+ *
+ * Shapes: B = sequences per micro-batch, T = tokens per sequence,
+ * C = d_model, V = vocab, NH = heads, hs = C / NH.
+ *
+ * Every function that can fail returns 0 on success and -1 on error, with a
+ * sentence in err->msg; on error the stage is unchanged unless the function
+ * says otherwise. This directory depends on nothing else in shoal.
+ */
+#ifndef SHOAL_KERNELS_H
+#define SHOAL_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define KERN_ERR_LEN 256
+struct kern_err {
+    char msg[KERN_ERR_LEN];
+};
+
+/* The whole model; every stage of one job is built from the same one. */
+struct kern_model {
+    int vocab;   /* V: tokens in the vocabulary */
+    int context; /* longest sequence the position embedding covers, tokens */
+    int d_model; /* C: channels of the residual stream */
+    int heads;   /* NH: attention heads; d_model % heads == 0 */
+    int layers;  /* L: transformer blocks in the whole model */
+};
+
+/* Which part of the model a stage holds and how it is driven. */
+struct kern_stage_spec {
+    int layer_start;  /* first block held, 0-based */
+    int layer_end;    /* one past the last block held; may equal layer_start */
+    int first;        /* 1: embeddings live here; input is token ids */
+    int last;         /* 1: final LN, head and loss live here; output is the loss */
+    int micro_batch;  /* B: sequences per micro-batch */
+    int seq_len;      /* T: tokens per sequence, <= context */
+    int in_flight;    /* micro-batches whose activations are kept at once (>= 1) */
+    uint64_t seed;    /* parameter initialisation; equal seeds give equal layers */
+};
+
+/* One AdamW step (decoupled weight decay, bias-corrected moments). */
+struct kern_adamw {
+    float lr;           /* learning rate of this step */
+    float beta1, beta2; /* moment decay, e.g. 0.9, 0.95 */
+    float eps;          /* e.g. 1e-8 */
+    float weight_decay; /* applied to matrices and embeddings only, not to biases or LN */
+    float grad_scale;   /* gradients are multiplied by this first (averaging, clipping) */
+};
+
+/* Where a stage runs. */
+enum kern_device_kind { KERN_CPU, KERN_CUDA };
+struct kern_device {
+    enum kern_device_kind kind;
+    int index; /* CUDA device ordinal; 0 for cpu */
+};
+
+/* Parses "cpu", "cuda" or "cuda:N" and checks the device can be used: the
+ * CUDA backend must be compiled in and device N must exist. */
+int kern_device_parse(const char *name, struct kern_device *out, struct kern_err *err);
+
+/* 1 when this build contains the CUDA backend. */
+int kern_cuda_built(void);
+
+/* One parameter tensor of a stage, in the order of the flat buffers. */
+struct kern_tensor {
+    char name[32];  /* "wte", "wpe", "h3.qkvw", "lnfw", "head", ... */
+    size_t offset;  /* floats from the start of the flat parameter buffer */
+    size_t count;   /* floats */
+    int rows, cols; /* shape; cols == 1 for vectors */
+    int decay;      /* 1 when AdamW weight decay applies */
+};
+
+struct kern_stage;
+
+/* Validates the model and spec, allocates parameters (initialised from
+ * spec->seed: block i gets the same values whatever stage holds it),
+ * gradients (zeroed), AdamW state (zeroed) and activation memory for
+ * spec->in_flight micro-batches. The caller frees *out with kern_stage_free. */
+int kern_stage_new(const struct kern_device *dev, const struct kern_model *model,
+                   const struct kern_stage_spec *spec, struct kern_stage **out,
+                   struct kern_err *err);
+void kern_stage_free(struct kern_stage *st);
+
+const struct kern_model *kern_stage_model(const struct kern_stage *st);
+const struct kern_stage_spec *kern_stage_spec(const struct kern_stage *st);
+size_t kern_stage_param_count(const struct kern_stage *st);  /* floats */
+int kern_stage_tensor_count(const struct kern_stage *st);
+const struct kern_tensor *kern_stage_tensor(const struct kern_stage *st, int i);
+uint64_t kern_stage_step(const struct kern_stage *st); /* AdamW steps taken */
+
+/* Forward pass of micro-batch mb (any non-negative number; it occupies slot
+ * mb % in_flight until its backward). Host memory in and out:
+ *   input:   first stage: int32 token ids (B,T), each in [0,V);
+ *            otherwise float hidden state (B,T,C).
+ *   targets: last stage: int32 next-token ids (B,T) in [0,V); else NULL.
+ *   output:  last stage: one float, the mean cross-entropy over B*T tokens;
+ *            otherwise float hidden state (B,T,C).
+ * Fails, changing nothing, when the slot still holds another micro-batch or
+ * a token id is out of range. */
+int kern_stage_forward(struct kern_stage *st, int mb, const void *input,
+                       const int32_t *targets, float *output, struct kern_err *err);
+
+/* Backward pass of micro-batch mb, whose forward must be the latest in its
+ * slot. Weight gradients are accumulated (+=) into the gradient buffer.
+ *   grad_output: last stage: one float, d(objective)/d(loss), e.g. 1/M for
+ *                the mean over M micro-batches; otherwise float (B,T,C).
+ *   grad_input:  first stage: NULL; otherwise float (B,T,C), overwritten.
+ * Frees the slot. */
+int kern_stage_backward(struct kern_stage *st, int mb, const float *grad_output,
+                        float *grad_input, struct kern_err *err);
+
+/* Forgets every micro-batch in flight (an aborted step). */
+void kern_stage_drop_in_flight(struct kern_stage *st);
+
+int kern_stage_zero_grad(struct kern_stage *st, struct kern_err *err);
+
+/* Sum of squared gradients of this stage, accumulated in double. */
+int kern_stage_grad_norm2(struct kern_stage *st, double *out, struct kern_err *err);
+
+/* One AdamW step on every parameter; increments the step count. */
+int kern_stage_adamw(struct kern_stage *st, const struct kern_adamw *h, struct kern_err *err);
+
+/* The flat fp32 gradient buffer (kern_stage_param_count floats) for an
+ * all-reduce: host memory on cpu, device memory on cuda (*on_device = 1).
+ * Owned by the stage; valid until kern_stage_free. */
+float *kern_stage_grad_buffer(struct kern_stage *st, int *on_device);
+
+/* Host copies of the flat buffers, kern_stage_param_count floats each. */
+enum kern_buffer { KERN_PARAMS, KERN_GRADS, KERN_ADAM_M, KERN_ADAM_V };
+int kern_stage_read(struct kern_stage *st, enum kern_buffer which, float *dst,
+                    struct kern_err *err);
+int kern_stage_write(struct kern_stage *st, enum kern_buffer which, const float *src,
+                     struct kern_err *err);
+
+/* Stage files: magic "SHOALSTG", version, model, layer range, AdamW step,
+ * parameters and both AdamW moments, and a checksum. Load checks that the
+ * file belongs to the same model and layer range and is whole before it
+ * changes anything. */
+#define KERN_STAGE_FILE_VERSION 1
+int kern_stage_save(struct kern_stage *st, FILE *f, struct kern_err *err);
+int kern_stage_load(struct kern_stage *st, FILE *f, struct kern_err *err);
+
+/* FLOPs of one forward+backward of a micro-batch on this stage (matrix
+ * products, 3x the forward's), for throughput and MFU reports. */
+double kern_stage_flops(const struct kern_stage *st);
+
+#endif

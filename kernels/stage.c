@@ -1,0 +1,265 @@
+/* stage.c - the backend-neutral half of a stage: validation, device choice,
+ * micro-batch slots, and the calls into the backend's operations table. */
+#include "stage.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+int kern_cuda_built(void)
+{
+    return kern_cuda_ops != NULL;
+}
+
+int kern_device_parse(const char *name, struct kern_device *out, struct kern_err *err)
+{
+    if (!name || strcmp(name, "cpu") == 0) {
+        out->kind = KERN_CPU;
+        out->index = 0;
+        return 0;
+    }
+    if (strncmp(name, "cuda", 4) != 0 || (name[4] != '\0' && name[4] != ':'))
+        return kern_fail(err, "unknown device '%s': use cpu, cuda or cuda:N", name);
+    long index = 0;
+    if (name[4] == ':') {
+        char *end;
+        errno = 0;
+        index = strtol(name + 5, &end, 10);
+        if (errno || end == name + 5 || *end || index < 0 || index > 255)
+            return kern_fail(err, "bad device '%s': N in cuda:N must be 0..255", name);
+    }
+    if (!kern_cuda_built())
+        return kern_fail(err, "device '%s': this build has no CUDA backend "
+                         "(rebuild where nvcc is installed, or use --device cpu)", name);
+    struct kern_err cerr = {{0}};
+    int count = kern_cuda_device_count(&cerr);
+    if (count <= 0)
+        return kern_fail(err, "device '%s': no CUDA device is usable: %s", name, cerr.msg);
+    if (index >= count)
+        return kern_fail(err, "device '%s': only %d CUDA device(s) present", name, count);
+    out->kind = KERN_CUDA;
+    out->index = (int)index;
+    return 0;
+}
+
+static int check_model(const struct kern_model *m, struct kern_err *err)
+{
+    if (m->vocab < 1 || m->context < 1 || m->d_model < 1 || m->heads < 1 || m->layers < 1)
+        return kern_fail(err, "model: vocab, context, d_model, heads and layers must be >= 1");
+    if (m->d_model % m->heads)
+        return kern_fail(err, "model: d_model %d is not a multiple of heads %d",
+                         m->d_model, m->heads);
+    /* Keeps every (rows x cols) of one tensor and every index within int. */
+    if ((int64_t)m->vocab * m->d_model > INT_MAX / 4 ||
+        (int64_t)m->context * m->d_model > INT_MAX / 4 || m->d_model > 65536)
+        return kern_fail(err, "model: vocab/context x d_model too large");
+    return 0;
+}
+
+static int check_spec(const struct kern_model *m, const struct kern_stage_spec *s,
+                      struct kern_err *err)
+{
+    if (s->layer_start < 0 || s->layer_end < s->layer_start || s->layer_end > m->layers)
+        return kern_fail(err, "stage: layer range [%d,%d) is not inside [0,%d)",
+                         s->layer_start, s->layer_end, m->layers);
+    if (!!s->first != (s->layer_start == 0))
+        return kern_fail(err, "stage: the first stage, and only it, starts at layer 0");
+    if (!!s->last != (s->layer_end == m->layers))
+        return kern_fail(err, "stage: the last stage, and only it, ends at layer %d",
+                         m->layers);
+    if (s->micro_batch < 1 || s->seq_len < 1 || s->seq_len > m->context)
+        return kern_fail(err, "stage: micro_batch must be >= 1 and seq_len in [1,%d]",
+                         m->context);
+    if (s->in_flight < 1 || s->in_flight > 4096)
+        return kern_fail(err, "stage: in_flight must be in [1,4096]");
+    int64_t bt = (int64_t)s->micro_batch * s->seq_len;
+    int64_t widest = m->vocab > 4 * m->d_model ? m->vocab : 4 * m->d_model;
+    if (bt > INT_MAX / 4 || bt * widest > INT_MAX ||
+        (int64_t)s->micro_batch * m->heads * s->seq_len * s->seq_len > INT_MAX)
+        return kern_fail(err, "stage: micro-batch of %d x %d tokens is too large",
+                         s->micro_batch, s->seq_len);
+    return 0;
+}
+
+int kern_stage_new(const struct kern_device *dev, const struct kern_model *model,
+                   const struct kern_stage_spec *spec, struct kern_stage **out,
+                   struct kern_err *err)
+{
+    struct kern_stage *st = NULL;
+    float *params = NULL;
+    int rc = -1;
+
+    *out = NULL;
+    if (check_model(model, err) || check_spec(model, spec, err))
+        goto out;
+    if (dev->kind == KERN_CUDA && !kern_cuda_ops) {
+        kern_fail(err, "this build has no CUDA backend");
+        goto out;
+    }
+    st = calloc(1, sizeof *st);
+    if (!st) {
+        kern_fail(err, "out of memory");
+        goto out;
+    }
+    st->model = *model;
+    st->spec = *spec;
+    st->device = *dev;
+    st->ops = dev->kind == KERN_CUDA ? kern_cuda_ops : &kern_cpu_ops;
+    st->slot_mb = malloc((size_t)spec->in_flight * sizeof *st->slot_mb);
+    if (!st->slot_mb) {
+        kern_fail(err, "out of memory");
+        goto out;
+    }
+    for (int i = 0; i < spec->in_flight; i++)
+        st->slot_mb[i] = -1;
+    if (kern_layout_build(st, err))
+        goto out;
+    params = malloc(st->n_params * sizeof *params);
+    if (!params) {
+        kern_fail(err, "out of memory for %zu parameters", st->n_params);
+        goto out;
+    }
+    kern_layout_init_params(st, params);
+    if (st->ops->init(st, params, err))
+        goto out;
+    *out = st;
+    st = NULL;
+    rc = 0;
+out:
+    free(params);
+    kern_stage_free(st);
+    return rc;
+}
+
+void kern_stage_free(struct kern_stage *st)
+{
+    if (!st)
+        return;
+    if (st->impl)
+        st->ops->release(st);
+    free(st->tensors);
+    free(st->slot_mb);
+    free(st);
+}
+
+const struct kern_model *kern_stage_model(const struct kern_stage *st) { return &st->model; }
+const struct kern_stage_spec *kern_stage_spec(const struct kern_stage *st) { return &st->spec; }
+size_t kern_stage_param_count(const struct kern_stage *st) { return st->n_params; }
+int kern_stage_tensor_count(const struct kern_stage *st) { return st->n_tensors; }
+uint64_t kern_stage_step(const struct kern_stage *st) { return st->step; }
+
+const struct kern_tensor *kern_stage_tensor(const struct kern_stage *st, int i)
+{
+    return i >= 0 && i < st->n_tensors ? &st->tensors[i] : NULL;
+}
+
+static int check_tokens(const int32_t *ids, size_t n, int vocab, const char *what,
+                        struct kern_err *err)
+{
+    if (!ids)
+        return kern_fail(err, "%s: missing", what);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= vocab)
+            return kern_fail(err, "%s: token %d at position %zu is outside [0,%d)",
+                             what, ids[i], i, vocab);
+    return 0;
+}
+
+int kern_stage_forward(struct kern_stage *st, int mb, const void *input,
+                       const int32_t *targets, float *output, struct kern_err *err)
+{
+    size_t bt = (size_t)st->spec.micro_batch * st->spec.seq_len;
+    if (mb < 0)
+        return kern_fail(err, "forward: micro-batch %d is negative", mb);
+    int slot = mb % st->spec.in_flight;
+    if (st->slot_mb[slot] >= 0)
+        return kern_fail(err, "forward: micro-batch %d would overwrite micro-batch %d, "
+                         "which has not run backward (%d in flight at most)",
+                         mb, st->slot_mb[slot], st->spec.in_flight);
+    if (!input || !output)
+        return kern_fail(err, "forward: input and output are required");
+    if (st->spec.first && check_tokens(input, bt, st->model.vocab, "forward input", err))
+        return -1;
+    if (st->spec.last && check_tokens(targets, bt, st->model.vocab, "forward targets", err))
+        return -1;
+    if (st->ops->forward(st, slot, input, targets, output, err))
+        return -1;
+    st->slot_mb[slot] = mb;
+    return 0;
+}
+
+int kern_stage_backward(struct kern_stage *st, int mb, const float *grad_output,
+                        float *grad_input, struct kern_err *err)
+{
+    if (mb < 0)
+        return kern_fail(err, "backward: micro-batch %d is negative", mb);
+    int slot = mb % st->spec.in_flight;
+    if (st->slot_mb[slot] != mb)
+        return kern_fail(err, "backward: micro-batch %d has no forward in flight", mb);
+    if (!grad_output || (!st->spec.first && !grad_input))
+        return kern_fail(err, "backward: grad_output%s is required",
+                         st->spec.first ? "" : " and grad_input");
+    if (st->ops->backward(st, slot, grad_output, grad_input, err))
+        return -1;
+    st->slot_mb[slot] = -1;
+    return 0;
+}
+
+void kern_stage_drop_in_flight(struct kern_stage *st)
+{
+    for (int i = 0; i < st->spec.in_flight; i++)
+        st->slot_mb[i] = -1;
+}
+
+int kern_stage_zero_grad(struct kern_stage *st, struct kern_err *err)
+{
+    return st->ops->zero_grad(st, err);
+}
+
+int kern_stage_grad_norm2(struct kern_stage *st, double *out, struct kern_err *err)
+{
+    return st->ops->grad_norm2(st, out, err);
+}
+
+int kern_stage_adamw(struct kern_stage *st, const struct kern_adamw *h, struct kern_err *err)
+{
+    if (!(h->lr >= 0) || !(h->beta1 >= 0 && h->beta1 < 1) || !(h->beta2 >= 0 && h->beta2 < 1) ||
+        !(h->eps > 0) || !(h->weight_decay >= 0) || !(h->grad_scale == h->grad_scale))
+        return kern_fail(err, "adamw: need lr >= 0, betas in [0,1), eps > 0, "
+                         "weight_decay >= 0 and a finite grad_scale");
+    if (st->ops->adamw(st, h, st->step + 1, err))
+        return -1;
+    st->step++;
+    return 0;
+}
+
+float *kern_stage_grad_buffer(struct kern_stage *st, int *on_device)
+{
+    if (on_device)
+        *on_device = st->device.kind == KERN_CUDA;
+    return st->ops->grad_buffer(st);
+}
+
+int kern_stage_read(struct kern_stage *st, enum kern_buffer which, float *dst,
+                    struct kern_err *err)
+{
+    return st->ops->read(st, which, dst, err);
+}
+
+int kern_stage_write(struct kern_stage *st, enum kern_buffer which, const float *src,
+                     struct kern_err *err)
+{
+    return st->ops->write(st, which, src, err);
+}
+
+double kern_stage_flops(const struct kern_stage *st)
+{
+    double C = st->model.d_model, T = st->spec.seq_len;
+    double blocks = st->spec.layer_end - st->spec.layer_start;
+    double matmul_params = blocks * 12.0 * C * C;
+    if (st->spec.last)
+        matmul_params += (double)st->model.vocab * C;
+    double per_token = 6.0 * matmul_params + 6.0 * blocks * C * T;
+    return per_token * st->spec.micro_batch * T;
+}

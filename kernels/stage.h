@@ -1,0 +1,89 @@
+/* stage.h - what the backends share: the stage object and the operations
+ * table each backend fills in. Not part of the public API. */
+#ifndef SHOAL_KERNELS_STAGE_H
+#define SHOAL_KERNELS_STAGE_H
+
+#include "kernels.h"
+
+#include <stdarg.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct kern_stage;
+
+struct kern_ops {
+    /* Allocates backend memory; params (host, n floats) are the initial
+     * weights. Gradients and AdamW moments start at zero. */
+    int (*init)(struct kern_stage *st, const float *params, struct kern_err *err);
+    void (*release)(struct kern_stage *st);
+    /* Slot and input already checked by stage.c. */
+    int (*forward)(struct kern_stage *st, int slot, const void *input,
+                   const int32_t *targets, float *output, struct kern_err *err);
+    int (*backward)(struct kern_stage *st, int slot, const float *grad_output,
+                    float *grad_input, struct kern_err *err);
+    int (*zero_grad)(struct kern_stage *st, struct kern_err *err);
+    int (*grad_norm2)(struct kern_stage *st, double *out, struct kern_err *err);
+    /* step is the 1-based step number used for bias correction. */
+    int (*adamw)(struct kern_stage *st, const struct kern_adamw *h, uint64_t step,
+                 struct kern_err *err);
+    float *(*grad_buffer)(struct kern_stage *st);
+    int (*read)(struct kern_stage *st, enum kern_buffer which, float *dst, struct kern_err *err);
+    int (*write)(struct kern_stage *st, enum kern_buffer which, const float *src,
+                 struct kern_err *err);
+};
+
+#define KERN_MAX_TENSORS 16 /* per block 12; embeddings 2; final LN and head 3 */
+
+/* Per-block tensor order; the index is also the init stream id. */
+enum kern_block_tensor {
+    KT_LN1W, KT_LN1B, KT_QKVW, KT_QKVB, KT_ATTPROJW, KT_ATTPROJB,
+    KT_LN2W, KT_LN2B, KT_FCW, KT_FCB, KT_FCPROJW, KT_FCPROJB, KT_BLOCK_COUNT
+};
+
+struct kern_stage {
+    struct kern_model model;
+    struct kern_stage_spec spec;
+    struct kern_device device;
+    const struct kern_ops *ops;
+    void *impl;                 /* backend state */
+
+    struct kern_tensor *tensors; /* n_tensors, flat-buffer order */
+    int n_tensors;
+    size_t n_params;            /* floats */
+    /* Offsets (floats) into the flat buffer of the pieces that exist. */
+    size_t off_wte, off_wpe;    /* first stage */
+    size_t off_block0;          /* first block held */
+    size_t block_floats;        /* floats per block */
+    size_t off_lnfw, off_lnfb, off_head; /* last stage */
+
+    int *slot_mb;               /* in_flight: micro-batch in the slot, -1 when free */
+    uint64_t step;              /* AdamW steps taken */
+};
+
+/* Offset (floats, from the start of a block) of tensor t of a block with C
+ * channels. */
+size_t kern_block_offset(int C, enum kern_block_tensor t);
+
+/* Formats into err->msg; returns -1 so callers can `return kern_fail(...)`. */
+int kern_fail(struct kern_err *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Fills params (n_params floats) with the stage's deterministic initial
+ * weights. */
+void kern_layout_init_params(const struct kern_stage *st, float *params);
+/* Builds the tensor table and offsets; -1 on allocation failure. */
+int kern_layout_build(struct kern_stage *st, struct kern_err *err);
+
+extern const struct kern_ops kern_cpu_ops;
+/* NULL when the CUDA backend is not built. */
+extern const struct kern_ops *const kern_cuda_ops;
+/* CUDA devices present (0 with an error message when none or not built). */
+int kern_cuda_device_count(struct kern_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

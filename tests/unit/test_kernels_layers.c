@@ -1,0 +1,343 @@
+/* test_kernels_layers.c - every CPU layer's backward against central finite
+ * differences of its forward, in float64 (the _f64 build of the very source
+ * the fp32 backend runs). Each check uses the objective sum(out * R) for a
+ * fixed random R, so backward is called with dout = R. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../kernels/cpu_layers.h"
+
+#define FD_H 1e-5       /* finite-difference step */
+#define FD_TOL 1e-6     /* |numeric - analytic| <= FD_TOL * (1 + |analytic|) */
+#define FD_SAMPLES 48   /* elements checked per input (all when fewer) */
+
+static uint64_t rng_state = 12345;
+
+static double rnd_normal(void)
+{
+    /* xorshift64* into Box-Muller; plenty for test data */
+    double u[2];
+    for (int i = 0; i < 2; i++) {
+        rng_state ^= rng_state >> 12;
+        rng_state ^= rng_state << 25;
+        rng_state ^= rng_state >> 27;
+        u[i] = ((double)((rng_state * 2685821657736338717ull) >> 11) + 0.5) / 9007199254740992.0;
+    }
+    return sqrt(-2 * log(u[0])) * cos(2 * M_PI * u[1]);
+}
+
+static double *rnd_array(size_t n, double scale)
+{
+    double *a = malloc(n * sizeof *a);
+    assert_non_null(a);
+    for (size_t i = 0; i < n; i++)
+        a[i] = scale * rnd_normal();
+    return a;
+}
+
+static double *zeros(size_t n)
+{
+    double *a = calloc(n, sizeof *a);
+    assert_non_null(a);
+    return a;
+}
+
+static double dot(const double *a, const double *b, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+struct fd_input {
+    const char *name;
+    double *x;    /* the input, perturbed in place */
+    double *grad; /* the analytic gradient of the objective */
+    size_t n;
+};
+
+typedef double (*objective_fn)(void *ctx);
+
+/* Compares every analytic gradient with (f(x+h) - f(x-h)) / 2h at up to
+ * FD_SAMPLES elements per input; fails on the first mismatch, naming it. */
+static void check_gradients(const char *layer, objective_fn f, void *ctx,
+                            struct fd_input *in, int n_in)
+{
+    for (int k = 0; k < n_in; k++) {
+        size_t stride = in[k].n > FD_SAMPLES ? in[k].n / FD_SAMPLES : 1;
+        for (size_t i = 0; i < in[k].n; i += stride) {
+            double keep = in[k].x[i];
+            in[k].x[i] = keep + FD_H;
+            double fp = f(ctx);
+            in[k].x[i] = keep - FD_H;
+            double fm = f(ctx);
+            in[k].x[i] = keep;
+            double num = (fp - fm) / (2 * FD_H), ana = in[k].grad[i];
+            if (fabs(num - ana) > FD_TOL * (1 + fabs(ana)))
+                fail_msg("%s: d/d %s[%zu]: finite difference %.10g, backward %.10g", layer,
+                         in[k].name, i, num, ana);
+        }
+    }
+}
+
+/* ---- encoder ---- */
+struct encoder_case {
+    int B, T, C, V;
+    int32_t *inp;
+    double *wte, *wpe, *out, *r;
+};
+
+static double encoder_objective(void *p)
+{
+    struct encoder_case *c = p;
+    kern_cpu_encoder_forward_f64(c->out, c->inp, c->wte, c->wpe, c->B, c->T, c->C);
+    return dot(c->out, c->r, (size_t)c->B * c->T * c->C);
+}
+
+static void test_encoder(void **state)
+{
+    (void)state;
+    struct encoder_case c = {.B = 2, .T = 5, .C = 6, .V = 7};
+    size_t BT = (size_t)c.B * c.T, BTC = BT * c.C;
+    int32_t ids[10] = {1, 3, 3, 0, 6, 2, 3, 5, 1, 1}; /* repeats: gradients add up */
+    c.inp = ids;
+    c.wte = rnd_array((size_t)c.V * c.C, 1);
+    c.wpe = rnd_array((size_t)c.T * c.C, 1);
+    c.out = zeros(BTC);
+    c.r = rnd_array(BTC, 1);
+    double *dwte = zeros((size_t)c.V * c.C), *dwpe = zeros((size_t)c.T * c.C);
+    kern_cpu_encoder_backward_f64(dwte, dwpe, c.r, c.inp, c.B, c.T, c.C);
+    struct fd_input in[] = {{"wte", c.wte, dwte, (size_t)c.V * c.C},
+                            {"wpe", c.wpe, dwpe, (size_t)c.T * c.C}};
+    check_gradients("encoder", encoder_objective, &c, in, 2);
+    free(c.wte), free(c.wpe), free(c.out), free(c.r), free(dwte), free(dwpe);
+}
+
+/* ---- layernorm ---- */
+struct layernorm_case {
+    int N, C;
+    double *inp, *w, *b, *out, *mean, *rstd, *r;
+};
+
+static double layernorm_objective(void *p)
+{
+    struct layernorm_case *c = p;
+    kern_cpu_layernorm_forward_f64(c->out, c->mean, c->rstd, c->inp, c->w, c->b, c->N, c->C);
+    return dot(c->out, c->r, (size_t)c->N * c->C);
+}
+
+static void test_layernorm(void **state)
+{
+    (void)state;
+    struct layernorm_case c = {.N = 6, .C = 9};
+    size_t NC = (size_t)c.N * c.C;
+    c.inp = rnd_array(NC, 2);
+    c.w = rnd_array((size_t)c.C, 1);
+    c.b = rnd_array((size_t)c.C, 1);
+    c.out = zeros(NC), c.mean = zeros((size_t)c.N), c.rstd = zeros((size_t)c.N);
+    c.r = rnd_array(NC, 1);
+    double *dinp = zeros(NC), *dw = zeros((size_t)c.C), *db = zeros((size_t)c.C);
+    layernorm_objective(&c);
+    kern_cpu_layernorm_backward_f64(dinp, dw, db, c.r, c.inp, c.w, c.mean, c.rstd, c.N, c.C);
+    struct fd_input in[] = {{"inp", c.inp, dinp, NC},
+                            {"weight", c.w, dw, (size_t)c.C},
+                            {"bias", c.b, db, (size_t)c.C}};
+    check_gradients("layernorm", layernorm_objective, &c, in, 3);
+    free(c.inp), free(c.w), free(c.b), free(c.out), free(c.mean), free(c.rstd), free(c.r);
+    free(dinp), free(dw), free(db);
+}
+
+/* ---- matmul ---- */
+struct matmul_case {
+    int N, IC, OC;
+    double *inp, *w, *b, *out, *r;
+};
+
+static double matmul_objective(void *p)
+{
+    struct matmul_case *c = p;
+    kern_cpu_matmul_forward_f64(c->out, c->inp, c->w, c->b, c->N, c->IC, c->OC);
+    return dot(c->out, c->r, (size_t)c->N * c->OC);
+}
+
+static void test_matmul(void **state)
+{
+    (void)state;
+    struct matmul_case c = {.N = 7, .IC = 5, .OC = 6};
+    c.inp = rnd_array((size_t)c.N * c.IC, 1);
+    c.w = rnd_array((size_t)c.OC * c.IC, 1);
+    c.b = rnd_array((size_t)c.OC, 1);
+    c.out = zeros((size_t)c.N * c.OC);
+    c.r = rnd_array((size_t)c.N * c.OC, 1);
+    double *dinp = zeros((size_t)c.N * c.IC), *dw = zeros((size_t)c.OC * c.IC);
+    double *db = zeros((size_t)c.OC);
+    kern_cpu_matmul_backward_f64(dinp, dw, db, c.r, c.inp, c.w, c.N, c.IC, c.OC);
+    struct fd_input in[] = {{"inp", c.inp, dinp, (size_t)c.N * c.IC},
+                            {"weight", c.w, dw, (size_t)c.OC * c.IC},
+                            {"bias", c.b, db, (size_t)c.OC}};
+    check_gradients("matmul", matmul_objective, &c, in, 3);
+
+    /* no bias, and backward without dinp (the head of the last stage) */
+    double *dw2 = zeros((size_t)c.OC * c.IC);
+    c.b = NULL;
+    kern_cpu_matmul_backward_f64(NULL, dw2, NULL, c.r, c.inp, c.w, c.N, c.IC, c.OC);
+    struct fd_input in2[] = {{"weight", c.w, dw2, (size_t)c.OC * c.IC}};
+    check_gradients("matmul without bias", matmul_objective, &c, in2, 1);
+    free(in[2].x);
+    free(c.inp), free(c.w), free(c.out), free(c.r), free(dinp), free(dw), free(db), free(dw2);
+}
+
+/* ---- attention ---- */
+struct attention_case {
+    int B, T, C, NH;
+    double *qkv, *out, *att, *r;
+};
+
+static double attention_objective(void *p)
+{
+    struct attention_case *c = p;
+    kern_cpu_attention_forward_f64(c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH);
+    return dot(c->out, c->r, (size_t)c->B * c->T * c->C);
+}
+
+static void test_attention(void **state)
+{
+    (void)state;
+    struct attention_case c = {.B = 2, .T = 5, .C = 8, .NH = 2};
+    size_t BTC = (size_t)c.B * c.T * c.C, att_n = (size_t)c.B * c.NH * c.T * c.T;
+    c.qkv = rnd_array(3 * BTC, 1);
+    c.out = zeros(BTC), c.att = zeros(att_n);
+    c.r = rnd_array(BTC, 1);
+    double *dqkv = zeros(3 * BTC), *datt = zeros(att_n);
+    attention_objective(&c);
+    /* causal: every row of att sums to 1 and is zero above the diagonal */
+    for (int bh = 0; bh < c.B * c.NH; bh++)
+        for (int t = 0; t < c.T; t++) {
+            const double *row = c.att + ((size_t)bh * c.T + t) * c.T;
+            double sum = 0;
+            for (int s = 0; s < c.T; s++) {
+                sum += row[s];
+                if (s > t)
+                    assert_true(row[s] == 0.0);
+            }
+            assert_true(fabs(sum - 1) < 1e-12);
+        }
+    kern_cpu_attention_backward_f64(dqkv, datt, c.r, c.qkv, c.att, c.B, c.T, c.C, c.NH);
+    struct fd_input in[] = {{"qkv", c.qkv, dqkv, 3 * BTC}};
+    check_gradients("attention", attention_objective, &c, in, 1);
+    free(c.qkv), free(c.out), free(c.att), free(c.r), free(dqkv), free(datt);
+}
+
+/* ---- gelu ---- */
+struct gelu_case {
+    size_t n;
+    double *inp, *out, *r;
+};
+
+static double gelu_objective(void *p)
+{
+    struct gelu_case *c = p;
+    kern_cpu_gelu_forward_f64(c->out, c->inp, c->n);
+    return dot(c->out, c->r, c->n);
+}
+
+static void test_gelu(void **state)
+{
+    (void)state;
+    struct gelu_case c = {.n = 40};
+    c.inp = rnd_array(c.n, 3);
+    c.out = zeros(c.n);
+    c.r = rnd_array(c.n, 1);
+    double *dinp = zeros(c.n);
+    kern_cpu_gelu_backward_f64(dinp, c.inp, c.r, c.n);
+    struct fd_input in[] = {{"inp", c.inp, dinp, c.n}};
+    check_gradients("gelu", gelu_objective, &c, in, 1);
+    /* known values: gelu(0) = 0, gelu(x) -> x for large x, -> 0 for very negative x */
+    double x[3] = {0, 10, -10}, y[3];
+    kern_cpu_gelu_forward_f64(y, x, 3);
+    assert_true(y[0] == 0.0 && fabs(y[1] - 10) < 1e-9 && fabs(y[2]) < 1e-9);
+    free(c.inp), free(c.out), free(c.r), free(dinp);
+}
+
+/* ---- cross-entropy ---- */
+struct crossentropy_case {
+    int N, V;
+    double dloss;
+    int32_t *targets;
+    double *logits, *probs, *losses;
+};
+
+static double crossentropy_objective(void *p)
+{
+    struct crossentropy_case *c = p;
+    kern_cpu_crossentropy_forward_f64(c->losses, c->probs, c->logits, c->targets, c->N, c->V);
+    double s = 0;
+    for (int i = 0; i < c->N; i++)
+        s += c->losses[i];
+    return c->dloss * s;
+}
+
+static void test_crossentropy(void **state)
+{
+    (void)state;
+    int32_t targets[6] = {0, 4, 4, 2, 1, 3};
+    struct crossentropy_case c = {.N = 6, .V = 5, .dloss = 0.37, .targets = targets};
+    size_t NV = (size_t)c.N * c.V;
+    c.logits = rnd_array(NV, 3);
+    c.probs = zeros(NV), c.losses = zeros((size_t)c.N);
+    double *dlogits = zeros(NV);
+    crossentropy_objective(&c);
+    /* loss is -log p(target) */
+    for (int n = 0; n < c.N; n++)
+        assert_true(fabs(c.losses[n] + log(c.probs[(size_t)n * c.V + targets[n]])) < 1e-12);
+    kern_cpu_crossentropy_backward_f64(dlogits, c.probs, c.targets, c.dloss, c.N, c.V);
+    struct fd_input in[] = {{"logits", c.logits, dlogits, NV}};
+    check_gradients("crossentropy", crossentropy_objective, &c, in, 1);
+    /* huge logits stay finite: the max is subtracted first */
+    c.logits[0] = 1e4;
+    crossentropy_objective(&c);
+    assert_true(isfinite(c.losses[0]) && c.losses[0] < 1e-6 + (targets[0] == 0 ? 0 : 1e5));
+    free(c.logits), free(c.probs), free(c.losses), free(dlogits);
+}
+
+/* The float build runs the same code: it agrees with double to float precision. */
+static void test_float_matches_double(void **state)
+{
+    (void)state;
+    int B = 2, T = 6, C = 8, NH = 2;
+    size_t BTC = (size_t)B * T * C, att_n = (size_t)B * NH * T * T;
+    double *qkv = rnd_array(3 * BTC, 1), *out = zeros(BTC), *att = zeros(att_n);
+    float *qkvf = malloc(3 * BTC * sizeof *qkvf), *outf = malloc(BTC * sizeof *outf);
+    float *attf = malloc(att_n * sizeof *attf);
+    assert_non_null(qkvf), assert_non_null(outf), assert_non_null(attf);
+    for (size_t i = 0; i < 3 * BTC; i++)
+        qkvf[i] = (float)qkv[i];
+    kern_cpu_attention_forward_f64(out, att, qkv, B, T, C, NH);
+    kern_cpu_attention_forward_f32(outf, attf, qkvf, B, T, C, NH);
+    for (size_t i = 0; i < BTC; i++)
+        assert_true(fabs(outf[i] - out[i]) < 1e-5 * (1 + fabs(out[i])));
+    free(qkv), free(out), free(att), free(qkvf), free(outf), free(attf);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_encoder),
+        cmocka_unit_test(test_layernorm),
+        cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_gelu),
+        cmocka_unit_test(test_crossentropy),
+        cmocka_unit_test(test_float_matches_double),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
