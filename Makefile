@@ -62,7 +62,7 @@ DEB_PACKAGES := build-essential pkg-config libmicrohttpd-dev libjansson-dev \
                 libcurl4-openssl-dev libpq-dev libssl-dev libcmocka-dev \
                 postgresql curl jq procps bc libopenblas-openmp-dev
 
-.PHONY: all deps test demo bench-sched clean
+.PHONY: all deps test test-gpu demo bench-sched bench-kernels clean
 all: $(BINDIR)/shoal-server $(BINDIR)/shoal-sched
 
 $(BINDIR)/shoal-server: $(BUILD)/server/main.o $(SERVER_OBJ) $(COMMON_OBJ)
@@ -96,13 +96,38 @@ $(BUILD)/tests/%: tests/unit/%.c $(SERVER_OBJ) $(COMMON_OBJ) $(KERNELS_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS) $(KERNELS_LIBS) -lcmocka
 
+# Kernel tools: the GPU test and the benchmark, linked with the CUDA backend
+# where it is built.
+KERNEL_TOOLS := $(BUILD)/tests/gpu/test_kernels_gpu $(BUILD)/bench/bench_kernels
+
+$(BUILD)/tests/gpu/test_kernels_gpu: tests/gpu/test_kernels_gpu.c $(KERNELS_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(KERNELS_LIBS)
+
+$(BUILD)/bench/bench_kernels: tests/bench/bench_kernels.c $(KERNELS_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(KERNELS_LIBS)
+
 deps:
 	@sh deploy/deps.sh $(DEB_PACKAGES)
 
 # Tests always run the sanitizer build, so CI and a developer see the same thing.
+# The release kernel tools are built too, so CI compiles the CUDA backend.
 test: deps
 	@$(MAKE) --no-print-directory SAN=1 build/san/bin/shoal-server build/san/bin/shoal-sched $(UNIT_SRC:tests/unit/%.c=build/san/tests/%)
+	@$(MAKE) --no-print-directory build/rel/tests/gpu/test_kernels_gpu build/rel/bench/bench_kernels
 	@sh tests/run.sh build/san
+
+# On a GPU machine: the CUDA backend against the CPU oracle (exit 77: no device).
+test-gpu: deps
+	@$(MAKE) --no-print-directory build/rel/tests/gpu/test_kernels_gpu
+	build/rel/tests/gpu/test_kernels_gpu
+
+# BENCH_ARGS="--only xl-mid-b2 --steps 20" narrows it; PyTorch runs the same configs.
+bench-kernels: deps
+	@$(MAKE) --no-print-directory build/rel/bench/bench_kernels
+	build/rel/bench/bench_kernels $(BENCH_ARGS)
+	python3 tests/bench/bench_kernels_torch.py $(BENCH_ARGS)
 
 # Benchmarks print a table and JSON lines; they are not tests.
 bench-sched: all

@@ -1,0 +1,84 @@
+/* cuda_common.cuh - what every file of the CUDA backend shares: the headers,
+ * the bf16 type, launch sizes, and the macros that turn a failed CUDA or
+ * cuBLAS call into a sentence in err->msg.
+ *
+ * The KCU_TRY macros jump to the function's `out:` label on failure. A
+ * function that uses them has a `struct kern_err *err` in scope, starts with
+ * `int rc = -1;`, declares every initialised variable before its first TRY
+ * (C++ forbids a goto that skips an initialisation) and ends with
+ * `rc = 0; out: ... return rc;`. */
+#ifndef SHOAL_KERNELS_CUDA_COMMON_CUH
+#define SHOAL_KERNELS_CUDA_COMMON_CUH
+
+#include "stage.h"
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+typedef __nv_bfloat16 bf16;
+
+/* A CUDA runtime call; the error string comes first so that a long call text
+ * is what the 256-byte message loses. */
+#define KCU_TRY(call)                                                               \
+    do {                                                                            \
+        cudaError_t kcu_e_ = (call);                                                \
+        if (kcu_e_ != cudaSuccess) {                                                \
+            kern_fail(err, "CUDA: %s (%s at %s:%d)", cudaGetErrorString(kcu_e_),     \
+                      #call, __FILE__, __LINE__);                                   \
+            goto out;                                                               \
+        }                                                                           \
+    } while (0)
+
+/* A cuBLAS call: status number and name. */
+#define KCU_TRY_BLAS(call)                                                          \
+    do {                                                                            \
+        cublasStatus_t kcu_s_ = (call);                                             \
+        if (kcu_s_ != CUBLAS_STATUS_SUCCESS) {                                      \
+            kern_fail(err, "cuBLAS: status %d %s: %s (%s at %s:%d)", (int)kcu_s_,    \
+                      cublasGetStatusName(kcu_s_), cublasGetStatusString(kcu_s_),   \
+                      #call, __FILE__, __LINE__);                                   \
+            goto out;                                                               \
+        }                                                                           \
+    } while (0)
+
+/* Right after a kernel launch: a bad configuration shows up here, a fault
+ * inside the kernel at the next synchronisation. */
+#define KCU_TRY_LAUNCH(kernel_name)                                                 \
+    do {                                                                            \
+        cudaError_t kcu_e_ = cudaGetLastError();                                    \
+        if (kcu_e_ != cudaSuccess) {                                                \
+            kern_fail(err, "CUDA: %s (launching %s at %s:%d)",                      \
+                      cudaGetErrorString(kcu_e_), kernel_name, __FILE__, __LINE__); \
+            goto out;                                                               \
+        }                                                                           \
+    } while (0)
+
+/* One of our own functions that returns 0 or -1 and has already filled err. */
+#define KCU_TRY_OK(expr)                                                            \
+    do {                                                                            \
+        if ((expr) != 0)                                                            \
+            goto out;                                                               \
+    } while (0)
+
+#define KCU_THREADS 256           /* threads per block of element-wise kernels */
+#define KCU_MAX_BLOCKS (1u << 16) /* grid-stride loops cover the rest */
+
+/* Blocks for n elements, one per thread, at least 1. */
+static inline unsigned kcu_blocks(size_t n, unsigned threads)
+{
+    size_t b = (n + threads - 1) / threads;
+    if (b > KCU_MAX_BLOCKS)
+        b = KCU_MAX_BLOCKS;
+    return b ? (unsigned)b : 1u;
+}
+
+/* Threads for a kernel that gives one block to each row of `width` elements:
+ * whole warps, at most cap (a multiple of 32, <= 1024). */
+static inline unsigned kcu_row_threads(size_t width, unsigned cap)
+{
+    size_t t = (width + 31) / 32 * 32;
+    return t > cap ? cap : (t ? (unsigned)t : 32u);
+}
+
+#endif

@@ -1,0 +1,755 @@
+/* cuda_layers.cu - the CUDA layers, in the order of cpu_layers_impl.inc; each
+ * kernel says which lines of the CPU layer it computes. Shapes and precision
+ * are in cuda_layers.cuh. Row kernels give one block to each row and reduce
+ * with warp shuffles; reductions over rows (weight and bias gradients) run in
+ * two fixed-order passes, so results do not depend on scheduling, except the
+ * token-embedding gradient, which uses atomic adds. */
+#include "cuda_layers.cuh"
+
+#include <math.h>
+
+#define KCU_ROW_THREADS 256 /* most threads per row block of layernorm and softmax */
+#define KCU_CE_THREADS 1024 /* most threads per row block of the cross-entropy (rows of V) */
+
+/* Grid-stride loop over [0, n) with a size_t index. */
+#define KCU_FOR(i, n)                                                                   \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);             \
+         i += (size_t)gridDim.x * blockDim.x)
+
+/* ---- reductions (blockDim.x a multiple of 32) ---- */
+
+__device__ static float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ static float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ static double warp_sum_d(double v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Sum of v over the block, returned to every thread. */
+__device__ static float block_sum(float v)
+{
+    __shared__ float part[32]; /* one per warp */
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    v = warp_sum(v);
+    __syncthreads(); /* a previous call may still be reading part */
+    if (lane == 0)
+        part[warp] = v;
+    __syncthreads();
+    return warp_sum(lane < warps ? part[lane] : 0.0f);
+}
+
+__device__ static float block_max(float v)
+{
+    __shared__ float part[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0)
+        part[warp] = v;
+    __syncthreads();
+    return warp_max(lane < warps ? part[lane] : -INFINITY);
+}
+
+__device__ static double block_sum_d(double v)
+{
+    __shared__ double part[32];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    v = warp_sum_d(v);
+    __syncthreads();
+    if (lane == 0)
+        part[warp] = v;
+    __syncthreads();
+    return warp_sum_d(lane < warps ? part[lane] : 0.0);
+}
+
+/* ---- column sums: dst (width) += sums over rows, in two passes ---- */
+
+/* partial (chunks, OC): row c = sum of a (N,OC) over rows [c*R, c*R+R). */
+__global__ static void colsum_partial_kernel(float *partial, const float *a, int N, int OC)
+{
+    int o = blockIdx.y * blockDim.x + threadIdx.x;
+    int n0 = blockIdx.x * KCU_COLSUM_ROWS, n1 = min(N, n0 + KCU_COLSUM_ROWS);
+    if (o >= OC)
+        return;
+    float sum = 0.0f;
+    for (int n = n0; n < n1; n++)
+        sum += a[(size_t)n * OC + o];
+    partial[(size_t)blockIdx.x * OC + o] = sum;
+}
+
+/* dst (width) += sum over c < chunks of partial[c * stride + i], c in order. */
+__global__ static void colsum_finish_kernel(float *dst, const float *partial, int chunks,
+                                            int width, int stride)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= width)
+        return;
+    float sum = 0.0f;
+    for (int c = 0; c < chunks; c++)
+        sum += partial[(size_t)c * stride + i];
+    dst[i] += sum;
+}
+
+/* ---- matrix products ---- */
+
+int kcu_gemm(const struct kcu_ctx *cx, int trans_a, int trans_b, int M, int N, int K,
+             float alpha, const bf16 *A, int lda, long long stride_a, const bf16 *B, int ldb,
+             long long stride_b, float beta, void *C, cudaDataType_t c_type, int ldc,
+             long long stride_c, int batch, struct kern_err *err)
+{
+    int rc = -1;
+    cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    /* cuBLAS is column-major, and a row-major (r,c) matrix with ld is the
+     * column-major (c,r) matrix with the same ld: its transpose. So row-major
+     * C = op(A) . op(B) is column-major C^T = op(B)^T . op(A)^T: B goes first,
+     * M and N swap, and each operand keeps its own op and ld. */
+    if (batch == 1)
+        KCU_TRY_BLAS(cublasGemmEx(cx->blas, op_b, op_a, N, M, K, &alpha, B, CUDA_R_16BF, ldb,
+                                  A, CUDA_R_16BF, lda, &beta, C, c_type, ldc,
+                                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    else
+        KCU_TRY_BLAS(cublasGemmStridedBatchedEx(
+            cx->blas, op_b, op_a, N, M, K, &alpha, B, CUDA_R_16BF, ldb, stride_b, A,
+            CUDA_R_16BF, lda, stride_a, &beta, C, c_type, ldc, stride_c, batch,
+            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    rc = 0;
+out:
+    return rc;
+}
+
+/* ---- encoder ---- */
+
+/* out (B,T,C) = wte[inp] + wpe[t] */
+__global__ static void encoder_forward_kernel(float *out, const int32_t *inp, const float *wte,
+                                              const float *wpe, int T, int C, size_t n)
+{
+    KCU_FOR(i, n) {
+        size_t bt = i / C, c = i % C;
+        out[i] = wte[(size_t)inp[bt] * C + c] + wpe[(bt % T) * C + c];
+    }
+}
+
+int kcu_encoder_forward(const struct kcu_ctx *cx, float *out, const int32_t *inp,
+                        const float *wte, const float *wpe, int B, int T, int C,
+                        struct kern_err *err)
+{
+    int rc = -1;
+    size_t n = (size_t)B * T * C;
+    encoder_forward_kernel<<<kcu_blocks(n, KCU_THREADS), KCU_THREADS, 0, cx->stream>>>(
+        out, inp, wte, wpe, T, C, n);
+    KCU_TRY_LAUNCH("encoder_forward_kernel");
+    rc = 0;
+out:
+    return rc;
+}
+
+/* dwte[inp[bt]] += dout[bt]; several positions may hit one token's row. */
+__global__ static void encoder_backward_wte_kernel(float *dwte, const float *dout,
+                                                   const int32_t *inp, int C, size_t n)
+{
+    KCU_FOR(i, n) {
+        size_t bt = i / C, c = i % C;
+        atomicAdd(&dwte[(size_t)inp[bt] * C + c], dout[i]);
+    }
+}
+
+/* dwpe[t] (T,C) += sum over b of dout[b][t]: each position owns its row. */
+__global__ static void encoder_backward_wpe_kernel(float *dwpe, const float *dout, int B, int T,
+                                                   int C)
+{
+    KCU_FOR(i, (size_t)T * C) {
+        float sum = 0.0f;
+        for (int b = 0; b < B; b++)
+            sum += dout[(size_t)b * T * C + i];
+        dwpe[i] += sum;
+    }
+}
+
+int kcu_encoder_backward(const struct kcu_ctx *cx, float *dwte, float *dwpe, const float *dout,
+                         const int32_t *inp, int B, int T, int C, struct kern_err *err)
+{
+    int rc = -1;
+    size_t n = (size_t)B * T * C;
+    encoder_backward_wte_kernel<<<kcu_blocks(n, KCU_THREADS), KCU_THREADS, 0, cx->stream>>>(
+        dwte, dout, inp, C, n);
+    KCU_TRY_LAUNCH("encoder_backward_wte_kernel");
+    encoder_backward_wpe_kernel<<<kcu_blocks((size_t)T * C, KCU_THREADS), KCU_THREADS, 0,
+                                  cx->stream>>>(dwpe, dout, B, T, C);
+    KCU_TRY_LAUNCH("encoder_backward_wpe_kernel");
+    rc = 0;
+out:
+    return rc;
+}
+
+/* ---- layernorm ---- */
+
+/* One block per row n: mean, then variance around it, then out = (x - m) * s
+ * * weight + bias, as the CPU does. */
+__global__ static void layernorm_forward_kernel(bf16 *out, float *mean, float *rstd,
+                                                const float *inp, const float *weight,
+                                                const float *bias, int C)
+{
+    size_t n = blockIdx.x;
+    const float *x = inp + n * C; /* (C) */
+    bf16 *o = out + n * C;        /* (C) */
+    float m = 0.0f, v = 0.0f;
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        m += x[i];
+    m = block_sum(m) / C;
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        v += (x[i] - m) * (x[i] - m);
+    v = block_sum(v) / C;
+    float s = 1.0f / sqrtf(v + 1e-5f);
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        o[i] = __float2bfloat16((x[i] - m) * s * weight[i] + bias[i]);
+    if (threadIdx.x == 0) {
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+int kcu_layernorm_forward(const struct kcu_ctx *cx, bf16 *out, float *mean, float *rstd,
+                          const float *inp, const float *weight, const float *bias, int N,
+                          int C, struct kern_err *err)
+{
+    int rc = -1;
+    layernorm_forward_kernel<<<N, kcu_row_threads(C, KCU_ROW_THREADS), 0, cx->stream>>>(
+        out, mean, rstd, inp, weight, bias, C);
+    KCU_TRY_LAUNCH("layernorm_forward_kernel");
+    rc = 0;
+out:
+    return rc;
+}
+
+/* The CPU's first loop: one block per row, dinp (C) += ... */
+__global__ static void layernorm_backward_dinp_kernel(float *dinp, const float *dout,
+                                                      const float *inp, const float *weight,
+                                                      const float *mean, const float *rstd,
+                                                      int C)
+{
+    size_t n = blockIdx.x;
+    const float *d = dout + n * C, *x = inp + n * C; /* (C) each */
+    float *di = dinp + n * C;                         /* (C) */
+    float m = mean[n], s = rstd[n], dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        float norm = (x[i] - m) * s, dnorm = weight[i] * d[i];
+        dnorm_mean += dnorm;
+        dnorm_norm_mean += dnorm * norm;
+    }
+    dnorm_mean = block_sum(dnorm_mean) / C;
+    dnorm_norm_mean = block_sum(dnorm_norm_mean) / C;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        float norm = (x[i] - m) * s, dnorm = weight[i] * d[i];
+        di[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+    }
+}
+
+/* The CPU's second loop, first pass: partial (chunks, 2C) holds, per chunk of
+ * rows, the sums of (x - mean) * rstd * d (dweight) then of d (dbias). */
+__global__ static void layernorm_backward_colsum_kernel(float *partial, const float *dout,
+                                                        const float *inp, const float *mean,
+                                                        const float *rstd, int N, int C)
+{
+    int i = blockIdx.y * blockDim.x + threadIdx.x;
+    int n0 = blockIdx.x * KCU_COLSUM_ROWS, n1 = min(N, n0 + KCU_COLSUM_ROWS);
+    if (i >= C)
+        return;
+    float dw = 0.0f, db = 0.0f;
+    for (int n = n0; n < n1; n++) {
+        size_t at = (size_t)n * C + i;
+        dw += (inp[at] - mean[n]) * rstd[n] * dout[at];
+        db += dout[at];
+    }
+    partial[(size_t)blockIdx.x * 2 * C + i] = dw;
+    partial[(size_t)blockIdx.x * 2 * C + C + i] = db;
+}
+
+int kcu_layernorm_backward(const struct kcu_ctx *cx, float *dinp, float *dweight, float *dbias,
+                           const float *dout, const float *inp, const float *weight,
+                           const float *mean, const float *rstd, int N, int C,
+                           struct kern_err *err)
+{
+    int rc = -1;
+    int chunks = (int)kcu_colsum_chunks(N);
+    dim3 grid(chunks, (C + KCU_THREADS - 1) / KCU_THREADS);
+    unsigned finish_blocks = (C + KCU_THREADS - 1) / KCU_THREADS;
+    layernorm_backward_dinp_kernel<<<N, kcu_row_threads(C, KCU_ROW_THREADS), 0, cx->stream>>>(
+        dinp, dout, inp, weight, mean, rstd, C);
+    KCU_TRY_LAUNCH("layernorm_backward_dinp_kernel");
+    layernorm_backward_colsum_kernel<<<grid, KCU_THREADS, 0, cx->stream>>>(
+        cx->colsum, dout, inp, mean, rstd, N, C);
+    KCU_TRY_LAUNCH("layernorm_backward_colsum_kernel");
+    colsum_finish_kernel<<<finish_blocks, KCU_THREADS, 0, cx->stream>>>(dweight, cx->colsum,
+                                                                       chunks, C, 2 * C);
+    KCU_TRY_LAUNCH("colsum_finish_kernel (dweight)");
+    colsum_finish_kernel<<<finish_blocks, KCU_THREADS, 0, cx->stream>>>(dbias, cx->colsum + C,
+                                                                       chunks, C, 2 * C);
+    KCU_TRY_LAUNCH("colsum_finish_kernel (dbias)");
+    rc = 0;
+out:
+    return rc;
+}
+
+/* ---- matmul ---- */
+
+/* out (N,OC) += bias (OC) on every row */
+__global__ static void add_bias_kernel(float *out, const float *bias, int OC, size_t n)
+{
+    KCU_FOR(i, n)
+        out[i] += bias[i % OC];
+}
+
+int kcu_matmul_forward(const struct kcu_ctx *cx, float *out, const bf16 *inp,
+                       const bf16 *weight, const float *bias, int N, int IC, int OC,
+                       struct kern_err *err)
+{
+    int rc = -1;
+    size_t n = (size_t)N * OC;
+    /* out (N,OC) = inp (N,IC) . weight^T (IC,OC) */
+    KCU_TRY_OK(kcu_gemm(cx, 0, 1, N, OC, IC, 1.0f, inp, IC, 0, weight, IC, 0, 0.0f, out,
+                        CUDA_R_32F, OC, 0, 1, err));
+    if (bias) {
+        add_bias_kernel<<<kcu_blocks(n, KCU_THREADS), KCU_THREADS, 0, cx->stream>>>(out, bias,
+                                                                                  OC, n);
+        KCU_TRY_LAUNCH("add_bias_kernel");
+    }
+    rc = 0;
+out:
+    return rc;
+}
+
+int kcu_matmul_backward(const struct kcu_ctx *cx, float *dinp, float *dweight, float *dbias,
+                        const float *dout, const bf16 *dout_bf, const bf16 *inp,
+                        const bf16 *weight, int N, int IC, int OC, struct kern_err *err)
+{
+    int rc = -1;
+    int chunks = (int)kcu_colsum_chunks(N);
+    dim3 grid(chunks, (OC + KCU_THREADS - 1) / KCU_THREADS);
+    /* dinp (N,IC) = dout (N,OC) . weight (OC,IC); the CPU adds into zeros */
+    if (dinp)
+        KCU_TRY_OK(kcu_gemm(cx, 0, 0, N, IC, OC, 1.0f, dout_bf, OC, 0, weight, IC, 0, 0.0f,
+                            dinp, CUDA_R_32F, IC, 0, 1, err));
+    /* dweight (OC,IC) += dout^T (OC,N) . inp (N,IC), straight into fp32 */
+    KCU_TRY_OK(kcu_gemm(cx, 1, 0, OC, IC, N, 1.0f, dout_bf, OC, 0, inp, IC, 0, 1.0f, dweight,
+                        CUDA_R_32F, IC, 0, 1, err));
+    if (dbias) {
+        /* dbias (OC) += sum over n of dout (N,OC), from the fp32 copy */
+        colsum_partial_kernel<<<grid, KCU_THREADS, 0, cx->stream>>>(cx->colsum, dout, N, OC);
+        KCU_TRY_LAUNCH("colsum_partial_kernel");
+        colsum_finish_kernel<<<(OC + KCU_THREADS - 1) / KCU_THREADS, KCU_THREADS, 0,
+                               cx->stream>>>(dbias, cx->colsum, chunks, OC, OC);
+        KCU_TRY_LAUNCH("colsum_finish_kernel (dbias)");
+    }
+    rc = 0;
+out:
+    return rc;
+}
+
+/* ---- attention ---- */
+
+/* Offset of element i of a (B,NH,T,hs) tensor in a (B,T,ld) tensor whose row
+ * holds head h at columns [h*hs, h*hs+hs). */
+__device__ static size_t head_to_token(size_t i, int T, int NH, int hs, int ld)
+{
+    size_t d = i % hs, r = i / hs;
+    size_t t = r % T;
+    r /= T;
+    size_t h = r % NH, b = r / NH;
+    return (b * T + t) * ld + h * hs + d;
+}
+
+/* q, k, v (B,NH,T,hs) bf16 <- qkv (B,T,3C) fp32: the CPU reads them in place
+ * from qkv with ld 3C; here they are split into heads for batched products. */
+__global__ static void permute_qkv_kernel(bf16 *q, bf16 *k, bf16 *v, const float *qkv, int T,
+                                          int NH, int hs, size_t n)
+{
+    int C = NH * hs;
+    KCU_FOR(i, n) {
+        const float *src = qkv + head_to_token(i, T, NH, hs, 3 * C);
+        q[i] = __float2bfloat16(src[0]);
+        k[i] = __float2bfloat16(src[C]);
+        v[i] = __float2bfloat16(src[2 * C]);
+    }
+}
+
+/* out (B,T,C) bf16 <- y (B,NH,T,hs) bf16 */
+__global__ static void unpermute_kernel(bf16 *out, const bf16 *y, int T, int NH, int hs,
+                                        size_t n)
+{
+    KCU_FOR(i, n)
+        out[head_to_token(i, T, NH, hs, NH * hs)] = y[i];
+}
+
+/* dy (B,NH,T,hs) bf16 <- dout (B,T,C) fp32 */
+__global__ static void permute_kernel(bf16 *dy, const float *dout, int T, int NH, int hs,
+                                      size_t n)
+{
+    KCU_FOR(i, n)
+        dy[i] = __float2bfloat16(dout[head_to_token(i, T, NH, hs, NH * hs)]);
+}
+
+/* dqkv (B,T,3C) fp32 and bf16 <- dq, dk, dv (B,NH,T,hs) fp32 */
+__global__ static void unpermute_qkv_kernel(float *dqkv, bf16 *dqkv_bf, const float *dq,
+                                            const float *dk, const float *dv, int T, int NH,
+                                            int hs, size_t n)
+{
+    int C = NH * hs;
+    KCU_FOR(i, n) {
+        size_t at = head_to_token(i, T, NH, hs, 3 * C);
+        dqkv[at] = dq[i];
+        dqkv[at + C] = dk[i];
+        dqkv[at + 2 * C] = dv[i];
+        dqkv_bf[at] = __float2bfloat16(dq[i]);
+        dqkv_bf[at + C] = __float2bfloat16(dk[i]);
+        dqkv_bf[at + 2 * C] = __float2bfloat16(dv[i]);
+    }
+}
+
+/* One block per row (b,h,t) of scores (B,NH,T,T): the CPU's softmax of
+ * scale * q.k^T over s <= t, zeros above the diagonal (causal mask). */
+__global__ static void softmax_forward_kernel(bf16 *att, const float *scores, int T,
+                                              float scale)
+{
+    size_t row = blockIdx.x;
+    int t = (int)(row % T);
+    const float *z = scores + row * T; /* (T) */
+    bf16 *a = att + row * T;           /* (T) */
+    float max = -INFINITY, sum = 0.0f;
+    for (int s = threadIdx.x; s <= t; s += blockDim.x)
+        max = fmaxf(max, scale * z[s]);
+    max = block_max(max);
+    for (int s = threadIdx.x; s <= t; s += blockDim.x)
+        sum += expf(scale * z[s] - max);
+    sum = block_sum(sum);
+    for (int s = threadIdx.x; s < T; s += blockDim.x)
+        a[s] = __float2bfloat16(s <= t ? expf(scale * z[s] - max) / sum : 0.0f);
+}
+
+/* One block per row: the CPU's in-place softmax backward, and the scale of the
+ * CPU's dq, dk products, so dpre is d(q.k^T) before scaling. */
+__global__ static void softmax_backward_kernel(bf16 *dpre, const bf16 *att, const float *datt,
+                                               int T, float scale)
+{
+    size_t row = blockIdx.x;
+    int t = (int)(row % T);
+    const bf16 *a = att + row * T;  /* (T) */
+    const float *d = datt + row * T; /* (T) */
+    bf16 *dp = dpre + row * T;       /* (T) */
+    float dot = 0.0f;
+    for (int s = threadIdx.x; s <= t; s += blockDim.x)
+        dot += __bfloat162float(a[s]) * d[s];
+    dot = block_sum(dot);
+    for (int s = threadIdx.x; s < T; s += blockDim.x)
+        dp[s] = __float2bfloat16(s <= t ? scale * __bfloat162float(a[s]) * (d[s] - dot) : 0.0f);
+}
+
+int kcu_attention_forward(const struct kcu_ctx *cx, bf16 *out, bf16 *qkvr, bf16 *att,
+                          const float *qkv, float *scores, bf16 *y, int B, int T, int C,
+                          int NH, struct kern_err *err)
+{
+    int rc = -1;
+    int hs = C / NH, BH = B * NH;
+    size_t n = (size_t)B * T * C;                     /* elements of each of q, k, v */
+    bf16 *q = qkvr, *k = qkvr + n, *v = qkvr + 2 * n; /* (B,NH,T,hs) each */
+    long long s_th = (long long)T * hs, s_tt = (long long)T * T; /* batch strides */
+    float scale = 1.0f / sqrtf((float)hs);
+    unsigned blocks = kcu_blocks(n, KCU_THREADS);
+
+    permute_qkv_kernel<<<blocks, KCU_THREADS, 0, cx->stream>>>(q, k, v, qkv, T, NH, hs, n);
+    KCU_TRY_LAUNCH("permute_qkv_kernel");
+    /* scores (T,T) = q (T,hs) . k^T (hs,T), per (b,h) */
+    KCU_TRY_OK(kcu_gemm(cx, 0, 1, T, T, hs, 1.0f, q, hs, s_th, k, hs, s_th, 0.0f, scores,
+                        CUDA_R_32F, T, s_tt, BH, err));
+    softmax_forward_kernel<<<BH * T, kcu_row_threads(T, KCU_ROW_THREADS), 0, cx->stream>>>(
+        att, scores, T, scale);
+    KCU_TRY_LAUNCH("softmax_forward_kernel");
+    /* y (T,hs) = att (T,T) . v (T,hs), per (b,h) */
+    KCU_TRY_OK(kcu_gemm(cx, 0, 0, T, hs, T, 1.0f, att, T, s_tt, v, hs, s_th, 0.0f, y,
+                        CUDA_R_16BF, hs, s_th, BH, err));
+    unpermute_kernel<<<blocks, KCU_THREADS, 0, cx->stream>>>(out, y, T, NH, hs, n);
+    KCU_TRY_LAUNCH("unpermute_kernel");
+    rc = 0;
+out:
+    return rc;
+}
+
+int kcu_attention_backward(const struct kcu_ctx *cx, float *dqkv, bf16 *dqkv_bf,
+                           const float *dout, const bf16 *qkvr, const bf16 *att, float *datt,
+                           bf16 *dpre, bf16 *dy, float *dqkvr, int B, int T, int C, int NH,
+                           struct kern_err *err)
+{
+    int rc = -1;
+    int hs = C / NH, BH = B * NH;
+    size_t n = (size_t)B * T * C;
+    const bf16 *q = qkvr, *k = qkvr + n, *v = qkvr + 2 * n; /* (B,NH,T,hs) each */
+    float *dq = dqkvr, *dk = dqkvr + n, *dv = dqkvr + 2 * n; /* (B,NH,T,hs) each */
+    long long s_th = (long long)T * hs, s_tt = (long long)T * T;
+    float scale = 1.0f / sqrtf((float)hs);
+    unsigned blocks = kcu_blocks(n, KCU_THREADS);
+
+    permute_kernel<<<blocks, KCU_THREADS, 0, cx->stream>>>(dy, dout, T, NH, hs, n);
+    KCU_TRY_LAUNCH("permute_kernel");
+    /* datt (T,T) = dy (T,hs) . v^T (hs,T) */
+    KCU_TRY_OK(kcu_gemm(cx, 0, 1, T, T, hs, 1.0f, dy, hs, s_th, v, hs, s_th, 0.0f, datt,
+                        CUDA_R_32F, T, s_tt, BH, err));
+    /* dv (T,hs) = att^T (T,T) . dy (T,hs); the CPU adds into zeros */
+    KCU_TRY_OK(kcu_gemm(cx, 1, 0, T, hs, T, 1.0f, att, T, s_tt, dy, hs, s_th, 0.0f, dv,
+                        CUDA_R_32F, hs, s_th, BH, err));
+    softmax_backward_kernel<<<BH * T, kcu_row_threads(T, KCU_ROW_THREADS), 0, cx->stream>>>(
+        dpre, att, datt, T, scale);
+    KCU_TRY_LAUNCH("softmax_backward_kernel");
+    /* dq (T,hs) = dpre (T,T) . k (T,hs); dk (T,hs) = dpre^T (T,T) . q (T,hs) */
+    KCU_TRY_OK(kcu_gemm(cx, 0, 0, T, hs, T, 1.0f, dpre, T, s_tt, k, hs, s_th, 0.0f, dq,
+                        CUDA_R_32F, hs, s_th, BH, err));
+    KCU_TRY_OK(kcu_gemm(cx, 1, 0, T, hs, T, 1.0f, dpre, T, s_tt, q, hs, s_th, 0.0f, dk,
+                        CUDA_R_32F, hs, s_th, BH, err));
+    unpermute_qkv_kernel<<<blocks, KCU_THREADS, 0, cx->stream>>>(dqkv, dqkv_bf, dq, dk, dv, T,
+                                                                 NH, hs, n);
+    KCU_TRY_LAUNCH("unpermute_qkv_kernel");
+    rc = 0;
+out:
+    return rc;
+}
+
+/* ---- gelu ---- */
+
+#define KCU_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+
+__global__ static void gelu_forward_kernel(bf16 *out, const float *inp, size_t n)
+{
+    KCU_FOR(i, n) {
+        float x = inp[i];
+        float u = KCU_GELU_K * (x + 0.044715f * x * x * x);
+        out[i] = __float2bfloat16(0.5f * x * (1.0f + tanhf(u)));
+    }
+}
+
+__global__ static void gelu_backward_kernel(float *dinp, bf16 *dinp_bf, const float *inp,
+                                            const float *dout, size_t n)
+{
+    KCU_FOR(i, n) {
+        float x = inp[i];
+        float u = KCU_GELU_K * (x + 0.044715f * x * x * x);
+        float th = tanhf(u);
+        float du = KCU_GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+        float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
+        float d = grad * dout[i];
+        dinp[i] = d;
+        dinp_bf[i] = __float2bfloat16(d);
+    }
+}
+
+int kcu_gelu_forward(const struct kcu_ctx *cx, bf16 *out, const float *inp, size_t n,
+                     struct kern_err *err)
+{
+    int rc = -1;
+    gelu_forward_kernel<<<kcu_blocks(n, KCU_THREADS), KCU_THREADS, 0, cx->stream>>>(out, inp,
+                                                                                   n);
+    KCU_TRY_LAUNCH("gelu_forward_kernel");
+    rc = 0;
+out:
+    return rc;
+}
+
+int kcu_gelu_backward(const struct kcu_ctx *cx, float *dinp, bf16 *dinp_bf, const float *inp,
+                      const float *dout, size_t n, struct kern_err *err)
+{
+    int rc = -1;
+    gelu_backward_kernel<<<kcu_blocks(n, KCU_THREADS), KCU_THREADS, 0, cx->stream>>>(
+        dinp, dinp_bf, inp, dout, n);
+    KCU_TRY_LAUNCH("gelu_backward_kernel");
+    rc = 0;
+out:
+    return rc;
+}
+
+/* ---- residual ---- */
+
+__global__ static void residual_forward_kernel(float *out, const float *a, const float *b,
+                                               size_t n)
+{
+    KCU_FOR(i, n)
+        out[i] = a[i] + b[i];
+}
+
+int kcu_residual_forward(const struct kcu_ctx *cx, float *out, const float *a, const float *b,
+                         size_t n, struct kern_err *err)
+{
+    int rc = -1;
+    residual_forward_kernel<<<kcu_blocks(n, KCU_THREADS), KCU_THREADS, 0, cx->stream>>>(
+        out, a, b, n);
+    KCU_TRY_LAUNCH("residual_forward_kernel");
+    rc = 0;
+out:
+    return rc;
+}
+
+/* ---- cross-entropy ---- */
+
+/* One block per row n: probs (V) <- softmax of the logits it holds, in place;
+ * losses[n] = -(z[target] - max - log(sum)). Each thread rewrites only the
+ * elements it read, and z[target] is read before the first barrier, so the
+ * in-place update is safe. */
+__global__ static void crossentropy_forward_kernel(float *losses, float *probs,
+                                                   const int32_t *targets, int V)
+{
+    size_t n = blockIdx.x;
+    float *z = probs + n * V; /* (V) */
+    float zt = z[targets[n]], max = -INFINITY, sum = 0.0f;
+    for (int i = threadIdx.x; i < V; i += blockDim.x)
+        max = fmaxf(max, z[i]);
+    max = block_max(max);
+    for (int i = threadIdx.x; i < V; i += blockDim.x)
+        sum += expf(z[i] - max);
+    sum = block_sum(sum);
+    for (int i = threadIdx.x; i < V; i += blockDim.x)
+        z[i] = expf(z[i] - max) / sum;
+    if (threadIdx.x == 0)
+        losses[n] = -(zt - max - logf(sum));
+}
+
+/* dlogits (N,V) = (probs - onehot(target)) * dloss, one block per row. */
+__global__ static void crossentropy_backward_kernel(bf16 *dlogits, const float *probs,
+                                                    const int32_t *targets, float dloss, int V)
+{
+    size_t n = blockIdx.x;
+    const float *p = probs + n * V; /* (V) */
+    bf16 *d = dlogits + n * V;      /* (V) */
+    int target = targets[n];
+    for (int i = threadIdx.x; i < V; i += blockDim.x)
+        d[i] = __float2bfloat16((p[i] - (i == target ? 1.0f : 0.0f)) * dloss);
+}
+
+int kcu_crossentropy_forward(const struct kcu_ctx *cx, float *losses, float *probs,
+                             const int32_t *targets, int N, int V, struct kern_err *err)
+{
+    int rc = -1;
+    crossentropy_forward_kernel<<<N, kcu_row_threads(V, KCU_CE_THREADS), 0, cx->stream>>>(
+        losses, probs, targets, V);
+    KCU_TRY_LAUNCH("crossentropy_forward_kernel");
+    rc = 0;
+out:
+    return rc;
+}
+
+int kcu_crossentropy_backward(const struct kcu_ctx *cx, bf16 *dlogits, const float *probs,
+                              const int32_t *targets, float dloss, int N, int V,
+                              struct kern_err *err)
+{
+    int rc = -1;
+    crossentropy_backward_kernel<<<N, kcu_row_threads(V, KCU_CE_THREADS), 0, cx->stream>>>(
+        dlogits, probs, targets, dloss, V);
+    KCU_TRY_LAUNCH("crossentropy_backward_kernel");
+    rc = 0;
+out:
+    return rc;
+}
+
+/* ---- whole-buffer helpers: mean loss, conversion, norm, AdamW ---- */
+
+/* One block: out[0] = (sum of x (n) in double) / n. */
+__global__ static void mean_kernel(float *out, const float *x, int n)
+{
+    double sum = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x)
+        sum += x[i];
+    sum = block_sum_d(sum);
+    if (threadIdx.x == 0)
+        out[0] = (float)(sum / n);
+}
+
+int kcu_mean(const struct kcu_ctx *cx, float *out, const float *x, int n, struct kern_err *err)
+{
+    int rc = -1;
+    mean_kernel<<<1, 1024, 0, cx->stream>>>(out, x, n);
+    KCU_TRY_LAUNCH("mean_kernel");
+    rc = 0;
+out:
+    return rc;
+}
+
+__global__ static void to_bf16_kernel(bf16 *out, const float *inp, size_t n)
+{
+    KCU_FOR(i, n)
+        out[i] = __float2bfloat16(inp[i]);
+}
+
+int kcu_to_bf16(const struct kcu_ctx *cx, bf16 *out, const float *inp, size_t n,
+                struct kern_err *err)
+{
+    int rc = -1;
+    to_bf16_kernel<<<kcu_blocks(n, KCU_THREADS), KCU_THREADS, 0, cx->stream>>>(out, inp, n);
+    KCU_TRY_LAUNCH("to_bf16_kernel");
+    rc = 0;
+out:
+    return rc;
+}
+
+/* Exactly KCU_NORM_BLOCKS blocks: partial[b] = this block's sum of x^2. */
+__global__ static void sum_squares_kernel(double *partial, const float *x, size_t n)
+{
+    double sum = 0.0;
+    KCU_FOR(i, n)
+        sum += (double)x[i] * x[i];
+    sum = block_sum_d(sum);
+    if (threadIdx.x == 0)
+        partial[blockIdx.x] = sum;
+}
+
+int kcu_sum_squares(const struct kcu_ctx *cx, double *partial, const float *x, size_t n,
+                    struct kern_err *err)
+{
+    int rc = -1;
+    sum_squares_kernel<<<KCU_NORM_BLOCKS, KCU_THREADS, 0, cx->stream>>>(partial, x, n);
+    KCU_TRY_LAUNCH("sum_squares_kernel");
+    rc = 0;
+out:
+    return rc;
+}
+
+/* cpu_adamw's loop body, term for term; p_bf gets the new weight in bf16. */
+__global__ static void adamw_kernel(float *p, bf16 *p_bf, const float *g, float *m, float *v,
+                                    size_t n, float lr, float beta1, float beta2, float eps,
+                                    float grad_scale, float b1c, float b2c, float wd)
+{
+    KCU_FOR(i, n) {
+        float grad = g[i] * grad_scale;
+        float mi = beta1 * m[i] + (1.0f - beta1) * grad;
+        float vi = beta2 * v[i] + (1.0f - beta2) * grad * grad;
+        float mhat = mi / b1c, vhat = vi / b2c;
+        float pi = p[i];
+        pi -= lr * (mhat / (sqrtf(vhat) + eps) + wd * pi);
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi;
+        p_bf[i] = __float2bfloat16(pi);
+    }
+}
+
+int kcu_adamw(const struct kcu_ctx *cx, float *p, bf16 *p_bf, const float *g, float *m,
+              float *v, size_t n, const struct kern_adamw *h, float b1c, float b2c, float wd,
+              struct kern_err *err)
+{
+    int rc = -1;
+    adamw_kernel<<<kcu_blocks(n, KCU_THREADS), KCU_THREADS, 0, cx->stream>>>(
+        p, p_bf, g, m, v, n, h->lr, h->beta1, h->beta2, h->eps, h->grad_scale, b1c, b2c, wd);
+    KCU_TRY_LAUNCH("adamw_kernel");
+    rc = 0;
+out:
+    return rc;
+}

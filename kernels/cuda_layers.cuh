@@ -1,0 +1,131 @@
+/* cuda_layers.cuh - the CUDA backend's layers, one forward and one backward
+ * launcher per layer of cpu_layers.h, with the same argument meanings. Every
+ * launcher queues its work on cx->stream and returns 0, or -1 with a sentence
+ * in err when a launch or a cuBLAS call is refused; faults inside a kernel
+ * show up at the caller's next synchronisation.
+ *
+ * Precision: fp32 for the residual stream, statistics, pre-activations and
+ * every gradient a later layer reads; bf16 (`bf16`) for whatever a matrix
+ * product reads; fp32 accumulation in every kernel and product.
+ *
+ *   encoder    inp (B,T) ids, wte (V,C), wpe (T_ctx,C) fp32 -> out (B,T,C) fp32
+ *   layernorm  inp (N,C) fp32, weight (C), bias (C) -> out (N,C) bf16,
+ *              mean (N), rstd (N) fp32
+ *   matmul     inp (N,IC) bf16, weight (OC,IC) bf16, bias (OC) fp32 or NULL
+ *              -> out (N,OC) fp32
+ *   attention  qkv (B,T,3C) fp32 -> out (B,T,C) bf16; keeps q,k,v per head
+ *              (3,B,NH,T,hs) and the causal softmax att (B,NH,T,T), bf16
+ *   gelu       inp (n) fp32 -> out (n) bf16, tanh approximation
+ *   residual   a (n), b (n) fp32 -> out (n) fp32
+ *   crossentropy logits (N,V) fp32 -> probs (N,V) fp32 in place, losses (N);
+ *              backward: dlogits (N,V) bf16 = (probs - onehot) * dloss
+ *
+ * Where the CPU layer accumulates (+=) into an input gradient that every
+ * caller has just zeroed (matmul dinp, gelu dinp, attention dqkv), the
+ * launcher here overwrites it instead; where a caller relies on the
+ * accumulation (layernorm dinp, every weight gradient) it accumulates too.
+ */
+#ifndef SHOAL_KERNELS_CUDA_LAYERS_CUH
+#define SHOAL_KERNELS_CUDA_LAYERS_CUH
+
+#include "cuda_common.cuh"
+
+/* What every launcher needs: where to queue work, and column-sum scratch. */
+struct kcu_ctx {
+    cudaStream_t stream;  /* every kernel, product and copy of a stage */
+    cublasHandle_t blas;  /* bound to stream */
+    float *colsum;        /* (kcu_colsum_chunks(N), 4C) partial column sums */
+};
+
+/* Rows one block adds up in the first pass of a column sum (bias and
+ * layernorm weight gradients); a second pass adds the partial sums in a fixed
+ * order, so results do not depend on scheduling. */
+#define KCU_COLSUM_ROWS 32
+static inline size_t kcu_colsum_chunks(int N)
+{
+    return ((size_t)N + KCU_COLSUM_ROWS - 1) / KCU_COLSUM_ROWS;
+}
+
+#define KCU_NORM_BLOCKS 1024 /* partial sums of kcu_sum_squares */
+
+/* Row-major C (M,N) = alpha * op(A) (M,K) . op(B) (K,N) + beta * C, with the
+ * argument meanings of cblas_sgemm(CblasRowMajor, ...): lda, ldb, ldc are
+ * elements between rows as stored, op(X) is X^T when trans_x. batch > 1
+ * repeats it with the given strides (elements). A and B bf16, C fp32
+ * (CUDA_R_32F) or bf16 (CUDA_R_16BF), fp32 accumulation. */
+int kcu_gemm(const struct kcu_ctx *cx, int trans_a, int trans_b, int M, int N, int K,
+             float alpha, const bf16 *A, int lda, long long stride_a, const bf16 *B, int ldb,
+             long long stride_b, float beta, void *C, cudaDataType_t c_type, int ldc,
+             long long stride_c, int batch, struct kern_err *err);
+
+int kcu_encoder_forward(const struct kcu_ctx *cx, float *out, const int32_t *inp,
+                        const float *wte, const float *wpe, int B, int T, int C,
+                        struct kern_err *err);
+/* dwte, dwpe += ; dwte by atomic adds (summation order varies run to run). */
+int kcu_encoder_backward(const struct kcu_ctx *cx, float *dwte, float *dwpe, const float *dout,
+                         const int32_t *inp, int B, int T, int C, struct kern_err *err);
+
+int kcu_layernorm_forward(const struct kcu_ctx *cx, bf16 *out, float *mean, float *rstd,
+                          const float *inp, const float *weight, const float *bias, int N,
+                          int C, struct kern_err *err);
+/* dinp (N,C), dweight (C), dbias (C) all += ; dout (N,C) fp32. */
+int kcu_layernorm_backward(const struct kcu_ctx *cx, float *dinp, float *dweight, float *dbias,
+                           const float *dout, const float *inp, const float *weight,
+                           const float *mean, const float *rstd, int N, int C,
+                           struct kern_err *err);
+
+int kcu_matmul_forward(const struct kcu_ctx *cx, float *out, const bf16 *inp,
+                       const bf16 *weight, const float *bias, int N, int IC, int OC,
+                       struct kern_err *err);
+/* dinp (N,IC) = dout . weight, overwritten (NULL: skipped); dweight (OC,IC)
+ * += dout^T . inp; dbias (OC) += column sums of dout (NULL: skipped).
+ * dout is given in bf16 (dout_bf, for the products) and, when dbias is set,
+ * in fp32 (dout, for the bias sum). */
+int kcu_matmul_backward(const struct kcu_ctx *cx, float *dinp, float *dweight, float *dbias,
+                        const float *dout, const bf16 *dout_bf, const bf16 *inp,
+                        const bf16 *weight, int N, int IC, int OC, struct kern_err *err);
+
+/* qkvr (3,B,NH,T,hs) and att (B,NH,T,T) are kept for the backward; scores
+ * (B,NH,T,T) fp32 and y (B,NH,T,hs) bf16 are scratch. */
+int kcu_attention_forward(const struct kcu_ctx *cx, bf16 *out, bf16 *qkvr, bf16 *att,
+                          const float *qkv, float *scores, bf16 *y, int B, int T, int C,
+                          int NH, struct kern_err *err);
+/* dqkv (B,T,3C) overwritten in fp32 and bf16 (dqkv_bf); dout (B,T,C) fp32.
+ * Scratch: datt (B,NH,T,T) fp32, dpre (B,NH,T,T) bf16, dy (B,NH,T,hs) bf16,
+ * dqkvr (3,B,NH,T,hs) fp32. */
+int kcu_attention_backward(const struct kcu_ctx *cx, float *dqkv, bf16 *dqkv_bf,
+                           const float *dout, const bf16 *qkvr, const bf16 *att, float *datt,
+                           bf16 *dpre, bf16 *dy, float *dqkvr, int B, int T, int C, int NH,
+                           struct kern_err *err);
+
+int kcu_gelu_forward(const struct kcu_ctx *cx, bf16 *out, const float *inp, size_t n,
+                     struct kern_err *err);
+/* dinp (n) = gelu'(inp) * dout, overwritten in fp32 and bf16 (dinp_bf). */
+int kcu_gelu_backward(const struct kcu_ctx *cx, float *dinp, bf16 *dinp_bf, const float *inp,
+                      const float *dout, size_t n, struct kern_err *err);
+
+int kcu_residual_forward(const struct kcu_ctx *cx, float *out, const float *a, const float *b,
+                         size_t n, struct kern_err *err);
+
+/* probs (N,V) holds the logits on entry and the probabilities on return. */
+int kcu_crossentropy_forward(const struct kcu_ctx *cx, float *losses, float *probs,
+                             const int32_t *targets, int N, int V, struct kern_err *err);
+int kcu_crossentropy_backward(const struct kcu_ctx *cx, bf16 *dlogits, const float *probs,
+                              const int32_t *targets, float dloss, int N, int V,
+                              struct kern_err *err);
+
+/* out (1) = mean of x (n), summed in double like the CPU. */
+int kcu_mean(const struct kcu_ctx *cx, float *out, const float *x, int n, struct kern_err *err);
+/* out (n) bf16 = inp (n) fp32, rounded to nearest even. */
+int kcu_to_bf16(const struct kcu_ctx *cx, bf16 *out, const float *inp, size_t n,
+                struct kern_err *err);
+/* partial (KCU_NORM_BLOCKS) doubles whose sum is the sum of x[i]^2 over n. */
+int kcu_sum_squares(const struct kcu_ctx *cx, double *partial, const float *x, size_t n,
+                    struct kern_err *err);
+/* One AdamW step on n parameters, formula of cpu_adamw; also refreshes p_bf.
+ * b1c, b2c: bias corrections 1 - beta^step; wd: this tensor's weight decay. */
+int kcu_adamw(const struct kcu_ctx *cx, float *p, bf16 *p_bf, const float *g, float *m,
+              float *v, size_t n, const struct kern_adamw *h, float b1c, float b2c, float wd,
+              struct kern_err *err);
+
+#endif

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# test_kernels_tools.sh - the release kernel tools that `make test` builds
+# (with the CUDA backend where nvcc is): the benchmark runs a small CPU stage,
+# the GPU test checks its own harness on the CPU oracle, and both say clearly
+# what is wrong when no CUDA device can be used.
+set -u
+. "$(dirname "$0")/lib.sh"
+TOP=$(cd "$(dirname "$0")/../.." && pwd)
+BENCH="$TOP/build/rel/bench/bench_kernels"
+GPUTEST="$TOP/build/rel/tests/gpu/test_kernels_gpu"
+
+"$BENCH" --device cpu --steps 1 > "$WORK/out" 2> "$WORK/err"
+check "bench_kernels on the cpu exits 0" "$?" 0
+check "it prints one JSON line per config" "$(grep -c '^{"bench":"kernels"' "$WORK/out")" 2
+check "with positive tokens/s" \
+    "$(grep '^{' "$WORK/out" | jq -s 'all(.tokens_per_s > 0 and .device == "cpu")')" true
+
+"$BENCH" --steps 0 > "$WORK/out" 2> "$WORK/err"
+check "a bad argument exits 2" "$?" 2
+
+if command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L > /dev/null 2>&1; then
+    ok "a GPU is present: the CUDA paths run under make test-gpu, not here"
+else
+    "$BENCH" --device cuda --steps 1 > "$WORK/out" 2> "$WORK/err"
+    check "bench_kernels --device cuda without a GPU exits 3" "$?" 3
+    check "and says why" "$(grep -c -E 'no CUDA (backend|device)' "$WORK/err" "$WORK/out" | awk -F: '{s+=$NF} END {print (s > 0)}')" 1
+    "$GPUTEST" > "$WORK/out" 2> "$WORK/err"
+    check "test_kernels_gpu without a GPU exits 77 (skip)" "$?" 77
+    check "and prints the skip line" "$(grep -c '^skip - no CUDA device' "$WORK/out")" 1
+fi
+
+"$GPUTEST" --device cpu > "$WORK/out" 2> "$WORK/err"
+check "test_kernels_gpu's harness passes with the cpu oracle on both sides" "$?" 0
+check "and reports no failed check" "$(grep -c '^not ok' "$WORK/out")" 0
+
+[ "$FAILS" -eq 0 ]
