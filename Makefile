@@ -48,12 +48,14 @@ endif
 
 COMMON_SRC  := $(wildcard common/*.c)
 SERVER_SRC  := $(filter-out server/main.c,$(wildcard server/*.c))
+AGENT_SRC   := $(filter-out agent/main.c,$(wildcard agent/*.c))
 SCHED_SRC   := $(filter-out server/sched/shoal_sched.c,$(wildcard server/sched/*.c))
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 MIGRATIONS  := $(sort $(wildcard sql/*.sql))
 STATIC      := server/openapi.yaml
 
 COMMON_OBJ  := $(COMMON_SRC:%.c=$(BUILD)/%.o)
+AGENT_OBJ   := $(AGENT_SRC:%.c=$(BUILD)/%.o)
 SCHED_OBJ   := $(SCHED_SRC:%.c=$(BUILD)/%.o)
 SERVER_OBJ  := $(SERVER_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/embedded.o $(SCHED_OBJ)
 UNIT_BIN    := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
@@ -92,7 +94,7 @@ $(BUILD)/gen/embedded.c: server/embed.sh $(MIGRATIONS) $(STATIC)
 $(BUILD)/gen/embedded.o: $(BUILD)/gen/embedded.c
 	$(CC) $(CFLAGS) -Iserver -c -o $@ $<
 
-$(BUILD)/tests/%: tests/unit/%.c $(SERVER_OBJ) $(COMMON_OBJ) $(KERNELS_OBJ)
+$(BUILD)/tests/%: tests/unit/%.c $(SERVER_OBJ) $(AGENT_OBJ) $(COMMON_OBJ) $(KERNELS_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS) $(KERNELS_LIBS) -lcmocka
 

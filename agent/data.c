@@ -1,0 +1,147 @@
+/* data.c - dataset files mapped read-only, and the pure sampling function. */
+#include "data.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int bad_data(struct shoal_err *err, const char *path, const char *what)
+{
+    return err_set(err, 422, "invalid_dataset", "data.path", "dataset '%s': %s", path, what);
+}
+
+int data_open(const char *path, const char *format, int vocab, int seq_len,
+              struct data_source *out, struct shoal_err *err)
+{
+    struct stat sb;
+    int fd = -1, rc = -1;
+    void *map = MAP_FAILED;
+
+    memset(out, 0, sizeof *out);
+    if (strcmp(format, "text") == 0)
+        out->format = DATA_TEXT;
+    else if (strcmp(format, "llmc") == 0)
+        out->format = DATA_LLMC;
+    else {
+        err_set(err, 422, "invalid_field", "data.format",
+                "unknown dataset format '%s': use text or llmc", format);
+        goto out;
+    }
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &sb) != 0) {
+        bad_data(err, path, strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        bad_data(err, path, "not a regular file");
+        goto out;
+    }
+    if (sb.st_size == 0) {
+        bad_data(err, path, "the file is empty");
+        goto out;
+    }
+    map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+        bad_data(err, path, strerror(errno));
+        goto out;
+    }
+    out->map = map;
+    out->map_len = (size_t)sb.st_size;
+    if (out->format == DATA_TEXT) {
+        out->tokens = out->map;
+        out->n_tokens = out->map_len;
+        for (size_t i = 0; vocab < 256 && i < out->n_tokens; i++)
+            if (out->map[i] >= vocab) {
+                err_set(err, 422, "invalid_dataset", "data.path",
+                        "dataset '%s': byte %u at offset %zu is outside the vocabulary of %d",
+                        path, out->map[i], i, vocab);
+                goto out;
+            }
+    } else {
+        int32_t header[DATA_LLMC_HEADER_INTS];
+        if (out->map_len < sizeof header) {
+            bad_data(err, path, "shorter than an llm.c shard header (1024 bytes)");
+            goto out;
+        }
+        memcpy(header, out->map, sizeof header);
+        if (header[0] != DATA_LLMC_MAGIC || header[1] != DATA_LLMC_VERSION) {
+            bad_data(err, path, "not an llm.c token shard (magic 20240520, version 1)");
+            goto out;
+        }
+        if (header[2] < 0 || (uint64_t)header[2] * 2 != out->map_len - sizeof header) {
+            err_set(err, 422, "invalid_dataset", "data.path",
+                    "dataset '%s': the header promises %d tokens but the file holds %zu",
+                    path, header[2], (out->map_len - sizeof header) / 2);
+            goto out;
+        }
+        out->tokens = out->map + sizeof header;
+        out->n_tokens = (size_t)header[2];
+        const unsigned char *t = out->tokens;
+        for (size_t i = 0; i < out->n_tokens; i++) {
+            uint16_t tok;
+            memcpy(&tok, t + 2 * i, 2);
+            if (tok >= vocab) {
+                err_set(err, 422, "invalid_dataset", "data.path",
+                        "dataset '%s': token %u at index %zu is outside the vocabulary of %d",
+                        path, tok, i, vocab);
+                goto out;
+            }
+        }
+    }
+    if (out->n_tokens < (size_t)seq_len + 1) {
+        err_set(err, 422, "invalid_dataset", "data.path",
+                "dataset '%s': %zu tokens, fewer than one sequence of %d plus its target",
+                path, out->n_tokens, seq_len);
+        goto out;
+    }
+    rc = 0;
+out:
+    if (fd >= 0)
+        close(fd);
+    if (rc && map != MAP_FAILED)
+        munmap(map, (size_t)sb.st_size);
+    if (rc)
+        memset(out, 0, sizeof *out);
+    return rc;
+}
+
+void data_close(struct data_source *src)
+{
+    if (src->map)
+        munmap((void *)src->map, src->map_len);
+    memset(src, 0, sizeof *src);
+}
+
+static uint64_t splitmix64(uint64_t x)
+{
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static int32_t token_at(const struct data_source *src, size_t i)
+{
+    if (src->format == DATA_TEXT)
+        return ((const unsigned char *)src->tokens)[i];
+    uint16_t tok;
+    memcpy(&tok, (const unsigned char *)src->tokens + 2 * i, 2);
+    return tok;
+}
+
+void data_batch(const struct data_source *src, uint64_t seed, uint64_t step, uint64_t first,
+                int n, int T, int32_t *tokens, int32_t *targets)
+{
+    size_t starts = src->n_tokens - (size_t)T; /* valid start offsets: [0, starts) */
+    for (int s = 0; s < n; s++) {
+        uint64_t h = splitmix64(seed ^ splitmix64(step ^ splitmix64(first + (uint64_t)s)));
+        size_t start = (size_t)(h % starts);
+        for (int t = 0; t < T; t++) {
+            tokens[(size_t)s * T + t] = token_at(src, start + t);
+            targets[(size_t)s * T + t] = token_at(src, start + t + 1);
+        }
+    }
+}
