@@ -358,24 +358,30 @@ static float *cpu_buffer(struct kern_stage *st, enum kern_buffer which)
     return NULL;
 }
 
+/* Copies a whole flat buffer out of (to_host) or into the stage. */
+static int cpu_transfer(struct kern_stage *st, enum kern_buffer which, float *host,
+                        int to_host, struct kern_err *err)
+{
+    float *buf = cpu_buffer(st, which);
+    if (!buf)
+        return kern_fail(err, "unknown buffer %d", (int)which);
+    if (to_host)
+        memcpy(host, buf, st->n_params * sizeof(float));
+    else
+        memcpy(buf, host, st->n_params * sizeof(float));
+    return 0;
+}
+
 static int cpu_read(struct kern_stage *st, enum kern_buffer which, float *dst,
                     struct kern_err *err)
 {
-    float *src = cpu_buffer(st, which);
-    if (!src)
-        return kern_fail(err, "read: unknown buffer %d", (int)which);
-    memcpy(dst, src, st->n_params * sizeof(float));
-    return 0;
+    return cpu_transfer(st, which, dst, 1, err);
 }
 
 static int cpu_write(struct kern_stage *st, enum kern_buffer which, const float *src,
                      struct kern_err *err)
 {
-    float *dst = cpu_buffer(st, which);
-    if (!dst)
-        return kern_fail(err, "write: unknown buffer %d", (int)which);
-    memcpy(dst, src, st->n_params * sizeof(float));
-    return 0;
+    return cpu_transfer(st, which, (float *)src, 0, err);
 }
 
 const struct kern_ops kern_cpu_ops = {
