@@ -102,7 +102,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(SERVER_OBJ) $(AGENT_OBJ) $(COMMON_OBJ) $(KERN
 # where it is built.
 KERNEL_TOOLS := $(BUILD)/tests/gpu/test_kernels_gpu $(BUILD)/bench/bench_kernels
 
-$(BUILD)/tests/gpu/test_kernels_gpu: tests/gpu/test_kernels_gpu.c $(KERNELS_OBJ)
+$(BUILD)/tests/gpu/test_kernels_gpu: $(wildcard tests/gpu/*.c) $(KERNELS_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(KERNELS_LIBS)
 

@@ -1,6 +1,8 @@
 /* data.c - dataset files mapped read-only, and the pure sampling function. */
 #include "data.h"
 
+#include "../common/mix.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -113,14 +115,6 @@ void data_close(struct data_source *src)
     if (src->map)
         munmap((void *)src->map, src->map_len);
     memset(src, 0, sizeof *src);
-}
-
-static uint64_t splitmix64(uint64_t x)
-{
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
 }
 
 static int32_t token_at(const struct data_source *src, size_t i)

@@ -488,45 +488,42 @@ static float *kcu_buffer(struct kcu_stage *c, enum kern_buffer which)
     return NULL;
 }
 
-static int kcu_read(struct kern_stage *st, enum kern_buffer which, float *dst,
-                    struct kern_err *err)
+/* Copies a whole flat buffer out of (to_host) or into the stage; writing the
+ * parameters also refreshes their bf16 copy. */
+static int kcu_transfer(struct kern_stage *st, enum kern_buffer which, float *host,
+                        int to_host, struct kern_err *err)
 {
     int rc = -1;
     struct kcu_stage *c = (struct kcu_stage *)st->impl;
-    float *src = kcu_buffer(c, which);
-    if (!src) {
-        kern_fail(err, "read: unknown buffer %d", (int)which);
+    float *dev = kcu_buffer(c, which);
+    size_t bytes = st->n_params * sizeof(float);
+    if (!dev) {
+        kern_fail(err, "unknown buffer %d", (int)which);
         goto out;
     }
     KCU_TRY(cudaSetDevice(st->device.index));
-    KCU_TRY(cudaMemcpyAsync(dst, src, st->n_params * sizeof(float), cudaMemcpyDeviceToHost,
-                            c->cx.stream));
+    if (to_host)
+        KCU_TRY(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, c->cx.stream));
+    else
+        KCU_TRY(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, c->cx.stream));
+    if (!to_host && which == KERN_PARAMS)
+        KCU_TRY_OK(kcu_to_bf16(&c->cx, c->params_bf, c->params, st->n_params, err));
     KCU_TRY(cudaStreamSynchronize(c->cx.stream));
     rc = 0;
 out:
     return rc;
 }
 
-/* Writing the parameters also refreshes their bf16 copy. */
+static int kcu_read(struct kern_stage *st, enum kern_buffer which, float *dst,
+                    struct kern_err *err)
+{
+    return kcu_transfer(st, which, dst, 1, err);
+}
+
 static int kcu_write(struct kern_stage *st, enum kern_buffer which, const float *src,
                      struct kern_err *err)
 {
-    int rc = -1;
-    struct kcu_stage *c = (struct kcu_stage *)st->impl;
-    float *dst = kcu_buffer(c, which);
-    if (!dst) {
-        kern_fail(err, "write: unknown buffer %d", (int)which);
-        goto out;
-    }
-    KCU_TRY(cudaSetDevice(st->device.index));
-    KCU_TRY(cudaMemcpyAsync(dst, src, st->n_params * sizeof(float), cudaMemcpyHostToDevice,
-                            c->cx.stream));
-    if (which == KERN_PARAMS)
-        KCU_TRY_OK(kcu_to_bf16(&c->cx, c->params_bf, c->params, st->n_params, err));
-    KCU_TRY(cudaStreamSynchronize(c->cx.stream));
-    rc = 0;
-out:
-    return rc;
+    return kcu_transfer(st, which, (float *)src, 0, err);
 }
 
 static const struct kern_ops kcu_ops = {

@@ -8,6 +8,7 @@
 #include "matching.h"
 #include "path.h"
 #include "sched.h"
+#include "../../common/mix.h"
 
 /* A plan that does not fit in memory costs this much plus its shortfall,
  * so the search still prefers plans that are closer to fitting. */
@@ -69,10 +70,9 @@ void cost_plan(const struct sched_ctx *cx, struct sched_plan *plan);
 /* splitmix64: small, fast, and the same everywhere for a given seed. */
 static inline uint64_t rng_next(uint64_t *s)
 {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
+    uint64_t z = *s;
+    *s += 0x9e3779b97f4a7c15ULL;
+    return splitmix64(z);
 }
 
 /* Uniform integer in [0, n). */
