@@ -1,6 +1,6 @@
 # shoal - one entry point: build, deps, test, demo.
 #
-#   make            build bin/shoal-server (release: -O2 -g)
+#   make            build bin/shoal-server, bin/shoal-agent, bin/shoal-sched (release: -O2 -g)
 #   make SAN=1      build with AddressSanitizer + UBSan into build/san/bin/
 #   make deps       install the Debian packages the project needs (idempotent)
 #   make test       deps, then unit and integration tests under sanitizers
@@ -8,6 +8,7 @@
 #   make bench-sched  the scheduler against the paper's results (table + JSON lines)
 #   make test-gpu     CUDA kernels against the CPU oracle (needs a GPU)
 #   make bench-kernels  stage forward+backward speed, MFU, vs PyTorch (needs a GPU)
+#   make bench-peer   peer frames vs plain TCP, ring all-reduce, a 2x2 step's time split
 #   make CUDA=0       build without the CUDA backend even where nvcc exists
 #   make clean
 
@@ -64,12 +65,16 @@ DEB_PACKAGES := build-essential pkg-config libmicrohttpd-dev libjansson-dev \
                 libcurl4-openssl-dev libpq-dev libssl-dev libcmocka-dev \
                 postgresql curl jq procps bc libopenblas-openmp-dev
 
-.PHONY: all deps test test-gpu demo bench-sched bench-kernels clean
-all: $(BINDIR)/shoal-server $(BINDIR)/shoal-sched
+.PHONY: all deps test test-gpu demo bench-sched bench-kernels bench-peer clean
+all: $(BINDIR)/shoal-server $(BINDIR)/shoal-sched $(BINDIR)/shoal-agent
 
 $(BINDIR)/shoal-server: $(BUILD)/server/main.o $(SERVER_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BINDIR)/shoal-agent: $(BUILD)/agent/main.o $(AGENT_OBJ) $(COMMON_OBJ) $(KERNELS_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcurl $(KERNELS_LIBS)
 
 $(BINDIR)/shoal-sched: $(BUILD)/server/sched/shoal_sched.o $(BUILD)/server/jobspec.o $(SCHED_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(@D)
@@ -96,7 +101,7 @@ $(BUILD)/gen/embedded.o: $(BUILD)/gen/embedded.c
 
 $(BUILD)/tests/%: tests/unit/%.c $(SERVER_OBJ) $(AGENT_OBJ) $(COMMON_OBJ) $(KERNELS_OBJ)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS) $(KERNELS_LIBS) -lcmocka
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS) -lcurl $(KERNELS_LIBS) -lcmocka
 
 # Kernel tools: the GPU test and the benchmark, linked with the CUDA backend
 # where it is built.
@@ -105,6 +110,10 @@ KERNEL_TOOLS := $(BUILD)/tests/gpu/test_kernels_gpu $(BUILD)/bench/bench_kernels
 $(BUILD)/tests/gpu/test_kernels_gpu: $(wildcard tests/gpu/*.c) $(KERNELS_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(KERNELS_LIBS)
+
+$(BUILD)/bench/bench_peer: tests/bench/bench_peer.c $(filter $(BUILD)/agent/peer% $(BUILD)/agent/ring.o,$(AGENT_OBJ)) $(COMMON_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS)
 
 $(BUILD)/bench/bench_kernels: tests/bench/bench_kernels.c $(KERNELS_OBJ)
 	@mkdir -p $(@D)
@@ -116,7 +125,7 @@ deps:
 # Tests always run the sanitizer build, so CI and a developer see the same thing.
 # The release kernel tools are built too, so CI compiles the CUDA backend.
 test: deps
-	@$(MAKE) --no-print-directory SAN=1 build/san/bin/shoal-server build/san/bin/shoal-sched $(UNIT_SRC:tests/unit/%.c=build/san/tests/%)
+	@$(MAKE) --no-print-directory SAN=1 build/san/bin/shoal-server build/san/bin/shoal-sched build/san/bin/shoal-agent $(UNIT_SRC:tests/unit/%.c=build/san/tests/%)
 	@$(MAKE) --no-print-directory build/rel/tests/gpu/test_kernels_gpu build/rel/bench/bench_kernels
 	@sh tests/run.sh build/san
 
@@ -132,6 +141,13 @@ bench-kernels: deps
 	python3 tests/bench/bench_kernels_torch.py $(BENCH_ARGS)
 
 # Benchmarks print a table and JSON lines; they are not tests.
+# bench-peer: activation frames against plain TCP on loopback, the ring
+# all-reduce, then a 2x2 CPU training run's step time split.
+bench-peer: deps all
+	@$(MAKE) --no-print-directory build/rel/bench/bench_peer
+	build/rel/bench/bench_peer $(BENCH_ARGS)
+	@sh tests/bench/bench_train.sh bin/shoal-server bin/shoal-agent
+
 bench-sched: all
 	@sh tests/bench/bench_sched.sh bin/shoal-sched
 

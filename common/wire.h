@@ -38,7 +38,8 @@ enum wire_kind {
     WIRE_PONG = 6,
     WIRE_PROBE = 7,           /* bandwidth probe bytes */
     WIRE_ERROR = 8,           /* payload: a UTF-8 reason */
-    WIRE_KIND_MAX = 8
+    WIRE_GRAD_NORM = 9,       /* payload: one little-endian double, a sum of squared gradients */
+    WIRE_KIND_MAX = 9
 };
 
 enum wire_dtype {

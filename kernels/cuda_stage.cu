@@ -12,6 +12,7 @@
 #include "cuda_layers.cuh"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -540,6 +541,18 @@ static const struct kern_ops kcu_ops = {
 };
 
 extern "C" const struct kern_ops *const kern_cuda_ops = &kcu_ops;
+
+extern "C" int kern_cuda_describe(int index, char *name, size_t name_len, size_t *memory_bytes,
+                                  struct kern_err *err)
+{
+    cudaDeviceProp prop;
+    cudaError_t e = cudaGetDeviceProperties(&prop, index);
+    if (e != cudaSuccess)
+        return kern_fail(err, "cudaGetDeviceProperties(%d): %s", index, cudaGetErrorString(e));
+    snprintf(name, name_len, "%s", prop.name);
+    *memory_bytes = prop.totalGlobalMem;
+    return 0;
+}
 
 extern "C" int kern_cuda_device_count(struct kern_err *err)
 {

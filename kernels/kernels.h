@@ -69,6 +69,11 @@ struct kern_device {
  * CUDA backend must be compiled in and device N must exist. */
 int kern_device_parse(const char *name, struct kern_device *out, struct kern_err *err);
 
+/* What a device is, for registration: the GPU's name and memory (bytes);
+ * for "cpu", name "" and memory 0 (the agent reports the host's RAM). */
+int kern_device_describe(const struct kern_device *dev, char *name, size_t name_len,
+                         size_t *memory_bytes, struct kern_err *err);
+
 /* 1 when this build contains the CUDA backend. */
 int kern_cuda_built(void);
 

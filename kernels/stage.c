@@ -43,6 +43,18 @@ int kern_device_parse(const char *name, struct kern_device *out, struct kern_err
     return 0;
 }
 
+int kern_device_describe(const struct kern_device *dev, char *name, size_t name_len,
+                         size_t *memory_bytes, struct kern_err *err)
+{
+    if (dev->kind == KERN_CPU) {
+        if (name_len)
+            name[0] = '\0';
+        *memory_bytes = 0;
+        return 0;
+    }
+    return kern_cuda_describe(dev->index, name, name_len, memory_bytes, err);
+}
+
 static int check_model(const struct kern_model *m, struct kern_err *err)
 {
     if (m->vocab < 1 || m->context < 1 || m->d_model < 1 || m->heads < 1 || m->layers < 1)

@@ -81,6 +81,8 @@ extern const struct kern_ops kern_cpu_ops;
 extern const struct kern_ops *const kern_cuda_ops;
 /* CUDA devices present (0 with an error message when none or not built). */
 int kern_cuda_device_count(struct kern_err *err);
+/* The CUDA device's name and memory (bytes). */
+int kern_cuda_describe(int index, char *name, size_t name_len, size_t *memory_bytes, struct kern_err *err);
 
 #ifdef __cplusplus
 }

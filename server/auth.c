@@ -112,18 +112,21 @@ int auth_check(struct server *srv, const char *authorization, enum auth_kind nee
     if (!token || !token_well_formed(token))
         return err_set(err, 401, "unauthorized", NULL,
                        "send 'Authorization: Bearer <token>' with the %s token",
-                       need == AUTH_ADMIN ? "admin" : need == AUTH_JOIN ? "join" : "node");
+                       need == AUTH_ADMIN ? "admin" : need == AUTH_JOIN ? "join" :
+                       need == AUTH_NODE ? "node" : "admin or a node");
     int is_admin = token_equal(token, srv->admin_token);
     int is_join = token_equal(token, srv->join_token);
-    if ((need == AUTH_ADMIN && is_admin) || (need == AUTH_JOIN && is_join))
+    if (((need == AUTH_ADMIN || need == AUTH_ADMIN_OR_NODE) && is_admin) || (need == AUTH_JOIN && is_join)) {
+        *node_id = 0;
         return 0;
+    }
     int64_t id = 0;
     if (!is_admin && !is_join) {
         id = auth_node_by_token(srv, token, err);
         if (id < 0)
             return -1;
     }
-    if (need == AUTH_NODE && id > 0) {
+    if ((need == AUTH_NODE || need == AUTH_ADMIN_OR_NODE) && id > 0) {
         *node_id = id;
         return 0;
     }

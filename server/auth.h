@@ -19,7 +19,8 @@
 int auth_load_tokens(struct server *srv, struct shoal_err *err);
 
 /* Checks the "Authorization: Bearer <token>" header value (may be NULL)
- * against what the route needs.  For AUTH_NODE writes the caller's node id.
+ * against what the route needs.  For AUTH_NODE writes the caller's node id;
+ * for AUTH_ADMIN_OR_NODE the node id, or 0 for the admin.
  * Returns 0, or -1 with `err` set: 401 for a missing or unknown token, 403
  * for a valid token of the wrong kind, 503 if the database is down. */
 int auth_check(struct server *srv, const char *authorization, enum auth_kind need,

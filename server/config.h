@@ -26,6 +26,9 @@ struct config {
     long db_pool;               /* database connections per server */
     long max_body;              /* request body cap, bytes */
     long heartbeat_timeout;     /* s without a heartbeat before a node is not offered to the scheduler */
+    long max_long_polls;        /* assignment long-polls held at once; more are answered at once */
+    long max_checkpoint_bytes;  /* largest checkpoint stage file accepted, bytes */
+    long link_stale_s;          /* s after which a measured link is offered for probing again */
 };
 
 /* Fills `cfg` from defaults, the environment and argv.  Returns 0 to run,

@@ -10,7 +10,9 @@
 #define JOB_JSON \
     "json_build_object('id', j.id, 'name', j.name, 'state', j.state, 'spec', j.spec," \
     " 'plan_epoch', j.plan_epoch, 'created_at', j.created_at, 'updated_at', j.updated_at," \
-    " 'finished_at', j.finished_at)"
+    " 'started_at', j.started_at, 'finished_at', j.finished_at, 'failure_reason', j.failure_reason)"
+
+#define PROGRESS_LIMIT_TEXT "10000"   /* steps of loss history in a job's detail, the latest */
 
 /* The detail view adds the current plan and the latest reported step. */
 #define JOB_DETAIL_JSON \
@@ -23,25 +25,77 @@
     "     'layer_end', a.layer_end) ORDER BY a.stage, a.replica), '[]')" \
     "     FROM assignments a WHERE a.plan_id = p.id))" \
     "   FROM plans p WHERE p.job_id = j.id ORDER BY p.epoch DESC LIMIT 1)," \
-    " 'progress', (SELECT json_build_object('step', s.step, 'loss', s.loss," \
-    "   'iteration_s', s.iteration_s, 'reported_at', s.reported_at)" \
-    "   FROM job_steps s WHERE s.job_id = j.id AND s.loss IS NOT NULL" \
-    "   ORDER BY s.step DESC LIMIT 1)))"
+    " 'progress', (SELECT json_build_object('step', t.step, 'loss', t.loss, 'iteration_s', t.iteration_s," \
+    "   'reported_at', t.reported_at, 'losses', (SELECT coalesce(json_agg(json_build_array(h.step, h.loss)" \
+    "     ORDER BY h.step), '[]') FROM (SELECT s.step, avg(s.loss) AS loss FROM job_steps s" \
+    "     WHERE s.job_id = j.id AND s.stage = j.stages - 1 AND s.loss IS NOT NULL" \
+    "       AND s.step > t.step - " PROGRESS_LIMIT_TEXT \
+    "     GROUP BY s.step ORDER BY s.step DESC LIMIT " PROGRESS_LIMIT_TEXT ") h))" \
+    "   FROM (SELECT s.step, avg(s.loss) FILTER (WHERE s.stage = j.stages - 1) AS loss," \
+    "     avg(s.iteration_s) AS iteration_s, max(s.reported_at) AS reported_at" \
+    "     FROM job_steps s WHERE s.job_id = j.id" \
+    "       AND s.step = (SELECT max(m.step) FROM job_steps m WHERE m.job_id = j.id)" \
+    "     GROUP BY s.step) t)))"
 
 static const char *const job_states[] = { "pending", "scheduled", "running", "recovering",
-                                          "completed", "failed", "cancelled", NULL };
+                                          "succeeded", "failed", "cancelled", NULL };
+
+/* Checks resume_from against the job it names: that job exists, trains the
+ * same model in as many stages, and has a checkpoint of every stage at the
+ * step.  Checked once, here at creation: checkpoints are never removed, so
+ * what holds now holds when the job is scheduled.  Returns 0, or -1 with
+ * `e` set (422, field "resume_from"). */
+static int job_check_resume(struct server *srv, const struct job_spec *spec, struct shoal_err *e)
+{
+    char p_job[24], p_step[24];
+    struct job_spec from;
+    int rc = -1;
+    if (spec->resume_job_id <= 0)
+        return 0;
+    const char *params[] = { db_param_i64(p_job, spec->resume_job_id), db_param_i64(p_step, spec->resume_step) };
+    json_t *res = db_query_json(srv->db,
+        "SELECT json_build_object('spec', j.spec, 'stored', (SELECT count(*) FROM checkpoints c"
+        "   WHERE c.job_id = j.id AND c.step = $2::bigint AND c.stage < j.stages))"
+        " FROM jobs j WHERE j.id = $1::bigint", 2, params, "job", e);
+    if (!res) {
+        if (e->status == 404)
+            err_set(e, 422, "invalid_field", "resume_from", "resume_from names job %s, which does not exist", p_job);
+        return -1;
+    }
+    if (jobspec_parse(json_object_get(res, "spec"), &from, e) != 0) {
+        err_set(e, 500, "internal", NULL, "job %s has a stored spec that no longer parses", p_job);
+        goto out;
+    }
+    long long stored = json_integer_value(json_object_get(res, "stored"));
+    if (from.vocab_size != spec->vocab_size || from.context_length != spec->context_length ||
+        from.d_model != spec->d_model || from.heads != spec->heads || from.layers != spec->layers) {
+        err_set(e, 422, "invalid_field", "resume_from", "job %s trains another model (vocab_size, context_length, "
+                "d_model, heads and layers must all match)", p_job);
+    } else if (from.stages != spec->stages) {
+        err_set(e, 422, "invalid_field", "resume_from", "job %s has %lld stages and this job %lld; "
+                "its checkpoint files are per stage", p_job, (long long)from.stages, (long long)spec->stages);
+    } else if (stored < from.stages) {
+        err_set(e, 422, "invalid_field", "resume_from", "job %s has no complete checkpoint at step %s "
+                "(%lld of %lld stages stored)", p_job, p_step, stored, (long long)from.stages);
+    } else {
+        rc = 0;
+    }
+out:
+    json_decref(res);
+    return rc;
+}
 
 void h_job_create(struct request *rq, struct response *rs)
 {
     struct job_spec spec;
     struct shoal_err e;
-    char p_stages[24], p_replicas[24], p_steps[24];
+    char p_stages[24], p_replicas[24], p_steps[24], secret[TOKEN_MAX];
     json_t *job = NULL, *norm = NULL;
     char *spec_text = NULL;
     json_t *body = request_json(rq, rs);
     if (!body)
         goto out;
-    if (jobspec_parse(body, &spec, &e) != 0) {
+    if (jobspec_parse(body, &spec, &e) != 0 || job_check_resume(rq->srv, &spec, &e) != 0) {
         reply_error(rs, &e);
         goto out;
     }
@@ -51,11 +105,16 @@ void h_job_create(struct request *rq, struct response *rs)
         reply_fail(rs, 500, "internal", NULL, "out of memory");
         goto out;
     }
+    /* The secret the job's agents prove to each other: 64 hex digits. */
+    if (token_generate("", secret, sizeof secret) != 0) {
+        reply_fail(rs, 500, "internal", NULL, "cannot generate the job's peer secret");
+        goto out;
+    }
     const char *params[] = { spec.name, spec_text, db_param_i64(p_stages, spec.stages),
-                             db_param_i64(p_replicas, spec.replicas), db_param_i64(p_steps, spec.steps) };
-    job = db_query_json(rq->srv->db, "INSERT INTO jobs AS j (name, spec, stages, replicas, total_steps)"
-                                     " VALUES ($1, $2::jsonb, $3, $4, $5) RETURNING " JOB_JSON,
-                        5, params, "job", &e);
+                             db_param_i64(p_replicas, spec.replicas), db_param_i64(p_steps, spec.steps), secret };
+    job = db_query_json(rq->srv->db, "INSERT INTO jobs AS j (name, spec, stages, replicas, total_steps, peer_secret)"
+                                     " VALUES ($1, $2::jsonb, $3, $4, $5, $6) RETURNING " JOB_JSON,
+                        6, params, "job", &e);
     if (job)
         reply_json(rs, 201, job);
     else
@@ -107,7 +166,7 @@ void h_job_cancel(struct request *rq, struct response *rs)
         "WITH before AS (SELECT id, state FROM jobs WHERE id = $1 FOR UPDATE),"
         " done AS (UPDATE jobs j SET state = 'cancelled', updated_at = now(), finished_at = now()"
         "   FROM before b WHERE j.id = b.id"
-        "   AND b.state NOT IN ('completed', 'failed', 'cancelled') RETURNING " JOB_JSON " AS job)"
+        "   AND b.state NOT IN ('succeeded', 'failed', 'cancelled') RETURNING " JOB_JSON " AS job)"
         " SELECT json_build_object('was', b.state, 'job', (SELECT job FROM done)) FROM before b",
         1, params, what, &e);
     if (!res) {

@@ -43,8 +43,7 @@ static const struct jv_field registration_fields[] = {
 };
 #undef R
 
-/* Checks "host:port": a non-empty host without spaces and a port 1..65535. */
-static int peer_address_valid(const char *a)
+int node_peer_address_valid(const char *a)
 {
     const char *colon = strrchr(a, ':');
     if (!colon || colon == a || strchr(a, ' '))
@@ -71,7 +70,7 @@ void h_register(struct request *rq, struct response *rs)
         reply_error(rs, &e);
         goto out;
     }
-    if (!peer_address_valid(reg.peer_address)) {
+    if (!node_peer_address_valid(reg.peer_address)) {
         reply_fail(rs, 422, "invalid_field", "peer_address",
                    "peer_address must be host:port with a port from 1 to 65535");
         goto out;
@@ -107,6 +106,7 @@ struct heartbeat {
     char state[16];
     int64_t job_id;     /* 0: none */
     int64_t step;       /* -1: none */
+    char peer_address[262];   /* "": unchanged; a restarted agent may listen elsewhere */
 };
 
 #define H(f) offsetof(struct heartbeat, f)
@@ -114,6 +114,7 @@ static const struct jv_field heartbeat_fields[] = {
     { "state", JV_STR, 1, 0, 1, 15, H(state), sizeof(((struct heartbeat *)0)->state), node_states_reported, NULL },
     { "job_id", JV_INT, 0, 1, 1, 9e18, H(job_id), 0, NULL, NULL },
     { "step", JV_INT, 0, 1, 0, 9e18, H(step), 0, NULL, NULL },
+    { "peer_address", JV_STR, 0, 1, 3, 261, H(peer_address), sizeof(((struct heartbeat *)0)->peer_address), NULL, NULL },
     { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
 };
 #undef H
@@ -131,25 +132,32 @@ void h_heartbeat(struct request *rq, struct response *rs)
         reply_error(rs, &e);
         goto out;
     }
+    if (hb.peer_address[0] && !node_peer_address_valid(hb.peer_address)) {
+        reply_fail(rs, 422, "invalid_field", "peer_address",
+                   "peer_address must be host:port with a port from 1 to 65535");
+        goto out;
+    }
     const char *params[] = {
         db_param_i64(p_id, rq->node_id), hb.state,
         hb.job_id > 0 ? db_param_i64(p_job, hb.job_id) : NULL,
         hb.step >= 0 ? db_param_i64(p_step, hb.step) : NULL,
+        hb.peer_address[0] ? hb.peer_address : NULL,
     };
     /* A draining node keeps draining whatever it reports: the operator said so. */
     node = db_query_json(rq->srv->db,
         "UPDATE nodes SET last_heartbeat_at = now(),"
         " state = CASE WHEN state = 'draining' THEN 'draining' ELSE $2 END,"
-        " current_job_id = $3, current_step = $4"
-        " WHERE id = $1 RETURNING " NODE_JSON, 4, params, "node", &e);
+        " current_job_id = $3, current_step = $4, peer_address = coalesce($5, peer_address)"
+        " WHERE id = $1 RETURNING " NODE_JSON, 5, params, "node", &e);
     if (!node) {
         if (e.status == 409)   /* the foreign key on current_job_id */
             err_set(&e, 422, "invalid_field", "job_id", "job %s does not exist", p_job);
         reply_error(rs, &e);
         goto out;
     }
-    reply_json(rs, 200, json_pack("{s:O, s:O}", "node_id", json_object_get(node, "id"),
-                                  "state", json_object_get(node, "state")));
+    reply_json(rs, 200, json_pack("{s:O, s:O, s:O}", "node_id", json_object_get(node, "id"),
+                                  "state", json_object_get(node, "state"),
+                                  "peer_address", json_object_get(node, "peer_address")));
 out:
     json_decref(node);
     json_decref(body);

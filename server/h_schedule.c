@@ -66,12 +66,14 @@ static void schedule_work_free(struct schedule_work *w)
 }
 
 /* Live nodes: registered, heartbeat within the timeout, idle or busy in
- * this job, and not in the current plan of another live job. */
+ * this job (or in a job that has finished, whose agents have not said so
+ * yet), and not in the current plan of another live job. */
 #define LIVE_NODES_SQL \
     "SELECT coalesce(json_agg(" NODE_JSON " ORDER BY id), '[]') FROM nodes" \
     " WHERE state IN ('idle', 'busy')" \
     "   AND last_heartbeat_at > now() - make_interval(secs => $2::float8)" \
-    "   AND (current_job_id IS NULL OR current_job_id = $1)" \
+    "   AND (current_job_id IS NULL OR current_job_id = $1 OR NOT EXISTS (SELECT 1 FROM jobs cj" \
+    "     WHERE cj.id = current_job_id AND cj.state IN ('scheduled', 'running', 'recovering')))" \
     "   AND NOT EXISTS (SELECT 1 FROM assignments a JOIN plans p ON p.id = a.plan_id" \
     "     JOIN jobs j ON j.id = p.job_id AND p.epoch = j.plan_epoch" \
     "     WHERE a.node_id = nodes.id AND j.id <> $1" \

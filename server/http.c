@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../common/jsonv.h"
 #include "../common/log.h"
@@ -17,6 +19,8 @@
 #include "routes.h"
 
 #define TEXT_BODY_LIMIT (16u << 20)   /* bytes; /metrics and static files stay far below */
+#define HTTP_SPARE_CONNECTIONS 1024   /* connections beyond the long-polls, for ordinary requests */
+#define HTTP_RESERVED_FDS 256         /* descriptors kept for everything but connections */
 
 double http_now(void)
 {
@@ -61,6 +65,30 @@ void reply_fail(struct response *rs, int status, const char *code, const char *f
     reply_error(rs, &e);
 }
 
+void reply_file(struct response *rs, int status, int fd, uint64_t size, const char *content_type)
+{
+    json_decref(rs->json);
+    rs->json = NULL;
+    if (rs->has_file)
+        close(rs->file_fd);
+    rs->has_file = 1;
+    rs->file_fd = fd;
+    rs->file_size = size;
+    rs->content_type = content_type;
+    rs->status = status;
+}
+
+/* Frees what a response holds (it may never have been sent). */
+static void response_release(struct response *rs)
+{
+    json_decref(rs->json);
+    rs->json = NULL;
+    buf_free(&rs->text);
+    if (rs->has_file)
+        close(rs->file_fd);
+    rs->has_file = 0;
+}
+
 json_t *request_json(struct request *rq, struct response *rs)
 {
     struct shoal_err e;
@@ -94,6 +122,23 @@ int request_query_choice(struct request *rq, struct response *rs, const char *ke
     return -1;
 }
 
+int request_query_int(struct request *rq, struct response *rs, const char *key, long long min,
+                      long long max, long long *value)
+{
+    const char *text = request_query(rq, key);
+    if (!text)
+        return 0;
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (errno || end == text || *end || v < min || v > max) {
+        reply_fail(rs, 400, "invalid_field", key, "%s must be an integer from %lld to %lld", key, min, max);
+        return -1;
+    }
+    *value = v;
+    return 1;
+}
+
 int request_defer(struct request *rq, struct response *rs, deferred_fn fn, void *arg)
 {
     int n = atomic_fetch_add(&rq->srv->deferred, 1);
@@ -108,12 +153,57 @@ int request_defer(struct request *rq, struct response *rs, deferred_fn fn, void 
     return 0;
 }
 
-void http_wait_deferred(struct server *srv, int ms)
+/* Sleeps in 20 ms steps until *count is 0 or `ms` have passed. */
+static void http_wait_zero(atomic_int *count, int ms)
 {
-    for (int waited = 0; atomic_load(&srv->deferred) > 0 && waited < ms; waited += 20) {
+    for (int waited = 0; atomic_load(count) > 0 && waited < ms; waited += 20) {
         struct timespec ts = { 0, 20 * 1000000L };
         nanosleep(&ts, NULL);
     }
+}
+
+void http_wait_deferred(struct server *srv, int ms)
+{
+    http_wait_zero(&srv->deferred, ms);
+}
+
+void http_wait_suspended(struct server *srv, int ms)
+{
+    http_wait_zero(&srv->suspended, ms);
+}
+
+void request_suspend(struct request *rq, suspend_fn fn, void *arg)
+{
+    rq->suspend_fn = fn;
+    rq->suspend_arg = arg;
+}
+
+void request_resume(struct request *rq, int status, json_t *body)
+{
+    if (body)
+        reply_json(rq->deferred, status, body);
+    atomic_store(&rq->deferred_done, 1);
+    MHD_resume_connection(rq->conn);
+}
+
+/* Moves the handler's response to the heap, suspends the connection and
+ * hands the request on.  Returns 0, or -1 (nothing suspended, the owner
+ * told with fn(NULL, arg)) if memory is short. */
+static int http_start_suspended(struct request *rq, struct response *rs)
+{
+    suspend_fn fn = rq->suspend_fn;
+    rq->suspend_fn = NULL;
+    rq->deferred = malloc(sizeof *rq->deferred);
+    if (!rq->deferred) {
+        fn(NULL, rq->suspend_arg);
+        return -1;
+    }
+    *rq->deferred = *rs;
+    rq->was_suspended = 1;
+    atomic_fetch_add(&rq->srv->suspended, 1);
+    MHD_suspend_connection(rq->conn);
+    fn(rq, rq->suspend_arg);
+    return 0;
 }
 
 /* The deferred work's thread: run it, then let MHD send the answer. */
@@ -175,6 +265,17 @@ static enum MHD_Result http_send(struct request *rq, struct response *rs)
     char *body = NULL;
     size_t len = 0;
     const char *type = "application/json";
+    struct MHD_Response *resp;
+    if (rs->has_file) {
+        rs->has_file = 0;   /* the response owns the descriptor from here on, even on failure */
+        resp = MHD_create_response_from_fd64(rs->file_size, rs->file_fd);
+        if (!resp) {
+            close(rs->file_fd);
+            return MHD_NO;
+        }
+        type = rs->content_type ? rs->content_type : "application/octet-stream";
+        goto headers;
+    }
     if (rs->json) {
         body = json_dumps(rs->json, JSON_COMPACT | JSON_REAL_PRECISION(15));
         len = body ? strlen(body) : 0;
@@ -188,14 +289,16 @@ static enum MHD_Result http_send(struct request *rq, struct response *rs)
         rs->status = 500;
         type = "text/plain; charset=utf-8";
     }
-    struct MHD_Response *resp = MHD_create_response_from_buffer(len, body ? body : (void *)"",
-                                                                 body ? MHD_RESPMEM_MUST_FREE
-                                                                      : MHD_RESPMEM_PERSISTENT);
+    resp = MHD_create_response_from_buffer(len, body ? body : (void *)"",
+                                           body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
     if (!resp) {
         free(body);
         return MHD_NO;
     }
+headers:
     MHD_add_response_header(resp, "Content-Type", type);
+    if (rs->header_name)
+        MHD_add_response_header(resp, rs->header_name, rs->header_value);
     MHD_add_response_header(resp, "Cache-Control", "no-store");
     if (rs->status == 401)
         MHD_add_response_header(resp, "WWW-Authenticate", "Bearer realm=\"shoal\"");
@@ -207,40 +310,69 @@ static enum MHD_Result http_send(struct request *rq, struct response *rs)
     return ok;
 }
 
-/* Answers a fully received request: route, auth, content type, handler. */
-static enum MHD_Result http_dispatch(struct request *rq)
+/* The checks before a handler runs: route, body size, authentication,
+ * content type.  Returns 0 to run the handler, or -1 with the answer in rs. */
+static int http_check(struct request *rq, struct response *rs)
 {
-    struct response rs = { .status = 500 };
     struct shoal_err e;
-    buf_init(&rs.text, TEXT_BODY_LIMIT);
-
     if (rq->route_status == 404) {
-        reply_fail(&rs, 404, "not_found", NULL, "no such endpoint: %s %s", rq->method, rq->path);
+        reply_fail(rs, 404, "not_found", NULL, "no such endpoint: %s %s", rq->method, rq->path);
     } else if (rq->route_status == 405) {
-        reply_fail(&rs, 405, "method_not_allowed", NULL, "%s is not allowed here; use %s",
+        reply_fail(rs, 405, "method_not_allowed", NULL, "%s is not allowed here; use %s",
                    rq->method, rq->match.allow);
-        snprintf(rs.allow, sizeof rs.allow, "%s", rq->match.allow);
+        snprintf(rs->allow, sizeof rs->allow, "%s", rq->match.allow);
     } else if (rq->route_status != 0) {
-        reply_error(&rs, &rq->route_err);
+        reply_error(rs, &rq->route_err);
     } else if (rq->body_too_large) {
-        reply_fail(&rs, 413, "body_too_large", NULL, "the request body is over the %ld byte limit",
+        reply_fail(rs, 413, "body_too_large", NULL, "the request body is over the %ld byte limit",
                    rq->srv->cfg.max_body);
+    } else if (rq->authed) {
+        return 0;
     } else {
         const struct route *r = &routes[rq->match.index];
         const char *authz = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Authorization");
-        if (auth_check(rq->srv, authz, r->auth, &rq->node_id, &e) != 0)
-            reply_error(&rs, &e);
-        else if (http_wrong_content_type(rq))
-            reply_fail(&rs, 415, "unsupported_media_type", NULL,
+        if (auth_check(rq->srv, authz, r->auth, &rq->node_id, &e) != 0) {
+            reply_error(rs, &e);
+        } else if (!rq->sink && http_wrong_content_type(rq)) {
+            reply_fail(rs, 415, "unsupported_media_type", NULL,
                        "send the body as JSON with 'Content-Type: application/json'");
-        else
-            r->fn(rq, &rs);
+        } else {
+            rq->authed = 1;
+            return 0;
+        }
     }
+    return -1;
+}
+
+/* Answers a fully received request: checks, then the handler. */
+static enum MHD_Result http_dispatch(struct request *rq)
+{
+    struct response rs = { .status = 500 };
+    buf_init(&rs.text, TEXT_BODY_LIMIT);
+
+    if (http_check(rq, &rs) == 0)
+        routes[rq->match.index].fn(rq, &rs);
     if (rq->defer_fn && http_start_deferred(rq, &rs) == MHD_YES)
         return MHD_YES;
+    if (rq->suspend_fn && http_start_suspended(rq, &rs) == 0)
+        return MHD_YES;
     enum MHD_Result ok = http_send(rq, &rs);
-    json_decref(rs.json);
-    buf_free(&rs.text);
+    response_release(&rs);
+    return ok;
+}
+
+/* The headers of a streamed upload are in: check them and let the sink
+ * start.  Answers at once (and drops the body) if either says no. */
+static enum MHD_Result http_upload_begin(struct request *rq)
+{
+    struct response rs = { .status = 500 };
+    buf_init(&rs.text, TEXT_BODY_LIMIT);
+    if (http_check(rq, &rs) == 0 && rq->sink->begin(rq, &rs) == 0) {
+        response_release(&rs);
+        return MHD_YES;
+    }
+    enum MHD_Result ok = http_send(rq, &rs);
+    response_release(&rs);
     return ok;
 }
 
@@ -274,6 +406,8 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
         buf_init(&rq->body, (size_t)rq->srv->cfg.max_body);
         rq->route_status = router_match(routes, routes_count, method, url, &rq->match, &rq->route_err);
         *con_cls = rq;
+        if (rq->route_status == 0 && (rq->sink = routes_upload_sink(rq->match.index)) != NULL)
+            return http_upload_begin(rq);
         if (http_declared_too_large(rq)) {
             rq->body_too_large = 1;
             return http_dispatch(rq);
@@ -281,22 +415,25 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
         return MHD_YES;
     }
     if (*upload_size) {
-        if (!rq->body_too_large && buf_append(&rq->body, upload, *upload_size) != 0)
+        if (rq->sink) {
+            if (rq->upload)   /* else already answered: the rest is dropped */
+                rq->sink->chunk(rq, upload, *upload_size);
+        } else if (!rq->body_too_large && buf_append(&rq->body, upload, *upload_size) != 0) {
             rq->body_too_large = 1;
+        }
         *upload_size = 0;
         return MHD_YES;
     }
-    if (rq->status)   /* already answered (early 413) */
+    if (rq->status)   /* already answered (early 413, refused upload) */
         return MHD_YES;
     if (rq->deferred) {   /* resumed: the thread has filled the response */
         if (!atomic_load(&rq->deferred_done))
             return MHD_YES;
         struct response *rs = rq->deferred;
-        enum MHD_Result ok = http_send(rq, rs);
-        json_decref(rs->json);
-        buf_free(&rs->text);
-        free(rs);
         rq->deferred = NULL;
+        enum MHD_Result ok = http_send(rq, rs);
+        response_release(rs);
+        free(rs);
         return ok;
     }
     return http_dispatch(rq);
@@ -317,9 +454,44 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
     log_info("http method=%s route=%s status=%d ms=%.2f%s", rq->method,
              route >= 0 ? routes[route].pattern : "-", rq->status, secs * 1000.0,
              why == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted=1");
+    if (rq->upload)
+        rq->sink->abort(rq);
+    if (rq->was_suspended)
+        atomic_fetch_sub(&srv->suspended, 1);
+    /* Resumed, then closed before it was sent (client gone, shutdown).  One
+     * not done is still being written by its thread: leave it to that. */
+    if (rq->deferred && atomic_load(&rq->deferred_done)) {
+        response_release(rq->deferred);
+        free(rq->deferred);
+    }
     buf_free(&rq->body);
     free(rq);
     *con_cls = NULL;
+}
+
+/* Connections MHD may hold: every long-poll the config allows plus room
+ * for ordinary requests, within the open-file limit (raised to its hard
+ * maximum first, since each connection is a descriptor). */
+static unsigned http_connection_limit(struct server *srv)
+{
+    struct rlimit rl;
+    rlim_t want = (rlim_t)srv->cfg.max_long_polls + HTTP_SPARE_CONNECTIONS;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return HTTP_SPARE_CONNECTIONS;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    /* Descriptors for Postgres, the checkpoint files and the daemon itself. */
+    rlim_t room = rl.rlim_cur > 2 * HTTP_RESERVED_FDS ? rl.rlim_cur - HTTP_RESERVED_FDS : rl.rlim_cur / 2;
+    if (want > room) {
+        log_warn("open-file limit %llu allows %llu connections, fewer than --max-long-polls %ld + %d",
+                 (unsigned long long)rl.rlim_cur, (unsigned long long)room, srv->cfg.max_long_polls,
+                 HTTP_SPARE_CONNECTIONS);
+        want = room;
+    }
+    return (unsigned)want;
 }
 
 struct MHD_Daemon *http_start(struct server *srv, unsigned *bound_port, struct shoal_err *err)
@@ -348,6 +520,7 @@ struct MHD_Daemon *http_start(struct server *srv, unsigned *bound_port, struct s
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)srv->cfg.threads,
         MHD_OPTION_NOTIFY_COMPLETED, http_completed, srv,
         MHD_OPTION_CONNECTION_TIMEOUT, 120u,
+        MHD_OPTION_CONNECTION_LIMIT, http_connection_limit(srv),
         MHD_OPTION_END);
     if (!d) {
         err_set(err, 2, "listen_failed", "port", "cannot listen on %s port %ld: %s",

@@ -2,8 +2,11 @@
  *
  * A request is read whole (body capped at --max-body), matched against the
  * route table, authenticated, and handed to its handler, which fills a
- * response with reply_json or reply_error.  Every request is logged and
- * counted once it completes. */
+ * response with reply_json, reply_error or reply_file.  Routes with an
+ * upload sink (routes_upload_sink) stream their body instead.  A handler
+ * may finish later: on a thread of its own (request_defer) or, holding no
+ * thread at all, from whoever it hands the request to (request_suspend).
+ * Every request is logged and counted once it completes. */
 #ifndef SHOAL_HTTP_H
 #define SHOAL_HTTP_H
 
@@ -19,6 +22,20 @@
 
 struct response;
 typedef void (*deferred_fn)(struct request *rq, struct response *rs, void *arg);
+typedef void (*suspend_fn)(struct request *rq, void *arg);
+
+/* A route whose request body is streamed instead of buffered (a checkpoint
+ * can be gigabytes).  `begin` runs once the headers are in, after routing
+ * and authentication; it may answer at once (returning -1 with the answer
+ * in rs) or set up rq->upload and return 0.  `chunk` then gets every piece
+ * of the body, and the route's handler runs as usual once the body is
+ * complete; it must release rq->upload and set it to NULL.  When the
+ * request ends any other way (client gone, shutdown) `abort` releases it. */
+struct upload_sink {
+    int (*begin)(struct request *rq, struct response *rs);
+    void (*chunk)(struct request *rq, const char *data, size_t len);
+    void (*abort)(struct request *rq);
+};
 
 struct request {
     struct server *srv;
@@ -30,22 +47,37 @@ struct request {
     struct shoal_err route_err;
     struct buf body;              /* raw request body, capped */
     int body_too_large;
-    int64_t node_id;              /* the caller's node, for AUTH_NODE routes */
+    int64_t node_id;              /* the caller's node, for AUTH_NODE routes (0: the admin) */
+    int authed;                   /* authentication already passed (streamed uploads) */
+    const struct upload_sink *sink; /* set for routes whose body is streamed */
+    void *upload;                 /* the sink's state between begin and the handler */
     double started;               /* monotonic seconds */
     int status;                   /* status sent, for the log and metrics */
     deferred_fn defer_fn;         /* set by request_defer: work left for a thread */
     void *defer_arg;
-    struct response *deferred;    /* that thread's response, sent once it is done */
+    struct response *deferred;    /* a deferred or suspended request's response, sent once done */
     atomic_int deferred_done;
+    suspend_fn suspend_fn;        /* set by request_suspend: who finishes the request later */
+    void *suspend_arg;
+    int was_suspended;            /* counted in srv->suspended until it completes */
 };
 
 struct response {
     int status;
     json_t *json;                 /* body, owned; or NULL with text below */
     struct buf text;              /* raw body when json is NULL */
-    const char *content_type;     /* for text bodies */
+    const char *content_type;     /* for text and file bodies */
     char allow[64];               /* Allow header for 405 */
+    int has_file;                 /* 1: the body is file_size bytes of file_fd (owned) */
+    int file_fd;
+    uint64_t file_size;           /* bytes */
+    const char *header_name;      /* one extra header, or NULL */
+    char header_value[128];
 };
+
+/* Makes the body `size` bytes read from `fd` (taken over: closed when the
+ * response is sent or dropped), never copied into memory whole. */
+void reply_file(struct response *rs, int status, int fd, uint64_t size, const char *content_type);
 
 /* Sets a JSON body and status; takes ownership of `body` (NULL -> 500). */
 void reply_json(struct response *rs, int status, json_t *body);
@@ -69,6 +101,12 @@ const char *request_query(struct request *rq, const char *key);
 int request_query_choice(struct request *rq, struct response *rs, const char *key,
                          const char *const *choices, const char **value);
 
+/* Reads optional integer query parameter `key` (decimal, min..max) into
+ * `*value`.  Returns 1 if present, 0 if absent (value untouched), or -1
+ * after replying 400 invalid_field when it is not such a number. */
+int request_query_int(struct request *rq, struct response *rs, const char *key, long long min,
+                      long long max, long long *value);
+
 /* Finishes the request on a thread of its own, so long work (a scheduler
  * search) holds no HTTP worker: after the handler returns, the connection
  * is suspended, fn(rq, rs, arg) runs on a new thread and fills the
@@ -77,8 +115,26 @@ int request_query_choice(struct request *rq, struct response *rs, const char *ke
  * caller keeps `arg`) when SERVER_MAX_DEFERRED requests are in flight. */
 int request_defer(struct request *rq, struct response *rs, deferred_fn fn, void *arg);
 
+/* Answers later without holding any thread: after the handler returns,
+ * its response moves to the heap, the connection is suspended, and then
+ * fn(rq, arg) runs on the HTTP thread to hand `rq` to whoever finishes it
+ * with request_resume.  If that cannot be set up, fn(NULL, arg) is called
+ * (to free `arg`) and the handler's response is sent at once.  Every
+ * suspended request must be resumed before the daemon stops. */
+void request_suspend(struct request *rq, suspend_fn fn, void *arg);
+
+/* Finishes a suspended request: `body` (taken over; NULL keeps the response
+ * the handler left) with `status`, then resumes the connection so it is
+ * sent.  Any thread may call it; afterwards `rq` must not be touched. */
+void request_resume(struct request *rq, int status, json_t *body);
+
 /* Waits until no deferred request is running (at shutdown), up to `ms`. */
 void http_wait_deferred(struct server *srv, int ms);
+
+/* Waits until every request that was suspended has been sent (or its
+ * client left), up to `ms`: at shutdown, after their owners resumed them,
+ * so that stopping the daemon does not cut their answers off. */
+void http_wait_suspended(struct server *srv, int ms);
 
 /* Starts the HTTP daemon on cfg's address and port.  Writes the bound port
  * into `bound_port`.  Returns the daemon, or NULL with `err` set. */

@@ -7,7 +7,8 @@
 #include "../common/jsonv.h"
 
 static const char *const schedules[] = { "gpipe", "1f1b", NULL };
-static const char *const data_formats[] = { "llmc", NULL };
+static const char *const data_formats[] = { "llmc", "text", NULL };
+#define TEXT_VOCAB 256   /* "text" data is read byte by byte */
 
 #define F(f) offsetof(struct job_spec, f)
 #define SZ(f) sizeof(((struct job_spec *)0)->f)
@@ -42,6 +43,11 @@ static const struct jv_field data_fields[] = {
     { "format", JV_STR, 0, 0, 1, 15, F(data_format), SZ(data_format), data_formats, NULL },
     { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
 };
+static const struct jv_field resume_fields[] = {
+    { "job_id", JV_INT, 1, 0, 1, 9e18, F(resume_job_id), 0, NULL, NULL },
+    { "step", JV_INT, 1, 0, 0, 1e9, F(resume_step), 0, NULL, NULL },
+    { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
+};
 static const struct jv_field job_fields[] = {
     { "name", JV_STR, 0, 0, 1, 63, F(name), SZ(name), NULL, NULL },
     { "model", JV_OBJ, 1, 0, 0, 0, 0, 0, NULL, model_fields },
@@ -49,6 +55,7 @@ static const struct jv_field job_fields[] = {
     { "training", JV_OBJ, 1, 0, 0, 0, 0, 0, NULL, training_fields },
     { "data", JV_OBJ, 1, 0, 0, 0, 0, 0, NULL, data_fields },
     { "checkpoint_interval", JV_INT, 0, 0, 0, 1e9, F(checkpoint_interval), 0, NULL, NULL },
+    { "resume_from", JV_OBJ, 0, 1, 0, 0, 0, 0, NULL, resume_fields },
     { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
 };
 #undef F
@@ -83,14 +90,24 @@ int jobspec_parse(const json_t *body, struct job_spec *spec, struct shoal_err *e
     if (spec->checkpoint_interval > spec->steps)
         return err_set(err, 422, "invalid_field", "checkpoint_interval",
                        "checkpoint_interval must not exceed training.steps (0 checkpoints only at the end)");
+    if (strcmp(spec->data_format, "text") == 0 && spec->vocab_size != TEXT_VOCAB)
+        return err_set(err, 422, "invalid_field", "model.vocab_size",
+                       "data.format \"text\" is read as bytes: model.vocab_size must be %d", TEXT_VOCAB);
+    if (spec->resume_job_id > 0 && spec->resume_step >= spec->steps)
+        return err_set(err, 422, "invalid_field", "resume_from",
+                       "resume_from.step (%lld) must be below training.steps (%lld)",
+                       (long long)spec->resume_step, (long long)spec->steps);
     return 0;
 }
 
 json_t *jobspec_to_json(const struct job_spec *s)
 {
+    json_t *resume = s->resume_job_id > 0
+        ? json_pack("{s:I, s:I}", "job_id", (json_int_t)s->resume_job_id, "step", (json_int_t)s->resume_step)
+        : json_null();
     return json_pack(
         "{s:s, s:{s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:I, s:I, s:s},"
-        " s:{s:I, s:f, s:I, s:f, s:f, s:I}, s:{s:s, s:s}, s:I}",
+        " s:{s:I, s:f, s:I, s:f, s:f, s:I}, s:{s:s, s:s}, s:I, s:o}",
         "name", s->name,
         "model", "vocab_size", (json_int_t)s->vocab_size, "context_length", (json_int_t)s->context_length,
         "d_model", (json_int_t)s->d_model, "heads", (json_int_t)s->heads, "layers", (json_int_t)s->layers,
@@ -101,7 +118,8 @@ json_t *jobspec_to_json(const struct job_spec *s)
         "warmup_steps", (json_int_t)s->warmup_steps, "weight_decay", s->weight_decay,
         "grad_clip", s->grad_clip, "seed", (json_int_t)s->seed,
         "data", "path", s->data_path, "format", s->data_format,
-        "checkpoint_interval", (json_int_t)s->checkpoint_interval);
+        "checkpoint_interval", (json_int_t)s->checkpoint_interval,
+        "resume_from", resume);
 }
 
 void jobspec_sched_model(const struct job_spec *spec, struct sched_problem *pb)

@@ -37,13 +37,19 @@ struct job_spec {
     int64_t seed;
     /* data */
     char data_path[512];        /* as the agents see it */
-    char data_format[16];       /* "llmc": llm.c token shards */
+    char data_format[16];       /* "llmc": llm.c token shards; "text": bytes, vocabulary 256 */
     int64_t checkpoint_interval; /* steps; 0 = only at the end; default min(100, steps) */
+    /* start from a complete checkpoint of another job (checked against that
+     * job when this one is created, see h_jobs.c) */
+    int64_t resume_job_id;      /* 0: from scratch */
+    int64_t resume_step;
 };
 
 /* Validates the JSON body of POST /v1/jobs into `spec`, filling defaults for
  * optional fields.  Returns 0, or -1 with `err` naming the field (400 for
- * bad shape or type, 422 for values out of range or inconsistent). */
+ * bad shape or type, 422 for values out of range or inconsistent).  What
+ * needs the database (resume_from names a job with a matching complete
+ * checkpoint) is checked by the caller. */
 int jobspec_parse(const json_t *body, struct job_spec *spec, struct shoal_err *err);
 
 /* The normalised spec as JSON (every field present, defaults filled), as

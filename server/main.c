@@ -1,8 +1,9 @@
 /* main.c - shoal-server: configuration, start-up order, and clean shutdown.
  *
  * Start: settings -> data dir -> tokens -> database (embedded or given) ->
- * migrations -> HTTP.  Stop on SIGINT/SIGTERM in the reverse order, so the
- * embedded Postgres is shut down cleanly after the last request. */
+ * migrations -> assignment listener -> HTTP.  Stop on SIGINT/SIGTERM in the
+ * reverse order (waiting long-polls answered first), so the embedded
+ * Postgres is shut down cleanly after the last request. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include "../common/log.h"
 #include "auth.h"
 #include "http.h"
+#include "longpoll.h"
 #include "migrate.h"
 #include "pgembed.h"
 #include "routes.h"
@@ -123,6 +125,9 @@ int main(int argc, char **argv)
     }
     if (run_migrations(srv.db, &err) != 0)
         goto fail;
+    srv.longpoll = longpoll_start(conninfo, srv.cfg.max_long_polls, &err);
+    if (!srv.longpoll)
+        goto fail;
     unsigned port = 0;
     httpd = http_start(&srv, &port, &err);
     if (!httpd)
@@ -141,8 +146,11 @@ fail:
     log_error("start-up failed: %s", err.message);
 out:
     http_wait_deferred(&srv, 150000);   /* a search runs at most 120 s */
+    longpoll_stop(srv.longpoll);        /* resumes every waiting long-poll: MHD must find none suspended */
+    http_wait_suspended(&srv, 3000);    /* and lets their answers go out */
     if (httpd)
         MHD_stop_daemon(httpd);
+    longpoll_free(srv.longpoll);
     db_pool_close(srv.db);
     pgembed_stop(&pg);
     metrics_free(srv.metrics);

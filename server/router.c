@@ -16,8 +16,9 @@ static void router_normalise(const char *path, char *out, size_t n)
         out[len - 1] = '\0';
 }
 
-/* Parses an id segment of `len` bytes: 1..18 digits, value >= 1. */
-static int router_parse_id(const char *s, size_t len, int64_t *out)
+/* Parses a number segment of `len` bytes: 1..18 digits, value >= `min`
+ * (1 for {id}, 0 for {n}). */
+static int router_parse_id(const char *s, size_t len, long long min, int64_t *out)
 {
     char tmp[20];
     if (len == 0 || len > 18)
@@ -28,7 +29,7 @@ static int router_parse_id(const char *s, size_t len, int64_t *out)
     memcpy(tmp, s, len);
     tmp[len] = '\0';
     long long v = strtoll(tmp, NULL, 10);
-    if (v < 1)
+    if (v < min)
         return -1;
     *out = (int64_t)v;
     return 0;
@@ -46,8 +47,11 @@ static int router_match_one(const char *pattern, const char *path, struct route_
         path++;
         size_t plen = strcspn(pattern, "/");
         size_t slen = strcspn(path, "/");
-        if (plen == 4 && strncmp(pattern, "{id}", 4) == 0) {
-            if (m->n_ids == ROUTE_MAX_IDS || router_parse_id(path, slen, &m->ids[m->n_ids]) != 0) {
+        int is_id = plen == 4 && strncmp(pattern, "{id}", 4) == 0;
+        int is_n = plen == 3 && strncmp(pattern, "{n}", 3) == 0;
+        if (is_id || is_n) {
+            if (m->n_ids == ROUTE_MAX_IDS ||
+                router_parse_id(path, slen, is_id ? 1 : 0, &m->ids[m->n_ids]) != 0) {
                 /* The rest must still match for this to be a bad id rather than a miss. */
                 struct route_match rest;
                 return router_match_one(pattern + plen, path + slen, &rest) != 0 ? -1 : 0;
@@ -98,7 +102,7 @@ int router_match(const struct route *table, size_t n, const char *method,
     if (path_known)
         return 405;
     if (bad_id) {
-        err_set(err, 400, "invalid_id", "id", "ids are positive integers; '%s' has one that is not", path);
+        err_set(err, 400, "invalid_id", "id", "ids are positive integers (steps and stages non-negative); '%s' has one that is not", path);
         return 400;
     }
     return 404;

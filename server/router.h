@@ -21,6 +21,8 @@ enum auth_kind {
     AUTH_ADMIN,   /* the admin token */
     AUTH_JOIN,    /* the join token (agent registration) */
     AUTH_NODE,    /* a node token; the request acts for that node */
+    AUTH_ADMIN_OR_NODE, /* the admin token (node_id 0) or a node token (node_id set);
+                           the handler decides what that node may see */
 };
 
 struct route {
@@ -30,19 +32,19 @@ struct route {
     handler_fn fn;
 };
 
-#define ROUTE_MAX_IDS 2
+#define ROUTE_MAX_IDS 3
 
 struct route_match {
     int index;                    /* into the table, -1 if none */
-    int64_t ids[ROUTE_MAX_IDS];   /* captured {id} values, in path order */
+    int64_t ids[ROUTE_MAX_IDS];   /* captured {id} and {n} values, in path order */
     int n_ids;
     char allow[64];               /* for 405: the methods the path accepts */
 };
 
 /* Finds the route for `method` and `path`.  Returns 0 on a match (m filled),
  * 404 if no pattern matches the path, 405 if one does but not for this
- * method (m->allow lists those that do), or 400 with `err` set when a
- * "{id}" segment is not a valid id. */
+ * method (m->allow lists those that do), or 400 with `err` set when an
+ * "{id}" or "{n}" segment is not a valid number. */
 int router_match(const struct route *table, size_t n, const char *method,
                  const char *path, struct route_match *m, struct shoal_err *err);
 

@@ -20,6 +20,18 @@ const struct route routes[] = {
     { "GET",    "/v1/jobs/{id}",        AUTH_ADMIN,  h_job_get },
     { "DELETE", "/v1/jobs/{id}",        AUTH_ADMIN,  h_job_cancel },
     { "POST",   "/v1/jobs/{id}/schedule", AUTH_ADMIN, h_job_schedule },
+    { "GET",    "/v1/agent/assignment", AUTH_NODE,   h_assignment },
+    { "GET",    "/v1/agent/probes",     AUTH_NODE,   h_probes },
+    { "POST",   "/v1/agent/progress",   AUTH_NODE,   h_progress },
+    { "POST",   "/v1/agent/failure",    AUTH_NODE,   h_failure },
+    { "GET",    "/v1/jobs/{id}/checkpoints", AUTH_ADMIN, h_checkpoints_list },
+    { "PUT",    "/v1/jobs/{id}/checkpoints/{n}/stages/{n}", AUTH_NODE, h_checkpoint_put },
+    { "GET",    "/v1/jobs/{id}/checkpoints/{n}/stages/{n}", AUTH_ADMIN_OR_NODE, h_checkpoint_get },
 };
 
 const size_t routes_count = sizeof routes / sizeof routes[0];
+
+const struct upload_sink *routes_upload_sink(int index)
+{
+    return routes[index].fn == h_checkpoint_put ? &checkpoint_upload : NULL;
+}

@@ -9,6 +9,11 @@
 extern const struct route routes[];
 extern const size_t routes_count;
 
+struct upload_sink;
+/* The sink of a route whose body is streamed (see http.h), or NULL for a
+ * route whose body is read whole. */
+const struct upload_sink *routes_upload_sink(int index);
+
 /* h_health.c: probes, metrics and static documents */
 void h_healthz(struct request *rq, struct response *rs);
 void h_readyz(struct request *rq, struct response *rs);
@@ -22,6 +27,9 @@ void h_heartbeat(struct request *rq, struct response *rs);
 void h_nodes_list(struct request *rq, struct response *rs);
 void h_node_get(struct request *rq, struct response *rs);
 void h_node_drain(struct request *rq, struct response *rs);
+/* 1 if `a` is "host:port": a non-empty host without spaces ("[v6]" with
+ * brackets) and a port 1..65535; else 0. */
+int node_peer_address_valid(const char *a);
 
 /* h_links.c: the measured link matrix */
 void h_links_put(struct request *rq, struct response *rs);
@@ -35,5 +43,19 @@ void h_job_cancel(struct request *rq, struct response *rs);
 
 /* h_schedule.c: the scheduler over the live fleet */
 void h_job_schedule(struct request *rq, struct response *rs);
+
+/* h_agent.c: a node's assignment (long-polled) and its probe targets */
+void h_assignment(struct request *rq, struct response *rs);
+void h_probes(struct request *rq, struct response *rs);
+
+/* h_progress.c: per-step progress and failures reported by agents */
+void h_progress(struct request *rq, struct response *rs);
+void h_failure(struct request *rq, struct response *rs);
+
+/* h_checkpoints.c: the checkpoint store; uploads are streamed to disk */
+extern const struct upload_sink checkpoint_upload;
+void h_checkpoint_put(struct request *rq, struct response *rs);
+void h_checkpoint_get(struct request *rq, struct response *rs);
+void h_checkpoints_list(struct request *rq, struct response *rs);
 
 #endif

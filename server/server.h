@@ -9,6 +9,8 @@
 #include "db.h"
 #include "metrics.h"
 
+struct longpoll;
+
 struct server {
     struct config cfg;
     struct db_pool *db;
@@ -16,6 +18,8 @@ struct server {
     char admin_token[TOKEN_MAX];
     char join_token[TOKEN_MAX];
     atomic_int deferred;        /* requests finishing on threads of their own (scheduling) */
+    struct longpoll *longpoll;  /* assignment long-polls and the database listener */
+    atomic_int suspended;       /* requests suspended by request_suspend and not yet completed */
 };
 
 /* At most this many deferred requests at once; more get 503 (2 cores here). */

@@ -38,7 +38,8 @@ done
 for s in "$top"/tests/integration/test_*.sh; do
     name=$(basename "$s" .sh)
     echo "== integration $name"
-    SHOAL_SERVER="$top/$build/bin/shoal-server" bash "$s" >"$log" 2>&1
+    SHOAL_SERVER="$top/$build/bin/shoal-server" SHOAL_AGENT="$top/$build/bin/shoal-agent" \
+        bash "$s" >"$log" 2>&1
     rc=$?
     cat "$log"
     p=$(grep -c '^ok - ' "$log")

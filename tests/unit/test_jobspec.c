@@ -22,7 +22,8 @@ static const char full_spec[] =
     " \"training\":{\"steps\":5000,\"learning_rate\":0.0006,\"warmup_steps\":700,"
     "               \"weight_decay\":0.1,\"grad_clip\":0.5,\"seed\":1337},"
     " \"data\":{\"path\":\"/data/fineweb10B\",\"format\":\"llmc\"},"
-    " \"checkpoint_interval\":250}";
+    " \"checkpoint_interval\":250,"
+    " \"resume_from\":{\"job_id\":3,\"step\":200}}";
 
 /* Only the required fields. */
 static const char minimal_spec[] =
@@ -86,6 +87,8 @@ static void test_jobspec_full_spec_parses(void **state)
     assert_string_equal(s.data_path, "/data/fineweb10B");
     assert_string_equal(s.data_format, "llmc");
     assert_int_equal(s.checkpoint_interval, 250);
+    assert_int_equal(s.resume_job_id, 3);
+    assert_int_equal(s.resume_step, 200);
 
     /* The normalised JSON carries the same values ... */
     json_t *out = jobspec_to_json(&s);
@@ -116,6 +119,7 @@ static void test_jobspec_defaults_filled(void **state)
     assert_int_equal(s.warmup_steps, 0);
     assert_true(s.weight_decay == 0.0);
     assert_int_equal(s.seed, 0);
+    assert_int_equal(s.resume_job_id, 0);
 
     /* Every field is present in the normalised JSON, defaults included.
      * Doubles are written as JSON reals (0.0, 1.0), integers as integers. */
@@ -130,7 +134,7 @@ static void test_jobspec_defaults_filled(void **state)
         " \"training\":{\"steps\":5000,\"learning_rate\":0.0006,\"warmup_steps\":0,"
         "               \"weight_decay\":0.0,\"grad_clip\":1.0,\"seed\":0},"
         " \"data\":{\"path\":\"/data/fineweb10B\",\"format\":\"llmc\"},"
-        " \"checkpoint_interval\":100}");
+        " \"checkpoint_interval\":100, \"resume_from\":null}");
     json_decref(out);
     json_decref(body);
 }
@@ -229,6 +233,16 @@ static void test_jobspec_relations(void **state)
         { "checkpoint_interval 0 (only at the end)", { { "checkpoint_interval", "0" } },
           0, NULL, NULL },
         { "one head", { { "model.heads", "1" } }, 0, NULL, NULL },
+        /* "text" data is bytes: the vocabulary must be 256. */
+        { "text data with a 50257-token vocabulary", { { "data.format", "\"text\"" } },
+          422, "invalid_field", "model.vocab_size" },
+        { "text data with 256 tokens", { { "data.format", "\"text\"" }, { "model.vocab_size", "256" } },
+          0, NULL, NULL },
+        /* A resumed job must have steps left after the checkpoint. */
+        { "resume_from.step == steps", { { "resume_from.step", "5000" } }, 422, "invalid_field", "resume_from" },
+        { "resume_from.step == steps - 1", { { "resume_from.step", "4999" } }, 0, NULL, NULL },
+        { "resume_from.step 0", { { "resume_from.step", "0" } }, 0, NULL, NULL },
+        { "resume_from null", { { "resume_from", "null" } }, 0, NULL, NULL },
     };
     run_spec_cases(cases, sizeof cases / sizeof cases[0]);
 }
@@ -284,6 +298,12 @@ static void test_jobspec_fields(void **state)
         { "seed 2^53-1", { { "training.seed", "9007199254740991" } }, 0, NULL, NULL },
         { "huge stages", { { "parallelism.stages", "9223372036854775807" } },
           422, "invalid_field", "parallelism.stages" },
+        { "resume_from without job_id", { { "resume_from.job_id", NULL } },
+          400, "missing_field", "resume_from.job_id" },
+        { "resume_from job 0", { { "resume_from.job_id", "0" } }, 422, "invalid_field", "resume_from.job_id" },
+        { "resume_from negative step", { { "resume_from.step", "-1" } }, 422, "invalid_field", "resume_from.step" },
+        { "resume_from not an object", { { "resume_from", "5" } }, 400, "invalid_field", "resume_from" },
+        { "resume_from unknown member", { { "resume_from.epoch", "1" } }, 400, "unknown_field", "resume_from.epoch" },
     };
     run_spec_cases(cases, sizeof cases / sizeof cases[0]);
 }

@@ -36,12 +36,15 @@ static void test_crc32c_known_values(void **state)
 static void test_crc32c_fast_equals_portable(void **state)
 {
     (void)state;
-    unsigned char buf[1031];
+    /* Long enough for the three-lane loop (3 x 2048 bytes) to run twice. */
+    static unsigned char buf[3 * 2048 * 2 + 1031];
     for (size_t i = 0; i < sizeof buf; i++)
         buf[i] = (unsigned char)next();
     for (size_t off = 0; off < 9; off++)
-        for (size_t n = 0; n + off <= sizeof buf; n += 1 + n / 3)
+        for (size_t n = 0; n + off <= sizeof buf; n += 1 + n / 7)
             assert_int_equal(crc32c(7, buf + off, n), crc32c_portable(7, buf + off, n));
+    /* continuing across the lane boundary equals computing at once */
+    assert_int_equal(crc32c(crc32c(0, buf, 5000), buf + 5000, sizeof buf - 5000), crc32c_portable(0, buf, sizeof buf));
 }
 
 static struct wire_frame sample(void)

@@ -1,0 +1,475 @@
+/* agent.c - the agent's life (agent.h). */
+#include "agent.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../common/log.h"
+#include "assign.h"
+#include "control.h"
+#include "hw.h"
+#include "peer.h"
+#include "probe.h"
+#include "report.h"
+#include "train.h"
+
+#define POLL_WAIT_S 25              /* the assignment long-poll's wait */
+#define REPORT_QUEUE 4096           /* progress posts held while the server is away */
+#define PROBE_TIMEOUT_MS 10000
+
+struct agent {
+    const struct agent_config *cfg;
+    atomic_int *stop;
+    struct ctl ctl;
+    struct peer_listener *listener;
+    char advertise[ASSIGN_ADDR_MAX];
+    struct kern_device dev;
+    struct hw_facts hw;
+    int64_t node_id;
+    struct reporter *reporter;
+    pthread_t heartbeat_thread, poll_thread;
+    int heartbeat_started, poll_started;
+    /* shared with the threads, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t changed;
+    json_t *assignment;             /* latest answer's "assignment": null or an object */
+    long generation;                /* bumped on every change of it */
+    int64_t running_job;            /* the tasklet being trained; 0: none */
+    uint32_t running_epoch;
+    atomic_int abort;               /* raised when the running tasklet's assignment is replaced */
+    atomic_llong step;
+};
+
+/* (job, epoch) of an "assignment" value; job 0 for null. */
+static void assignment_key(const json_t *a, int64_t *job, uint32_t *epoch)
+{
+    *job = json_is_object(a) ? json_integer_value(json_object_get(a, "job_id")) : 0;
+    *epoch = json_is_object(a) ? (uint32_t)json_integer_value(json_object_get(a, "epoch")) : 0;
+}
+
+/* ---- identity ---------------------------------------------------------- */
+
+static void identity_path(const struct agent *ag, char *out, size_t len)
+{
+    snprintf(out, len, "%s/node.json", ag->cfg->data_dir);
+}
+
+/* Writes node.json (0600) through a temporary file, so a crash leaves the
+ * old identity or the new one, never half of one. */
+static int identity_save(const struct agent *ag, const char *token, struct shoal_err *err)
+{
+    char path[PATH_MAX + 16], tmp[PATH_MAX + 32];
+    int rc = -1;
+    identity_path(ag, path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    json_t *doc = json_pack("{s:s, s:I, s:s}", "server", ag->cfg->server_url, "node_id", (json_int_t)ag->node_id,
+                            "token", token);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || !doc || json_dumpfd(doc, fd, JSON_INDENT(2)) != 0 || fsync(fd) != 0) {
+        err_set(err, 500, "io_error", NULL, "cannot write %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    if (rename(tmp, path) != 0) {
+        err_set(err, 500, "io_error", NULL, "cannot rename %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    rc = 0;
+out:
+    if (fd >= 0)
+        close(fd);
+    json_decref(doc);
+    return rc;
+}
+
+static int join_token(const struct agent_config *cfg, char out[TOKEN_MAX], struct shoal_err *err)
+{
+    if (cfg->join_token[0]) {
+        snprintf(out, TOKEN_MAX, "%s", cfg->join_token);
+        return 0;
+    }
+    FILE *f = cfg->join_token_file[0] ? fopen(cfg->join_token_file, "r") : NULL;
+    if (!f)
+        return err_set(err, 401, "no_join_token", "join_token",
+                       "this agent has no node identity yet and no join token: pass --join-token or "
+                       "--join-token-file (the server's <data-dir>/join.token)");
+    int ok = fgets(out, TOKEN_MAX, f) != NULL;
+    fclose(f);
+    out[strcspn(out, "\r\n")] = '\0';
+    if (!ok || !token_well_formed(out))
+        return err_set(err, 400, "bad_join_token", "join_token_file", "%s does not hold a token",
+                       cfg->join_token_file);
+    return 0;
+}
+
+static int agent_register(struct agent *ag, struct shoal_err *err)
+{
+    char host[64];
+    json_t *ans = NULL;
+    int rc = -1;
+    if (join_token(ag->cfg, ag->ctl.token, err) != 0)
+        return -1;
+    if (!ag->cfg->name[0] && gethostname(host, sizeof host) != 0)
+        snprintf(host, sizeof host, "agent");
+    host[sizeof host - 1] = '\0';
+    json_t *body = json_pack("{s:s, s:s, s:s, s:o}", "name", ag->cfg->name[0] ? ag->cfg->name : host,
+                             "peer_address", ag->advertise, "region", ag->cfg->region, "hardware", hw_json(&ag->hw));
+    if (ctl_call_retry(&ag->ctl, "POST", "/v1/agent/register", body, 30, 0, &ans, err) != 0)
+        goto out;
+    const char *token = json_string_value(json_object_get(ans, "token"));
+    ag->node_id = json_integer_value(json_object_get(ans, "node_id"));
+    if (!token || !token_well_formed(token) || ag->node_id < 1) {
+        err_set(err, 502, "bad_answer", NULL, "the server's registration answer has no node id or token");
+        goto out;
+    }
+    snprintf(ag->ctl.token, sizeof ag->ctl.token, "%s", token);
+    rc = identity_save(ag, token, err);
+    log_info("registered node=%lld peer_address=%s tflops=%.4f", (long long)ag->node_id, ag->advertise,
+             ag->hw.tflops);
+out:
+    json_decref(body);
+    json_decref(ans);
+    return rc;
+}
+
+/* A stored identity is checked with a heartbeat (which also updates the
+ * peer address); a server that no longer knows the token gets a fresh
+ * registration. */
+static int agent_identify(struct agent *ag, struct shoal_err *err)
+{
+    char path[PATH_MAX + 16];
+    identity_path(ag, path, sizeof path);
+    json_t *doc = json_load_file(path, 0, NULL), *body = NULL;
+    const char *token = json_string_value(json_object_get(doc, "token"));
+    const char *server = json_string_value(json_object_get(doc, "server"));
+    int rc = -1;
+    if (!token || !token_well_formed(token) || !server || strcmp(server, ag->cfg->server_url) != 0) {
+        rc = agent_register(ag, err);
+        goto out;
+    }
+    snprintf(ag->ctl.token, sizeof ag->ctl.token, "%s", token);
+    ag->node_id = json_integer_value(json_object_get(doc, "node_id"));
+    body = json_pack("{s:s, s:s}", "state", "idle", "peer_address", ag->advertise);
+    rc = ctl_call_retry(&ag->ctl, "POST", "/v1/agent/heartbeat", body, 30, 0, NULL, err);
+    if (rc != 0 && err->status == 401) {
+        log_info("the server does not know node=%lld any more; registering again", (long long)ag->node_id);
+        rc = agent_register(ag, err);
+    } else if (rc == 0) {
+        log_info("resumed identity node=%lld peer_address=%s", (long long)ag->node_id, ag->advertise);
+    }
+out:
+    json_decref(doc);
+    json_decref(body);
+    return rc;
+}
+
+/* ---- background threads ------------------------------------------------ */
+
+static void *heartbeat_main(void *arg)
+{
+    struct agent *ag = arg;
+    int failing = 0;
+    while (!atomic_load(ag->stop)) {
+        pthread_mutex_lock(&ag->mu);
+        int64_t job = ag->running_job;
+        pthread_mutex_unlock(&ag->mu);
+        json_t *body = json_pack("{s:s}", "state", job ? "busy" : "idle");
+        if (job) {
+            json_object_set_new(body, "job_id", json_integer(job));
+            json_object_set_new(body, "step", json_integer(atomic_load(&ag->step)));
+        }
+        long status;
+        struct shoal_err e;
+        int rc = ctl_call(&ag->ctl, "POST", "/v1/agent/heartbeat", body, 10, &status, NULL, &e);
+        json_decref(body);
+        if (rc != 0 || status >= 300) {
+            if (!failing++)
+                log_warn("heartbeat failed: %s", e.message);
+        } else if (failing) {
+            log_info("heartbeat delivered again after %d failures", failing);
+            failing = 0;
+        }
+        ctl_sleep(&ag->ctl, (double)ag->cfg->heartbeat_interval);
+    }
+    return NULL;
+}
+
+/* Publishes a new assignment; raises abort when the running one is gone. */
+static void assignment_publish(struct agent *ag, json_t *a)
+{
+    int64_t job;
+    uint32_t epoch;
+    assignment_key(a, &job, &epoch);
+    pthread_mutex_lock(&ag->mu);
+    json_decref(ag->assignment);
+    ag->assignment = json_incref(a);
+    ag->generation++;
+    if (ag->running_job && (job != ag->running_job || epoch != ag->running_epoch))
+        atomic_store(&ag->abort, 1);
+    pthread_cond_broadcast(&ag->changed);
+    pthread_mutex_unlock(&ag->mu);
+}
+
+static void *poll_main(void *arg)
+{
+    struct agent *ag = arg;
+    int64_t job = -1;   /* -1: nothing known yet, answer at once */
+    uint32_t epoch = 0;
+    int failing = 0;
+    while (!atomic_load(ag->stop)) {
+        char path[128];
+        if (job < 0)
+            snprintf(path, sizeof path, "/v1/agent/assignment");
+        else if (job == 0)
+            snprintf(path, sizeof path, "/v1/agent/assignment?wait=%d", POLL_WAIT_S);
+        else
+            snprintf(path, sizeof path, "/v1/agent/assignment?wait=%d&job=%lld&epoch=%u", POLL_WAIT_S,
+                     (long long)job, epoch);
+        long status;
+        json_t *ans = NULL;
+        struct shoal_err e;
+        int rc = ctl_call(&ag->ctl, "GET", path, NULL, POLL_WAIT_S + 15, &status, &ans, &e);
+        json_t *a = json_object_get(ans, "assignment");
+        if (rc == 0 && status == 200 && a) {
+            int64_t j;
+            uint32_t ep;
+            assignment_key(a, &j, &ep);
+            if (j != job || ep != epoch) {
+                log_info("assignment job=%lld epoch=%u", (long long)j, ep);
+                assignment_publish(ag, a);
+            }
+            job = j, epoch = ep, failing = 0;
+        } else if (!atomic_load(ag->stop)) {
+            if (!failing++)
+                log_warn("assignment poll failed: %s", rc == 0 && status == 200 ? "no assignment field" : e.message);
+            ctl_sleep(&ag->ctl, failing < 5 ? 1.0 : 5.0);
+        }
+        json_decref(ans);
+    }
+    return NULL;
+}
+
+/* ---- work -------------------------------------------------------------- */
+
+/* Measures the links the server asks for and reports them in one PUT. */
+static void probe_round(struct agent *ag, long generation)
+{
+    json_t *ans = NULL, *samples = json_array(), *body = NULL;
+    struct shoal_err e;
+    if (ctl_call_retry(&ag->ctl, "GET", "/v1/agent/probes", NULL, 10, 10, &ans, &e) != 0) {
+        log_warn("cannot get probe targets: %s", e.message);
+        goto out;
+    }
+    size_t i;
+    json_t *t;
+    json_array_foreach(json_object_get(ans, "targets"), i, t) {
+        const char *addr = json_string_value(json_object_get(t, "peer_address"));
+        json_int_t to = json_integer_value(json_object_get(t, "node_id"));
+        pthread_mutex_lock(&ag->mu);
+        int moved = ag->generation != generation;
+        pthread_mutex_unlock(&ag->mu);
+        if (moved || atomic_load(ag->stop))
+            break;   /* an assignment came: training goes first */
+        struct probe_result r;
+        if (!addr || to < 1 || probe_link(addr, PROBE_TIMEOUT_MS, &r, &e) != 0) {
+            log_warn("probe of node=%lld failed: %s", (long long)to, addr ? e.message : "no address");
+            continue;
+        }
+        log_info("probe to=%lld addr=%s latency_ms=%.3f bandwidth_gbps=%.3f bytes=%llu seconds=%.2f",
+                 (long long)to, addr, r.latency_ms, r.bandwidth_gbps, r.bytes, r.seconds);
+        json_array_append_new(samples, json_pack("{s:I, s:f, s:f}", "to", to, "latency_ms", r.latency_ms,
+                                                 "bandwidth_gbps", r.bandwidth_gbps));
+    }
+    if (json_array_size(samples) == 0)
+        goto out;
+    body = json_pack("{s:O}", "samples", samples);
+    if (ctl_call_retry(&ag->ctl, "PUT", "/v1/links", body, 10, 30, NULL, &e) != 0)
+        log_warn("cannot report link samples: %s", e.message);
+out:
+    json_decref(ans);
+    json_decref(samples);
+    json_decref(body);
+}
+
+static void report_failure(struct agent *ag, const struct assignment *as, const char *peer,
+                           const struct shoal_err *why)
+{
+    struct shoal_err e;
+    char reason[sizeof why->message];
+    /* The API takes one line of at most 1000 bytes. */
+    snprintf(reason, sizeof reason, "%s", why->message[0] ? why->message : "unknown error");
+    for (char *c = reason; *c; c++)
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            *c = ' ';
+    json_t *body = json_pack("{s:I, s:I, s:i, s:i, s:s, s:s?}", "job_id", (json_int_t)as->job_id,
+                             "epoch", (json_int_t)as->epoch, "stage", as->stage, "replica", as->replica,
+                             "reason", reason, "peer", peer[0] ? peer : NULL);
+    if (ctl_call_retry(&ag->ctl, "POST", "/v1/agent/failure", body, 10, 60, NULL, &e) != 0)
+        log_warn("cannot report the failure of job=%lld: %s", (long long)as->job_id, e.message);
+    json_decref(body);
+}
+
+static void run_tasklet(struct agent *ag, const json_t *a)
+{
+    struct assignment as;
+    struct shoal_err e;
+    char peer[ASSIGN_ADDR_MAX] = "";
+    if (assign_parse(a, &as, &e) != 0) {
+        log_error("cannot run the assignment: %s", e.message);
+        return;
+    }
+    pthread_mutex_lock(&ag->mu);
+    atomic_store(&ag->abort, 0);
+    ag->running_job = as.job_id;
+    ag->running_epoch = as.epoch;
+    int64_t job;
+    uint32_t epoch;
+    assignment_key(ag->assignment, &job, &epoch);
+    if (job != as.job_id || epoch != as.epoch)
+        atomic_store(&ag->abort, 1);
+    pthread_mutex_unlock(&ag->mu);
+    atomic_store(&ag->step, as.resume_step);
+    log_info("tasklet start job=%lld epoch=%u stage=%d/%d replica=%d/%d layers=%d..%d", (long long)as.job_id,
+             as.epoch, as.stage, as.stages, as.replica, as.replicas, as.layer_start, as.layer_end);
+    struct train_env env = { .ctl = &ag->ctl, .reporter = ag->reporter, .listener = ag->listener, .dev = ag->dev,
+                             .data_dir = ag->cfg->data_dir, .peer_timeout_ms = (int)ag->cfg->peer_timeout * 1000,
+                             .connect_timeout_ms = (int)ag->cfg->connect_timeout * 1000, .abort = &ag->abort,
+                             .step = &ag->step };
+    enum train_result res = train_run(&env, &as, peer, &e);
+    struct shoal_err fe;
+    if (report_flush(ag->reporter, 60, &fe) != 0)
+        log_warn("progress of job=%lld: %s", (long long)as.job_id, fe.message);
+    if (res == TRAIN_DONE)
+        log_info("tasklet done job=%lld stage=%d replica=%d", (long long)as.job_id, as.stage, as.replica);
+    else if (res == TRAIN_ABORTED)
+        log_info("tasklet stopped job=%lld: its assignment changed", (long long)as.job_id);
+    else {
+        log_error("tasklet failed job=%lld stage=%d replica=%d peer=%s: %s", (long long)as.job_id, as.stage,
+                  as.replica, peer[0] ? peer : "-", e.message);
+        report_failure(ag, &as, peer, &e);
+    }
+    pthread_mutex_lock(&ag->mu);
+    ag->running_job = 0;
+    pthread_mutex_unlock(&ag->mu);
+}
+
+static void work_loop(struct agent *ag)
+{
+    int64_t done_job = 0;
+    uint32_t done_epoch = 0;
+    double next_probe = 0;
+    long seen = -1;
+    while (!atomic_load(ag->stop)) {
+        pthread_mutex_lock(&ag->mu);
+        if (ag->generation == seen) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 200 * 1000 * 1000;
+            if (ts.tv_nsec >= 1000000000L)
+                ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+            pthread_cond_timedwait(&ag->changed, &ag->mu, &ts);
+        }
+        seen = ag->generation;
+        json_t *a = json_incref(ag->assignment);
+        pthread_mutex_unlock(&ag->mu);
+        int64_t job;
+        uint32_t epoch;
+        assignment_key(a, &job, &epoch);
+        if (job && !(job == done_job && epoch == done_epoch)) {
+            run_tasklet(ag, a);
+            done_job = job, done_epoch = epoch;
+        } else if (!job && ctl_now() >= next_probe && seen >= 1) {
+            probe_round(ag, seen);
+            next_probe = ctl_now() + (double)ag->cfg->probe_interval;
+        }
+        json_decref(a);
+    }
+}
+
+/* ---- start and stop ---------------------------------------------------- */
+
+/* The address peers dial: --advertise, or the listen host with the bound
+ * port (the host name when it binds every interface). */
+static int advertise_address(struct agent *ag, unsigned port, struct shoal_err *err)
+{
+    if (ag->cfg->advertise[0]) {
+        snprintf(ag->advertise, sizeof ag->advertise, "%s", ag->cfg->advertise);
+        return 0;
+    }
+    char host[128];
+    const char *colon = strrchr(ag->cfg->listen, ':');
+    size_t n = colon ? (size_t)(colon - ag->cfg->listen) : 0;
+    if (n == 0 || n >= sizeof host)
+        return err_set(err, 2, "invalid_config", "--listen", "--listen must be host:port, got '%s'", ag->cfg->listen);
+    memcpy(host, ag->cfg->listen, n);
+    host[n] = '\0';
+    if (strcmp(host, "0.0.0.0") == 0 || strcmp(host, "[::]") == 0) {
+        if (gethostname(host, sizeof host) != 0)
+            return err_set(err, 2, "invalid_config", "--advertise", "cannot derive an address: pass --advertise");
+        host[sizeof host - 1] = '\0';
+    }
+    snprintf(ag->advertise, sizeof ag->advertise, "%s:%u", host, port);
+    return 0;
+}
+
+int agent_run(const struct agent_config *cfg, atomic_int *stop, struct shoal_err *err)
+{
+    struct agent *ag = calloc(1, sizeof *ag);
+    struct kern_err ke = {{0}};
+    unsigned port = 0;
+    int rc = -1;
+    if (!ag)
+        return err_set(err, 500, "internal", NULL, "out of memory");
+    ag->cfg = cfg;
+    ag->stop = stop;
+    ag->ctl.stop = stop;
+    snprintf(ag->ctl.url, sizeof ag->ctl.url, "%s", cfg->server_url);
+    ag->ctl.url[strcspn(ag->ctl.url, "\n")] = '\0';
+    size_t ul = strlen(ag->ctl.url);
+    if (ul && ag->ctl.url[ul - 1] == '/')
+        ag->ctl.url[ul - 1] = '\0';
+    pthread_mutex_init(&ag->mu, NULL);
+    pthread_cond_init(&ag->changed, NULL);
+    if (mkdir(cfg->data_dir, 0700) != 0 && errno != EEXIST) {
+        err_set(err, 2, "invalid_config", "--data-dir", "cannot create %s: %s", cfg->data_dir, strerror(errno));
+        goto out;
+    }
+    if (kern_device_parse(cfg->device, &ag->dev, &ke) != 0) {
+        err_set(err, 2, "invalid_config", "--device", "%s", ke.msg);
+        goto out;
+    }
+    if (hw_measure(&ag->dev, (double)cfg->measure_ms / 1e3, &ag->hw, err) != 0)
+        goto out;
+    if (peer_listener_start(cfg->listen, &ag->listener, &port, err) != 0 || advertise_address(ag, port, err) != 0)
+        goto out;
+    if (agent_identify(ag, err) != 0 || report_start(&ag->ctl, REPORT_QUEUE, &ag->reporter, err) != 0)
+        goto out;
+    if (pthread_create(&ag->heartbeat_thread, NULL, heartbeat_main, ag) != 0 ||
+        !(ag->heartbeat_started = 1) || pthread_create(&ag->poll_thread, NULL, poll_main, ag) != 0) {
+        err_set(err, 500, "internal", NULL, "cannot start the agent's threads");
+        goto out;
+    }
+    ag->poll_started = 1;
+    log_info("agent ready node=%lld peer_address=%s device=%s", (long long)ag->node_id, ag->advertise, cfg->device);
+    work_loop(ag);
+    rc = 0;
+out:
+    atomic_store(stop, 1);
+    if (ag->heartbeat_started)
+        pthread_join(ag->heartbeat_thread, NULL);
+    if (ag->poll_started)
+        pthread_join(ag->poll_thread, NULL);
+    report_stop(ag->reporter);
+    if (ag->listener)
+        peer_listener_stop(ag->listener);
+    json_decref(ag->assignment);
+    pthread_mutex_destroy(&ag->mu);
+    pthread_cond_destroy(&ag->changed);
+    free(ag);
+    return rc;
+}

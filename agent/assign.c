@@ -1,0 +1,97 @@
+/* assign.c - parsing and checking an assignment (assign.h). */
+#include "assign.h"
+
+#include <stdio.h>
+#include <string.h>
+
+void assign_role(int stage, int replica, char out[PEER_ROLE_MAX])
+{
+    snprintf(out, PEER_ROLE_MAX, "stage=%d replica=%d", stage, replica);
+}
+
+/* The peer address of entry `index` of `list`, whose `key` must equal index. */
+static int address_at(const json_t *list, const char *key, int index, char out[ASSIGN_ADDR_MAX],
+                      struct shoal_err *err)
+{
+    const json_t *e = json_array_get(list, (size_t)index);
+    const char *addr = json_string_value(json_object_get(e, "peer_address"));
+    if (!addr || json_integer_value(json_object_get(e, key)) != index || strlen(addr) >= ASSIGN_ADDR_MAX)
+        return err_set(err, 502, "bad_assignment", key, "the assignment has no valid peer for %s %d", key, index);
+    snprintf(out, ASSIGN_ADDR_MAX, "%s", addr);
+    return 0;
+}
+
+static int hex_decode(const char *hex, unsigned char *out, size_t max, size_t *len)
+{
+    size_t n = strlen(hex);
+    if (n == 0 || n % 2 || n / 2 > max)
+        return -1;
+    for (size_t i = 0; i < n / 2; i++) {
+        unsigned v;
+        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
+            return -1;
+        out[i] = (unsigned char)v;
+    }
+    *len = n / 2;
+    return 0;
+}
+
+int assign_parse(const json_t *a, struct assignment *o, struct shoal_err *err)
+{
+    json_t *spec, *pipeline, *group, *resume = NULL;
+    json_int_t job, epoch, stage, replica, stages, replicas, ls, le;
+    json_int_t V, T, C, NH, L, M, B, steps, warmup, seed, ckpt;
+    double lr, wd, clip;
+    const char *secret, *schedule, *path, *format;
+    json_error_t je;
+    memset(o, 0, sizeof *o);
+    if (json_unpack_ex((json_t *)a, &je, 0, "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:o, s:o, s:o, s?o}",
+                       "job_id", &job, "epoch", &epoch, "stage", &stage, "replica", &replica,
+                       "stages", &stages, "replicas", &replicas, "layer_start", &ls, "layer_end", &le,
+                       "peer_secret", &secret, "spec", &spec, "pipeline", &pipeline, "group", &group,
+                       "resume", &resume) != 0)
+        return err_set(err, 502, "bad_assignment", NULL, "the server's assignment is malformed: %s", je.text);
+    if (json_unpack_ex(spec, &je, 0,
+                       "{s:{s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:s},"
+                       " s:{s:I, s:F, s:I, s:F, s:F, s:I}, s:{s:s, s:s}, s:I}",
+                       "model", "vocab_size", &V, "context_length", &T, "d_model", &C, "heads", &NH, "layers", &L,
+                       "parallelism", "micro_batches", &M, "micro_batch_size", &B, "schedule", &schedule,
+                       "training", "steps", &steps, "learning_rate", &lr, "warmup_steps", &warmup,
+                       "weight_decay", &wd, "grad_clip", &clip, "seed", &seed,
+                       "data", "path", &path, "format", &format, "checkpoint_interval", &ckpt) != 0)
+        return err_set(err, 502, "bad_assignment", "spec", "the assignment's job spec is malformed: %s", je.text);
+    if (stages < 1 || replicas < 1 || stage < 0 || stage >= stages || replica < 0 || replica >= replicas ||
+        ls < 0 || le <= ls || le > L || epoch < 0 || epoch > UINT32_MAX || job < 1 || M < 1 || B < 1 ||
+        T < 1 || V < 2 || C < 1 || NH < 1 || steps < 1 || (json_int_t)json_array_size(pipeline) != stages ||
+        (json_int_t)json_array_size(group) != replicas || strlen(path) >= sizeof o->data_path ||
+        strlen(format) >= sizeof o->data_format || M > 1 << 20)
+        return err_set(err, 502, "bad_assignment", NULL, "the server's assignment is inconsistent");
+    if (hex_decode(secret, o->secret, sizeof o->secret, &o->secret_len) != 0)
+        return err_set(err, 502, "bad_assignment", "peer_secret", "the assignment's peer secret is not hex");
+    if (pipe_parse(schedule, &o->schedule) != 0)
+        return err_set(err, 502, "bad_assignment", "spec", "unknown pipeline schedule '%s'", schedule);
+    o->job_id = job, o->epoch = (uint32_t)epoch, o->stage = (int)stage, o->replica = (int)replica;
+    o->stages = (int)stages, o->replicas = (int)replicas, o->layer_start = (int)ls, o->layer_end = (int)le;
+    o->model = (struct kern_model){ .vocab = (int)V, .context = (int)T, .d_model = (int)C, .heads = (int)NH,
+                                    .layers = (int)L };
+    o->micro_batches = (int)M, o->micro_batch_size = (int)B, o->steps = steps, o->learning_rate = lr;
+    o->warmup_steps = warmup, o->weight_decay = wd, o->grad_clip = clip, o->seed = (uint64_t)seed;
+    o->checkpoint_interval = ckpt;
+    snprintf(o->data_path, sizeof o->data_path, "%s", path);
+    snprintf(o->data_format, sizeof o->data_format, "%s", format);
+    if (stage > 0 && address_at(pipeline, "stage", o->stage - 1, o->prev_stage, err) != 0)
+        return -1;
+    if (stage < stages - 1 && address_at(pipeline, "stage", o->stage + 1, o->next_stage, err) != 0)
+        return -1;
+    if (replicas > 1 && (address_at(group, "replica", (o->replica + 1) % o->replicas, o->ring_next, err) != 0 ||
+                         address_at(group, "replica", (o->replica + o->replicas - 1) % o->replicas,
+                                    o->ring_prev, err) != 0))
+        return -1;
+    if (resume && !json_is_null(resume)) {
+        json_int_t rj, rs;
+        if (json_unpack(resume, "{s:I, s:I}", "job_id", &rj, "step", &rs) != 0 || rj < 1 || rs < 0 || rs >= steps)
+            return err_set(err, 502, "bad_assignment", "resume", "the assignment's resume point is malformed");
+        o->resume_job = rj, o->resume_step = rs;
+    }
+    return 0;
+}

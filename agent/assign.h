@@ -1,0 +1,52 @@
+/* assign.h - an assignment from GET /v1/agent/assignment, checked and in C
+ * types: the job's spec, this node's tasklet, its neighbours' addresses. */
+#ifndef SHOAL_AGENT_ASSIGN_H
+#define SHOAL_AGENT_ASSIGN_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "../common/err.h"
+#include "../kernels/kernels.h"
+#include "peer.h"
+#include "pipeline.h"
+
+#define ASSIGN_ADDR_MAX 262   /* host:port, as the server validates it */
+
+struct assignment {
+    int64_t job_id;
+    uint32_t epoch;
+    int stage, replica;             /* this node's tasklet */
+    int stages, replicas;           /* P, D */
+    int layer_start, layer_end;     /* this stage's blocks */
+    unsigned char secret[PEER_SECRET_MAX];
+    size_t secret_len;              /* bytes */
+    /* spec */
+    struct kern_model model;
+    int micro_batches;              /* M, per replica and step */
+    int micro_batch_size;           /* B, sequences */
+    enum pipe_kind schedule;
+    int64_t steps;
+    double learning_rate;           /* peak */
+    int64_t warmup_steps;
+    double weight_decay;
+    double grad_clip;               /* global norm; 0 = off */
+    uint64_t seed;
+    char data_path[512];
+    char data_format[16];
+    int64_t checkpoint_interval;    /* steps; 0: only at the end */
+    /* neighbours; "" where there is none */
+    char prev_stage[ASSIGN_ADDR_MAX], next_stage[ASSIGN_ADDR_MAX];
+    char ring_prev[ASSIGN_ADDR_MAX], ring_next[ASSIGN_ADDR_MAX];
+    /* start from this complete checkpoint; resume_job 0: from scratch */
+    int64_t resume_job, resume_step;
+};
+
+/* Reads the "assignment" object.  Returns 0, or -1 with err naming what is
+ * missing or inconsistent (the server's answer is not trusted blindly). */
+int assign_parse(const json_t *a, struct assignment *out, struct shoal_err *err);
+
+/* The role string a tasklet proves in the hello: "stage=S replica=R". */
+void assign_role(int stage, int replica, char out[PEER_ROLE_MAX]);
+
+#endif

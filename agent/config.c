@@ -1,0 +1,54 @@
+/* config.c - shoal-agent's settings table (config.h). */
+#include "config.h"
+
+#include "../common/opts.h"
+
+#define S(f) OPT_STR_FIELD(struct agent_config, f)
+#define L(f, lo, hi) OPT_LONG_FIELD(struct agent_config, f, lo, hi)
+
+static const struct opt agent_opts[] = {
+    { "--server", "SHOAL_SERVER_URL", S(server_url), "http://127.0.0.1:8080", "shoal-server's base URL" },
+    { "--join-token", "SHOAL_JOIN_TOKEN", S(join_token), "",
+      "token to register with (the server's <data-dir>/join.token); needed only the first time" },
+    { "--join-token-file", "SHOAL_JOIN_TOKEN_FILE", S(join_token_file), "",
+      "file holding the join token, instead of --join-token" },
+    { "--name", "SHOAL_AGENT_NAME", S(name), "", "node name shown to operators; empty: the host name" },
+    { "--region", "SHOAL_REGION", S(region), "", "free-form region label (e.g. eu-west)" },
+    { "--listen", "SHOAL_PEER_LISTEN", S(listen), "0.0.0.0:7070",
+      "peer port to bind, host:port (port 0 picks a free one)" },
+    { "--advertise", "SHOAL_PEER_ADVERTISE", S(advertise), "",
+      "host:port other agents dial; empty: the listen address, or the host name when it binds 0.0.0.0" },
+    { "--device", "SHOAL_DEVICE", S(device), "cpu", "cpu, cuda or cuda:N" },
+    { "--data-dir", "SHOAL_AGENT_DATA_DIR", S(data_dir), "./shoal-agent-data",
+      "node identity (node.json) and temporary checkpoint files" },
+    { "--log-level", "SHOAL_LOG_LEVEL", S(log_level), "info", "debug, info, warn or error" },
+    { "--heartbeat-interval", "SHOAL_HEARTBEAT_INTERVAL", L(heartbeat_interval, 1, 3600), "5",
+      "seconds between heartbeats" },
+    { "--peer-timeout", "SHOAL_PEER_TIMEOUT", L(peer_timeout, 1, 86400), "120",
+      "seconds a neighbour may stay silent in a step before the step fails" },
+    { "--connect-timeout", "SHOAL_CONNECT_TIMEOUT", L(connect_timeout, 1, 86400), "120",
+      "seconds for every neighbour of a new assignment to connect" },
+    { "--probe-interval", "SHOAL_PROBE_INTERVAL", L(probe_interval, 1, 86400), "10",
+      "seconds between asking the server which links to measure, while idle" },
+    { "--measure-ms", "SHOAL_MEASURE_MS", L(measure_ms, 0, 60000), "500",
+      "how long to time the kernels at start for the reported TFLOP/s, ms" },
+};
+
+#define N_AGENT_OPTS (sizeof agent_opts / sizeof agent_opts[0])
+
+void agent_config_usage(FILE *out)
+{
+    fprintf(out, "usage: shoal-agent [run] [options]\n\n"
+                 "A shoal worker: registers with the server, measures its links, and trains\n"
+                 "the pipeline stage it is assigned.  Every option can also be set by its\n"
+                 "environment variable; flags win.\n\n");
+    opts_usage(agent_opts, N_AGENT_OPTS, out);
+}
+
+int agent_config_load(struct agent_config *cfg, int argc, char **argv, int first_arg, struct shoal_err *err)
+{
+    int rc = opts_load(agent_opts, N_AGENT_OPTS, cfg, argc, argv, first_arg, err);
+    if (rc == 1)
+        agent_config_usage(stdout);
+    return rc;
+}

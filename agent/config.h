@@ -1,0 +1,35 @@
+/* config.h - shoal-agent settings from flags and SHOAL_* environment (the
+ * table in config.c prints --help). */
+#ifndef SHOAL_AGENT_CONFIG_H
+#define SHOAL_AGENT_CONFIG_H
+
+#include <limits.h>
+#include <stdio.h>
+
+#include "../common/err.h"
+#include "../common/token.h"
+
+struct agent_config {
+    char server_url[512];       /* http://host:port of shoal-server */
+    char join_token[TOKEN_MAX]; /* to register the first time */
+    char join_token_file[PATH_MAX];
+    char name[64];              /* "" = the host name */
+    char region[64];
+    char listen[128];           /* peer port: host:port to bind */
+    char advertise[262];        /* host:port peers dial; "" = derived from listen */
+    char device[32];            /* cpu, cuda, cuda:N */
+    char data_dir[PATH_MAX];    /* node identity, temporary checkpoint files */
+    char log_level[16];
+    long heartbeat_interval;    /* s */
+    long peer_timeout;          /* s a neighbour may stay silent mid-step */
+    long connect_timeout;       /* s for every neighbour to connect */
+    long probe_interval;        /* s between asking which links to measure, when idle */
+    long measure_ms;            /* throughput measurement at start, ms */
+};
+
+/* Fills cfg; returns 0, 1 if --help was printed, or -1 with err set. */
+int agent_config_load(struct agent_config *cfg, int argc, char **argv, int first_arg, struct shoal_err *err);
+
+void agent_config_usage(FILE *out);
+
+#endif

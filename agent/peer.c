@@ -1,0 +1,650 @@
+/* peer.c - peer connections: dialing, the dialer's side of the hello
+ * handshake, and framed sends and receives with deadlines (see peer.h).
+ * The listener lives in peer_listener.c, streams in peer_stream.c; the
+ * engine below (peer_exchange) is shared by all three. */
+#include "peer.h"
+
+#include "peer_internal.h"
+
+#include "../common/crc32c.h"
+#include "../common/log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Handshake frames are tiny; anything announcing more is not a peer. */
+#define HELLO_PAYLOAD_MAX (2 * WIRE_NONCE_BYTES + PEER_ROLE_MAX)
+#define ERROR_TEXT_MAX 512 /* bytes of a WIRE_ERROR reason we read during a handshake */
+
+int64_t peer_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t peer_deadline(int timeout_ms)
+{
+    return timeout_ms < 0 ? PEER_NEVER : peer_now_ms() + timeout_ms;
+}
+
+struct peer_io peer_io_make(int timeout_ms, int cancel_fd)
+{
+    struct peer_io io = {.deadline_ms = timeout_ms < 0 ? -1 : peer_now_ms() + timeout_ms,
+                         .timeout_ms = timeout_ms, .cancel_fd = cancel_fd};
+    return io;
+}
+
+void peer_socket_tune(int fd)
+{
+    int one = 1, buf = PEER_SOCKET_BUFFER;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+    (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
+}
+
+void peer_format_addr(const void *sa, unsigned salen, char *out, size_t out_len)
+{
+    char host[NI_MAXHOST], serv[NI_MAXSERV];
+    if (getnameinfo(sa, salen, host, sizeof host, serv, sizeof serv,
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+        snprintf(out, out_len, "?");
+        return;
+    }
+    if (strchr(host, ':'))
+        snprintf(out, out_len, "[%s]:%s", host, serv);
+    else
+        snprintf(out, out_len, "%s:%s", host, serv);
+}
+
+void peer_quote(const void *p, size_t n, char *out, size_t out_len)
+{
+    const unsigned char *s = p;
+    size_t o = 0;
+    if (out_len < 8) {
+        if (out_len)
+            out[0] = '\0';
+        return;
+    }
+    out[o++] = '\'';
+    for (size_t i = 0; i < n; i++) {
+        if (o + 5 >= out_len) { /* room for "...'" and the NUL */
+            memcpy(out + o, "...", 3);
+            o += 3;
+            break;
+        }
+        out[o++] = s[i] >= 0x20 && s[i] < 0x7f ? (char)s[i] : '?';
+    }
+    out[o++] = '\'';
+    out[o] = '\0';
+}
+
+int peer_role_ok(const void *p, size_t n)
+{
+    const unsigned char *s = p;
+    if (n < 1 || n > PEER_ROLE_MAX - 1)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < 0x20 || s[i] >= 0x7f)
+            return 0;
+    return 1;
+}
+
+int peer_random(void *buf, size_t n, struct shoal_err *err)
+{
+    unsigned char *p = buf;
+    while (n) {
+        ssize_t k = getrandom(p, n, 0);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            return err_set(err, 500, "peer_io", NULL, "getrandom failed: %s", strerror(errno));
+        }
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* ---- the frame engine -------------------------------------------------- */
+
+void peer_tx_init(struct peer_tx *t, struct peer_conn *c, struct wire_frame *f,
+                  const void *payload, int crc_done)
+{
+    f->job_id = c->job_id;
+    f->epoch = c->epoch;
+    if (!crc_done)
+        f->payload_crc = f->payload_len ? crc32c(0, payload, f->payload_len) : 0;
+    t->c = c;
+    wire_header_encode(f, t->hdr);
+    t->iov[0].iov_base = t->hdr;
+    t->iov[0].iov_len = WIRE_HEADER_BYTES;
+    t->iov[1].iov_base = (void *)payload;
+    t->iov[1].iov_len = f->payload_len;
+    t->first = 0;
+    t->iovcnt = f->payload_len ? 2 : 1;
+    t->done = 0;
+}
+
+void peer_rx_init(struct peer_rx *r, struct peer_conn *c, struct wire_frame *f, void *payload,
+                  uint64_t payload_max, int check_binding)
+{
+    memset(r, 0, sizeof *r);
+    r->c = c;
+    r->f = f;
+    r->payload = payload;
+    r->payload_max = payload_max;
+    r->check_binding = check_binding;
+}
+
+void peer_rx_payload(struct peer_rx *r, void *payload)
+{
+    r->payload = payload;
+    r->header_only = 0;
+}
+
+static int rx_done(const struct peer_rx *r)
+{
+    if (r->stage != 1)
+        return r->stage == 2;
+    return r->header_only ||
+           (r->pause_at && r->got >= r->pause_at && r->got < r->f->payload_len);
+}
+
+static int closed_err(struct peer_conn *c, const char *when, struct shoal_err *err)
+{
+    return err_set(err, PEER_STATUS, "peer_closed", NULL, "peer %s closed the connection%s",
+                   c->addr, when);
+}
+
+static int sock_err(struct peer_conn *c, const char *doing, int e, struct shoal_err *err)
+{
+    if (e == EPIPE || e == ECONNRESET || e == ECONNABORTED || e == ENOTCONN)
+        return err_set(err, PEER_STATUS, "peer_closed", NULL,
+                       "peer %s closed the connection while we were %s (%s)", c->addr, doing,
+                       strerror(e));
+    return err_set(err, PEER_STATUS, "peer_io", NULL, "peer %s: %s failed: %s", c->addr, doing,
+                   strerror(e));
+}
+
+/* Writes as much of t as the socket takes now: 1 done, 0 would block, -1 error. */
+static int tx_step(struct peer_tx *t, struct shoal_err *err)
+{
+    int first = t->first;
+    while (t->iovcnt > 0) {
+        struct msghdr m = {.msg_iov = t->iov + first, .msg_iovlen = (size_t)t->iovcnt};
+        ssize_t k = sendmsg(t->c->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return 0;
+            return sock_err(t->c, "sending", errno, err);
+        }
+        t->c->bytes_sent += (uint64_t)k;
+        size_t left = (size_t)k;
+        while (t->iovcnt > 0 && left >= t->iov[first].iov_len) {
+            left -= t->iov[first].iov_len;
+            first++;
+            t->iovcnt--;
+        }
+        if (t->iovcnt > 0) {
+            t->iov[first].iov_base = (char *)t->iov[first].iov_base + left;
+            t->iov[first].iov_len -= left;
+        }
+        t->first = first;
+    }
+    t->done = 1;
+    return 1;
+}
+
+static int rx_header_done(struct peer_rx *r, struct shoal_err *err)
+{
+    char why[128];
+    struct wire_frame *f = r->f;
+    if (wire_header_decode(r->hdr, r->payload_max, f, why, sizeof why) != 0)
+        return err_set(err, PEER_STATUS, "peer_protocol", NULL,
+                       "peer %s sent a bad frame header: %s", r->c->addr, why);
+    if (r->check_binding && (f->job_id != r->c->job_id || f->epoch != r->c->epoch))
+        return err_set(err, PEER_STATUS, "peer_protocol", NULL,
+                       "peer %s sent a frame (kind %u) for job %lld epoch %u on a connection "
+                       "of job %lld epoch %u",
+                       r->c->addr, f->kind, (long long)f->job_id, f->epoch,
+                       (long long)r->c->job_id, r->c->epoch);
+    r->stage = 1;
+    r->got = 0;
+    r->crc = 0;
+    return 0;
+}
+
+static int rx_payload_done(struct peer_rx *r, struct shoal_err *err)
+{
+    const struct wire_frame *f = r->f;
+    if (r->crc != f->payload_crc)
+        return err_set(err, PEER_STATUS, "peer_protocol", NULL,
+                       "peer %s: payload CRC mismatch on frame kind %u step %llu micro-batch "
+                       "%u (%llu bytes: computed %08x, header says %08x)",
+                       r->c->addr, f->kind, (unsigned long long)f->step, f->micro_batch,
+                       (unsigned long long)f->payload_len, r->crc, f->payload_crc);
+    r->stage = 2;
+    return 0;
+}
+
+/* Reads what the socket has for r now: 1 done, 0 would block, -1 error. */
+static int rx_step(struct peer_rx *r, struct shoal_err *err)
+{
+    while (!rx_done(r)) {
+        unsigned char *dst;
+        size_t want;
+        if (r->stage == 1 && r->got == r->f->payload_len) {
+            if (rx_payload_done(r, err) != 0)
+                return -1;
+            break;
+        }
+        if (r->stage == 0) {
+            dst = r->hdr + r->hdr_got;
+            want = WIRE_HEADER_BYTES - r->hdr_got;
+        } else {
+            uint64_t left = r->f->payload_len - r->got;
+            if (r->pause_at > r->got && r->pause_at - r->got < left)
+                left = r->pause_at - r->got;
+            want = left < PEER_RX_PIECE ? (size_t)left : PEER_RX_PIECE;
+            if (r->discard) {
+                want = want < r->discard ? want : r->discard;
+                dst = r->payload;
+            } else {
+                dst = (unsigned char *)r->payload + r->got;
+            }
+        }
+        ssize_t k = recv(r->c->fd, dst, want, MSG_DONTWAIT);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return 0;
+            return sock_err(r->c, "receiving", errno, err);
+        }
+        if (k == 0)
+            return closed_err(r->c, r->stage == 0 && r->hdr_got == 0 ? ""
+                                                                     : " in the middle of a frame",
+                              err);
+        r->c->bytes_received += (uint64_t)k;
+        if (r->stage == 0) {
+            r->hdr_got += (size_t)k;
+            if (r->hdr_got == WIRE_HEADER_BYTES && rx_header_done(r, err) != 0)
+                return -1;
+        } else {
+            r->crc = crc32c(r->crc, dst, (size_t)k);
+            r->got += (uint64_t)k;
+        }
+    }
+    return 1;
+}
+
+static int timeout_err(const struct peer_tx *t, const struct peer_rx *r, const struct peer_io *io,
+                       struct shoal_err *err)
+{
+    if (r && !rx_done(r)) {
+        if (r->stage == 0 && r->hdr_got == 0)
+            return err_set(err, PEER_STATUS_TIMEOUT, "peer_timeout", NULL,
+                           "peer %s sent no frame within %d ms", r->c->addr, io->timeout_ms);
+        if (r->stage == 0)
+            return err_set(err, PEER_STATUS_TIMEOUT, "peer_timeout", NULL,
+                           "peer %s stalled in the middle of a frame header (%zu of %d bytes "
+                           "after %d ms)",
+                           r->c->addr, r->hdr_got, WIRE_HEADER_BYTES, io->timeout_ms);
+        return err_set(err, PEER_STATUS_TIMEOUT, "peer_timeout", NULL,
+                       "peer %s stalled in the middle of a frame (%llu of %llu payload bytes "
+                       "after %d ms)",
+                       r->c->addr, (unsigned long long)r->got,
+                       (unsigned long long)r->f->payload_len, io->timeout_ms);
+    }
+    return err_set(err, PEER_STATUS_TIMEOUT, "peer_timeout", NULL,
+                   "could not send to peer %s within %d ms (it is not reading)", t->c->addr,
+                   io->timeout_ms);
+}
+
+int peer_exchange(struct peer_tx *t, struct peer_rx *r, const struct peer_io *io,
+                  struct shoal_err *err)
+{
+    for (;;) {
+        int tdone = !t || t->done, rdone = !r || rx_done(r);
+        if (!tdone) {
+            int rc = tx_step(t, err);
+            if (rc < 0)
+                return -1;
+            tdone = rc;
+        }
+        if (!rdone) {
+            int rc = rx_step(r, err);
+            if (rc < 0)
+                return -1;
+            rdone = rc;
+        }
+        if (tdone && rdone)
+            return 0;
+
+        struct pollfd p[3];
+        int n = 0, wait_ms = -1;
+        if (!tdone)
+            p[n++] = (struct pollfd){.fd = t->c->fd, .events = POLLOUT};
+        if (!rdone) {
+            if (n && p[0].fd == r->c->fd)
+                p[0].events |= POLLIN;
+            else
+                p[n++] = (struct pollfd){.fd = r->c->fd, .events = POLLIN};
+        }
+        int cancel = n;
+        if (io->cancel_fd >= 0)
+            p[n++] = (struct pollfd){.fd = io->cancel_fd, .events = POLLIN};
+        if (io->deadline_ms >= 0) {
+            int64_t left = io->deadline_ms - peer_now_ms();
+            if (left <= 0)
+                return timeout_err(tdone ? NULL : t, rdone ? NULL : r, io, err);
+            wait_ms = left > INT_MAX ? INT_MAX : (int)left;
+        }
+        int rc = poll(p, (nfds_t)n, wait_ms);
+        if (rc < 0 && errno != EINTR)
+            return err_set(err, 500, "peer_io", NULL, "poll failed: %s", strerror(errno));
+        if (rc > 0 && io->cancel_fd >= 0 && (p[cancel].revents & POLLIN))
+            return err_set(err, PEER_STATUS, "peer_io", NULL, "connection to peer %s stopped",
+                           (t ? t->c : r->c)->addr);
+        /* On timeout the loop tries once more, then reports it above. */
+    }
+}
+
+int peer_send_io(struct peer_conn *c, struct wire_frame *f, const void *payload, int crc_done,
+                 const struct peer_io *io, struct shoal_err *err)
+{
+    struct peer_tx t;
+    peer_tx_init(&t, c, f, payload, crc_done);
+    return peer_exchange(&t, NULL, io, err);
+}
+
+int peer_recv_io(struct peer_conn *c, struct wire_frame *f, void *payload, size_t cap,
+                 int check_binding, const struct peer_io *io, struct shoal_err *err)
+{
+    struct peer_rx r;
+    peer_rx_init(&r, c, f, payload, cap, check_binding);
+    return peer_exchange(NULL, &r, io, err);
+}
+
+void peer_send_error(struct peer_conn *c, const char *reason, const struct peer_io *io)
+{
+    struct wire_frame f = {.kind = WIRE_ERROR, .dtype = WIRE_BYTES,
+                           .payload_len = strnlen(reason, ERROR_TEXT_MAX)};
+    struct shoal_err ignored;
+    (void)peer_send_io(c, &f, reason, 0, io, &ignored);
+}
+
+/* ---- public API --------------------------------------------------------- */
+
+static int check_conn(struct peer_conn *c, struct shoal_err *err)
+{
+    if (!c || c->fd < 0)
+        return err_set(err, 500, "peer_io", NULL, "peer connection %s is closed",
+                       c ? c->addr : "(null)");
+    return 0;
+}
+
+int peer_send(struct peer_conn *c, struct wire_frame *f, const void *payload, int timeout_ms,
+              struct shoal_err *err)
+{
+    if (check_conn(c, err) != 0)
+        return -1;
+    struct peer_io io = peer_io_make(timeout_ms, -1);
+    return peer_send_io(c, f, payload, 0, &io, err);
+}
+
+int peer_recv(struct peer_conn *c, struct wire_frame *f, void *payload, size_t payload_cap,
+              int timeout_ms, struct shoal_err *err)
+{
+    if (check_conn(c, err) != 0)
+        return -1;
+    struct peer_io io = peer_io_make(timeout_ms, -1);
+    return peer_recv_io(c, f, payload, payload_cap, 1, &io, err);
+}
+
+int peer_sendrecv(struct peer_conn *to, struct wire_frame *sf, const void *spayload,
+                  struct peer_conn *from, struct wire_frame *rf, void *rpayload, size_t rcap,
+                  int timeout_ms, struct shoal_err *err)
+{
+    struct peer_tx t;
+    struct peer_rx r;
+    if ((sf && check_conn(to, err) != 0) || (rf && check_conn(from, err) != 0))
+        return -1;
+    struct peer_io io = peer_io_make(timeout_ms, -1);
+    if (sf)
+        peer_tx_init(&t, to, sf, spayload, 0);
+    if (rf)
+        peer_rx_init(&r, from, rf, rpayload, rcap, 1);
+    return peer_exchange(sf ? &t : NULL, rf ? &r : NULL, &io, err);
+}
+
+void peer_close(struct peer_conn *c)
+{
+    if (!c)
+        return;
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+}
+
+/* Splits "host:port" or "[v6]:port"; port must be 0..65535 digits. */
+static int split_addr(const char *addr, char *host, size_t host_len, char *port, size_t port_len)
+{
+    const char *colon = strrchr(addr, ':');
+    if (!colon || colon[1] == '\0' || strlen(colon + 1) >= port_len)
+        return -1;
+    const char *h = addr;
+    size_t hn = (size_t)(colon - addr);
+    if (hn >= 2 && h[0] == '[' && h[hn - 1] == ']')
+        h++, hn -= 2;
+    if (hn >= host_len)
+        return -1;
+    memcpy(host, h, hn);
+    host[hn] = '\0';
+    char *end;
+    errno = 0;
+    long p = strtol(colon + 1, &end, 10);
+    if (errno || *end || p < 0 || p > 65535)
+        return -1;
+    snprintf(port, port_len, "%ld", p);
+    return 0;
+}
+
+int peer_resolve(const char *addr, int passive, struct addrinfo **out, struct shoal_err *err)
+{
+    *out = NULL;
+    char host[256], port[8];
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0)};
+    if (split_addr(addr, host, sizeof host, port, sizeof port) != 0)
+        return err_set(err, 400, "peer_io", NULL,
+                       "bad peer address '%s': expected host:port with a numeric port", addr);
+    int rc = getaddrinfo(host[0] && strcmp(host, "*") ? host : NULL, port, &hints, out);
+    if (rc != 0)
+        return err_set(err, PEER_STATUS, "peer_io", NULL, "cannot resolve peer address '%s': %s",
+                       addr, gai_strerror(rc));
+    return 0;
+}
+
+/* Non-blocking connect to one address, waited for in poll until deadline.
+ * Returns the fd (blocking mode again) or -1 with err set. */
+static int connect_one(const struct addrinfo *ai, const char *addr, int64_t deadline,
+                       int timeout_ms, struct shoal_err *err)
+{
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return err_set(err, 500, "peer_io", NULL, "cannot connect to peer %s: socket: %s", addr,
+                       strerror(errno));
+    peer_socket_tune(fd); /* buffers before connect, so the window scale covers them */
+    int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (rc != 0 && errno != EINPROGRESS) {
+        err_set(err, PEER_STATUS, "peer_io", NULL, "cannot connect to peer %s: %s", addr,
+                strerror(errno));
+        goto out;
+    }
+    while (rc != 0) {
+        int64_t left = deadline - peer_now_ms();
+        if (left <= 0) {
+            err_set(err, PEER_STATUS_TIMEOUT, "peer_timeout", NULL,
+                    "cannot connect to peer %s within %d ms", addr, timeout_ms);
+            goto out;
+        }
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int n = poll(&p, 1, left > INT_MAX ? INT_MAX : (int)left);
+        if (n < 0 && errno != EINTR) {
+            err_set(err, 500, "peer_io", NULL, "poll failed: %s", strerror(errno));
+            goto out;
+        }
+        if (n <= 0)
+            continue;
+        int so = 0;
+        socklen_t len = sizeof so;
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &len) != 0)
+            so = errno;
+        if (so) {
+            err_set(err, PEER_STATUS, "peer_io", NULL, "cannot connect to peer %s: %s", addr,
+                    strerror(so));
+            goto out;
+        }
+        rc = 0;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        err_set(err, 500, "peer_io", NULL, "fcntl: %s", strerror(errno));
+        goto out;
+    }
+    return fd;
+out:
+    close(fd);
+    return -1;
+}
+
+/* The dialer's side of the hello (protocol in peer.h); c is connected and
+ * has read the listener's nonce. */
+static int dial_hello(struct peer_conn *c, const unsigned char lnonce[WIRE_NONCE_BYTES],
+                      const struct peer_auth *auth, const char *want_role,
+                      const struct peer_io *io, struct shoal_err *err)
+{
+    unsigned char out[HELLO_PAYLOAD_MAX], in[ERROR_TEXT_MAX], mac[WIRE_MAC_BYTES];
+    unsigned char dnonce[WIRE_NONCE_BYTES];
+    size_t role_len = strnlen(auth->role, PEER_ROLE_MAX);
+    char quoted[160];
+    struct wire_frame f;
+
+    if (!peer_role_ok(auth->role, role_len) || auth->secret_len > PEER_SECRET_MAX)
+        return err_set(err, 500, "peer_auth", NULL,
+                       "cannot dial %s: our role or secret is malformed", c->addr);
+    if (peer_random(dnonce, sizeof dnonce, err) != 0)
+        return -1;
+    wire_hello_mac(auth->secret, auth->secret_len, lnonce, auth->job_id, auth->epoch, auth->role,
+                   out);
+    memcpy(out + WIRE_MAC_BYTES, dnonce, WIRE_NONCE_BYTES);
+    memcpy(out + WIRE_MAC_BYTES + WIRE_NONCE_BYTES, auth->role, role_len);
+    c->job_id = auth->job_id;
+    c->epoch = auth->epoch;
+    f = (struct wire_frame){.kind = WIRE_HELLO, .dtype = WIRE_BYTES,
+                            .payload_len = WIRE_MAC_BYTES + WIRE_NONCE_BYTES + role_len};
+    if (peer_send_io(c, &f, out, 0, io, err) != 0)
+        return -1;
+
+    if (peer_recv_io(c, &f, in, sizeof in, 0, io, err) != 0) {
+        if (strcmp(err->code, "peer_closed") == 0)
+            return err_set(err, PEER_STATUS, "peer_auth", NULL,
+                           "peer %s closed the connection after our hello for job %lld epoch %u "
+                           "(handshake refused)",
+                           c->addr, (long long)auth->job_id, auth->epoch);
+        return -1;
+    }
+    if (f.kind == WIRE_ERROR) {
+        peer_quote(in, f.payload_len, quoted, sizeof quoted);
+        return err_set(err, PEER_STATUS, "peer_auth", NULL,
+                       "peer %s refused our hello for job %lld epoch %u: %s", c->addr,
+                       (long long)auth->job_id, auth->epoch, quoted);
+    }
+    if (f.kind != WIRE_HELLO || f.job_id != auth->job_id || f.epoch != auth->epoch ||
+        f.payload_len <= WIRE_MAC_BYTES ||
+        !peer_role_ok(in + WIRE_MAC_BYTES, f.payload_len - WIRE_MAC_BYTES))
+        return err_set(err, PEER_STATUS, "peer_auth", NULL,
+                       "peer %s answered our hello for job %lld epoch %u with a malformed frame "
+                       "(kind %u job %lld epoch %u, %llu bytes)",
+                       c->addr, (long long)auth->job_id, auth->epoch, f.kind,
+                       (long long)f.job_id, f.epoch, (unsigned long long)f.payload_len);
+    memcpy(c->role, in + WIRE_MAC_BYTES, f.payload_len - WIRE_MAC_BYTES);
+    c->role[f.payload_len - WIRE_MAC_BYTES] = '\0';
+    wire_hello_mac(auth->secret, auth->secret_len, dnonce, auth->job_id, auth->epoch, c->role,
+                   mac);
+    if (!wire_mac_equal(mac, in))
+        return err_set(err, PEER_STATUS, "peer_auth", NULL,
+                       "peer %s (role '%s') failed to prove the secret of job %lld",
+                       c->addr, c->role, (long long)auth->job_id);
+    if (want_role && strcmp(c->role, want_role) != 0)
+        return err_set(err, PEER_STATUS, "peer_auth", NULL,
+                       "peer %s proved role '%s', but we dialed it as '%s'", c->addr, c->role,
+                       want_role);
+    return 0;
+}
+
+int peer_dial(const char *addr, const struct peer_auth *auth, const char *want_role,
+              int timeout_ms, struct peer_conn *out, struct shoal_err *err)
+{
+    struct addrinfo *res = NULL;
+    struct peer_conn c = {.fd = -1};
+    unsigned char lnonce[WIRE_NONCE_BYTES];
+    struct wire_frame f;
+    struct shoal_err local;
+    int rc = -1;
+
+    if (!err)
+        err = &local;
+    memset(out, 0, sizeof *out);
+    out->fd = -1;
+    snprintf(c.addr, sizeof c.addr, "%s", addr);
+    struct peer_io io = peer_io_make(timeout_ms, -1);
+    if (peer_resolve(addr, 0, &res, err) != 0)
+        goto out;
+    for (struct addrinfo *ai = res; ai && c.fd < 0; ai = ai->ai_next) {
+        c.fd = connect_one(ai, addr, io.deadline_ms, timeout_ms, err);
+        if (c.fd < 0 && strcmp(err->code, "peer_timeout") == 0)
+            goto out;
+    }
+    if (c.fd < 0)
+        goto out;
+
+    /* The listener speaks first: HELLO, job 0, its nonce. */
+    if (peer_recv_io(&c, &f, lnonce, sizeof lnonce, 1, &io, err) != 0)
+        goto out;
+    if (f.kind != WIRE_HELLO || f.payload_len != WIRE_NONCE_BYTES) {
+        err_set(err, PEER_STATUS, "peer_protocol", NULL,
+                "peer %s did not greet with a hello (kind %u, %llu bytes)", addr, f.kind,
+                (unsigned long long)f.payload_len);
+        goto out;
+    }
+    if (auth && dial_hello(&c, lnonce, auth, want_role, &io, err) != 0)
+        goto out;
+    *out = c;
+    c.fd = -1;
+    rc = 0;
+out:
+    if (rc != 0 && auth && strcmp(err->code, "peer_auth") == 0)
+        log_warn("peer: handshake with %s failed: %s", addr, err->message);
+    peer_close(&c);
+    if (res)
+        freeaddrinfo(res);
+    return rc;
+}

@@ -1,0 +1,166 @@
+/* peer.h - agent-to-agent TCP: the peer port's listener, the hello
+ * handshake, framed sends and receives with deadlines, and streams that send
+ * and receive on threads of their own.
+ *
+ * Every connection begins with the listener's HELLO (job 0, payload a fresh
+ * 32-byte nonce).  The dialer's first frame then decides what it is:
+ *   - HELLO (job J, epoch E): a job connection.  Payload:
+ *       mac(32) | dialer nonce(32) | dialer role (1..PEER_ROLE_MAX-1 bytes)
+ *     with mac = wire_hello_mac(secret of J, listener nonce, J, E, dialer role).
+ *     The listener checks it against the job it was told to expect
+ *     (peer_listener_expect) and answers HELLO (J, E) with
+ *       mac(32) | listener role
+ *     mac = wire_hello_mac(secret, dialer nonce, J, E, listener role); the
+ *     dialer checks it and that the role is the one it meant to reach.
+ *     A peer that fails either check is dropped and logged with its address.
+ *   - PING / PROBE (job 0): a link-probe session.  The listener answers each
+ *     PING with a PONG carrying the same payload (at most 64 bytes), and each
+ *     PROBE frame whose micro_batch is 1 (the last of a burst) with an empty
+ *     PONG once the frame is read whole.  A session is bounded: at most
+ *     PEER_PROBE_MAX_BYTES of PROBE payload, PEER_PROBE_MAX_S seconds, and
+ *     PEER_IDLE_S seconds between frames.
+ *   - anything else: dropped, logged.
+ *
+ * Errors: functions return 0 or -1 with a sentence in err->message that
+ * names the peer's address and what was wrong (bad CRC, wrong job, timeout,
+ * closed, ...); err->code is one of "peer_timeout", "peer_closed",
+ * "peer_protocol" (bad frame, CRC, unexpected kind/job/epoch/step/shape),
+ * "peer_auth" (handshake failed), "peer_io" (other socket errors).
+ * A negative timeout_ms anywhere below means no deadline. */
+#ifndef SHOAL_AGENT_PEER_H
+#define SHOAL_AGENT_PEER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/err.h"
+#include "../common/wire.h"
+
+#define PEER_ROLE_MAX 48                    /* bytes, with the terminating NUL */
+#define PEER_SECRET_MAX 64                  /* bytes */
+#define PEER_PROBE_MAX_BYTES (64u << 20)    /* per probe session */
+#define PEER_PROBE_MAX_S 30
+#define PEER_IDLE_S 10
+#define PEER_HANDSHAKE_MS 10000
+#define PEER_SOCKET_BUFFER (4 << 20)        /* SO_SNDBUF/SO_RCVBUF asked for, bytes */
+
+/* What a job connection proves and is bound to. */
+struct peer_auth {
+    unsigned char secret[PEER_SECRET_MAX];
+    size_t secret_len;
+    int64_t job_id;
+    uint32_t epoch;
+    char role[PEER_ROLE_MAX];               /* ours, e.g. "stage=1 replica=0" */
+};
+
+/* One connected, authenticated (or probe) socket.  Blocking I/O with
+ * deadlines through poll(); not thread-safe except that one thread may send
+ * while another receives. */
+struct peer_conn {
+    int fd;                                 /* -1 when closed */
+    char addr[64];                          /* remote host:port, for messages */
+    char role[PEER_ROLE_MAX];               /* the remote's proven role; "" for probes */
+    int64_t job_id;
+    uint32_t epoch;
+    uint64_t bytes_sent, bytes_received;    /* payload and headers */
+};
+
+/* Resolves "host:port" and connects within timeout_ms, with large socket
+ * buffers and TCP_NODELAY.  Then, if auth is non-NULL, runs the dialer's side
+ * of the handshake and checks the listener's role equals want_role; with
+ * auth NULL it only reads the listener's HELLO (a probe session follows).
+ * want_role NULL accepts any proven role (it is still in out->role).
+ * On success fills *out (caller closes it with peer_close). */
+int peer_dial(const char *addr, const struct peer_auth *auth, const char *want_role,
+              int timeout_ms, struct peer_conn *out, struct shoal_err *err);
+
+void peer_close(struct peer_conn *c);
+
+/* Sends one frame: f's header (payload_len set by the caller, payload_crc
+ * computed here, job_id and epoch set here to the connection's) then the
+ * payload, within timeout_ms. */
+int peer_send(struct peer_conn *c, struct wire_frame *f, const void *payload, int timeout_ms,
+              struct shoal_err *err);
+
+/* Receives one frame within timeout_ms: checks the header (payload at most
+ * payload_cap bytes), reads the payload into `payload` and checks its CRC.
+ * The frame's job and epoch must be the connection's (probe sessions: 0). */
+int peer_recv(struct peer_conn *c, struct wire_frame *f, void *payload, size_t payload_cap,
+              int timeout_ms, struct shoal_err *err);
+
+/* Sends on `to` and receives from `from` at the same time (poll on both
+ * sockets), so two ranks sending to each other never deadlock whatever the
+ * sizes.  Either may be the same connection.  Same checks as peer_recv.
+ * sf NULL: receive only; rf NULL: send only. */
+int peer_sendrecv(struct peer_conn *to, struct wire_frame *sf, const void *spayload,
+                  struct peer_conn *from, struct wire_frame *rf, void *rpayload, size_t rcap,
+                  int timeout_ms, struct shoal_err *err);
+
+/* The peer port.  An accept thread hands each new socket to a short-lived
+ * handshake thread (at most 32 at once; more are closed), which answers
+ * probe sessions itself and parks authenticated job connections until
+ * peer_listener_take claims them. */
+struct peer_listener;
+
+/* Binds "host:port" (port 0: any), listens and starts the accept thread.
+ * *bound_port gets the port.  Free with peer_listener_stop. */
+int peer_listener_start(const char *bind_addr, struct peer_listener **out, unsigned *bound_port,
+                        struct shoal_err *err);
+
+/* Stops accepting, closes parked connections, joins every thread. */
+void peer_listener_stop(struct peer_listener *l);
+
+/* From now on accept job connections for auth->job_id and auth->epoch only,
+ * proving auth->role; connections of an earlier expectation still parked
+ * are closed.  auth NULL: accept no job connections (probe sessions still). */
+void peer_listener_expect(struct peer_listener *l, const struct peer_auth *auth);
+
+/* Waits up to timeout_ms for a parked job connection from the peer whose
+ * proven role is `role`, and moves it into *out. */
+int peer_listener_take(struct peer_listener *l, const char *role, int timeout_ms,
+                       struct peer_conn *out, struct shoal_err *err);
+
+/* Probe sessions and job connections refused since start (for logs/tests). */
+void peer_listener_counts(struct peer_listener *l, uint64_t *probe_sessions, uint64_t *refused);
+
+/* A job connection driven by two threads: one sends queued frames in order,
+ * one receives frames into a bounded queue.  The owner's thread computes
+ * while the network works.  A failure on either thread is kept and returned
+ * by the next peer_stream_send or peer_stream_recv. */
+struct peer_stream;
+
+/* Takes ownership of *c (left with fd -1).  payload_cap bounds every received
+ * payload; queue_frames bounds each queue (sends block when it is full). */
+int peer_stream_start(struct peer_conn *c, size_t payload_cap, int queue_frames,
+                      struct peer_stream **out, struct shoal_err *err);
+
+/* Queues a frame; the payload (f->payload_len bytes) is copied (and its
+ * CRC computed in the same pass); job and epoch are the connection's.  Fails
+ * if the stream has failed or the queue stays full for timeout_ms. */
+int peer_stream_send(struct peer_stream *s, const struct wire_frame *f, const void *payload,
+                     int timeout_ms, struct shoal_err *err);
+
+/* Waits up to timeout_ms for the next received frame and checks it is
+ * `kind` for `step` and `micro_batch` with exactly payload_len bytes; copies
+ * the payload into `payload`.  Any other frame is a "peer_protocol" error
+ * (a WIRE_ERROR frame's text is quoted in the message) and fails the
+ * stream.  Frames received before a failure are still delivered; the
+ * failure comes once the queue is empty.  On error the contents of
+ * `payload` are unspecified (a frame may have been arriving straight into
+ * it; after a timeout it is kept and delivered by the next call). */
+int peer_stream_recv(struct peer_stream *s, uint16_t kind, uint64_t step, uint32_t micro_batch,
+                     void *payload, size_t payload_len, int timeout_ms, struct shoal_err *err);
+
+/* Waits up to timeout_ms until every queued frame has been written. */
+int peer_stream_flush(struct peer_stream *s, int timeout_ms, struct shoal_err *err);
+
+/* Seconds the owner spent blocked in peer_stream_send and peer_stream_recv
+ * since the last call, and resets them. */
+void peer_stream_take_waits(struct peer_stream *s, double *send_wait_s, double *recv_wait_s);
+
+const char *peer_stream_addr(const struct peer_stream *s);
+
+/* Stops both threads, closes the socket, frees everything. NULL is ignored. */
+void peer_stream_stop(struct peer_stream *s);
+
+#endif

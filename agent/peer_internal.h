@@ -1,0 +1,123 @@
+/* peer_internal.h - what peer.c, peer_listener.c and peer_stream.c share:
+ * deadlines, the non-blocking frame engine and socket set-up.  Not part of
+ * the peer API; nothing outside agent/peer*.c includes it.
+ *
+ * Sockets stay in blocking mode (tests and callers may write on them
+ * directly); every send and receive here passes MSG_DONTWAIT and waits in
+ * poll() only when the kernel says EAGAIN, so a fast link costs no poll. */
+#ifndef SHOAL_AGENT_PEER_INTERNAL_H
+#define SHOAL_AGENT_PEER_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "peer.h"
+
+/* Errors are 502 (the peer misbehaved or went away) or 504 (timeout). */
+#define PEER_STATUS 502
+#define PEER_STATUS_TIMEOUT 504
+
+/* A frame payload is received in pieces of at most this many bytes, each
+ * CRC'd right after it lands, while it is still in cache. */
+#ifndef PEER_RX_PIECE
+#define PEER_RX_PIECE (256u << 10)
+#endif
+
+/* Limits of one blocking exchange: deadline on CLOCK_MONOTONIC (ms, -1 never),
+ * the timeout it came from (ms, for messages), and an fd whose readability
+ * means "give up now" (-1 none). */
+struct peer_io {
+    int64_t deadline_ms;
+    int timeout_ms;
+    int cancel_fd;
+};
+
+/* One frame going out: header and payload as two iovecs (no copy). */
+struct peer_tx {
+    struct peer_conn *c;
+    unsigned char hdr[WIRE_HEADER_BYTES];
+    struct iovec iov[2];
+    int first, iovcnt;        /* iov[first .. first+iovcnt) is still to go */
+    int done;
+};
+
+/* One frame coming in: the header first, then (when `payload` is set) the
+ * payload, CRC'd as it arrives.  With header_only the exchange stops after a
+ * checked header so the caller can pick a buffer; with pause_at it stops
+ * when that many payload bytes are in (the caller may then move them and
+ * point `payload` elsewhere; the offset stays `got`); with discard the
+ * payload is read into `payload` (discard bytes long) over and over, and
+ * dropped. */
+struct peer_rx {
+    struct peer_conn *c;
+    struct wire_frame *f;
+    uint64_t payload_max;     /* bytes; headers announcing more are refused */
+    int check_binding;        /* frame job/epoch must be the connection's */
+    int header_only;
+    uint64_t pause_at;        /* payload bytes; >0: return early once this many are in */
+    size_t discard;           /* bytes of scratch in payload; 0: keep the payload */
+    void *payload;
+    unsigned char hdr[WIRE_HEADER_BYTES];
+    size_t hdr_got;
+    uint64_t got;             /* payload bytes */
+    uint32_t crc;
+    int stage;                /* 0 header, 1 payload, 2 done */
+};
+
+#define PEER_NEVER (INT64_MAX / 4) /* a deadline (ms) that never comes */
+
+int64_t peer_now_ms(void);
+/* Deadline timeout_ms from now; timeout_ms < 0: PEER_NEVER. */
+int64_t peer_deadline(int timeout_ms);
+/* timeout_ms < 0: no deadline. */
+struct peer_io peer_io_make(int timeout_ms, int cancel_fd);
+
+/* Sets TCP_NODELAY, SO_SNDBUF and SO_RCVBUF (PEER_SOCKET_BUFFER) and
+ * close-on-exec. Failures are ignored: they only cost speed. */
+void peer_socket_tune(int fd);
+
+struct addrinfo;
+/* Resolves "host:port" / "[v6]:port" (host "" or "*" with passive: any).
+ * Free *out with freeaddrinfo. */
+int peer_resolve(const char *addr, int passive, struct addrinfo **out, struct shoal_err *err);
+
+/* "host:port" of the socket's remote end ("?" when unknown). */
+void peer_format_addr(const void *sa, unsigned salen, char *out, size_t out_len);
+
+/* Copies bytes into out as printable text (others become '?'), in quotes,
+ * truncated with "..." to fit. */
+void peer_quote(const void *p, size_t n, char *out, size_t out_len);
+
+/* 1 when p[0..n) is a valid role: 1..PEER_ROLE_MAX-1 printable ASCII bytes. */
+int peer_role_ok(const void *p, size_t n);
+
+/* Fills buf from getrandom(). */
+int peer_random(void *buf, size_t n, struct shoal_err *err);
+
+/* Prepares a frame for sending: stamps the connection's job and epoch into
+ * *f, computes the payload CRC unless crc_done, encodes the header. */
+void peer_tx_init(struct peer_tx *t, struct peer_conn *c, struct wire_frame *f,
+                  const void *payload, int crc_done);
+
+void peer_rx_init(struct peer_rx *r, struct peer_conn *c, struct wire_frame *f, void *payload,
+                  uint64_t payload_max, int check_binding);
+
+/* After a header_only receive: read the payload into `payload` next. */
+void peer_rx_payload(struct peer_rx *r, void *payload);
+
+/* Drives t and r (either may be NULL) until both are done, polling both
+ * sockets, within io's limits.  Returns 0 or -1 with err set. */
+int peer_exchange(struct peer_tx *t, struct peer_rx *r, const struct peer_io *io,
+                  struct shoal_err *err);
+
+/* Convenience: one frame out / one frame in with the engine above. */
+int peer_send_io(struct peer_conn *c, struct wire_frame *f, const void *payload, int crc_done,
+                 const struct peer_io *io, struct shoal_err *err);
+int peer_recv_io(struct peer_conn *c, struct wire_frame *f, void *payload, size_t cap,
+                 int check_binding, const struct peer_io *io, struct shoal_err *err);
+
+/* Builds and sends a WIRE_ERROR frame carrying `reason`, best effort. */
+void peer_send_error(struct peer_conn *c, const char *reason, const struct peer_io *io);
+
+#endif

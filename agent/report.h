@@ -1,0 +1,33 @@
+/* report.h - progress posts that never hold up training: a thread sends
+ * queued JSON bodies in order, retrying while the server is unreachable.
+ *
+ * The queue is bounded; a post into a full queue waits for room (training
+ * slows down rather than losing a step's record).  The server treats a
+ * repeated post as a duplicate, so a retry after a lost answer is safe.  An
+ * answer below 500 that is not 2xx is final: the body is dropped, logged,
+ * and the error kept for report_flush. */
+#ifndef SHOAL_AGENT_REPORT_H
+#define SHOAL_AGENT_REPORT_H
+
+#include <jansson.h>
+
+#include "../common/err.h"
+#include "control.h"
+
+struct reporter;
+
+/* Starts the sending thread, which uses a copy of `ctl`. */
+int report_start(const struct ctl *ctl, int max_pending, struct reporter **out, struct shoal_err *err);
+
+/* Queues POST `path` with `body` (stolen). */
+void report_post(struct reporter *r, const char *path, json_t *body);
+
+/* Waits up to timeout_s until the queue is empty.  Returns 0, or -1 with err
+ * set: the queue did not drain, or a post was refused since the last flush. */
+int report_flush(struct reporter *r, double timeout_s, struct shoal_err *err);
+
+/* Stops the thread, abandoning a post being retried; posts still queued
+ * are dropped (flush first). */
+void report_stop(struct reporter *r);
+
+#endif

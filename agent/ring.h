@@ -1,0 +1,45 @@
+/* ring.h - the data-parallel all-reduce on CPU nodes: a chunked, pipelined
+ * ring over TCP (reduce-scatter then all-gather, Patarasuk & Yuan 2009).
+ *
+ * Rank k sends to rank k+1 on `next` and receives from rank k-1 on `prev`
+ * (both connections of the same job and epoch).  The buffer is cut into
+ * `size` segments; in each of the 2(size-1) rounds a rank sends one segment
+ * and receives another, in chunks of at most chunk_floats, sending chunk i+1
+ * while chunk i is being received (peer_sendrecv), so the wire and the adds
+ * overlap.  Every rank ends with the same bits: each segment is summed in one
+ * fixed order around the ring and then copied, never re-added.
+ * Frames: kind WIRE_ALLREDUCE, dtype F32, shape {floats}, step = the
+ * training step, micro_batch = round * 65536 + chunk index (checked).  A
+ * segment of more than 65536 chunks gets larger chunks (both ends compute
+ * the same). */
+#ifndef SHOAL_AGENT_RING_H
+#define SHOAL_AGENT_RING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/err.h"
+#include "peer.h"
+
+#define RING_DEFAULT_CHUNK_FLOATS (256u << 10)   /* 1 MiB of fp32 */
+
+struct ring {
+    struct peer_conn *next;   /* to rank (rank + 1) % size */
+    struct peer_conn *prev;   /* from rank (rank - 1 + size) % size */
+    int rank, size;           /* size 1: nothing to do */
+    size_t chunk_floats;      /* 0: RING_DEFAULT_CHUNK_FLOATS */
+    int timeout_ms;           /* per chunk exchanged */
+};
+
+/* Replaces data[0..n) on every rank by the sum over ranks.  n may be any
+ * size, including smaller than `size` (empty segments).  On error (peer
+ * failed, timed out, sent a wrong frame) returns -1 with err set; data is
+ * then unspecified and the step must be aborted. */
+int ring_allreduce_sum(struct ring *r, float *data, size_t n, uint64_t step, struct shoal_err *err);
+
+/* Bytes each rank sends for an all-reduce of n floats: 2(size-1)/size * 4n
+ * plus frame headers (for reports and the cost model check).  Exact for
+ * rank 0; other ranks differ by at most 4 bytes a round (uneven segments). */
+uint64_t ring_bytes_per_rank(size_t n, int size, size_t chunk_floats);
+
+#endif

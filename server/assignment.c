@@ -1,0 +1,86 @@
+#include "assignment.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/buf.h"
+#include "db.h"
+
+/* $1: node ids.  A node is in at most one live plan (the scheduler offers
+ * no node that another live job's current plan holds); should two ever
+ * claim it, the newer job wins.  "pipeline" is the node's replica across
+ * all stages, "group" its stage across all replicas. */
+#define ASSIGNMENT_SQL \
+    "WITH me AS (SELECT node_id, ord FROM unnest($1::bigint[]) WITH ORDINALITY AS t(node_id, ord))," \
+    " cur AS (SELECT DISTINCT ON (a.node_id) a.node_id, j.id AS job_id, j.plan_epoch AS epoch, j.state," \
+    "   j.spec, j.peer_secret, j.stages, j.replicas, a.plan_id, a.stage, a.replica, a.layer_start, a.layer_end" \
+    "   FROM assignments a JOIN plans p ON p.id = a.plan_id" \
+    "   JOIN jobs j ON j.id = p.job_id AND j.plan_epoch = p.epoch" \
+    "   WHERE a.node_id IN (SELECT node_id FROM me)" \
+    "     AND j.state IN ('scheduled', 'running', 'recovering')" \
+    "   ORDER BY a.node_id, j.id DESC)" \
+    " SELECT me.node_id, coalesce(c.job_id, 0), coalesce(c.epoch, 0), json_build_object('assignment'," \
+    "  CASE WHEN c.job_id IS NOT NULL THEN json_build_object(" \
+    "   'job_id', c.job_id, 'epoch', c.epoch, 'state', c.state, 'stage', c.stage, 'replica', c.replica," \
+    "   'stages', c.stages, 'replicas', c.replicas, 'layer_start', c.layer_start, 'layer_end', c.layer_end," \
+    "   'peer_secret', c.peer_secret, 'spec', c.spec," \
+    "   'pipeline', (SELECT json_agg(json_build_object('stage', a.stage, 'node_id', a.node_id," \
+    "       'peer_address', n.peer_address, 'layer_start', a.layer_start, 'layer_end', a.layer_end)" \
+    "       ORDER BY a.stage)" \
+    "     FROM assignments a JOIN nodes n ON n.id = a.node_id" \
+    "     WHERE a.plan_id = c.plan_id AND a.replica = c.replica)," \
+    "   'group', (SELECT json_agg(json_build_object('replica', a.replica, 'node_id', a.node_id," \
+    "       'peer_address', n.peer_address) ORDER BY a.replica)" \
+    "     FROM assignments a JOIN nodes n ON n.id = a.node_id" \
+    "     WHERE a.plan_id = c.plan_id AND a.stage = c.stage)," \
+    "   'resume', CASE WHEN jsonb_typeof(c.spec->'resume_from') = 'object' THEN c.spec->'resume_from' END)" \
+    "  END)" \
+    " FROM me LEFT JOIN cur c ON c.node_id = me.node_id ORDER BY me.ord"
+
+int assignment_query(PGconn *c, const int64_t *nodes, int n, struct assignment_answer *out,
+                     struct shoal_err *err)
+{
+    struct buf ids;
+    PGresult *r = NULL;
+    int rc = -1, filled = 0;
+    buf_init(&ids, (size_t)n * 21 + 3);   /* up to 19 digits and a comma per id, braces */
+    for (int i = 0; i < n; i++) {
+        if (buf_printf(&ids, "%s%lld", i ? "," : "{", (long long)nodes[i]) != 0) {
+            err_set(err, 500, "internal", NULL, "out of memory");
+            goto out;
+        }
+    }
+    if (buf_append(&ids, n ? "}" : "{}", n ? 1 : 2) != 0) {
+        err_set(err, 500, "internal", NULL, "out of memory");
+        goto out;
+    }
+    const char *params[] = { ids.data };
+    r = db_exec(c, ASSIGNMENT_SQL, 1, params, err);
+    if (!r)
+        goto out;
+    if (PQntuples(r) != n) {
+        err_set(err, 500, "internal", NULL, "the assignment query answered %d rows for %d nodes", PQntuples(r), n);
+        goto out;
+    }
+    for (filled = 0; filled < n; filled++) {
+        struct assignment_answer *a = &out[filled];
+        json_error_t je;
+        a->node_id = strtoll(PQgetvalue(r, filled, 0), NULL, 10);
+        a->job_id = strtoll(PQgetvalue(r, filled, 1), NULL, 10);
+        a->epoch = strtoll(PQgetvalue(r, filled, 2), NULL, 10);
+        a->body = json_loads(PQgetvalue(r, filled, 3), 0, &je);
+        if (!a->body) {
+            err_set(err, 500, "internal", NULL, "database returned bad JSON: %s", je.text);
+            goto out;
+        }
+    }
+    rc = 0;
+out:
+    if (rc != 0)
+        for (int i = 0; i < filled; i++)
+            json_decref(out[i].body);
+    PQclear(r);
+    buf_free(&ids);
+    return rc;
+}

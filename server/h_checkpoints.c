@@ -1,0 +1,381 @@
+/* h_checkpoints.c - the checkpoint store: one file per (job, step, stage).
+ *
+ * Replica 0 of each stage uploads its stage file; the body is streamed to
+ * a temporary file under <data-dir>/checkpoints/job<id>/ while it is hashed
+ * (SHA-256), never held in memory whole, then fsync'ed and renamed to
+ * step<step>/stage<s>.bin, and the row in `checkpoints` is written.  A
+ * re-upload replaces the file and the row.  Downloads are served from the
+ * file descriptor.  The files live on the server that received them: with
+ * several servers on one database, their data directories must be shared. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../common/log.h"
+#include "../common/token.h"
+#include "http.h"
+#include "routes.h"
+
+#define CKPT_SHA256_HEADER "X-Shoal-SHA256"
+/* Room for the data directory (up to PATH_MAX) and what we add under it;
+ * the kernel refuses paths over PATH_MAX itself. */
+#define CKPT_PATH_MAX (PATH_MAX + 256)
+
+/* An upload between its headers and its last byte. */
+struct upload {
+    int fd;                       /* the temporary file; -1 once closed */
+    char tmp[CKPT_PATH_MAX];      /* its path */
+    EVP_MD_CTX *md;               /* SHA-256 of what was written */
+    uint64_t bytes;               /* received so far */
+    uint64_t cap;                 /* --max-checkpoint-bytes */
+    int too_large;
+    int write_errno;              /* first write error, 0 if none */
+    char want_sha256[TOKEN_HASH_HEX]; /* from the header, lowercase; "" if none */
+};
+
+/* Serialises rename + row per server, so that two uploads of the same
+ * (job, step, stage) cannot leave the file of one and the row of the other. */
+static pthread_mutex_t ckpt_commit_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Creates `dir` and its missing parents (mode 0700). */
+static int ckpt_mkdirs(const char *dir, struct shoal_err *e)
+{
+    char path[CKPT_PATH_MAX];
+    snprintf(path, sizeof path, "%s", dir);
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(path, 0700) != 0 && errno != EEXIST)
+            return err_set(e, 500, "storage", NULL, "cannot create %s: %s", path, strerror(errno));
+        *p = c;
+        if (c == '\0')
+            return 0;
+    }
+}
+
+/* fsync's a directory so a rename in it survives a crash. */
+static void ckpt_sync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+static void ckpt_upload_free(struct upload *u)
+{
+    if (!u)
+        return;
+    if (u->fd >= 0) {
+        close(u->fd);
+        unlink(u->tmp);
+    }
+    EVP_MD_CTX_free(u->md);
+    free(u);
+}
+
+static void ckpt_abort(struct request *rq)
+{
+    ckpt_upload_free(rq->upload);
+    rq->upload = NULL;
+}
+
+/* Reads the optional checksum header into `out` (lowercase).  Returns 0,
+ * or -1 with `e` set if it is present and not 64 hex digits. */
+static int ckpt_header_sha256(struct request *rq, char out[TOKEN_HASH_HEX], struct shoal_err *e)
+{
+    const char *h = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, CKPT_SHA256_HEADER);
+    out[0] = '\0';
+    if (!h)
+        return 0;
+    if (strlen(h) != TOKEN_HASH_HEX - 1)
+        return err_set(e, 400, "invalid_field", CKPT_SHA256_HEADER, "%s must be 64 hex digits", CKPT_SHA256_HEADER);
+    for (size_t i = 0; i < TOKEN_HASH_HEX - 1; i++) {
+        char c = h[i];
+        if (c >= 'A' && c <= 'F')
+            c = (char)(c - 'A' + 'a');
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+            return err_set(e, 400, "invalid_field", CKPT_SHA256_HEADER, "%s must be 64 hex digits",
+                           CKPT_SHA256_HEADER);
+        out[i] = c;
+    }
+    out[TOKEN_HASH_HEX - 1] = '\0';
+    return 0;
+}
+
+/* The headers are in: check who uploads what, then open the temporary file. */
+static int ckpt_begin(struct request *rq, struct response *rs)
+{
+    struct server *srv = rq->srv;
+    struct shoal_err e;
+    char p_job[24], p_stage[24], p_node[24], dir[CKPT_PATH_MAX - 16];
+    struct upload *u = NULL;
+    json_t *res = NULL;
+    int64_t job = rq->match.ids[0], step = rq->match.ids[1], stage = rq->match.ids[2];
+    char want[TOKEN_HASH_HEX];
+    if (ckpt_header_sha256(rq, want, &e) != 0)
+        goto fail;
+    const char *cl = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Content-Length");
+    if (cl) {
+        char *end;
+        errno = 0;
+        unsigned long long n = strtoull(cl, &end, 10);
+        if (errno || end == cl || n > (unsigned long long)srv->cfg.max_checkpoint_bytes) {
+            err_set(&e, 413, "body_too_large", NULL, "a checkpoint file may be at most %ld bytes",
+                    srv->cfg.max_checkpoint_bytes);
+            goto fail;
+        }
+    }
+    const char *params[] = { db_param_i64(p_job, job), db_param_i64(p_stage, stage),
+                             db_param_i64(p_node, rq->node_id) };
+    /* Only replica 0 of the stage, in the job's current plan, writes its file. */
+    res = db_query_json(srv->db,
+        "SELECT json_build_object('total_steps', j.total_steps, 'assigned', EXISTS (SELECT 1"
+        "   FROM assignments a JOIN plans p ON p.id = a.plan_id"
+        "   WHERE p.job_id = j.id AND p.epoch = j.plan_epoch AND a.stage = $2::int AND a.replica = 0"
+        "     AND a.node_id = $3::bigint))"
+        " FROM jobs j WHERE j.id = $1::bigint", 3, params, "job", &e);
+    if (!res) {
+        if (e.status == 404)
+            err_set(&e, 404, "not_found", NULL, "job %s does not exist", p_job);
+        goto fail;
+    }
+    if (!json_is_true(json_object_get(res, "assigned"))) {
+        err_set(&e, 403, "forbidden", NULL, "node %lld is not replica 0 of stage %lld in job %s's current plan; "
+                "only that node uploads the stage's checkpoint", (long long)rq->node_id, (long long)stage, p_job);
+        goto fail;
+    }
+    if (step > json_integer_value(json_object_get(res, "total_steps"))) {
+        err_set(&e, 422, "invalid_field", "step", "step must be at most job %s's %lld steps", p_job,
+                (long long)json_integer_value(json_object_get(res, "total_steps")));
+        goto fail;
+    }
+    snprintf(dir, sizeof dir, "%s/checkpoints/job%lld", srv->cfg.data_dir, (long long)job);
+    if (ckpt_mkdirs(dir, &e) != 0)
+        goto fail;
+    u = calloc(1, sizeof *u);
+    if (!u || !(u->md = EVP_MD_CTX_new()) || EVP_DigestInit_ex(u->md, EVP_sha256(), NULL) != 1) {
+        err_set(&e, 500, "internal", NULL, "out of memory");
+        goto fail;
+    }
+    u->fd = -1;
+    u->cap = (uint64_t)srv->cfg.max_checkpoint_bytes;
+    snprintf(u->want_sha256, sizeof u->want_sha256, "%s", want);
+    snprintf(u->tmp, sizeof u->tmp, "%s/.upload-XXXXXX", dir);
+    u->fd = mkostemp(u->tmp, O_CLOEXEC);
+    if (u->fd < 0) {
+        err_set(&e, 500, "storage", NULL, "cannot create a file in %s: %s", dir, strerror(errno));
+        goto fail;
+    }
+    rq->upload = u;
+    json_decref(res);
+    return 0;
+fail:
+    ckpt_upload_free(u);
+    json_decref(res);
+    reply_error(rs, &e);
+    return -1;
+}
+
+/* A piece of the body: write it and hash it; past the cap, drop the file. */
+static void ckpt_chunk(struct request *rq, const char *data, size_t len)
+{
+    struct upload *u = rq->upload;
+    if (u->too_large || u->write_errno)
+        return;
+    u->bytes += len;
+    if (u->bytes > u->cap) {
+        u->too_large = 1;
+        close(u->fd);   /* free the disk now; the rest of the body is read and dropped */
+        unlink(u->tmp);
+        u->fd = -1;
+        return;
+    }
+    EVP_DigestUpdate(u->md, data, len);
+    while (len > 0) {
+        ssize_t n = write(u->fd, data, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            u->write_errno = n < 0 ? errno : EIO;
+            return;
+        }
+        data += n;
+        len -= (size_t)n;
+    }
+}
+
+const struct upload_sink checkpoint_upload = { ckpt_begin, ckpt_chunk, ckpt_abort };
+
+/* Moves the finished upload into place and records it.  Returns the row's
+ * answer, or NULL with `e` set. */
+static json_t *ckpt_commit(struct request *rq, struct upload *u, const char *sha256, struct shoal_err *e)
+{
+    struct server *srv = rq->srv;
+    int64_t job = rq->match.ids[0], step = rq->match.ids[1], stage = rq->match.ids[2];
+    char rel[128], dir[CKPT_PATH_MAX], path[CKPT_PATH_MAX];
+    char p_job[24], p_step[24], p_stage[24], p_node[24], p_bytes[24];
+    json_t *res = NULL;
+    if (fsync(u->fd) != 0) {
+        err_set(e, 500, "storage", NULL, "cannot write the checkpoint to disk: %s", strerror(errno));
+        return NULL;
+    }
+    snprintf(rel, sizeof rel, "checkpoints/job%lld/step%lld/stage%lld.bin", (long long)job, (long long)step,
+             (long long)stage);
+    snprintf(dir, sizeof dir, "%s/checkpoints/job%lld/step%lld", srv->cfg.data_dir, (long long)job,
+             (long long)step);
+    snprintf(path, sizeof path, "%s/%s", srv->cfg.data_dir, rel);
+    if (ckpt_mkdirs(dir, e) != 0)
+        return NULL;
+    const char *params[] = { db_param_i64(p_job, job), db_param_i64(p_step, step), db_param_i64(p_stage, stage),
+                             db_param_i64(p_node, rq->node_id), db_param_i64(p_bytes, (long long)u->bytes),
+                             sha256, rel };
+    pthread_mutex_lock(&ckpt_commit_lock);
+    if (rename(u->tmp, path) != 0) {
+        err_set(e, 500, "storage", NULL, "cannot move the checkpoint into place: %s", strerror(errno));
+        goto out;
+    }
+    close(u->fd);
+    u->fd = -1;   /* the file is in place: nothing to remove any more */
+    ckpt_sync_dir(dir);
+    /* "complete" counts the other stages' rows plus this one (the statement
+     * does not see its own insert). */
+    res = db_query_json(srv->db,
+        "WITH up AS (INSERT INTO checkpoints (job_id, step, stage, node_id, bytes, sha256, path)"
+        "   VALUES ($1::bigint, $2::bigint, $3::int, $4::bigint, $5::bigint, $6, $7)"
+        "   ON CONFLICT (job_id, step, stage) DO UPDATE SET node_id = EXCLUDED.node_id, bytes = EXCLUDED.bytes,"
+        "     sha256 = EXCLUDED.sha256, path = EXCLUDED.path, created_at = now() RETURNING stage)"
+        " SELECT json_build_object('job_id', j.id, 'step', $2::bigint, 'stage', (SELECT stage FROM up),"
+        "   'bytes', $5::bigint, 'sha256', $6::text, 'complete', 1 + (SELECT count(*) FROM checkpoints c"
+        "     WHERE c.job_id = j.id AND c.step = $2::bigint AND c.stage <> $3::int) >= j.stages)"
+        " FROM jobs j WHERE j.id = $1::bigint", 7, params, "job", e);
+out:
+    pthread_mutex_unlock(&ckpt_commit_lock);
+    return res;
+}
+
+void h_checkpoint_put(struct request *rq, struct response *rs)
+{
+    struct upload *u = rq->upload;
+    struct shoal_err e;
+    unsigned char digest[EVP_MAX_MD_SIZE];
+    unsigned int dlen = 0;
+    char sha256[TOKEN_HASH_HEX];
+    rq->upload = NULL;   /* ours from here on */
+    if (!u) {
+        reply_fail(rs, 500, "internal", NULL, "the upload was not started");
+        return;
+    }
+    if (u->too_large) {
+        reply_fail(rs, 413, "body_too_large", NULL, "a checkpoint file may be at most %llu bytes",
+                   (unsigned long long)u->cap);
+        goto out;
+    }
+    if (u->write_errno) {
+        reply_fail(rs, 500, "storage", NULL, "cannot write the checkpoint: %s", strerror(u->write_errno));
+        goto out;
+    }
+    if (EVP_DigestFinal_ex(u->md, digest, &dlen) != 1 || dlen != 32) {
+        reply_fail(rs, 500, "internal", NULL, "cannot compute the checksum");
+        goto out;
+    }
+    for (unsigned i = 0; i < dlen; i++)
+        snprintf(sha256 + 2 * i, 3, "%02x", digest[i]);
+    if (u->want_sha256[0] && strcmp(u->want_sha256, sha256) != 0) {
+        reply_fail(rs, 422, "checksum_mismatch", CKPT_SHA256_HEADER,
+                   "the body's SHA-256 is %s, not the %s header's %s; nothing was kept", sha256,
+                   CKPT_SHA256_HEADER, u->want_sha256);
+        goto out;
+    }
+    json_t *res = ckpt_commit(rq, u, sha256, &e);
+    if (!res) {
+        reply_error(rs, &e);
+        goto out;
+    }
+    log_info("checkpoint stored job=%lld step=%lld stage=%lld bytes=%llu", (long long)rq->match.ids[0],
+             (long long)rq->match.ids[1], (long long)rq->match.ids[2], (unsigned long long)u->bytes);
+    reply_json(rs, 201, res);
+out:
+    ckpt_upload_free(u);
+}
+
+void h_checkpoints_list(struct request *rq, struct response *rs)
+{
+    struct shoal_err e;
+    char p_id[24], what[40];
+    const char *params[] = { db_param_i64(p_id, rq->match.ids[0]) };
+    snprintf(what, sizeof what, "job %s", p_id);
+    json_t *res = db_query_json(rq->srv->db,
+        "SELECT json_build_object('checkpoints', coalesce((SELECT json_agg(json_build_object('step', s.step,"
+        "   'stages', s.stages, 'complete', s.n >= j.stages) ORDER BY s.step DESC)"
+        "  FROM (SELECT step, count(*) AS n, json_agg(json_build_object('stage', stage, 'bytes', bytes,"
+        "     'sha256', sha256, 'node_id', node_id, 'created_at', created_at) ORDER BY stage) AS stages"
+        "   FROM checkpoints c WHERE c.job_id = j.id GROUP BY step) s), '[]'))"
+        " FROM jobs j WHERE j.id = $1::bigint", 1, params, what, &e);
+    if (res)
+        reply_json(rs, 200, res);
+    else
+        reply_error(rs, &e);
+}
+
+void h_checkpoint_get(struct request *rq, struct response *rs)
+{
+    struct server *srv = rq->srv;
+    struct shoal_err e;
+    char p_job[24], p_step[24], p_stage[24], p_node[24], path[CKPT_PATH_MAX];
+    struct stat st;
+    int fd = -1;
+    const char *params[] = { db_param_i64(p_job, rq->match.ids[0]), db_param_i64(p_step, rq->match.ids[1]),
+                             db_param_i64(p_stage, rq->match.ids[2]), db_param_i64(p_node, rq->node_id) };
+    /* The admin (node 0), a node the job ever planned, or a node of a job
+     * that resumes from this one may read it. */
+    json_t *res = db_query_json(srv->db,
+        "SELECT json_build_object('allowed', $4::bigint = 0 OR EXISTS (SELECT 1 FROM assignments a"
+        "   JOIN plans p ON p.id = a.plan_id JOIN jobs j ON j.id = p.job_id"
+        "   WHERE a.node_id = $4::bigint AND (j.id = $1::bigint"
+        "     OR (jsonb_typeof(j.spec->'resume_from') = 'object' AND j.spec->'resume_from'->>'job_id' = $1::text))),"
+        "  'file', (SELECT json_build_object('bytes', c.bytes, 'sha256', c.sha256, 'path', c.path)"
+        "   FROM checkpoints c WHERE c.job_id = $1::bigint AND c.step = $2::bigint AND c.stage = $3::int))",
+        4, params, "checkpoint", &e);
+    if (!res) {
+        reply_error(rs, &e);
+        return;
+    }
+    json_t *file = json_object_get(res, "file");
+    if (!json_is_true(json_object_get(res, "allowed"))) {
+        reply_fail(rs, 403, "forbidden", NULL, "node %s has no part in job %s", p_node, p_job);
+    } else if (!json_is_object(file)) {
+        reply_fail(rs, 404, "not_found", NULL, "job %s has no checkpoint of stage %s at step %s", p_job, p_stage,
+                   p_step);
+    } else {
+        int w = snprintf(path, sizeof path, "%s/%s", srv->cfg.data_dir,
+                         json_string_value(json_object_get(file, "path")));
+        if (w > 0 && (size_t)w < sizeof path)
+            fd = open(path, O_RDONLY | O_CLOEXEC);
+        else
+            errno = ENAMETOOLONG;
+        if (fd < 0 || fstat(fd, &st) != 0 || st.st_size != json_integer_value(json_object_get(file, "bytes"))) {
+            log_error("checkpoint file missing or damaged path=%s: %s", path, fd < 0 ? strerror(errno) : "size differs");
+            reply_fail(rs, 404, "not_found", NULL, "the checkpoint of job %s stage %s at step %s is recorded but its "
+                       "file is not on this server", p_job, p_stage, p_step);
+            if (fd >= 0)
+                close(fd);
+        } else {
+            reply_file(rs, 200, fd, (uint64_t)st.st_size, "application/octet-stream");
+            rs->header_name = CKPT_SHA256_HEADER;
+            snprintf(rs->header_value, sizeof rs->header_value, "%s",
+                     json_string_value(json_object_get(file, "sha256")));
+        }
+    }
+    json_decref(res);
+}

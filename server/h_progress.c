@@ -1,0 +1,226 @@
+/* h_progress.c - agents report each step's loss and timings, and the
+ * failures that stop a job.
+ *
+ * A progress report is one statement: checks, the job_steps row, the job's
+ * move to running (first report) or succeeded (the last step reported by
+ * every tasklet), and the node's current job and step.  The job row is the
+ * lock two agents reporting at once queue on, so the last of them sees the
+ * other's count (see jobs.tasklets_finished in sql/002_agent.sql). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../common/jsonv.h"
+#include "http.h"
+#include "routes.h"
+
+#define PROGRESS_MAX_SECONDS 1e7   /* s; a step slower than ~4 months is a bug, not a measurement */
+
+struct progress {
+    int64_t job_id, epoch, step, stage, replica;
+    double loss;                 /* NAN: absent or null */
+    double iteration_s;          /* wall time of the step, s */
+    double compute_s;            /* forward + backward + optimizer, s */
+    double send_s;               /* activations and gradients out, s */
+    double recv_wait_s;          /* waiting for a neighbour's data, s */
+    double allreduce_s;          /* data-parallel gradient reduction, s */
+    double bubble_s;             /* pipeline idle time, s */
+    int64_t tokens;              /* processed by this tasklet in the step */
+};
+
+#define P(f) offsetof(struct progress, f)
+/* name, type, required, nullable, min, max, offset, size, choices, fields */
+static const struct jv_field progress_fields[] = {
+    { "job_id", JV_INT, 1, 0, 1, 9e18, P(job_id), 0, NULL, NULL },
+    { "epoch", JV_INT, 1, 0, 0, 2147483647, P(epoch), 0, NULL, NULL },
+    { "step", JV_INT, 1, 0, 0, 9e18, P(step), 0, NULL, NULL },
+    { "stage", JV_INT, 1, 0, 0, 1023, P(stage), 0, NULL, NULL },
+    { "replica", JV_INT, 1, 0, 0, 4095, P(replica), 0, NULL, NULL },
+    { "loss", JV_NUM, 0, 1, 0, 1e6, P(loss), 0, NULL, NULL },
+    { "iteration_s", JV_NUM, 1, 0, 0, PROGRESS_MAX_SECONDS, P(iteration_s), 0, NULL, NULL },
+    { "compute_s", JV_NUM, 1, 0, 0, PROGRESS_MAX_SECONDS, P(compute_s), 0, NULL, NULL },
+    { "send_s", JV_NUM, 1, 0, 0, PROGRESS_MAX_SECONDS, P(send_s), 0, NULL, NULL },
+    { "recv_wait_s", JV_NUM, 1, 0, 0, PROGRESS_MAX_SECONDS, P(recv_wait_s), 0, NULL, NULL },
+    { "allreduce_s", JV_NUM, 1, 0, 0, PROGRESS_MAX_SECONDS, P(allreduce_s), 0, NULL, NULL },
+    { "bubble_s", JV_NUM, 1, 0, 0, PROGRESS_MAX_SECONDS, P(bubble_s), 0, NULL, NULL },
+    { "tokens", JV_INT, 1, 0, 0, 9e15, P(tokens), 0, NULL, NULL },
+    { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
+};
+#undef P
+
+/* $1 job, $2 epoch, $3 step, $4 stage, $5 replica, $6 node, $7 loss (or
+ * NULL), $8 iteration_s, $9 compute_s, $10 send_s, $11 recv_wait_s,
+ * $12 allreduce_s, $13 bubble_s, $14 tokens.  One row, or none when the job
+ * does not exist: {verdict, state, recorded, stages, replicas, total_steps,
+ * plan_epoch}.  Only the first report and last-step rows write the job. */
+#define PROGRESS_SQL \
+    "WITH j AS (SELECT id, state, plan_epoch, total_steps, stages, replicas FROM jobs WHERE id = $1::bigint)," \
+    " v AS (SELECT j.*, CASE" \
+    "   WHEN $4::int >= j.stages OR $5::int >= j.replicas THEN 'out_of_range'" \
+    "   WHEN $2::int <> j.plan_epoch THEN 'stale_epoch'" \
+    "   WHEN NOT EXISTS (SELECT 1 FROM assignments a JOIN plans p ON p.id = a.plan_id" \
+    "     WHERE p.job_id = j.id AND p.epoch = $2::int AND a.stage = $4::int AND a.replica = $5::int" \
+    "       AND a.node_id = $6::bigint) THEN 'not_assigned'" \
+    "   WHEN $3::bigint >= j.total_steps THEN 'step_out_of_range'" \
+    "   WHEN $4::int = j.stages - 1 AND $7::float8 IS NULL THEN 'loss_missing'" \
+    "   WHEN j.state NOT IN ('scheduled', 'running') THEN 'not_running'" \
+    "   ELSE 'ok' END AS verdict FROM j)," \
+    " ins AS (INSERT INTO job_steps (job_id, step, stage, replica, epoch, node_id, loss, iteration_s," \
+    "     compute_s, comm_s, send_s, recv_wait_s, allreduce_s, bubble_s, tokens)" \
+    "   SELECT $1::bigint, $3::bigint, $4::int, $5::int, $2::int, $6::bigint, $7::float8, $8::float8," \
+    "     $9::float8, $10::float8 + $11::float8 + $12::float8, $10::float8, $11::float8, $12::float8," \
+    "     $13::float8, $14::bigint" \
+    "   FROM v WHERE v.verdict = 'ok'" \
+    "   ON CONFLICT (job_id, step, stage, replica) DO NOTHING RETURNING step)," \
+    " upd AS (UPDATE jobs SET" \
+    "     tasklets_finished = jobs.tasklets_finished + (ins.step = jobs.total_steps - 1)::int," \
+    "     state = CASE WHEN jobs.tasklets_finished + (ins.step = jobs.total_steps - 1)::int" \
+    "       >= jobs.stages * jobs.replicas THEN 'succeeded' ELSE 'running' END," \
+    "     finished_at = CASE WHEN jobs.tasklets_finished + (ins.step = jobs.total_steps - 1)::int" \
+    "       >= jobs.stages * jobs.replicas THEN now() END," \
+    "     started_at = coalesce(jobs.started_at, now()), updated_at = now()" \
+    "   FROM ins WHERE jobs.id = $1::bigint AND jobs.plan_epoch = $2::int" \
+    "     AND jobs.state IN ('scheduled', 'running')" \
+    "     AND (jobs.state = 'scheduled' OR ins.step = jobs.total_steps - 1)" \
+    "   RETURNING jobs.state)," \
+    " nd AS (UPDATE nodes SET current_job_id = $1::bigint, current_step = $3::bigint," \
+    "     last_heartbeat_at = now(), state = CASE WHEN nodes.state = 'draining' THEN 'draining' ELSE 'busy' END" \
+    "   FROM v WHERE nodes.id = $6::bigint AND v.verdict = 'ok' RETURNING 1)" \
+    " SELECT json_build_object('verdict', v.verdict, 'state', coalesce((SELECT state FROM upd), v.state)," \
+    "   'recorded', EXISTS (SELECT 1 FROM ins), 'stages', v.stages, 'replicas', v.replicas," \
+    "   'total_steps', v.total_steps, 'plan_epoch', v.plan_epoch) FROM v"
+
+/* Turns a verdict other than "ok" into its error.  Returns 0 for "ok". */
+static int progress_verdict(const json_t *res, const struct progress *p, int64_t node, struct shoal_err *e)
+{
+    const char *verdict = json_string_value(json_object_get(res, "verdict"));
+    long long epoch = json_integer_value(json_object_get(res, "plan_epoch"));
+    long long stages = json_integer_value(json_object_get(res, "stages"));
+    long long replicas = json_integer_value(json_object_get(res, "replicas"));
+    long long total = json_integer_value(json_object_get(res, "total_steps"));
+    const char *state = json_string_value(json_object_get(res, "state"));
+    if (!verdict || strcmp(verdict, "ok") == 0)
+        return 0;
+    if (strcmp(verdict, "out_of_range") == 0)
+        return err_set(e, 422, "invalid_field", p->stage >= stages ? "stage" : "replica",
+                       "job %lld has %lld stages and %lld replicas; stage %lld replica %lld is not one of its tasklets",
+                       (long long)p->job_id, stages, replicas, (long long)p->stage, (long long)p->replica);
+    if (strcmp(verdict, "stale_epoch") == 0)
+        return err_set(e, 409, "stale_epoch", "epoch", "epoch %lld is not job %lld's current plan epoch (%lld)",
+                       (long long)p->epoch, (long long)p->job_id, epoch);
+    if (strcmp(verdict, "not_assigned") == 0)
+        return err_set(e, 409, "stale_epoch", "stage", "node %lld is not assigned stage %lld replica %lld of job %lld "
+                       "in epoch %lld", (long long)node, (long long)p->stage, (long long)p->replica,
+                       (long long)p->job_id, (long long)p->epoch);
+    if (strcmp(verdict, "step_out_of_range") == 0)
+        return err_set(e, 422, "invalid_field", "step", "step must be below job %lld's %lld steps",
+                       (long long)p->job_id, total);
+    if (strcmp(verdict, "loss_missing") == 0)
+        return err_set(e, 422, "missing_field", "loss", "stage %lld is the last stage: its report needs the loss",
+                       (long long)p->stage);
+    return err_set(e, 409, "conflict", "state", "job %lld is %s; only scheduled or running jobs take progress",
+                   (long long)p->job_id, state ? state : "?");
+}
+
+void h_progress(struct request *rq, struct response *rs)
+{
+    struct progress p = { .loss = NAN };
+    struct shoal_err e;
+    char v[14][32], what[40];
+    json_t *res = NULL;
+    json_t *body = request_json(rq, rs);
+    if (!body)
+        goto out;
+    if (jv_object(body, progress_fields, "", &p, &e) != 0) {
+        reply_error(rs, &e);
+        goto out;
+    }
+    const char *params[] = {
+        db_param_i64(v[0], p.job_id), db_param_i64(v[1], p.epoch), db_param_i64(v[2], p.step),
+        db_param_i64(v[3], p.stage), db_param_i64(v[4], p.replica), db_param_i64(v[5], rq->node_id),
+        isnan(p.loss) ? NULL : db_param_f64(v[6], p.loss), db_param_f64(v[7], p.iteration_s),
+        db_param_f64(v[8], p.compute_s), db_param_f64(v[9], p.send_s), db_param_f64(v[10], p.recv_wait_s),
+        db_param_f64(v[11], p.allreduce_s), db_param_f64(v[12], p.bubble_s), db_param_i64(v[13], p.tokens),
+    };
+    snprintf(what, sizeof what, "job %lld", (long long)p.job_id);
+    res = db_query_json(rq->srv->db, PROGRESS_SQL, 14, params, what, &e);
+    if (!res || progress_verdict(res, &p, rq->node_id, &e) != 0) {
+        reply_error(rs, &e);
+        goto out;
+    }
+    int recorded = json_is_true(json_object_get(res, "recorded"));
+    /* A retried report is no error: the first one counted. */
+    reply_json(rs, recorded ? 201 : 200, json_pack("{s:b, s:O}", "recorded", recorded,
+                                                   "state", json_object_get(res, "state")));
+out:
+    json_decref(res);
+    json_decref(body);
+}
+
+struct failure {
+    int64_t job_id, epoch, stage, replica;
+    char reason[1001];
+    char peer[262];          /* "": none */
+};
+
+#define F(f) offsetof(struct failure, f)
+static const struct jv_field failure_fields[] = {
+    { "job_id", JV_INT, 1, 0, 1, 9e18, F(job_id), 0, NULL, NULL },
+    { "epoch", JV_INT, 1, 0, 0, 2147483647, F(epoch), 0, NULL, NULL },
+    { "stage", JV_INT, 1, 0, 0, 1023, F(stage), 0, NULL, NULL },
+    { "replica", JV_INT, 1, 0, 0, 4095, F(replica), 0, NULL, NULL },
+    { "reason", JV_STR, 1, 0, 1, 1000, F(reason), sizeof(((struct failure *)0)->reason), NULL, NULL },
+    { "peer", JV_STR, 0, 1, 3, 261, F(peer), sizeof(((struct failure *)0)->peer), NULL, NULL },
+    { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
+};
+#undef F
+
+/* $1 job, $2 epoch, $3 stage, $4 replica, $5 node, $6 reason text.  A
+ * report counts only from the node the job's current plan puts at that
+ * tasklet while the job runs; anything else changes nothing.  Today a
+ * counted failure ends the job; re-planning will take over here. */
+#define FAILURE_SQL \
+    "WITH j AS (SELECT id, state FROM jobs WHERE id = $1::bigint)," \
+    " upd AS (UPDATE jobs SET state = 'failed', failure_reason = $6, finished_at = now(), updated_at = now()" \
+    "   WHERE id = $1::bigint AND plan_epoch = $2::int AND state IN ('scheduled', 'running')" \
+    "     AND EXISTS (SELECT 1 FROM assignments a JOIN plans p ON p.id = a.plan_id" \
+    "       WHERE p.job_id = $1::bigint AND p.epoch = $2::int AND a.stage = $3::int AND a.replica = $4::int" \
+    "         AND a.node_id = $5::bigint)" \
+    "   RETURNING state)" \
+    " SELECT json_build_object('state', coalesce((SELECT state FROM upd), j.state)) FROM j"
+
+void h_failure(struct request *rq, struct response *rs)
+{
+    struct failure f = { .job_id = 0 };
+    struct shoal_err e;
+    char v[5][24], what[40], reason[1400];
+    json_t *res = NULL;
+    json_t *body = request_json(rq, rs);
+    if (!body)
+        goto out;
+    if (jv_object(body, failure_fields, "", &f, &e) != 0) {
+        reply_error(rs, &e);
+        goto out;
+    }
+    if (f.peer[0] && !node_peer_address_valid(f.peer)) {
+        reply_fail(rs, 422, "invalid_field", "peer", "peer must be host:port with a port from 1 to 65535, or null");
+        goto out;
+    }
+    if (f.peer[0])
+        snprintf(reason, sizeof reason, "stage %lld replica %lld (node %lld): %s (peer %s)", (long long)f.stage,
+                 (long long)f.replica, (long long)rq->node_id, f.reason, f.peer);
+    else
+        snprintf(reason, sizeof reason, "stage %lld replica %lld (node %lld): %s", (long long)f.stage,
+                 (long long)f.replica, (long long)rq->node_id, f.reason);
+    const char *params[] = { db_param_i64(v[0], f.job_id), db_param_i64(v[1], f.epoch), db_param_i64(v[2], f.stage),
+                             db_param_i64(v[3], f.replica), db_param_i64(v[4], rq->node_id), reason };
+    snprintf(what, sizeof what, "job %lld", (long long)f.job_id);
+    res = db_query_json(rq->srv->db, FAILURE_SQL, 6, params, what, &e);
+    if (res)
+        reply_json(rs, 200, json_incref(res));
+    else
+        reply_error(rs, &e);
+out:
+    json_decref(res);
+    json_decref(body);
+}

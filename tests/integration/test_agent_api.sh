@@ -1,0 +1,386 @@
+#!/usr/bin/env bash
+# test_agent_api.sh - the agent side of the API over real HTTP against a real
+# embedded Postgres: assignments and their long-polls (woken through
+# LISTEN/NOTIFY, also from a second server), progress, failures, the
+# checkpoint store, probe targets, heartbeats and per-job metrics.
+set -u
+. "$(dirname "$0")/lib.sh"
+
+start_server a || exit 1
+S=$URL_a
+ADMIN=$(cat "$WORK/a/admin.token")
+JOIN=$(cat "$WORK/a/join.token")
+
+now() { date +%s.%N; }
+# within NAME START LOW HIGH: checks that LOW <= now - START <= HIGH seconds.
+within() {
+    local took
+    took=$(echo "$(now) - $2" | bc)
+    if [ "$(echo "$took >= $3 && $took <= $4" | bc)" = 1 ]; then ok "$1"
+    else fail "$1" "took $took s, want $3..$4"; fi
+}
+# bg_get URL TOKEN OUT: a GET in the background; its body lands in OUT, its
+# status in OUT.status, and its pid in BG.
+bg_get() {
+    curl -s -o "$3" -w '%{http_code}' -H "Authorization: Bearer $2" "$1" > "$3.status" &
+    BG=$!
+}
+
+# ---- four nodes, all links measured
+declare -a TOK ID
+for i in 0 1 2 3; do
+    req POST "$S/v1/agent/register" "$JOIN" "{\"name\":\"n$i\",\"peer_address\":\"127.0.0.1:700$i\",\"hardware\":{\"tflops\":$((10 + i)),\"cpu_cores\":8,\"gpu_memory_bytes\":8000000000}}"
+    TOK[$i]=$(printf '%s' "$BODY" | jq -r .token)
+    ID[$i]=$(printf '%s' "$BODY" | jq -r .node_id)
+done
+check "four nodes register" "$(sql a "SELECT count(*) FROM nodes")" 4
+
+# ---- probe targets
+req GET "$S/v1/agent/probes" "${TOK[0]}"
+expect "with no links a node is asked to probe every other live node" 200 \
+       '[(.targets | map(.node_id)), .stale_after_s] | tostring' "[[${ID[1]},${ID[2]},${ID[3]}],600]"
+check "each target carries its peer address" "$(printf '%s' "$BODY" | jq -r '.targets[0].peer_address')" 127.0.0.1:7001
+for i in 0 1 2 3; do
+    s=""
+    for j in 0 1 2 3; do
+        [ "$i" = "$j" ] && continue
+        s="$s{\"to\":${ID[$j]},\"latency_ms\":1,\"bandwidth_gbps\":10},"
+    done
+    req PUT "$S/v1/links" "${TOK[$i]}" "{\"samples\":[${s%,}]}"
+done
+req GET "$S/v1/agent/probes" "${TOK[0]}"
+expect "fresh links leave nothing to probe" 200 '.targets | length' 0
+sql a "UPDATE link_samples SET measured_at = now() - interval '1 hour' WHERE from_node = ${ID[0]} AND to_node = ${ID[2]}" >/dev/null
+req GET "$S/v1/agent/probes" "${TOK[0]}"
+expect "a link older than link_stale_s is probed again" 200 '.targets | map(.node_id) | tostring' "[${ID[2]}]"
+req PUT "$S/v1/links" "${TOK[0]}" "{\"samples\":[{\"to\":${ID[2]},\"latency_ms\":1,\"bandwidth_gbps\":10}]}"
+req POST "$S/v1/agent/register" "$JOIN" '{"name":"late","peer_address":"127.0.0.1:7009","hardware":{"tflops":1,"cpu_cores":2}}'
+N5=$(printf '%s' "$BODY" | jq -r .node_id); T5=$(printf '%s' "$BODY" | jq -r .token)
+req GET "$S/v1/agent/probes" "${TOK[0]}"
+expect "a new node is a probe target" 200 '.targets | map(.node_id) | tostring' "[$N5]"
+sql a "UPDATE nodes SET last_heartbeat_at = now() - interval '1 hour' WHERE id = $N5" >/dev/null
+req GET "$S/v1/agent/probes" "${TOK[0]}"
+expect "a node without a recent heartbeat is not" 200 '.targets | length' 0
+req POST "$S/v1/agent/heartbeat" "$T5" '{"state":"idle"}'
+req DELETE "$S/v1/nodes/$N5" "$ADMIN"
+req GET "$S/v1/agent/probes" "${TOK[0]}"
+expect "nor is a draining node" 200 '.targets | length' 0
+req GET "$S/v1/agent/probes" "$ADMIN";  expect "probes need a node token" 403
+
+# ---- heartbeat may move the peer address
+req POST "$S/v1/agent/heartbeat" "${TOK[0]}" '{"state":"idle","peer_address":"127.0.0.1:7100"}'
+expect "a heartbeat may carry a new peer address" 200 .peer_address 127.0.0.1:7100
+req GET "$S/v1/nodes/${ID[0]}" "$ADMIN"; expect "and the node keeps its id with it" 200 .peer_address 127.0.0.1:7100
+req POST "$S/v1/agent/heartbeat" "${TOK[0]}" '{"state":"idle","peer_address":"nowhere"}'
+expect "a bad peer address in a heartbeat is 422" 422 .error.field peer_address
+req POST "$S/v1/agent/heartbeat" "${TOK[0]}" '{"state":"idle"}'
+expect "a heartbeat without one keeps it" 200 .peer_address 127.0.0.1:7100
+
+# ---- no assignment yet
+req GET "$S/v1/agent/assignment" "${TOK[0]}";   expect "no assignment before a job is scheduled" 200 .assignment null
+t0=$(now); req GET "$S/v1/agent/assignment?wait=2" "${TOK[0]}"
+expect "a long-poll with nothing changing answers 200" 200 .assignment null
+within "and answers after about the wait" "$t0" 1.9 3.5
+req GET "$S/v1/agent/assignment?wait=61" "${TOK[0]}";        expect "wait over 60 is 400" 400 .error.field wait
+req GET "$S/v1/agent/assignment?wait=x" "${TOK[0]}";         expect "a wait that is no number is 400" 400 .error.field wait
+req GET "$S/v1/agent/assignment?wait=1&job=3" "${TOK[0]}";   expect "job without epoch is 400" 400 .error.field epoch
+req GET "$S/v1/agent/assignment" "$ADMIN";                   expect "the assignment needs a node token" 403
+
+# ---- jobs: data format text, resume_from checks
+JOB='{"name":"agent-api","model":{"vocab_size":256,"context_length":64,"d_model":64,"heads":4,"layers":4},"parallelism":{"stages":2,"replicas":2,"micro_batches":2,"micro_batch_size":2},"training":{"steps":3,"learning_rate":0.001},"data":{"path":"corpus.txt","format":"text"},"checkpoint_interval":1}'
+req POST "$S/v1/jobs" "$ADMIN" "$(printf '%s' "$JOB" | jq -c '.model.vocab_size = 1000')"
+expect "text data needs a 256-token vocabulary" 422 .error.field model.vocab_size
+req POST "$S/v1/jobs" "$ADMIN" "$(printf '%s' "$JOB" | jq -c '.resume_from = {"job_id": 424242, "step": 1}')"
+expect "resume_from naming no job is 422" 422 .error.field resume_from
+req POST "$S/v1/jobs" "$ADMIN" "$JOB"
+expect "create a 2x2 text job" 201 '[.state, .spec.data.format, .spec.resume_from, .failure_reason, .started_at] | tostring' '["pending","text",null,null,null]'
+J=$(printf '%s' "$BODY" | jq -r .id)
+check "the job has a 64-hex-digit peer secret" "$(sql a "SELECT peer_secret ~ '^[0-9a-f]{64}\$' FROM jobs WHERE id = $J")" t
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":200}'
+expect "schedule it" 201 .epoch 1
+req GET "$S/v1/jobs/$J" "$ADMIN"; PLAN=$(printf '%s' "$BODY" | jq -c .plan.assignments); SPEC=$(printf '%s' "$BODY" | jq -cS .spec)
+
+# ---- every node's assignment
+declare -a ST RP
+secrets=""
+for i in 0 1 2 3; do
+    req GET "$S/v1/agent/assignment" "${TOK[$i]}"
+    a=$(printf '%s' "$BODY" | jq -c .assignment)
+    ST[$i]=$(printf '%s' "$a" | jq .stage); RP[$i]=$(printf '%s' "$a" | jq .replica)
+    want=$(printf '%s' "$PLAN" | jq -c --argjson n "${ID[$i]}" '.[] | select(.node_id == $n) | [.stage, .replica, .layer_start, .layer_end]')
+    check "node $i: its tasklet and layers are the plan's" "$(printf '%s' "$a" | jq -c '[.stage, .replica, .layer_start, .layer_end]')" "$want"
+    check "node $i: job, epoch, state and shape" "$(printf '%s' "$a" | jq -c '[.job_id, .epoch, .state, .stages, .replicas, .resume]')" "[$J,1,\"scheduled\",2,2,null]"
+    check "node $i: the pipeline is its replica's stages in order" \
+          "$(printf '%s' "$a" | jq -c '[.pipeline[] | [.stage, .node_id, .layer_start, .layer_end]]')" \
+          "$(printf '%s' "$PLAN" | jq -c --argjson r "${RP[$i]}" '[.[] | select(.replica == $r)] | sort_by(.stage) | map([.stage, .node_id, .layer_start, .layer_end])')"
+    check "node $i: the group is its stage's replicas in order" \
+          "$(printf '%s' "$a" | jq -c '[.group[] | [.replica, .node_id]]')" \
+          "$(printf '%s' "$PLAN" | jq -c --argjson s "${ST[$i]}" '[.[] | select(.stage == $s)] | sort_by(.replica) | map([.replica, .node_id])')"
+    check "node $i: peers come with their addresses" "$(printf '%s' "$a" | jq '[.pipeline[], .group[]] | all(.peer_address | test("^127\\.0\\.0\\.1:7[0-9]+$"))')" true
+    check "node $i: the spec is the job's" "$(printf '%s' "$a" | jq -cS .spec)" "$SPEC"
+    secrets="$secrets $(printf '%s' "$a" | jq -r .peer_secret)"
+done
+check "all four share one 64-hex-digit peer secret" "$(printf '%s\n' $secrets | sort -u | grep -cE '^[0-9a-f]{64}$')" 1
+check "the four tasklets are distinct" "$(for i in 0 1 2 3; do echo "${ST[$i]},${RP[$i]}"; done | sort -u | wc -l)" 4
+# tok_of STAGE REPLICA: the token of the node at that tasklet.
+tok_of() { local i; for i in 0 1 2 3; do [ "${ST[$i]}" = "$1" ] && [ "${RP[$i]}" = "$2" ] && echo "${TOK[$i]}"; done; }
+id_of() { local i; for i in 0 1 2 3; do [ "${ST[$i]}" = "$1" ] && [ "${RP[$i]}" = "$2" ] && echo "${ID[$i]}"; done; }
+
+# ---- long-polls
+req GET "$S/v1/agent/assignment?wait=5&job=$J&epoch=7" "${TOK[0]}"
+expect "a long-poll that knows another epoch answers at once" 200 .assignment.epoch 1
+t0=$(now); req GET "$S/v1/agent/assignment?wait=2&job=$J&epoch=1" "${TOK[0]}"
+expect "a long-poll on the current assignment answers it after the wait" 200 .assignment.epoch 1
+within "after about two seconds" "$t0" 1.9 3.5
+bg_get "$S/v1/agent/assignment?wait=20&job=$J&epoch=1" "${TOK[1]}" "$WORK/lp1"; p1=$BG
+sleep 1
+t0=$(now)
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":100}'; check "re-scheduling makes epoch 2" "$STATUS $(printf '%s' "$BODY" | jq .epoch)" "201 2"
+wait $p1
+within "a waiting long-poll wakes when the job is re-scheduled" "$t0" 0 4
+check "and answers the new epoch" "$(cat "$WORK/lp1.status") $(jq .assignment.epoch "$WORK/lp1")" "200 2"
+
+# ---- two servers on one database
+export SHOAL_ADMIN_TOKEN="$ADMIN" SHOAL_JOIN_TOKEN="$JOIN"
+start_server b --database-url "host=$WORK/a/pg-socket dbname=shoal user=shoal" --max-long-polls 1 --max-checkpoint-bytes 100000 || exit 1
+unset SHOAL_ADMIN_TOKEN SHOAL_JOIN_TOKEN
+B=$URL_b
+bg_get "$B/v1/agent/assignment?wait=20&job=$J&epoch=2" "${TOK[2]}" "$WORK/lp2"; p2=$BG
+sleep 1
+t0=$(now); req GET "$B/v1/agent/assignment?wait=5&job=$J&epoch=2" "${TOK[3]}"
+within "past --max-long-polls a long-poll is answered at once" "$t0" 0 1.5
+req GET "$B/metrics"; check "server b counts its waiting long-poll" "$(printf '%s\n' "$BODY" | grep '^shoal_assignment_long_polls ')" "shoal_assignment_long_polls 1"
+t0=$(now)
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":100}'
+wait $p2
+within "a long-poll on server b wakes when server a re-schedules" "$t0" 0 4
+check "with epoch 3" "$(jq .assignment.epoch "$WORK/lp2")" 3
+
+# ---- re-read every assignment of the current epoch
+E=3
+for i in 0 1 2 3; do
+    req GET "$S/v1/agent/assignment" "${TOK[$i]}"
+    ST[$i]=$(printf '%s' "$BODY" | jq .assignment.stage); RP[$i]=$(printf '%s' "$BODY" | jq .assignment.replica)
+done
+
+# ---- progress
+# progress STAGE REPLICA STEP LOSS [TOKEN] [EPOCH]: posts one report.
+progress() {
+    req POST "$S/v1/agent/progress" "${5:-$(tok_of "$1" "$2")}" \
+        "{\"job_id\":$J,\"epoch\":${6:-$E},\"step\":$3,\"stage\":$1,\"replica\":$2,\"loss\":$4,\"iteration_s\":0.$((5 + $1)),\"compute_s\":0.3,\"send_s\":0.01,\"recv_wait_s\":0.02,\"allreduce_s\":0.03,\"bubble_s\":0.1,\"tokens\":256}"
+}
+progress 0 0 0 null; expect "the first report is recorded" 201 '[.recorded, .state] | tostring' '[true,"running"]'
+req GET "$S/v1/jobs/$J" "$ADMIN";  expect "and the job is running, with started_at" 200 '[.state, (.started_at != null)] | tostring' '["running",true]'
+check "comm_s is send + receive wait + all-reduce" "$(sql a "SELECT round(comm_s::numeric, 6) FROM job_steps WHERE job_id = $J AND step = 0")" 0.060000
+progress 0 0 0 null; expect "a repeated report is no duplicate" 200 .recorded false
+progress 0 0 1 null "" 2; expect "a report from a past epoch is 409" 409 .error.code stale_epoch
+progress 0 0 1 null "$(tok_of 1 0)"; expect "a report from a node that is not at the tasklet is 409" 409 .error.code stale_epoch
+progress 0 0 3 null; expect "a step past the job's steps is 422" 422 .error.field step
+progress 1 0 1 null; expect "the last stage must report its loss" 422 .error.field loss
+progress 2 0 1 null "$(tok_of 0 0)"; expect "a stage the job does not have is 422" 422 .error.field stage
+req POST "$S/v1/agent/progress" "$(tok_of 0 0)" '{"job_id":424242,"epoch":1,"step":0,"stage":0,"replica":0,"iteration_s":1,"compute_s":1,"send_s":0,"recv_wait_s":0,"allreduce_s":0,"bubble_s":0,"tokens":1}'
+expect "a report for an unknown job is 404" 404 .error.code not_found
+bad_progress() {  # NAME STATUS FIELD JQ-EDIT
+    req POST "$S/v1/agent/progress" "$(tok_of 0 0)" "$(printf '{"job_id":%s,"epoch":%s,"step":1,"stage":0,"replica":0,"loss":null,"iteration_s":1,"compute_s":1,"send_s":0,"recv_wait_s":0,"allreduce_s":0,"bubble_s":0,"tokens":1}' "$J" "$E" | jq -c "$4")"
+    expect "$1" "$2" .error.field "$3"
+}
+bad_progress "progress: missing timing is 400"   400 iteration_s 'del(.iteration_s)'
+bad_progress "progress: negative time is 422"    422 compute_s '.compute_s = -1'
+bad_progress "progress: a string loss is 400"    400 loss '.loss = "low"'
+bad_progress "progress: unknown field is 400"    400 speed '.speed = 1'
+bad_progress "progress: fractional step is 400"  400 step '.step = 1.5'
+req POST "$S/v1/agent/progress" "$(tok_of 0 0)" '{"job_id":1,'; expect "progress: malformed JSON is 400" 400 .error.code invalid_json
+req POST "$S/v1/agent/progress" "$ADMIN" '{}';                   expect "progress needs a node token" 403
+check "refused reports store nothing" "$(sql a "SELECT count(*) FROM job_steps WHERE job_id = $J")" 1
+req GET "$S/v1/nodes/$(id_of 0 0)" "$ADMIN"
+expect "the reporting node is busy with the job at its step" 200 '[.state, .current_job_id, .current_step] | tostring' "[\"busy\",$J,0]"
+
+# ---- a full step 0 and 1: progress in the job and metrics
+progress 0 1 0 null; progress 1 0 0 5.5; progress 1 1 0 5.0
+for r in 0 1; do progress 0 "$r" 1 null; done
+progress 1 0 1 4.5; progress 1 1 1 4.0
+req GET "$S/v1/jobs/$J" "$ADMIN"
+expect "the job shows the latest step and its mean loss" 200 '[.progress.step, .progress.loss] | tostring' '[1,4.25]'
+check "and the loss curve" "$(printf '%s' "$BODY" | jq -c .progress.losses)" '[[0,5.25],[1,4.25]]'
+req GET "$S/metrics"; printf '%s\n' "$BODY" > "$WORK/metrics"
+check "metric: the job's step" "$(grep "^shoal_job_step{job=\"$J\"}" "$WORK/metrics")" "shoal_job_step{job=\"$J\"} 1"
+check "metric: the job's loss" "$(grep "^shoal_job_loss{job=\"$J\"}" "$WORK/metrics")" "shoal_job_loss{job=\"$J\"} 4.25"
+check "metric: mean step time" "$(grep "^shoal_job_step_seconds{job=\"$J\"}" "$WORK/metrics" | awk '{printf "%.2f", $2}')" 0.55
+# tokens: 256 per replica, 2 replicas, over the slowest iteration 0.6 s
+check "metric: tokens per second" "$(grep "^shoal_job_tokens_per_second{job=\"$J\"}" "$WORK/metrics" | awk '{printf "%.1f", $2}')" 853.3
+check "metric: families have HELP and TYPE" "$(grep -c '^# TYPE shoal_job_[a-z_]* gauge$' "$WORK/metrics")" 4
+check "metric: the listener is up" "$(grep '^shoal_assignment_listener_up ' "$WORK/metrics")" "shoal_assignment_listener_up 1"
+
+# ---- checkpoints
+head -c 300000 /dev/urandom > "$WORK/stage0.bin"; head -c 1000 /dev/urandom > "$WORK/stage1.bin"
+head -c 300000 /dev/urandom > "$WORK/other.bin"
+sha() { sha256sum "$1" | cut -d' ' -f1; }
+put_ckpt() {  # URL TOKEN FILE [SHA]
+    local sha_hdr=()
+    [ -n "${4-}" ] && sha_hdr=(-H "X-Shoal-SHA256: $4")
+    STATUS=$(curl -s -o "$WORK/body" -w '%{http_code}' -X PUT -H "Authorization: Bearer $2" \
+             -H 'Content-Type: application/octet-stream' "${sha_hdr[@]}" --data-binary "@$3" "$1")
+    BODY=$(cat "$WORK/body")
+}
+CK="$S/v1/jobs/$J/checkpoints"
+put_ckpt "$CK/1/stages/0" "$(tok_of 0 0)" "$WORK/stage0.bin" "$(sha "$WORK/stage0.bin")"
+expect "upload stage 0 of step 1 with its checksum" 201 '[.job_id, .step, .stage, .bytes, .sha256, .complete] | tostring' "[$J,1,0,300000,\"$(sha "$WORK/stage0.bin")\",false]"
+put_ckpt "$CK/1/stages/0" "$(tok_of 0 0)" "$WORK/other.bin" "$(sha "$WORK/stage0.bin")"
+expect "a wrong checksum is 422" 422 .error.code checksum_mismatch
+put_ckpt "$CK/1/stages/0" "$(tok_of 0 1)" "$WORK/stage0.bin"
+expect "replica 1 may not upload its stage's checkpoint" 403 .error.code forbidden
+put_ckpt "$CK/1/stages/0" "$ADMIN" "$WORK/stage0.bin"; expect "nor may the admin" 403
+put_ckpt "$CK/1/stages/0" "$(tok_of 0 0)" "$WORK/stage0.bin" "xyz"; expect "a malformed checksum header is 400" 400 .error.field X-Shoal-SHA256
+put_ckpt "$S/v1/jobs/424242/checkpoints/1/stages/0" "$(tok_of 0 0)" "$WORK/stage0.bin"; expect "an unknown job is 404" 404
+put_ckpt "$CK/9/stages/0" "$(tok_of 0 0)" "$WORK/stage0.bin"; expect "a step past the job's end is 422" 422 .error.field step
+req GET "$CK" "$ADMIN"
+expect "the list shows one stage of step 1, incomplete" 200 '[.checkpoints[0].step, (.checkpoints[0].stages | length), .checkpoints[0].complete] | tostring' '[1,1,false]'
+check "the refused upload kept nothing" "$(printf '%s' "$BODY" | jq -r '.checkpoints[0].stages[0].sha256')" "$(sha "$WORK/stage0.bin")"
+put_ckpt "$CK/1/stages/1" "$(tok_of 1 0)" "$WORK/stage1.bin"
+expect "upload stage 1 without a checksum header: now complete" 201 '[.bytes, .complete] | tostring' '[1000,true]'
+put_ckpt "$CK/0/stages/0" "$(tok_of 0 0)" "$WORK/stage1.bin"
+req GET "$CK" "$ADMIN"
+expect "the list is newest first and says which steps are complete" 200 '[.checkpoints[] | [.step, .complete]] | tostring' '[[1,true],[0,false]]'
+STATUS=$(curl -s -D "$WORK/headers" -o "$WORK/got.bin" -w '%{http_code}' -H "Authorization: Bearer $ADMIN" "$CK/1/stages/0")
+check "download stage 0 as the admin" "$STATUS" 200
+if cmp -s "$WORK/got.bin" "$WORK/stage0.bin"; then ok "the bytes come back identical"; else fail "the bytes come back identical"; fi
+check "with their checksum in X-Shoal-SHA256" "$(grep -i '^X-Shoal-SHA256:' "$WORK/headers" | tr -d '\r' | cut -d' ' -f2)" "$(sha "$WORK/stage0.bin")"
+check "as application/octet-stream" "$(grep -i '^Content-Type:' "$WORK/headers" | tr -d '\r')" "Content-Type: application/octet-stream"
+STATUS=$(curl -s -o "$WORK/got.bin" -w '%{http_code}' -H "Authorization: Bearer $(tok_of 1 1)" "$CK/1/stages/1")
+check "any node of the job may download" "$STATUS" 200
+if cmp -s "$WORK/got.bin" "$WORK/stage1.bin"; then ok "stage 1 comes back identical"; else fail "stage 1 comes back identical"; fi
+req GET "$CK/1/stages/1" "$T5";          expect "a node outside the job may not" 403
+req GET "$CK/2/stages/0" "$ADMIN";       expect "an unknown checkpoint is 404" 404 .error.code not_found
+req GET "$CK/1/stages/x" "$ADMIN";       expect "a stage that is no number is 400" 400 .error.code invalid_id
+req GET "$CK" "${TOK[0]}";               expect "the list is for the admin" 403
+put_ckpt "$CK/1/stages/0" "$(tok_of 0 0)" "$WORK/other.bin" "$(sha "$WORK/other.bin")"
+expect "a re-upload replaces the file" 201 .sha256 "$(sha "$WORK/other.bin")"
+curl -s -o "$WORK/got.bin" -H "Authorization: Bearer $ADMIN" "$CK/1/stages/0"
+if cmp -s "$WORK/got.bin" "$WORK/other.bin"; then ok "and the new bytes are served"; else fail "and the new bytes are served"; fi
+check "one row per stage and step" "$(sql a "SELECT count(*) FROM checkpoints WHERE job_id = $J")" 3
+put_ckpt "$B/v1/jobs/$J/checkpoints/1/stages/0" "$(tok_of 0 0)" "$WORK/stage0.bin"
+expect "over --max-checkpoint-bytes is 413" 413 .error.code body_too_large
+STATUS=$(curl -s -o "$WORK/body" -w '%{http_code}' -X PUT -H "Authorization: Bearer $(tok_of 0 0)" -H 'Transfer-Encoding: chunked' \
+         -H 'Content-Type: application/octet-stream' --data-binary "@$WORK/stage0.bin" "$B/v1/jobs/$J/checkpoints/1/stages/0")
+check "a chunked upload over the cap is 413 too" "$STATUS" 413
+check "and leaves no file behind" "$(find "$WORK/b" -path '*checkpoints*' -type f | wc -l)" 0
+check "no temporary file is left on server a" "$(find "$WORK/a/checkpoints" -name '.upload-*' | wc -l)" 0
+curl -s -o /dev/null -X PUT -H "Authorization: Bearer $(tok_of 0 0)" -H 'Content-Type: application/octet-stream' \
+     --limit-rate 50K --data-binary "@$WORK/stage0.bin" "$CK/2/stages/0" &
+slow=$!
+sleep 1.5
+check "a slow upload is written to a temporary file as it comes" "$(find "$WORK/a/checkpoints" -name '.upload-*' | wc -l)" 1
+kill $slow; wait $slow 2>/dev/null
+sleep 1
+check "a client that gives up mid-upload leaves no file" "$(find "$WORK/a/checkpoints" -name '.upload-*' | wc -l)" 0
+req GET "$CK" "$ADMIN"; expect "and no checkpoint row" 200 '[.checkpoints[].step] | tostring' '[1,0]'
+
+# ---- resume_from
+req POST "$S/v1/jobs" "$ADMIN" "$(printf '%s' "$JOB" | jq -c --argjson j "$J" '.resume_from = {"job_id": $j, "step": 0}')"
+expect "resume_from an incomplete checkpoint is 422" 422 .error.field resume_from
+req POST "$S/v1/jobs" "$ADMIN" "$(printf '%s' "$JOB" | jq -c --argjson j "$J" '.resume_from = {"job_id": $j, "step": 1} | .parallelism.stages = 4')"
+expect "resume_from with other stages is 422" 422 .error.field resume_from
+req POST "$S/v1/jobs" "$ADMIN" "$(printf '%s' "$JOB" | jq -c --argjson j "$J" '.resume_from = {"job_id": $j, "step": 1} | .model.d_model = 128')"
+expect "resume_from another model is 422" 422 .error.field resume_from
+req POST "$S/v1/jobs" "$ADMIN" "$(printf '%s' "$JOB" | jq -c --argjson j "$J" '.resume_from = {"job_id": $j, "step": 3}')"
+expect "resume_from a step not below the job's steps is 422" 422 .error.field resume_from
+req POST "$S/v1/jobs" "$ADMIN" "$(printf '%s' "$JOB" | jq -c --argjson j "$J" '.resume_from = {"job_id": $j, "step": 1} | .parallelism.replicas = 1')"
+expect "resume_from a complete checkpoint of the same model" 201 '.spec.resume_from | [.job_id, .step] | tostring' "[$J,1]"
+K=$(printf '%s' "$BODY" | jq -r .id)
+
+# ---- the last step from every tasklet, two at once: succeeded
+progress 0 0 2 null; progress 0 1 2 null
+check "not succeeded before every tasklet reported the last step" "$(sql a "SELECT state FROM jobs WHERE id = $J")" running
+bg_get "$S/v1/agent/assignment?wait=20&job=$J&epoch=$E" "$(tok_of 0 0)" "$WORK/lp3"; p3=$BG
+sleep 1
+body() { printf '{"job_id":%s,"epoch":%s,"step":2,"stage":1,"replica":%s,"loss":3.5,"iteration_s":0.5,"compute_s":0.3,"send_s":0,"recv_wait_s":0,"allreduce_s":0,"bubble_s":0,"tokens":256}' "$J" "$E" "$1"; }
+pids=""
+for r in 0 1; do
+    curl -s -o "$WORK/last$r" -H "Authorization: Bearer $(tok_of 1 "$r")" -H 'Content-Type: application/json' \
+         -d "$(body "$r")" "$S/v1/agent/progress" &
+    pids="$pids $!"
+done
+wait $pids
+req GET "$S/v1/jobs/$J" "$ADMIN"
+expect "the last step from every tasklet, reported at once, makes the job succeeded" 200 '[.state, (.finished_at != null)] | tostring' '["succeeded",true]'
+check "one of the two reports says so" "$(jq -s -c 'map(.state) | sort' "$WORK/last0" "$WORK/last1")" '["running","succeeded"]'
+wait $p3
+check "a waiting long-poll learns the job is over" "$(jq -c .assignment "$WORK/lp3")" null
+progress 0 0 2 null; expect "a report after the end is 409" 409
+req GET "$S/metrics"; check "a finished job has no job series" "$(printf '%s\n' "$BODY" | grep -c "job=\"$J\"")" 0
+check "jobs by state counts succeeded" "$(printf '%s\n' "$BODY" | grep '^shoal_jobs{state="succeeded"}')" 'shoal_jobs{state="succeeded"} 1'
+put_ckpt "$CK/3/stages/1" "$(tok_of 1 0)" "$WORK/stage1.bin"
+expect "the final checkpoint may come after the job succeeded" 201 .step 3
+
+# ---- the resumed job: its assignment says where to start
+for i in 0 1 2 3; do req POST "$S/v1/agent/heartbeat" "${TOK[$i]}" '{"state":"idle","job_id":null,"step":null}'; done
+req POST "$S/v1/jobs/$K/schedule" "$ADMIN" '{"budget_ms":100}'; expect "schedule the resumed job" 201 .epoch 1
+req GET "$S/v1/jobs/$K" "$ADMIN"; KN=$(printf '%s' "$BODY" | jq -r '.plan.assignments[0].node_id'); KS=$(printf '%s' "$BODY" | jq -r '.plan.assignments[1].node_id')
+for i in 0 1 2 3; do [ "${ID[$i]}" = "$KN" ] && KT=${TOK[$i]}; [ "${ID[$i]}" = "$KS" ] && KT1=${TOK[$i]}; done
+req GET "$S/v1/agent/assignment" "$KT"
+expect "its assignment names the checkpoint to resume from" 200 '.assignment.resume | [.job_id, .step] | tostring' "[$J,1]"
+STATUS=$(curl -s -o "$WORK/got.bin" -w '%{http_code}' -H "Authorization: Bearer $KT" "$CK/1/stages/0")
+check "a node of the resuming job may download the checkpoint" "$STATUS" 200
+
+# ---- failure
+fail_body() { printf '{"job_id":%s,"epoch":%s,"stage":%s,"replica":0,"reason":"connection reset","peer":%s}' "$K" "$1" "$2" "$3"; }
+req POST "$S/v1/agent/failure" "$KT" "$(fail_body 0 0 null)";  expect "a failure from a past epoch changes nothing" 200 .state scheduled
+req POST "$S/v1/agent/failure" "$KT1" "$(fail_body 1 0 null)"; expect "nor one from a node not at that tasklet" 200 .state scheduled
+req POST "$S/v1/agent/failure" "$KT" "$(fail_body 1 0 '"bad address"')"; expect "a bad peer is 422" 422 .error.field peer
+req POST "$S/v1/agent/failure" "$KT" '{"job_id":1}';             expect "a failure without its fields is 400" 400 .error.code missing_field
+req POST "$S/v1/agent/failure" "$KT" "$(printf '%s' "$(fail_body 1 0 null)" | jq -c --arg r "$(printf '%1001s' x)" '.reason = $r')"
+expect "a reason over 1000 bytes is 422" 422 .error.field reason
+bg_get "$S/v1/agent/assignment?wait=20&job=$K&epoch=1" "$KT1" "$WORK/lp4"; p4=$BG
+sleep 1
+t0=$(now)
+req POST "$S/v1/agent/failure" "$KT" "$(fail_body 1 0 '"127.0.0.1:7001"')"
+expect "a failure from the tasklet's node fails the job" 200 .state failed
+req GET "$S/v1/jobs/$K" "$ADMIN"
+expect "with the reason, the tasklet, the node and the peer" 200 .failure_reason "stage 0 replica 0 (node $KN): connection reset (peer 127.0.0.1:7001)"
+check "and finished_at" "$(printf '%s' "$BODY" | jq '.finished_at != null')" true
+wait $p4
+within "the job's other nodes learn it at once" "$t0" 0 4
+check "that they have no assignment any more" "$(jq -c .assignment "$WORK/lp4")" null
+req POST "$S/v1/agent/failure" "$KT" "$(fail_body 1 0 null)";  expect "a failure of a finished job changes nothing" 200 .state failed
+req GET "$S/v1/jobs?state=failed" "$ADMIN"; expect "failed jobs are listed by state" 200 '.jobs | map(.id) | tostring' "[$K]"
+
+# ---- a client that leaves a long-poll: answered into the void at its deadline
+# (kill only once curl runs: a shell forked but not yet curl would run our EXIT trap)
+bg_get "$S/v1/agent/assignment?wait=2" "${TOK[0]}" "$WORK/lp8"; sleep 0.5; kill $BG; wait $BG 2>/dev/null
+sleep 2.5
+req GET "$S/healthz"; expect "the server carries on after a long-poll's client left" 200 .status ok
+
+# ---- the database restarts under server b: its listener reconnects
+stop_server a
+start_server a || exit 1
+S=$URL_a
+for _ in $(seq 1 20); do
+    req GET "$B/metrics"
+    printf '%s\n' "$BODY" | grep -q '^shoal_assignment_listener_up 1' && break
+    sleep 0.5
+done
+check "server b's listener reconnects after Postgres restarts" "$(printf '%s\n' "$BODY" | grep '^shoal_assignment_listener_up ')" "shoal_assignment_listener_up 1"
+req POST "$S/v1/jobs" "$ADMIN" "$JOB"; J2=$(printf '%s' "$BODY" | jq -r .id)
+for i in 0 1 2 3; do req POST "$S/v1/agent/heartbeat" "${TOK[$i]}" '{"state":"idle"}'; done
+bg_get "$B/v1/agent/assignment?wait=20" "${TOK[0]}" "$WORK/lp5"; p5=$BG
+sleep 1
+t0=$(now)
+req POST "$S/v1/jobs/$J2/schedule" "$ADMIN" '{"budget_ms":100}'
+wait $p5
+within "and wakes a node without an assignment when it gets one" "$t0" 0 4
+check "with that assignment" "$(jq .assignment.job_id "$WORK/lp5")" "$J2"
+
+# ---- shutting down with long-polls waiting is clean
+bg_get "$B/v1/agent/assignment?wait=30&job=$J2&epoch=1" "${TOK[0]}" "$WORK/lp6"; p6=$BG
+bg_get "$S/v1/agent/assignment?wait=30&job=$J2&epoch=1" "${TOK[1]}" "$WORK/lp7"; p7=$BG
+sleep 1
+t0=$(now)
+stop_server b
+wait $p6
+within "a waiting long-poll is answered when its server stops" "$t0" 0 5
+check "with its current assignment" "$(cat "$WORK/lp6.status") $(jq .assignment.epoch "$WORK/lp6")" "200 1"
+stop_server a
+wait $p7
+check "on server a too" "$(cat "$WORK/lp7.status") $(jq .assignment.epoch "$WORK/lp7")" "200 1"
+
+[ "$FAILS" -eq 0 ]

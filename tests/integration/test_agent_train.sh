@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# test_agent_train.sh - real agents on loopback train real jobs: register,
+# measure links, schedule, train 2x2 to success; the same global batch on
+# other layouts gives the same losses; a restart from a checkpoint continues
+# the run exactly; an agent killed mid-step fails the job with its reason.
+set -u
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/agents.sh"
+
+start_server s || exit 1
+S=$URL_s
+ADMIN=$(cat "$WORK/s/admin.token")
+CORPUS=/usr/share/common-licenses/GPL-3
+[ -r "$CORPUS" ] || CORPUS=$(cd "$(dirname "$0")/../.." && pwd)/README.md
+
+for n in a0 a1 a2 a3; do start_agent "$n" s; done
+
+nodes_up() { [ "$(sql s "SELECT count(*) FROM nodes WHERE tflops > 0")" = 4 ]; }
+if wait_for 60 nodes_up; then ok "four agents register with a measured throughput"
+else fail "four agents register with a measured throughput" "$(tail -n 5 "$WORK"/agent-a0.log)"; exit 1; fi
+
+links_up() { [ "$(sql s "SELECT count(*) FROM links_latest WHERE latency_ms > 0 AND bandwidth_gbps > 0")" = 12 ]; }
+if wait_for 120 links_up; then ok "the agents measure all twelve directed links"
+else fail "the agents measure all twelve directed links" "$(sql s "SELECT count(*) FROM links_latest")"; fi
+
+# job NAME STAGES REPLICAS MICRO_BATCHES SCHEDULE STEPS CKPT [EXTRA_JSON]: a job body.
+job() {
+    printf '{"name":"%s","model":{"vocab_size":256,"context_length":32,"d_model":32,"heads":2,"layers":4},' "$1"
+    printf '"parallelism":{"stages":%d,"replicas":%d,"micro_batches":%d,"micro_batch_size":2,"schedule":"%s"},' "$2" "$3" "$4" "$5"
+    printf '"training":{"steps":%d,"learning_rate":0.003,"warmup_steps":3,"weight_decay":0.1,"grad_clip":1.0,"seed":7},' "$6"
+    printf '"data":{"path":"%s","format":"text"},"checkpoint_interval":%d%s}' "$CORPUS" "$7" "${8-}"
+}
+
+finished() { case $(job_state "$S" "$ADMIN" "$1") in succeeded|failed|cancelled) return 0;; esac; return 1; }
+
+# run_job NAME BODY: creates, schedules and waits; sets J to the job id.
+run_job() {
+    req POST "$S/v1/jobs" "$ADMIN" "$2"
+    J=$(printf '%s' "$BODY" | jq -r .id)
+    req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":200}'
+    if [ "$STATUS" != 201 ]; then fail "$1 is scheduled" "status $STATUS: $BODY"; return 1; fi
+    wait_for 400 finished "$J"
+    local st
+    st=$(job_state "$S" "$ADMIN" "$J")
+    if [ "$st" = succeeded ]; then ok "$1 succeeds"
+    else fail "$1 succeeds" "state $st: $(curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$J" | jq -c .failure_reason)"; return 1; fi
+}
+
+# same_losses NAME FILE_A FILE_B TOLERANCE: per-step losses agree (relative).
+same_losses() {
+    local out
+    out=$(join "$2" "$3" | awk -v tol="$4" '{ d = $2 - $3; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2);
+          if (r > worst) worst = r; n++ } END { printf "%d %.3g %s", n, worst, (n > 0 && worst <= tol) ? "yes" : "no" }')
+    case $out in *yes) ok "$1 (steps, worst relative difference: ${out% yes})";;
+                 *) fail "$1" "steps, worst relative difference: $out";; esac
+}
+
+# ---- a 2x2 job, 30 steps, checkpoints every 10
+run_job "a 2x2 job of 30 steps" "$(job main 2 2 2 1f1b 30 10)"
+MAIN=$J
+check "job_steps holds every step of every tasklet" "$(sql s "SELECT count(*), count(DISTINCT step) FROM job_steps WHERE job_id = $MAIN")" "120|30"
+check "every last-stage row has a loss" "$(sql s "SELECT count(*) FROM job_steps WHERE job_id = $MAIN AND stage = 1 AND loss > 0")" 60
+job_losses "$S" "$ADMIN" "$MAIN" | sort -k1,1 > "$WORK/main.losses"
+fell=$(awk 'NR <= 3 { a += $2 } NR > 27 { b += $2 } END { print (b / 3 < a / 3 - 0.3) ? "yes" : "no: " a / 3 " -> " b / 3 }' "$WORK/main.losses")
+check "the loss falls over the run" "$fell" yes
+check "checkpoints 10, 20 and 30 are complete" \
+    "$(curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$MAIN/checkpoints" | jq -c '[.checkpoints[] | select(.complete) | .step] | sort')" "[10,20,30]"
+
+# ---- the same global batch (4 micro-batches of 2) on other layouts
+run_job "a 1x1 job (the same batch in one process)" "$(job one 1 1 4 1f1b 30 30)"
+job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/one.losses"
+same_losses "2x2 equals 1x1 to 1e-5" "$WORK/main.losses" "$WORK/one.losses" 1e-5
+run_job "a 4x1 gpipe job" "$(job deep 4 1 4 gpipe 30 30)"
+job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/deep.losses"
+same_losses "4x1 equals 1x1 to 1e-5" "$WORK/deep.losses" "$WORK/one.losses" 1e-5
+run_job "a 1x4 job" "$(job wide 1 4 1 1f1b 30 30)"
+job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/wide.losses"
+same_losses "1x4 equals 1x1 to 1e-5" "$WORK/wide.losses" "$WORK/one.losses" 1e-5
+
+# ---- a restart from the main job's checkpoint at step 10
+run_job "a 2x2 job resumed from step 10" "$(job resumed 2 2 2 1f1b 30 10 ",\"resume_from\":{\"job_id\":$MAIN,\"step\":10}")"
+check "the resumed job starts at step 10" "$(sql s "SELECT min(step), count(DISTINCT step) FROM job_steps WHERE job_id = $J")" "10|20"
+job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/resumed.losses"
+same_losses "its losses equal the straight run's" "$WORK/resumed.losses" "$WORK/main.losses" 1e-6
+
+# ---- an agent killed mid-run: its neighbours fail the job with the reason
+req POST "$S/v1/jobs" "$ADMIN" "$(job long 2 2 2 1f1b 100000 0)"
+J=$(printf '%s' "$BODY" | jq -r .id)
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":200}'
+running() { [ "$(sql s "SELECT count(*) FROM job_steps WHERE job_id = $J")" -gt 8 ]; }
+wait_for 120 running
+VICTIM=$(sql s "SELECT n.name FROM assignments a JOIN plans p ON p.id = a.plan_id JOIN nodes n ON n.id = a.node_id WHERE p.job_id = $J AND a.stage = 1 AND a.replica = 0")
+kill -9 "$(cat "$WORK/agent-$VICTIM.pid")"
+wait_for 60 finished "$J"
+check "killing an agent fails the job" "$(job_state "$S" "$ADMIN" "$J")" failed
+reason=$(curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$J" | jq -r .failure_reason)
+case $reason in *closed*|*peer*) ok "the failure names the peer: $reason";;
+                *) fail "the failure names the peer" "$reason";; esac
+for a in a0 a1 a2 a3; do
+    [ "$a" = "$VICTIM" ] && continue
+    stop_agent "$a"
+    check "agent $a exits cleanly on SIGTERM" "$AGENT_RC" 0
+done
+exit 0

@@ -1,0 +1,784 @@
+/* test_peer.c - agent/peer.h over real sockets on 127.0.0.1 with a real
+ * listener: the hello handshake and its refusals, probe sessions, framed
+ * sends and receives with every kind of bad frame, streams (order, wrong
+ * frames, error frames, close, stall) and sendrecv without deadlock. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../agent/peer.h"
+#include "../../common/crc32c.h"
+#include "../../common/log.h"
+
+#define JOB 7
+#define EPOCH 3
+#define SECRET "correct horse battery staple"
+#define ROLE_L "stage=1 replica=0"
+#define ROLE_D "stage=0 replica=0"
+#define TIMEOUT_MS 5000
+
+struct fixture {
+    struct peer_listener *l;
+    unsigned port;
+    char addr[32];
+};
+
+static struct peer_auth auth_make(int64_t job, uint32_t epoch, const char *secret,
+                                  const char *role)
+{
+    struct peer_auth a = {.job_id = job, .epoch = epoch, .secret_len = strlen(secret)};
+    memcpy(a.secret, secret, a.secret_len);
+    snprintf(a.role, sizeof a.role, "%s", role);
+    return a;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int setup(void **state)
+{
+    struct fixture *fx = calloc(1, sizeof *fx);
+    struct shoal_err err;
+    assert_non_null(fx);
+    assert_int_equal(peer_listener_start("127.0.0.1:0", &fx->l, &fx->port, &err), 0);
+    assert_true(fx->port > 0);
+    snprintf(fx->addr, sizeof fx->addr, "127.0.0.1:%u", fx->port);
+    struct peer_auth a = auth_make(JOB, EPOCH, SECRET, ROLE_L);
+    peer_listener_expect(fx->l, &a);
+    *state = fx;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    struct fixture *fx = *state;
+    peer_listener_stop(fx->l);
+    free(fx);
+    return 0;
+}
+
+/* Waits up to 3 s for the listener's refused count to reach `want`. */
+static uint64_t wait_refused(struct peer_listener *l, uint64_t want)
+{
+    uint64_t probes, refused = 0;
+    for (int i = 0; i < 300; i++) {
+        peer_listener_counts(l, &probes, &refused);
+        if (refused >= want)
+            break;
+        usleep(10 * 1000);
+    }
+    return refused;
+}
+
+/* A job connection: a is the dialer's end, b the listener's. */
+static void pair(struct fixture *fx, struct peer_conn *a, struct peer_conn *b)
+{
+    struct shoal_err err;
+    struct peer_auth d = auth_make(JOB, EPOCH, SECRET, ROLE_D);
+    int rc = peer_dial(fx->addr, &d, ROLE_L, TIMEOUT_MS, a, &err);
+    if (rc != 0)
+        fail_msg("dial: %s", err.message);
+    rc = peer_listener_take(fx->l, ROLE_D, TIMEOUT_MS, b, &err);
+    if (rc != 0)
+        fail_msg("take: %s", err.message);
+}
+
+static void write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t k = write(fd, c, n);
+        assert_true(k > 0);
+        c += k;
+        n -= (size_t)k;
+    }
+}
+
+static void test_handshake_proves_roles(void **state)
+{
+    struct fixture *fx = *state;
+    struct peer_conn a, b, c;
+    struct shoal_err err;
+    pair(fx, &a, &b);
+    assert_string_equal(a.role, ROLE_L); /* the listener proved its role to us */
+    assert_string_equal(b.role, ROLE_D); /* and we ours to it */
+    assert_int_equal(a.job_id, JOB);
+    assert_int_equal(b.epoch, EPOCH);
+    assert_true(strstr(b.addr, "127.0.0.1:") != NULL);
+
+    /* Dialing a node that proves another role than the one we meant. */
+    struct peer_auth d = auth_make(JOB, EPOCH, SECRET, "stage=0 replica=1");
+    assert_int_equal(peer_dial(fx->addr, &d, "stage=2 replica=0", TIMEOUT_MS, &c, &err), -1);
+    assert_string_equal(err.code, "peer_auth");
+    assert_non_null(strstr(err.message, fx->addr));
+    assert_non_null(strstr(err.message, "stage=2 replica=0"));
+    assert_int_equal(c.fd, -1);
+    peer_close(&a);
+    peer_close(&b);
+}
+
+static void test_wrong_secret_refused(void **state)
+{
+    struct fixture *fx = *state;
+    struct peer_conn a, b;
+    struct shoal_err err;
+    struct peer_auth d = auth_make(JOB, EPOCH, "wrong secret", ROLE_D);
+    assert_int_equal(peer_dial(fx->addr, &d, ROLE_L, TIMEOUT_MS, &a, &err), -1);
+    assert_string_equal(err.code, "peer_auth");
+    assert_non_null(strstr(err.message, fx->addr));
+    assert_non_null(strstr(err.message, "MAC"));
+    assert_int_equal(wait_refused(fx->l, 1), 1);
+    /* nothing was parked for that role */
+    assert_int_equal(peer_listener_take(fx->l, ROLE_D, 100, &b, &err), -1);
+    assert_string_equal(err.code, "peer_timeout");
+}
+
+static void test_wrong_job_or_epoch_refused(void **state)
+{
+    struct fixture *fx = *state;
+    struct peer_conn a;
+    struct shoal_err err;
+    struct peer_auth d = auth_make(JOB, EPOCH + 1, SECRET, ROLE_D);
+    assert_int_equal(peer_dial(fx->addr, &d, ROLE_L, TIMEOUT_MS, &a, &err), -1);
+    assert_string_equal(err.code, "peer_auth");
+    d = auth_make(JOB + 1, EPOCH, SECRET, ROLE_D);
+    assert_int_equal(peer_dial(fx->addr, &d, ROLE_L, TIMEOUT_MS, &a, &err), -1);
+    assert_string_equal(err.code, "peer_auth");
+    assert_int_equal(wait_refused(fx->l, 2), 2);
+
+    /* expecting nothing: every job connection is refused */
+    peer_listener_expect(fx->l, NULL);
+    d = auth_make(JOB, EPOCH, SECRET, ROLE_D);
+    assert_int_equal(peer_dial(fx->addr, &d, ROLE_L, TIMEOUT_MS, &a, &err), -1);
+    assert_string_equal(err.code, "peer_auth");
+    assert_int_equal(wait_refused(fx->l, 3), 3);
+}
+
+static void test_expect_closes_parked(void **state)
+{
+    struct fixture *fx = *state;
+    struct peer_conn a, b;
+    struct shoal_err err;
+    struct peer_auth d = auth_make(JOB, EPOCH, SECRET, ROLE_D);
+    assert_int_equal(peer_dial(fx->addr, &d, ROLE_L, TIMEOUT_MS, &a, &err), 0);
+    /* a new epoch: the parked connection of the old one is closed */
+    struct peer_auth next = auth_make(JOB, EPOCH + 1, SECRET, ROLE_L);
+    /* (if its hello is still being answered, parking checks the new expectation) */
+    peer_listener_expect(fx->l, &next);
+    assert_int_equal(peer_listener_take(fx->l, ROLE_D, 100, &b, &err), -1);
+    struct wire_frame f;
+    assert_int_equal(peer_recv(&a, &f, NULL, 0, TIMEOUT_MS, &err), -1);
+    assert_string_equal(err.code, "peer_closed");
+    peer_close(&a);
+}
+
+static void test_garbage_dialer_dropped(void **state)
+{
+    struct fixture *fx = *state;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)fx->port)};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    char junk[WIRE_HEADER_BYTES]; /* exactly one header's worth, so the close is a FIN */
+    memset(junk, 'x', sizeof junk);
+    memcpy(junk, "GET / HTTP/1.1\r\n", 16);
+    write_all(fd, junk, sizeof junk);
+    assert_int_equal(wait_refused(fx->l, 1), 1);
+    /* the listener closed it after its greeting */
+    char buf[512];
+    ssize_t k, total = 0;
+    while ((k = read(fd, buf, sizeof buf)) > 0)
+        total += k;
+    assert_int_equal(total, WIRE_HEADER_BYTES + WIRE_NONCE_BYTES);
+    close(fd);
+
+    /* and keeps serving */
+    struct peer_conn a, b;
+    pair(fx, &a, &b);
+    peer_close(&a);
+    peer_close(&b);
+}
+
+static void test_probe_session(void **state)
+{
+    struct fixture *fx = *state;
+    struct peer_conn c;
+    struct shoal_err err;
+    struct wire_frame f;
+    unsigned char pong[64];
+    assert_int_equal(peer_dial(fx->addr, NULL, NULL, TIMEOUT_MS, &c, &err), 0);
+    assert_string_equal(c.role, "");
+
+    const char ping[] = "ping 0123456789";
+    f = (struct wire_frame){.kind = WIRE_PING, .dtype = WIRE_BYTES, .step = 42,
+                            .payload_len = sizeof ping};
+    assert_int_equal(peer_send(&c, &f, ping, TIMEOUT_MS, &err), 0);
+    assert_int_equal(peer_recv(&c, &f, pong, sizeof pong, TIMEOUT_MS, &err), 0);
+    assert_int_equal(f.kind, WIRE_PONG);
+    assert_int_equal(f.step, 42);
+    assert_int_equal(f.payload_len, sizeof ping);
+    assert_memory_equal(pong, ping, sizeof ping);
+
+    /* a burst: three 1 MiB probe frames, the last with micro_batch 1 */
+    size_t n = 1u << 20;
+    unsigned char *probe = calloc(1, n);
+    assert_non_null(probe);
+    for (int i = 0; i < 3; i++) {
+        f = (struct wire_frame){.kind = WIRE_PROBE, .dtype = WIRE_BYTES, .step = 7,
+                                .micro_batch = i == 2, .payload_len = n};
+        assert_int_equal(peer_send(&c, &f, probe, TIMEOUT_MS, &err), 0);
+    }
+    assert_int_equal(peer_recv(&c, &f, pong, sizeof pong, TIMEOUT_MS, &err), 0);
+    assert_int_equal(f.kind, WIRE_PONG);
+    assert_int_equal(f.payload_len, 0);
+    assert_int_equal(f.step, 7);
+
+    /* a PING over 64 bytes ends the session */
+    f = (struct wire_frame){.kind = WIRE_PING, .dtype = WIRE_BYTES, .payload_len = 65};
+    assert_int_equal(peer_send(&c, &f, probe, TIMEOUT_MS, &err), 0);
+    assert_int_equal(peer_recv(&c, &f, pong, sizeof pong, TIMEOUT_MS, &err), -1);
+    assert_string_equal(err.code, "peer_closed");
+    free(probe);
+    peer_close(&c);
+
+    uint64_t sessions, refused;
+    peer_listener_counts(fx->l, &sessions, &refused);
+    assert_int_equal(sessions, 1);
+    assert_int_equal(refused, 0);
+}
+
+struct sender {
+    struct peer_conn *c;
+    struct wire_frame f;
+    const void *payload;
+    int rc;
+    struct shoal_err err;
+};
+
+static void *sender_main(void *arg)
+{
+    struct sender *s = arg;
+    s->rc = peer_send(s->c, &s->f, s->payload, TIMEOUT_MS, &s->err);
+    return NULL;
+}
+
+static void test_send_recv_big_frame(void **state)
+{
+    struct fixture *fx = *state;
+    struct peer_conn a, b;
+    struct shoal_err err;
+    pair(fx, &a, &b);
+    size_t floats = 8 * 256 * 1024; /* (B=8, T=256, C=1024): 8 MiB */
+    float *x = malloc(floats * 4), *y = malloc(floats * 4);
+    assert_non_null(x);
+    assert_non_null(y);
+    for (size_t i = 0; i < floats; i++)
+        x[i] = (float)i * 0.5f;
+    uint64_t sent0 = a.bytes_sent, received0 = b.bytes_received; /* after the hello */
+    struct sender s = {.c = &a, .payload = x,
+                       .f = {.kind = WIRE_ACTIVATION, .dtype = WIRE_F32, .step = 9,
+                             .micro_batch = 2, .ndim = 3, .shape = {8, 256, 1024},
+                             .payload_len = floats * 4}};
+    pthread_t t;
+    pthread_create(&t, NULL, sender_main, &s);
+    struct wire_frame f;
+    int rc = peer_recv(&b, &f, y, floats * 4, TIMEOUT_MS, &err);
+    pthread_join(t, NULL);
+    assert_int_equal(s.rc, 0);
+    assert_int_equal(rc, 0);
+    assert_int_equal(f.kind, WIRE_ACTIVATION);
+    assert_int_equal(f.step, 9);
+    assert_int_equal(f.micro_batch, 2);
+    assert_int_equal(f.job_id, JOB);
+    assert_int_equal(f.shape[2], 1024);
+    assert_int_equal(f.payload_crc, crc32c(0, x, floats * 4));
+    assert_memory_equal(x, y, floats * 4);
+    assert_int_equal(a.bytes_sent - sent0, WIRE_HEADER_BYTES + floats * 4);
+    assert_int_equal(b.bytes_received - received0, WIRE_HEADER_BYTES + floats * 4);
+
+    /* a payload over the receiver's cap is refused from the header */
+    pthread_create(&t, NULL, sender_main, &s);
+    rc = peer_recv(&b, &f, y, floats * 4 - 4, TIMEOUT_MS, &err);
+    peer_close(&b); /* unblocks the sender */
+    pthread_join(t, NULL);
+    assert_int_equal(rc, -1);
+    assert_string_equal(err.code, "peer_protocol");
+    assert_non_null(strstr(err.message, "limit"));
+    free(x);
+    free(y);
+    peer_close(&a);
+}
+
+static void test_bad_payload_crc(void **state)
+{
+    struct fixture *fx = *state;
+    struct peer_conn a, b;
+    struct shoal_err err;
+    pair(fx, &a, &b);
+    float payload[16] = {1, 2, 3};
+    struct wire_frame f = {.kind = WIRE_ACTIVATION, .dtype = WIRE_F32, .job_id = JOB,
+                           .epoch = EPOCH, .ndim = 1, .shape = {16}, .payload_len = sizeof payload};
+    f.payload_crc = crc32c(0, payload, sizeof payload) ^ 1;
+    unsigned char hdr[WIRE_HEADER_BYTES];
+    wire_header_encode(&f, hdr);
+    write_all(a.fd, hdr, sizeof hdr);
+    write_all(a.fd, payload, sizeof payload);
+    float got[16];
+    assert_int_equal(peer_recv(&b, &f, got, sizeof got, TIMEOUT_MS, &err), -1);
+    assert_string_equal(err.code, "peer_protocol");
+    assert_non_null(strstr(err.message, "CRC"));
+    assert_non_null(strstr(err.message, "127.0.0.1:"));
+
+    /* a corrupted header is refused before its payload is read */
+    wire_header_encode(&f, hdr);
+    hdr[30] ^= 0x40;
+    write_all(a.fd, hdr, sizeof hdr);
+    assert_int_equal(peer_recv(&b, &f, got, sizeof got, TIMEOUT_MS, &err), -1);
+    assert_string_equal(err.code, "peer_protocol");
+    assert_non_null(strstr(err.message, "header CRC"));
+    peer_close(&a);
+    peer_close(&b);
+}
+
+static void test_frame_for_other_job_or_epoch(void **state)
+{
+    struct fixture *fx = *state;
+    struct peer_conn a, b;
+    struct shoal_err err;
+    struct wire_frame f = {.kind = WIRE_ACTIVATION, .dtype = WIRE_F32, .ndim = 1};
+    pair(fx, &a, &b);
+    /* Empty payloads, so the stream stays in step after each refusal. */
+    a.job_id = JOB + 1;
+    assert_int_equal(peer_send(&a, &f, NULL, TIMEOUT_MS, &err), 0);
+    assert_int_equal(peer_recv(&b, &f, NULL, 0, TIMEOUT_MS, &err), -1);
+    assert_string_equal(err.code, "peer_protocol");
+    assert_non_null(strstr(err.message, "job 8"));
+    a.job_id = JOB;
+    a.epoch = EPOCH + 1;
+    assert_int_equal(peer_send(&a, &f, NULL, TIMEOUT_MS, &err), 0);
+    assert_int_equal(peer_recv(&b, &f, NULL, 0, TIMEOUT_MS, &err), -1);
+    assert_string_equal(err.code, "peer_protocol");
+    assert_non_null(strstr(err.message, "epoch 4"));
+    a.epoch = EPOCH;
+    assert_int_equal(peer_send(&a, &f, NULL, TIMEOUT_MS, &err), 0);
+    assert_int_equal(peer_recv(&b, &f, NULL, 0, TIMEOUT_MS, &err), 0);
+    peer_close(&a);
+    peer_close(&b);
+}
+
+/* ---- streams ------------------------------------------------------------ */
+
+#define STREAM_FRAMES 200
+#define STREAM_CAP (64u << 10)
+
+static size_t frame_floats(int i)
+{
+    return (size_t)(i * 977) % (STREAM_CAP / 4) + (i % 3 == 0 ? 0 : 1);
+}
+
+static void fill(float *x, size_t n, int i)
+{
+    for (size_t k = 0; k < n; k++)
+        x[k] = (float)(i * 100000 + (int)k);
+}
+
+static void streams(struct fixture *fx, struct peer_stream **sa, struct peer_stream **sb,
+                    int queue)
+{
+    struct peer_conn a, b;
+    struct shoal_err err;
+    pair(fx, &a, &b);
+    assert_int_equal(peer_stream_start(&a, STREAM_CAP, queue, sa, &err), 0);
+    assert_int_equal(peer_stream_start(&b, STREAM_CAP, queue, sb, &err), 0);
+    assert_int_equal(a.fd, -1);
+}
+
+struct stream_job {
+    struct peer_stream *s;
+    uint16_t kind;
+    int failures;
+};
+
+static void *stream_send_main(void *arg)
+{
+    struct stream_job *j = arg;
+    float *x = malloc(STREAM_CAP);
+    struct shoal_err err;
+    for (int i = 0; i < STREAM_FRAMES; i++) {
+        size_t n = frame_floats(i);
+        fill(x, n, i);
+        struct wire_frame f = {.kind = j->kind, .dtype = WIRE_F32, .step = 1,
+                               .micro_batch = (uint32_t)i, .ndim = 1, .shape = {(uint32_t)n},
+                               .payload_len = n * 4};
+        if (peer_stream_send(j->s, &f, x, TIMEOUT_MS, &err) != 0)
+            j->failures++;
+    }
+    if (peer_stream_flush(j->s, TIMEOUT_MS, &err) != 0)
+        j->failures++;
+    free(x);
+    return NULL;
+}
+
+static void *stream_recv_main(void *arg)
+{
+    struct stream_job *j = arg;
+    float *x = malloc(STREAM_CAP), *want = malloc(STREAM_CAP);
+    struct shoal_err err;
+    for (int i = 0; i < STREAM_FRAMES; i++) {
+        size_t n = frame_floats(i);
+        fill(want, n, i);
+        if (peer_stream_recv(j->s, j->kind, 1, (uint32_t)i, x, n * 4, TIMEOUT_MS, &err) != 0 ||
+            memcmp(x, want, n * 4) != 0)
+            j->failures++;
+    }
+    free(x);
+    free(want);
+    return NULL;
+}
+
+static void test_stream_in_order_both_ways(void **state)
+{
+    struct fixture *fx = *state;
+    struct peer_stream *sa, *sb;
+    streams(fx, &sa, &sb, 3);
+    struct stream_job fwd_tx = {.s = sa, .kind = WIRE_ACTIVATION},
+                      fwd_rx = {.s = sb, .kind = WIRE_ACTIVATION},
+                      back_tx = {.s = sb, .kind = WIRE_ACTIVATION_GRAD},
+                      back_rx = {.s = sa, .kind = WIRE_ACTIVATION_GRAD};
+    pthread_t t[4];
+    pthread_create(&t[0], NULL, stream_send_main, &fwd_tx);
+    pthread_create(&t[1], NULL, stream_recv_main, &fwd_rx);
+    pthread_create(&t[2], NULL, stream_send_main, &back_tx);
+    pthread_create(&t[3], NULL, stream_recv_main, &back_rx);
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    assert_int_equal(fwd_tx.failures + fwd_rx.failures + back_tx.failures + back_rx.failures, 0);
+    assert_string_equal(peer_stream_addr(sb), peer_stream_addr(sb)); /* non-NULL, stable */
+    assert_non_null(strstr(peer_stream_addr(sa), "127.0.0.1:"));
+    peer_stream_stop(sa);
+    peer_stream_stop(sb);
+}
+
+static void test_stream_wrong_frame(void **state)
+{
+    struct fixture *fx = *state;
+    struct shoal_err err;
+    float x[16] = {0}, y[16];
+    /* expected: ACTIVATION step 5 micro-batch 2, 64 bytes; each case
+     * changes one thing about what is waited for */
+    struct {
+        uint16_t kind;
+        uint64_t step;
+        uint32_t mb;
+        size_t len;
+    } cases[] = {{WIRE_ACTIVATION_GRAD, 5, 2, 64}, {WIRE_ACTIVATION, 6, 2, 64},
+                 {WIRE_ACTIVATION, 5, 3, 64}, {WIRE_ACTIVATION, 5, 2, 60}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct peer_stream *sa, *sb;
+        streams(fx, &sa, &sb, 2);
+        struct wire_frame f = {.kind = WIRE_ACTIVATION, .dtype = WIRE_F32, .step = 5,
+                               .micro_batch = 2, .ndim = 2, .shape = {4, 4}, .payload_len = 64};
+        assert_int_equal(peer_stream_send(sa, &f, x, TIMEOUT_MS, &err), 0);
+        assert_int_equal(peer_stream_recv(sb, cases[i].kind, cases[i].step, cases[i].mb, y,
+                                          cases[i].len, TIMEOUT_MS, &err), -1);
+        assert_string_equal(err.code, "peer_protocol");
+        assert_non_null(strstr(err.message, "127.0.0.1:"));
+        /* the stream stays failed */
+        assert_int_equal(peer_stream_recv(sb, WIRE_ACTIVATION, 5, 2, y, 64, 100, &err), -1);
+        assert_string_equal(err.code, "peer_protocol");
+        assert_int_equal(peer_stream_send(sb, &f, x, 100, &err), -1);
+        peer_stream_stop(sa);
+        peer_stream_stop(sb);
+    }
+}
+
+static void test_stream_error_frame_quoted(void **state)
+{
+    struct fixture *fx = *state;
+    struct peer_stream *sa, *sb;
+    struct shoal_err err;
+    streams(fx, &sa, &sb, 2);
+    const char reason[] = "stage 2 ran out of memory";
+    struct wire_frame f = {.kind = WIRE_ERROR, .dtype = WIRE_BYTES,
+                           .payload_len = sizeof reason - 1};
+    assert_int_equal(peer_stream_send(sa, &f, reason, TIMEOUT_MS, &err), 0);
+    float y[4];
+    assert_int_equal(peer_stream_recv(sb, WIRE_ACTIVATION, 1, 0, y, sizeof y, TIMEOUT_MS, &err),
+                     -1);
+    assert_string_equal(err.code, "peer_protocol");
+    assert_non_null(strstr(err.message, "'stage 2 ran out of memory'"));
+    peer_stream_stop(sa);
+    peer_stream_stop(sb);
+}
+
+static void test_stream_peer_closes(void **state)
+{
+    struct fixture *fx = *state;
+    struct peer_stream *sa, *sb;
+    struct shoal_err err;
+    streams(fx, &sa, &sb, 2);
+    float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, y[8];
+    struct wire_frame f = {.kind = WIRE_ACTIVATION, .dtype = WIRE_F32, .step = 3, .ndim = 1,
+                           .shape = {8}, .payload_len = sizeof x};
+    assert_int_equal(peer_stream_send(sa, &f, x, TIMEOUT_MS, &err), 0);
+    assert_int_equal(peer_stream_flush(sa, TIMEOUT_MS, &err), 0);
+    peer_stream_stop(sa);
+    /* the frame sent before the close still arrives, then the close */
+    assert_int_equal(peer_stream_recv(sb, WIRE_ACTIVATION, 3, 0, y, sizeof y, TIMEOUT_MS, &err),
+                     0);
+    assert_memory_equal(x, y, sizeof x);
+    /* no deadline (-1): the close ends the wait */
+    assert_int_equal(peer_stream_recv(sb, WIRE_ACTIVATION, 3, 1, y, sizeof y, -1, &err), -1);
+    assert_string_equal(err.code, "peer_closed");
+    assert_non_null(strstr(err.message, peer_stream_addr(sb)));
+    /* a neighbour that finished closes: nothing of ours was left to send */
+    assert_int_equal(peer_stream_flush(sb, TIMEOUT_MS, &err), 0);
+    assert_int_equal(peer_stream_send(sb, &f, x, TIMEOUT_MS, &err), -1);
+    assert_string_equal(err.code, "peer_closed");
+    peer_stream_stop(sb);
+}
+
+static void test_stream_stall_times_out(void **state)
+{
+    struct fixture *fx = *state;
+    struct peer_conn a, b;
+    struct peer_stream *sb;
+    struct shoal_err err;
+    pair(fx, &a, &b);
+    assert_int_equal(peer_stream_start(&b, STREAM_CAP, 2, &sb, &err), 0);
+    float y[4];
+    double t0 = now_s();
+    assert_int_equal(peer_stream_recv(sb, WIRE_ACTIVATION, 1, 0, y, sizeof y, 300, &err), -1);
+    double dt = now_s() - t0;
+    assert_string_equal(err.code, "peer_timeout");
+    assert_true(dt >= 0.29 && dt < 2.0);
+    double sw, rw;
+    peer_stream_take_waits(sb, &sw, &rw);
+    assert_true(sw == 0.0);
+    assert_true(rw >= 0.29 && rw < 2.0);
+    peer_stream_take_waits(sb, &sw, &rw);
+    assert_true(rw == 0.0);
+
+    /* sending to a peer that does not read: the queue fills, then times out */
+    size_t n = 4u << 20;
+    unsigned char *big = calloc(1, n);
+    struct wire_frame f = {.kind = WIRE_PROBE, .dtype = WIRE_BYTES, .payload_len = n};
+    int rc = 0, sent = 0;
+    for (; sent < 64 && rc == 0; sent++)
+        rc = peer_stream_send(sb, &f, big, 200, &err);
+    assert_int_equal(rc, -1);
+    assert_string_equal(err.code, "peer_timeout");
+    assert_true(sent > 2);
+    peer_stream_take_waits(sb, &sw, &rw);
+    assert_true(sw >= 0.19);
+    free(big);
+    peer_stream_stop(sb);
+    peer_close(&a);
+}
+
+static void test_stream_bad_crc(void **state)
+{
+    struct fixture *fx = *state;
+    struct peer_conn a, b;
+    struct peer_stream *sb;
+    struct shoal_err err;
+    pair(fx, &a, &b);
+    assert_int_equal(peer_stream_start(&b, STREAM_CAP, 2, &sb, &err), 0);
+    float x[64] = {1};
+    struct wire_frame f = {.kind = WIRE_ACTIVATION, .dtype = WIRE_F32, .job_id = JOB,
+                           .epoch = EPOCH, .step = 1, .ndim = 1, .shape = {64},
+                           .payload_len = sizeof x};
+    f.payload_crc = crc32c(0, x, sizeof x) + 1;
+    unsigned char hdr[WIRE_HEADER_BYTES];
+    wire_header_encode(&f, hdr);
+    write_all(a.fd, hdr, sizeof hdr);
+    write_all(a.fd, x, sizeof x);
+    float y[64];
+    assert_int_equal(peer_stream_recv(sb, WIRE_ACTIVATION, 1, 0, y, sizeof y, TIMEOUT_MS, &err),
+                     -1);
+    assert_string_equal(err.code, "peer_protocol");
+    assert_non_null(strstr(err.message, "CRC"));
+    peer_stream_stop(sb);
+    peer_close(&a);
+}
+
+/* Writes one frame on a raw fd in three parts with pauses between them. */
+struct slow_writer {
+    int fd;
+    const unsigned char *frame;
+    size_t cut1, cut2, len;
+    int pause1_ms, pause2_ms;
+};
+
+static void *slow_writer_main(void *arg)
+{
+    struct slow_writer *w = arg;
+    usleep((useconds_t)w->pause1_ms * 1000);
+    write_all(w->fd, w->frame, w->cut1);
+    usleep((useconds_t)w->pause2_ms * 1000);
+    write_all(w->fd, w->frame + w->cut1, w->cut2 - w->cut1);
+    usleep((useconds_t)w->pause2_ms * 1000);
+    write_all(w->fd, w->frame + w->cut2, w->len - w->cut2);
+    return NULL;
+}
+
+static void test_stream_timeout_mid_frame_keeps_frame(void **state)
+{
+    /* The owner waits (its buffer posted), the frame starts arriving into
+     * it, the owner's deadline passes mid-payload: the call fails with a
+     * timeout, the bytes so far move to a slot, and the next call gets the
+     * whole frame intact. */
+    struct fixture *fx = *state;
+    struct peer_conn a, b;
+    struct peer_stream *sb;
+    struct shoal_err err;
+    pair(fx, &a, &b);
+    size_t n = 4u << 20;
+    assert_int_equal(peer_stream_start(&b, n, 2, &sb, &err), 0);
+    unsigned char *frame = malloc(WIRE_HEADER_BYTES + n), *y = malloc(n);
+    assert_non_null(frame);
+    assert_non_null(y);
+    for (size_t i = 0; i < n; i++)
+        frame[WIRE_HEADER_BYTES + i] = (unsigned char)(i * 7 + i / 4096);
+    struct wire_frame f = {.kind = WIRE_PROBE, .dtype = WIRE_BYTES, .job_id = JOB,
+                           .epoch = EPOCH, .step = 2, .micro_batch = 1, .payload_len = n};
+    f.payload_crc = crc32c(0, frame + WIRE_HEADER_BYTES, n);
+    wire_header_encode(&f, frame);
+    struct slow_writer w = {.fd = a.fd, .frame = frame, .cut1 = WIRE_HEADER_BYTES + n / 3,
+                            .cut2 = WIRE_HEADER_BYTES + n / 2, .len = WIRE_HEADER_BYTES + n,
+                            .pause1_ms = 50, .pause2_ms = 400};
+    pthread_t t;
+    pthread_create(&t, NULL, slow_writer_main, &w);
+    assert_int_equal(peer_stream_recv(sb, WIRE_PROBE, 2, 1, y, n, 250, &err), -1);
+    assert_string_equal(err.code, "peer_timeout");
+    memset(y, 0, n);
+    assert_int_equal(peer_stream_recv(sb, WIRE_PROBE, 2, 1, y, n, TIMEOUT_MS, &err), 0);
+    assert_memory_equal(y, frame + WIRE_HEADER_BYTES, n);
+    pthread_join(t, NULL);
+    free(frame);
+    free(y);
+    peer_stream_stop(sb);
+    peer_close(&a);
+}
+
+/* ---- sendrecv ----------------------------------------------------------- */
+
+struct exchanger {
+    struct peer_conn *c;
+    const float *out;
+    float *in;
+    size_t floats;
+    int rc;
+    struct shoal_err err;
+};
+
+static void *exchanger_main(void *arg)
+{
+    struct exchanger *x = arg;
+    struct wire_frame sf = {.kind = WIRE_ALLREDUCE, .dtype = WIRE_F32, .step = 1, .ndim = 1,
+                            .shape = {(uint32_t)x->floats}, .payload_len = x->floats * 4};
+    struct wire_frame rf;
+    x->rc = peer_sendrecv(x->c, &sf, x->out, x->c, &rf, x->in, x->floats * 4, 20000, &x->err);
+    if (x->rc == 0 && (rf.kind != WIRE_ALLREDUCE || rf.payload_len != x->floats * 4))
+        x->rc = -2;
+    return NULL;
+}
+
+static void test_sendrecv_both_ways_no_deadlock(void **state)
+{
+    struct fixture *fx = *state;
+    struct peer_conn a, b;
+    pair(fx, &a, &b);
+    size_t floats = 8u << 20; /* 32 MiB each way, far over the socket buffers */
+    float *ao = malloc(floats * 4), *ai = malloc(floats * 4);
+    float *bo = malloc(floats * 4), *bi = malloc(floats * 4);
+    assert_true(ao && ai && bo && bi);
+    for (size_t i = 0; i < floats; i++) {
+        ao[i] = (float)i;
+        bo[i] = -(float)i;
+    }
+    struct exchanger xa = {.c = &a, .out = ao, .in = ai, .floats = floats};
+    struct exchanger xb = {.c = &b, .out = bo, .in = bi, .floats = floats};
+    pthread_t t;
+    pthread_create(&t, NULL, exchanger_main, &xb);
+    exchanger_main(&xa);
+    pthread_join(t, NULL);
+    if (xa.rc || xb.rc)
+        fail_msg("sendrecv: %s / %s", xa.err.message, xb.err.message);
+    assert_memory_equal(ai, bo, floats * 4);
+    assert_memory_equal(bi, ao, floats * 4);
+    free(ao);
+    free(ai);
+    free(bo);
+    free(bi);
+    peer_close(&a);
+    peer_close(&b);
+}
+
+static void test_dial_errors(void **state)
+{
+    (void)state;
+    struct peer_conn c;
+    struct shoal_err err;
+    assert_int_equal(peer_dial("no-port", NULL, NULL, 1000, &c, &err), -1);
+    assert_string_equal(err.code, "peer_io");
+    assert_int_equal(peer_dial("127.0.0.1:99999", NULL, NULL, 1000, &c, &err), -1);
+    /* a port nobody listens on (bind one, close it) */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    socklen_t len = sizeof sa;
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", ntohs(sa.sin_port));
+    assert_int_equal(peer_dial(addr, NULL, NULL, 1000, &c, &err), -1);
+    assert_string_equal(err.code, "peer_io");
+    assert_non_null(strstr(err.message, addr));
+    assert_int_equal(c.fd, -1);
+}
+
+int main(void)
+{
+    log_threshold = LOG_LEVEL_ERROR; /* refusals are expected here */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_handshake_proves_roles, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wrong_secret_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wrong_job_or_epoch_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_expect_closes_parked, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_garbage_dialer_dropped, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_probe_session, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_send_recv_big_frame, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_payload_crc, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_frame_for_other_job_or_epoch, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stream_in_order_both_ways, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stream_wrong_frame, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stream_error_frame_quoted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stream_peer_closes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stream_stall_times_out, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stream_bad_crc, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stream_timeout_mid_frame_keeps_frame, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_sendrecv_both_ways_no_deadlock, setup, teardown),
+        cmocka_unit_test(test_dial_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
