@@ -42,14 +42,17 @@ KERNELS_OBJ := $(KERNELS_SRC:%.c=$(BUILD)/%.o)
 ifeq ($(CUDA),1)
 KERNELS_OBJ += $(patsubst %.cu,$(BUILD)/%.o,$(wildcard kernels/cuda_*.cu))
 KERNELS_LIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcublasLt \
-                -lcudart -lstdc++
+                -lnccl -lcudart -lstdc++
+AGENT_NCCL  := agent/nccl.c
 else
 KERNELS_OBJ += $(BUILD)/kernels/cuda_none.o
+AGENT_NCCL  := agent/nccl_none.c
 endif
 
 COMMON_SRC  := $(wildcard common/*.c)
 SERVER_SRC  := $(filter-out server/main.c,$(wildcard server/*.c))
-AGENT_SRC   := $(filter-out agent/main.c,$(wildcard agent/*.c))
+# The data-parallel all-reduce over NCCL where CUDA is built, else its stub.
+AGENT_SRC   := $(filter-out agent/main.c agent/nccl.c agent/nccl_none.c,$(wildcard agent/*.c)) $(AGENT_NCCL)
 SCHED_SRC   := $(filter-out server/sched/shoal_sched.c,$(wildcard server/sched/*.c))
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 MIGRATIONS  := $(sort $(wildcard sql/*.sql))
@@ -85,6 +88,7 @@ $(BUILD)/%.o: %.c
 	$(CC) $(CFLAGS) -c -o $@ $<
 
 $(BUILD)/kernels/%.o: CFLAGS += $(KERNELS_CFLAGS)
+$(BUILD)/agent/nccl.o: CFLAGS += -I$(CUDA_HOME)/include
 
 $(BUILD)/kernels/%.o: kernels/%.cu $(wildcard kernels/*.h kernels/*.cuh)
 	@mkdir -p $(@D)

@@ -367,11 +367,7 @@ static void work_loop(struct agent *ag)
     while (!atomic_load(ag->stop)) {
         pthread_mutex_lock(&ag->mu);
         if (ag->generation == seen) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 200 * 1000 * 1000;
-            if (ts.tv_nsec >= 1000000000L)
-                ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+            struct timespec ts = ctl_abstime(0.2);
             pthread_cond_timedwait(&ag->changed, &ag->mu, &ts);
         }
         seen = ag->generation;

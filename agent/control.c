@@ -25,6 +25,16 @@ double ctl_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+struct timespec ctl_abstime(double seconds)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long ns = ts.tv_nsec + (long)((seconds - (double)(time_t)seconds) * 1e9);
+    ts.tv_sec += (time_t)seconds + ns / 1000000000L;
+    ts.tv_nsec = ns % 1000000000L;
+    return ts;
+}
+
 void ctl_sleep(const struct ctl *c, double s)
 {
     double until = ctl_now() + s;

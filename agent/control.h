@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "../common/err.h"
 #include "../common/token.h"
@@ -53,6 +54,9 @@ int ctl_file_sha256(const char *file, char hex[65], struct shoal_err *err);
 
 /* Monotonic seconds. */
 double ctl_now(void);
+
+/* The CLOCK_REALTIME instant `seconds` from now, for pthread_cond_timedwait. */
+struct timespec ctl_abstime(double seconds);
 
 /* Sleeps up to `s` seconds, returning early when c->stop becomes non-zero. */
 void ctl_sleep(const struct ctl *c, double s);

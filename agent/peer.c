@@ -47,12 +47,15 @@ struct peer_io peer_io_make(int timeout_ms, int cancel_fd)
     return io;
 }
 
+/* Socket buffers are left to the kernel on purpose: setting SO_SNDBUF or
+ * SO_RCVBUF turns Linux's autotuning off and is capped by net.core.rmem_max
+ * (208 KiB on a stock kernel), which would limit a 100 ms link to a few
+ * tens of Mbit/s.  Autotuning grows them up to net.ipv4.tcp_rmem/tcp_wmem's
+ * maximum (raise those on long, fast links). */
 void peer_socket_tune(int fd)
 {
-    int one = 1, buf = PEER_SOCKET_BUFFER;
+    int one = 1;
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
-    (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
     (void)fcntl(fd, F_SETFD, FD_CLOEXEC);
 }
 

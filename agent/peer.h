@@ -42,7 +42,6 @@
 #define PEER_PROBE_MAX_S 30
 #define PEER_IDLE_S 10
 #define PEER_HANDSHAKE_MS 10000
-#define PEER_SOCKET_BUFFER (4 << 20)        /* SO_SNDBUF/SO_RCVBUF asked for, bytes */
 
 /* What a job connection proves and is bound to. */
 struct peer_auth {
@@ -65,8 +64,8 @@ struct peer_conn {
     uint64_t bytes_sent, bytes_received;    /* payload and headers */
 };
 
-/* Resolves "host:port" and connects within timeout_ms, with large socket
- * buffers and TCP_NODELAY.  Then, if auth is non-NULL, runs the dialer's side
+/* Resolves "host:port" and connects within timeout_ms, with TCP_NODELAY
+ * (socket buffers grow by the kernel's autotuning).  Then, if auth is non-NULL, runs the dialer's side
  * of the handshake and checks the listener's role equals want_role; with
  * auth NULL it only reads the listener's HELLO (a probe session follows).
  * want_role NULL accepts any proven role (it is still in out->role).

@@ -73,8 +73,8 @@ int64_t peer_deadline(int timeout_ms);
 /* timeout_ms < 0: no deadline. */
 struct peer_io peer_io_make(int timeout_ms, int cancel_fd);
 
-/* Sets TCP_NODELAY, SO_SNDBUF and SO_RCVBUF (PEER_SOCKET_BUFFER) and
- * close-on-exec. Failures are ignored: they only cost speed. */
+/* Sets TCP_NODELAY and close-on-exec; buffer sizes stay with the kernel's
+ * autotuning (see peer.c).  Failures are ignored: they only cost speed. */
 void peer_socket_tune(int fd);
 
 struct addrinfo;

@@ -104,11 +104,7 @@ int report_flush(struct reporter *r, double timeout_s, struct shoal_err *err)
     double until = ctl_now() + timeout_s;
     pthread_mutex_lock(&r->mu);
     while (r->count > 0 && ctl_now() < until) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000L)
-            ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        struct timespec ts = ctl_abstime(0.1);
         pthread_cond_timedwait(&r->changed, &r->mu, &ts);
     }
     if (r->count > 0)

@@ -24,6 +24,8 @@ const struct route routes[] = {
     { "GET",    "/v1/agent/probes",     AUTH_NODE,   h_probes },
     { "POST",   "/v1/agent/progress",   AUTH_NODE,   h_progress },
     { "POST",   "/v1/agent/failure",    AUTH_NODE,   h_failure },
+    { "PUT",    "/v1/agent/nccl",       AUTH_NODE,   h_nccl_put },
+    { "GET",    "/v1/agent/nccl",       AUTH_NODE,   h_nccl_get },
     { "GET",    "/v1/jobs/{id}/checkpoints", AUTH_ADMIN, h_checkpoints_list },
     { "PUT",    "/v1/jobs/{id}/checkpoints/{n}/stages/{n}", AUTH_NODE, h_checkpoint_put },
     { "GET",    "/v1/jobs/{id}/checkpoints/{n}/stages/{n}", AUTH_ADMIN_OR_NODE, h_checkpoint_get },

@@ -52,6 +52,10 @@ void h_probes(struct request *rq, struct response *rs);
 void h_progress(struct request *rq, struct response *rs);
 void h_failure(struct request *rq, struct response *rs);
 
+/* h_nccl.c: the NCCL unique id a stage's replicas share */
+void h_nccl_put(struct request *rq, struct response *rs);
+void h_nccl_get(struct request *rq, struct response *rs);
+
 /* h_checkpoints.c: the checkpoint store; uploads are streamed to disk */
 extern const struct upload_sink checkpoint_upload;
 void h_checkpoint_put(struct request *rq, struct response *rs);

@@ -163,6 +163,52 @@ for i in 0 1 2 3; do
     ST[$i]=$(printf '%s' "$BODY" | jq .assignment.stage); RP[$i]=$(printf '%s' "$BODY" | jq .assignment.replica)
 done
 
+# ---- the NCCL id of a stage's data-parallel group
+hex128() { head -c 128 /dev/urandom | od -An -tx1 -v | tr -d ' \n'; }
+NID=$(hex128)
+# nccl_put TOKEN [JQ-EDIT]: replica 0's put of NID for stage 0 in epoch E.
+nccl_put() {
+    req PUT "$S/v1/agent/nccl" "$1" "$(printf '{"job_id":%s,"epoch":%s,"stage":0,"unique_id":"%s"}' "$J" "$E" "$NID" | jq -c "${2:-.}")"
+}
+NG="$S/v1/agent/nccl?job=$J&epoch=$E&stage=0"
+req GET "$NG" "$(tok_of 0 1)";  expect "nccl: no id before replica 0 puts it is 404" 404 .error.code not_found
+nccl_put "$(tok_of 0 0)";       expect "nccl: replica 0 puts its stage's id" 200 .unique_id "$NID"
+req GET "$NG" "$(tok_of 0 1)";  expect "nccl: replica 1 gets the same id" 200 .unique_id "$NID"
+req GET "$NG" "$(tok_of 0 0)";  expect "nccl: replica 0 may read it back" 200 .unique_id "$NID"
+nccl_put "$(tok_of 0 1)";       expect "nccl: replica 1 may not put it" 403 .error.code forbidden
+nccl_put "$(tok_of 1 0)";       expect "nccl: nor may replica 0 of another stage" 403 .error.code forbidden
+req GET "$NG" "$(tok_of 1 1)";  expect "nccl: a node of another stage may not read it" 403 .error.code forbidden
+req GET "$NG" "$T5";            expect "nccl: nor may a node outside the job" 403 .error.code forbidden
+req GET "$NG" "$ADMIN";         expect "nccl: the id is for node tokens only" 403
+nccl_put "$(tok_of 0 0)" '.epoch = 2';        expect "nccl: a put for a past epoch is 409" 409 .error.code stale_epoch
+req GET "$S/v1/agent/nccl?job=$J&epoch=2&stage=0" "$(tok_of 0 1)"
+expect "nccl: so is a get" 409 .error.code stale_epoch
+nccl_put "$(tok_of 0 0)" '.job_id = 424242';  expect "nccl: a put for an unknown job is 404" 404 .error.code not_found
+req GET "$S/v1/agent/nccl?job=424242&epoch=1&stage=0" "$(tok_of 0 1)"
+expect "nccl: so is a get" 404 .error.code not_found
+req GET "$S/v1/agent/nccl?job=$J&epoch=$E&stage=1" "$(tok_of 1 1)"
+expect "nccl: another stage's group has its own id" 404 .error.code not_found
+nccl_put "$(tok_of 0 0)" '.stage = 2';        expect "nccl: a stage the job does not have is 422" 422 .error.field stage
+nccl_put "$(tok_of 0 0)" '.stage = 1024';     expect "nccl: a stage out of range is 422" 422 .error.field stage
+nccl_put "$(tok_of 0 0)" '.unique_id = ("zz" + .unique_id[2:])'
+expect "nccl: an id that is not hex is 422" 422 .error.field unique_id
+nccl_put "$(tok_of 0 0)" '.unique_id = .unique_id[2:]'
+expect "nccl: an id of 254 hex digits is 422" 422 .error.field unique_id
+nccl_put "$(tok_of 0 0)" '.unique_id = 7';    expect "nccl: an id that is no string is 400" 400 .error.field unique_id
+nccl_put "$(tok_of 0 0)" 'del(.unique_id)';   expect "nccl: a put without its id is 400" 400 .error.code missing_field
+nccl_put "$(tok_of 0 0)" '.rank = 0';         expect "nccl: an unknown field is 400" 400 .error.field rank
+req PUT "$S/v1/agent/nccl" "$(tok_of 0 0)" '{"job_id":'; expect "nccl: malformed JSON is 400" 400 .error.code invalid_json
+req GET "$S/v1/agent/nccl?job=$J&epoch=$E" "$(tok_of 0 1)"
+expect "nccl: a get without its stage is 400" 400 .error.field stage
+req GET "$S/v1/agent/nccl?job=$J&epoch=$E&stage=x" "$(tok_of 0 1)"
+expect "nccl: a stage that is no number is 400" 400 .error.field stage
+req GET "$NG" "$(tok_of 0 1)";  expect "nccl: refused puts changed nothing" 200 .unique_id "$NID"
+NID=$(hex128)
+nccl_put "$(tok_of 0 0)" '.unique_id |= ascii_upcase'
+expect "nccl: a re-put replaces the id, upper-case hex stored lower-case" 200 .unique_id "$NID"
+req GET "$NG" "$(tok_of 0 1)";  expect "nccl: and replica 1 gets the new one" 200 .unique_id "$NID"
+check "nccl: one row per group" "$(sql a "SELECT count(*) FROM nccl_ids WHERE job_id = $J")" 1
+
 # ---- progress
 # progress STAGE REPLICA STEP LOSS [TOKEN] [EPOCH]: posts one report.
 progress() {
@@ -307,6 +353,7 @@ check "one of the two reports says so" "$(jq -s -c 'map(.state) | sort' "$WORK/l
 wait $p3
 check "a waiting long-poll learns the job is over" "$(jq -c .assignment "$WORK/lp3")" null
 progress 0 0 2 null; expect "a report after the end is 409" 409
+nccl_put "$(tok_of 0 0)"; expect "nccl: a finished job forms no group" 409 .error.field state
 req GET "$S/metrics"; check "a finished job has no job series" "$(printf '%s\n' "$BODY" | grep -c "job=\"$J\"")" 0
 check "jobs by state counts succeeded" "$(printf '%s\n' "$BODY" | grep '^shoal_jobs{state="succeeded"}')" 'shoal_jobs{state="succeeded"} 1'
 put_ckpt "$CK/3/stages/1" "$(tok_of 1 0)" "$WORK/stage1.bin"

@@ -83,6 +83,25 @@ check "the resumed job starts at step 10" "$(sql s "SELECT min(step), count(DIST
 job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/resumed.losses"
 same_losses "its losses equal the straight run's" "$WORK/resumed.losses" "$WORK/main.losses" 1e-6
 
+# ---- garbage on a peer port: dropped and logged, the agent goes on (a
+# wrong secret, CRC, job, epoch, step or shape is tested in test_peer)
+ADDR=$(sql s "SELECT peer_address FROM nodes WHERE name = 'a0'")
+PORT=${ADDR##*:}
+if exec 3<>"/dev/tcp/127.0.0.1/$PORT"; then
+    head -c 104 <&3 >/dev/null                     # the listener's hello: header and nonce
+    printf 'GET / HTTP/1.1\r\nHost: x\r\n\r\n%0200d' 0 >&3
+    exec 3<&- 3>&-
+fi
+if exec 3<>"/dev/tcp/127.0.0.1/$PORT"; then
+    head -c 104 <&3 >/dev/null
+    head -c 112 /dev/urandom >&3
+    exec 3<&- 3>&-
+fi
+dropped() { [ "$(grep -c "peer: refused 127.0.0.1:.*bad frame header" "$WORK/agent-a0.log")" -ge 2 ]; }
+if wait_for 10 dropped; then ok "garbage on a peer port is dropped and logged with the sender's address"
+else fail "garbage on a peer port is dropped and logged with the sender's address" "$(grep 'peer:' "$WORK/agent-a0.log" | tail -n 3)"; fi
+if kill -0 "$(cat "$WORK/agent-a0.pid")" 2>/dev/null; then ok "the agent keeps running"; else fail "the agent keeps running"; fi
+
 # ---- an agent killed mid-run: its neighbours fail the job with the reason
 req POST "$S/v1/jobs" "$ADMIN" "$(job long 2 2 2 1f1b 100000 0)"
 J=$(printf '%s' "$BODY" | jq -r .id)

@@ -1,0 +1,300 @@
+/* nccl.c - a stage's data-parallel group over NCCL (nccl.h).
+ *
+ * The communicator is created non-blocking (ncclConfig_t.blocking = 0) so
+ * that no NCCL call can hang the agent: every wait is a poll of
+ * ncclCommGetAsyncError (and of the stream) against a deadline, and a
+ * group whose peer does not keep up is aborted with ncclCommAbort. */
+#include "nccl.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../common/log.h"
+#include "control.h"
+
+#define NCCL_CALL_MAX_S 10      /* s; one HTTP call while polling for the id */
+#define NCCL_CLOSE_S 5.0        /* s a clean finalize may take before we abort instead */
+#define NCCL_SPIN_MIN_NS 10000  /* first pause between polls: an all-reduce may end in microseconds */
+#define NCCL_SPIN_MAX_NS 1000000 /* longest pause: a forming group may take seconds */
+
+struct nccl_group {
+    ncclComm_t comm;        /* NULL once aborted or destroyed */
+    cudaStream_t stream;    /* the all-reduce runs here, apart from the kernels' stream */
+    int device;             /* CUDA device index */
+    int rank, size;
+};
+
+int nccl_built(void)
+{
+    return 1;
+}
+
+static int cuda_failed(cudaError_t e, const char *what, struct shoal_err *err)
+{
+    return err_set(err, 500, "device_error", NULL, "CUDA %s: %s", what, cudaGetErrorString(e));
+}
+
+/* A failed NCCL call or an asynchronous NCCL error.  ncclRemoteError
+ * means a peer went away or broke: that is the peer's failure, not ours. */
+static int nccl_failed(ncclComm_t comm, ncclResult_t r, const char *what, struct shoal_err *err)
+{
+    const char *detail = comm ? ncclGetLastError(comm) : NULL;
+    return err_set(err, 500, r == ncclRemoteError ? "peer_io" : "nccl_error", NULL, "NCCL %s: %s%s%s", what,
+                   ncclGetErrorString(r), detail && detail[0] ? ": " : "", detail ? detail : "");
+}
+
+/* Waits until the communicator has no operation in progress and, when
+ * `stream` is set, the stream is idle.  Returns 0; or -1 with err set on
+ * an NCCL or CUDA error, on `stop`, or (504 "peer_timeout") at `deadline`
+ * (monotonic s).  The caller aborts the communicator on -1. */
+static int nccl_wait(ncclComm_t comm, cudaStream_t stream, double deadline, const atomic_int *stop,
+                     const char *what, struct shoal_err *err)
+{
+    long pause_ns = NCCL_SPIN_MIN_NS;
+    double t0 = ctl_now();
+    for (;;) {
+        ncclResult_t state = ncclSuccess;
+        ncclResult_t r = ncclCommGetAsyncError(comm, &state);
+        if (r != ncclSuccess)
+            return nccl_failed(comm, r, "ncclCommGetAsyncError", err);
+        if (state != ncclSuccess && state != ncclInProgress)
+            return nccl_failed(comm, state, what, err);
+        if (state == ncclSuccess) {
+            if (!stream)
+                return 0;
+            cudaError_t e = cudaStreamQuery(stream);
+            if (e == cudaSuccess)
+                return 0;
+            if (e != cudaErrorNotReady)
+                return cuda_failed(e, what, err);
+        }
+        if (stop && atomic_load(stop))
+            return err_set(err, 503, "stopped", NULL, "the agent is stopping; gave up %s", what);
+        if (ctl_now() >= deadline)
+            return err_set(err, 504, "peer_timeout", NULL, "NCCL %s did not finish within %.1f s: a peer of the "
+                           "data-parallel group is gone or stalled; the communicator was aborted", what,
+                           ctl_now() - t0);
+        struct timespec ts = { 0, pause_ns };
+        nanosleep(&ts, NULL);
+        pause_ns = pause_ns * 2 > NCCL_SPIN_MAX_NS ? NCCL_SPIN_MAX_NS : pause_ns * 2;
+    }
+}
+
+/* ---- the unique id through the server ------------------------------------ */
+
+static const char hex_digits[] = "0123456789abcdef";
+
+static void id_to_hex(const ncclUniqueId *id, char hex[2 * NCCL_UNIQUE_ID_BYTES + 1])
+{
+    for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; i++) {
+        unsigned char b = (unsigned char)id->internal[i];
+        hex[2 * i] = hex_digits[b >> 4];
+        hex[2 * i + 1] = hex_digits[b & 15];
+    }
+    hex[2 * NCCL_UNIQUE_ID_BYTES] = '\0';
+}
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Returns 0 when `hex` is exactly 2 * NCCL_UNIQUE_ID_BYTES hex digits. */
+static int id_from_hex(const char *hex, ncclUniqueId *id)
+{
+    if (!hex || strlen(hex) != 2 * NCCL_UNIQUE_ID_BYTES)
+        return -1;
+    for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; i++) {
+        int hi = hex_value(hex[2 * i]), lo = hex_value(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return -1;
+        id->internal[i] = (char)(hi << 4 | lo);
+    }
+    return 0;
+}
+
+static int id_put(const struct ctl *ctl, int64_t job_id, uint32_t epoch, int stage, const ncclUniqueId *id,
+                  double deadline, struct shoal_err *err)
+{
+    char hex[2 * NCCL_UNIQUE_ID_BYTES + 1];
+    id_to_hex(id, hex);
+    json_t *body = json_pack("{s:I, s:I, s:i, s:s}", "job_id", (json_int_t)job_id, "epoch", (json_int_t)epoch,
+                             "stage", stage, "unique_id", hex);
+    if (!body)
+        return err_set(err, 500, "internal", NULL, "out of memory for the NCCL id");
+    double left = deadline - ctl_now();
+    int rc = ctl_call_retry(ctl, "PUT", NCCL_ID_PATH, body, NCCL_CALL_MAX_S, left > 0.001 ? left : 0.001, NULL, err);
+    json_decref(body);
+    return rc;
+}
+
+/* Polls for replica 0's id until it is there or `deadline` passes.  404
+ * (not put yet) and server errors are waited out; other answers are final. */
+static int id_get(const struct ctl *ctl, int64_t job_id, uint32_t epoch, int stage, ncclUniqueId *id,
+                  double deadline, struct shoal_err *err)
+{
+    char path[128], last[sizeof err->message] = "no answer yet";
+    snprintf(path, sizeof path, NCCL_ID_PATH "?job=%lld&epoch=%u&stage=%d", (long long)job_id, (unsigned)epoch,
+             stage);
+    for (;;) {
+        long status = 0;
+        json_t *ans = NULL;
+        double left = deadline - ctl_now();
+        long call_s = left >= NCCL_CALL_MAX_S ? NCCL_CALL_MAX_S : left < 1 ? 1 : (long)left + 1;
+        int rc = ctl_call(ctl, "GET", path, NULL, call_s, &status, &ans, err);
+        if (rc == 0 && status == 200) {
+            int bad = id_from_hex(json_string_value(json_object_get(ans, "unique_id")), id);
+            json_decref(ans);
+            if (bad)
+                return err_set(err, 502, "bad_answer", NULL, "the server's NCCL id for job %lld stage %d is not "
+                               "%d hex digits", (long long)job_id, stage, 2 * NCCL_UNIQUE_ID_BYTES);
+            return 0;
+        }
+        json_decref(ans);
+        if (rc == 0 && status < 400)
+            return err_set(err, 502, "bad_answer", NULL, "the server answered HTTP %ld to %s", status, path);
+        if (rc == 0 && status != 404 && status < 500)
+            return -1;   /* refused (403, 409 stale_epoch, ...): err holds the server's reason */
+        snprintf(last, sizeof last, "%s", err->message);
+        if (ctl->stop && atomic_load(ctl->stop))
+            return err_set(err, 503, "stopped", NULL, "the agent is stopping; gave up waiting for the NCCL id");
+        if (ctl_now() + NCCL_POLL_S > deadline)
+            return err_set(err, 504, "peer_timeout", NULL, "replica 0 of stage %d did not put job %lld's NCCL id "
+                           "for epoch %u in time (last answer: %s)", stage, (long long)job_id, (unsigned)epoch,
+                           last);
+        ctl_sleep(ctl, NCCL_POLL_S);
+    }
+}
+
+/* ---- the group ------------------------------------------------------------ */
+
+/* Releases what `g` holds.  A clean close finalizes the communicator (its
+ * peers may still be finishing) for at most NCCL_CLOSE_S; an unclean one,
+ * or one that cannot finalize in time, aborts it. */
+static void group_free(struct nccl_group *g, int clean)
+{
+    struct shoal_err ignored;
+    if (!g)
+        return;
+    (void)cudaSetDevice(g->device);
+    if (g->comm && clean) {
+        ncclResult_t r = ncclCommFinalize(g->comm);
+        if ((r == ncclSuccess || r == ncclInProgress) &&
+            nccl_wait(g->comm, NULL, ctl_now() + NCCL_CLOSE_S, NULL, "finalize", &ignored) == 0 &&
+            ncclCommDestroy(g->comm) == ncclSuccess)
+            g->comm = NULL;
+        else
+            log_warn("nccl close rank=%d size=%d: finalize failed, aborting the communicator", g->rank, g->size);
+    }
+    if (g->comm)
+        (void)ncclCommAbort(g->comm);
+    if (g->stream)
+        (void)cudaStreamDestroy(g->stream);
+    free(g);
+}
+
+int nccl_group_open(const struct ctl *ctl, int64_t job_id, uint32_t epoch, int stage, int rank, int size,
+                    int device_index, double timeout_s, struct nccl_group **out, struct shoal_err *err)
+{
+    int rc = -1;
+    double deadline = ctl_now() + timeout_s;
+    ncclUniqueId id;
+    ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+    ncclResult_t r;
+    cudaError_t e;
+    struct nccl_group *g = NULL;
+    *out = NULL;
+    if (size < 1 || rank < 0 || rank >= size || stage < 0 || device_index < 0 || !(timeout_s > 0))
+        return err_set(err, 500, "internal", NULL, "nccl_group_open: rank %d of %d, stage %d, device %d, "
+                       "timeout %g s is no group", rank, size, stage, device_index, timeout_s);
+    if (!(g = calloc(1, sizeof *g))) {
+        err_set(err, 500, "internal", NULL, "out of memory for an NCCL group");
+        goto out;
+    }
+    g->device = device_index;
+    g->rank = rank;
+    g->size = size;
+    /* The device first: a wrong index should fail before anyone waits on us. */
+    if ((e = cudaSetDevice(device_index)) != cudaSuccess) {
+        cuda_failed(e, "cudaSetDevice", err);
+        goto out;
+    }
+    if ((e = cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        cuda_failed(e, "cudaStreamCreate", err);
+        goto out;
+    }
+    if (rank == 0) {
+        if ((r = ncclGetUniqueId(&id)) != ncclSuccess) {
+            nccl_failed(NULL, r, "ncclGetUniqueId", err);
+            goto out;
+        }
+        if (id_put(ctl, job_id, epoch, stage, &id, deadline, err) != 0)
+            goto out;
+    } else if (id_get(ctl, job_id, epoch, stage, &id, deadline, err) != 0) {
+        goto out;
+    }
+    cfg.blocking = 0;
+    r = ncclCommInitRankConfig(&g->comm, size, id, rank, &cfg);
+    if (r != ncclSuccess && r != ncclInProgress) {
+        nccl_failed(g->comm, r, "ncclCommInitRankConfig", err);
+        goto out;
+    }
+    if (nccl_wait(g->comm, NULL, deadline, ctl->stop, "forming the group", err) != 0)
+        goto out;
+    log_info("nccl group job=%lld epoch=%u stage=%d rank=%d size=%d device=%d", (long long)job_id,
+             (unsigned)epoch, stage, rank, size, device_index);
+    *out = g;
+    rc = 0;
+out:
+    if (rc != 0)
+        group_free(g, 0);
+    return rc;
+}
+
+int nccl_allreduce_sum(struct nccl_group *g, float *device_data, size_t n, double timeout_s,
+                       struct shoal_err *err)
+{
+    int rc = -1;
+    double deadline = ctl_now() + timeout_s;
+    cudaError_t e;
+    if (!g->comm)
+        return err_set(err, 500, "nccl_error", NULL, "the NCCL group was aborted by an earlier failure");
+    /* The device is per thread: the caller's thread may not have set it. */
+    if ((e = cudaSetDevice(g->device)) != cudaSuccess) {
+        cuda_failed(e, "cudaSetDevice", err);
+        goto out;
+    }
+    /* In place (send = receive buffer).  The gradients are complete: the
+     * kernels synchronise their own stream before backward returns. */
+    ncclResult_t r = ncclAllReduce(device_data, device_data, n, ncclFloat32, ncclSum, g->comm, g->stream);
+    if (r != ncclSuccess && r != ncclInProgress) {
+        nccl_failed(g->comm, r, "ncclAllReduce", err);
+        goto out;
+    }
+    if (nccl_wait(g->comm, g->stream, deadline, NULL, "all-reduce", err) != 0)
+        goto out;
+    rc = 0;
+out:
+    if (rc != 0) {
+        /* Any failure leaves peers waiting in the collective: abort so they
+         * fail fast too, and so this communicator is never used again. */
+        (void)ncclCommAbort(g->comm);
+        g->comm = NULL;
+    }
+    return rc;
+}
+
+void nccl_group_close(struct nccl_group *g)
+{
+    group_free(g, 1);
+}

@@ -1,0 +1,56 @@
+/* nccl.h - the data-parallel all-reduce on CUDA nodes, through NCCL.
+ *
+ * A stage's replicas form one NCCL communicator: rank = replica, size =
+ * replicas.  They need a shared 128-byte ncclUniqueId before they can talk,
+ * so replica 0 creates it and puts it on the server (PUT /v1/agent/nccl,
+ * ASCII hex on the wire) and the others poll GET /v1/agent/nccl for it.
+ * The communicator is non-blocking, so every wait is bounded: a peer that
+ * dies makes a call fail with "peer_timeout" instead of hanging the agent.
+ *
+ * agent/nccl.c implements this where the build has CUDA (CUDA=1);
+ * agent/nccl_none.c, built otherwise, fails every call and says why.
+ * Not thread-safe: one thread drives a group. */
+#ifndef SHOAL_AGENT_NCCL_H
+#define SHOAL_AGENT_NCCL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/err.h"
+
+#define NCCL_ID_PATH "/v1/agent/nccl"
+#define NCCL_POLL_S 0.2   /* s between GETs while waiting for replica 0's id */
+
+struct ctl;
+struct nccl_group;   /* one communicator for a stage's data-parallel group */
+
+/* 1 when this build has NCCL, else 0. */
+int nccl_built(void);
+
+/* Joins the data-parallel group of `stage` in plan epoch `epoch` of job
+ * `job_id` as `rank` of `size` (rank = replica).  Rank 0 creates the
+ * unique id and PUTs it; the others poll GET every NCCL_POLL_S seconds
+ * until it appears.  Then ncclCommInitRank on CUDA device `device_index`,
+ * which waits for every rank.  The whole call takes at most about
+ * timeout_s seconds (s).  On success *out is a new group (free with
+ * nccl_group_close) and 0 is returned; else -1 with err set ("peer_timeout"
+ * when the id or a peer did not come in time, the server's error when it
+ * refused) and *out NULL. */
+int nccl_group_open(const struct ctl *ctl, int64_t job_id, uint32_t epoch, int stage, int rank, int size,
+                    int device_index, double timeout_s, struct nccl_group **out, struct shoal_err *err);
+
+/* Replaces device_data[0..n) (device memory on the group's device: the
+ * stage's gradient buffer, complete when called) by its sum over the
+ * group's ranks, on the group's own stream, and waits for it at most
+ * timeout_s seconds (s).  Returns 0 once the sum is in place.  On timeout
+ * the communicator is aborted (err "peer_timeout"); on that or any other
+ * error -1 is returned, device_data is unspecified and the group is
+ * unusable: close it. */
+int nccl_allreduce_sum(struct nccl_group *g, float *device_data, size_t n, double timeout_s,
+                       struct shoal_err *err);
+
+/* Releases the communicator and the stream; NULL is ignored.  A group whose
+ * peers are gone is aborted rather than waited on. */
+void nccl_group_close(struct nccl_group *g);
+
+#endif
