@@ -42,14 +42,14 @@ int assign_parse(const json_t *a, struct assignment *o, struct shoal_err *err)
     json_int_t job, epoch, stage, replica, stages, replicas, ls, le;
     json_int_t V, T, C, NH, L, M, B, steps, warmup, seed, ckpt;
     double lr, wd, clip;
-    const char *secret, *schedule, *path, *format;
+    const char *secret, *schedule, *path, *format, *allreduce = "ring";
     json_error_t je;
     memset(o, 0, sizeof *o);
-    if (json_unpack_ex((json_t *)a, &je, 0, "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:o, s:o, s:o, s?o}",
+    if (json_unpack_ex((json_t *)a, &je, 0, "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:o, s:o, s:o, s?s, s?o}",
                        "job_id", &job, "epoch", &epoch, "stage", &stage, "replica", &replica,
                        "stages", &stages, "replicas", &replicas, "layer_start", &ls, "layer_end", &le,
                        "peer_secret", &secret, "spec", &spec, "pipeline", &pipeline, "group", &group,
-                       "resume", &resume) != 0)
+                       "allreduce", &allreduce, "resume", &resume) != 0)
         return err_set(err, 502, "bad_assignment", NULL, "the server's assignment is malformed: %s", je.text);
     if (json_unpack_ex(spec, &je, 0,
                        "{s:{s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:s},"
@@ -68,6 +68,13 @@ int assign_parse(const json_t *a, struct assignment *o, struct shoal_err *err)
         return err_set(err, 502, "bad_assignment", NULL, "the server's assignment is inconsistent");
     if (hex_decode(secret, o->secret, sizeof o->secret, &o->secret_len) != 0)
         return err_set(err, 502, "bad_assignment", "peer_secret", "the assignment's peer secret is not hex");
+    /* A server from before NCCL groups sends no "allreduce": the ring. */
+    if (strcmp(allreduce, "ring") == 0)
+        o->allreduce = ASSIGN_ALLREDUCE_RING;
+    else if (strcmp(allreduce, "nccl") == 0)
+        o->allreduce = ASSIGN_ALLREDUCE_NCCL;
+    else
+        return err_set(err, 502, "bad_assignment", "allreduce", "unknown all-reduce '%s'", allreduce);
     if (pipe_parse(schedule, &o->schedule) != 0)
         return err_set(err, 502, "bad_assignment", "spec", "unknown pipeline schedule '%s'", schedule);
     o->job_id = job, o->epoch = (uint32_t)epoch, o->stage = (int)stage, o->replica = (int)replica;
@@ -83,9 +90,9 @@ int assign_parse(const json_t *a, struct assignment *o, struct shoal_err *err)
         return -1;
     if (stage < stages - 1 && address_at(pipeline, "stage", o->stage + 1, o->next_stage, err) != 0)
         return -1;
-    if (replicas > 1 && (address_at(group, "replica", (o->replica + 1) % o->replicas, o->ring_next, err) != 0 ||
-                         address_at(group, "replica", (o->replica + o->replicas - 1) % o->replicas,
-                                    o->ring_prev, err) != 0))
+    if (replicas > 1 && o->allreduce == ASSIGN_ALLREDUCE_RING &&
+        (address_at(group, "replica", (o->replica + 1) % o->replicas, o->ring_next, err) != 0 ||
+         address_at(group, "replica", (o->replica + o->replicas - 1) % o->replicas, o->ring_prev, err) != 0))
         return -1;
     if (resume && !json_is_null(resume)) {
         json_int_t rj, rs;

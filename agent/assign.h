@@ -13,6 +13,13 @@
 
 #define ASSIGN_ADDR_MAX 262   /* host:port, as the server validates it */
 
+/* How a stage's data-parallel group sums its gradients; the server picks
+ * one per group, so every member agrees. */
+enum assign_allreduce {
+    ASSIGN_ALLREDUCE_RING,   /* the TCP ring (ring.h), on host memory */
+    ASSIGN_ALLREDUCE_NCCL,   /* one NCCL communicator (nccl.h), on the GPUs */
+};
+
 struct assignment {
     int64_t job_id;
     uint32_t epoch;
@@ -35,7 +42,8 @@ struct assignment {
     char data_path[512];
     char data_format[16];
     int64_t checkpoint_interval;    /* steps; 0: only at the end */
-    /* neighbours; "" where there is none */
+    enum assign_allreduce allreduce;
+    /* neighbours; "" where there is none (the ring's too under NCCL) */
     char prev_stage[ASSIGN_ADDR_MAX], next_stage[ASSIGN_ADDR_MAX];
     char ring_prev[ASSIGN_ADDR_MAX], ring_next[ASSIGN_ADDR_MAX];
     /* start from this complete checkpoint; resume_job 0: from scratch */

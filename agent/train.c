@@ -9,6 +9,7 @@
 #include "../common/log.h"
 #include "ckpt.h"
 #include "data.h"
+#include "nccl.h"
 #include "ring.h"
 
 #define TRAIN_PROGRESS_PATH "/v1/agent/progress"
@@ -22,7 +23,8 @@ struct tasklet {
     int have_data;
     struct pipe_op *ops;                 /* 2M, this stage's order */
     struct peer_stream *prev, *next;     /* pipeline neighbours, NULL at the ends */
-    struct peer_conn ring_prev, ring_next;
+    struct peer_conn ring_prev, ring_next;   /* the TCP ring's, unused under NCCL */
+    struct nccl_group *nccl;             /* the stage's NCCL group, or NULL */
     size_t btc;                          /* floats in one micro-batch's hidden state */
     float *x, *y;                        /* (B,T,C): input received, output computed */
     int32_t *tokens, *targets;           /* (B,T) */
@@ -176,7 +178,22 @@ static int backward(struct tasklet *k, uint64_t t, int m, struct shoal_err *err)
     return 0;
 }
 
-/* Sums the replicas' gradients of this stage (ring over TCP). */
+/* Joins the stage's NCCL group when the plan puts it on NCCL.  Every
+ * member must come within the connect timeout. */
+static int join_nccl(struct tasklet *k, struct shoal_err *err)
+{
+    const struct assignment *as = k->as;
+    if (as->replicas == 1 || as->allreduce != ASSIGN_ALLREDUCE_NCCL)
+        return 0;
+    if (k->env->dev.kind != KERN_CUDA)
+        return err_set(err, 409, "device_mismatch", NULL, "the plan sums stage %d's gradients with NCCL, but this "
+                       "agent trains on the cpu; restart it with --device cuda", as->stage);
+    return nccl_group_open(k->env->ctl, as->job_id, as->epoch, as->stage, as->replica, as->replicas,
+                           k->env->dev.index, k->env->connect_timeout_ms / 1e3, &k->nccl, err);
+}
+
+/* Sums the replicas' gradients of this stage: in place on the GPU with
+ * NCCL, or over the TCP ring (from a host copy when they live on a GPU). */
 static int allreduce(struct tasklet *k, uint64_t t, struct shoal_err *err)
 {
     if (k->as->replicas == 1)
@@ -186,8 +203,15 @@ static int allreduce(struct tasklet *k, uint64_t t, struct shoal_err *err)
     double t0 = ctl_now();
     size_t n = kern_stage_param_count(k->st);
     float *g = kern_stage_grad_buffer(k->st, &on_device), *host = NULL;
+    if (k->nccl) {
+        /* Which peer failed NCCL does not say: the report names none. */
+        if (!on_device)
+            err_set(err, 500, "internal", NULL, "an NCCL group on a stage whose gradients are not on the GPU");
+        else if (nccl_allreduce_sum(k->nccl, g, n, k->env->peer_timeout_ms / 1e3, err) == 0)
+            rc = 0;
+        goto out;
+    }
     if (on_device) {
-        /* NCCL would reduce on the GPU; until then the ring runs on a host copy. */
         if (!(host = malloc(n * sizeof *host))) {
             err_set(err, 500, "internal", NULL, "out of memory for the gradient all-reduce");
             goto out;
@@ -360,6 +384,7 @@ static void tasklet_close(struct tasklet *k)
     peer_stream_stop(k->next);
     peer_close(&k->ring_prev);
     peer_close(&k->ring_next);
+    nccl_group_close(k->nccl);
     kern_stage_free(k->st);
     if (k->have_data)
         data_close(&k->data);
@@ -382,7 +407,7 @@ enum train_result train_run(const struct train_env *env, const struct assignment
     k.auth.epoch = as->epoch;
     assign_role(as->stage, as->replica, k.auth.role);
     peer_listener_expect(env->listener, &k.auth);
-    if (tasklet_open(&k, err) != 0 || connect_neighbours(&k, err) != 0)
+    if (tasklet_open(&k, err) != 0 || connect_neighbours(&k, err) != 0 || join_nccl(&k, err) != 0)
         goto out;
     log_info("tasklet connected job=%lld epoch=%u stage=%d replica=%d layers=%d..%d", (long long)as->job_id,
              as->epoch, as->stage, as->replica, as->layer_start, as->layer_end);

@@ -10,7 +10,10 @@
 /* $1: node ids.  A node is in at most one live plan (the scheduler offers
  * no node that another live job's current plan holds); should two ever
  * claim it, the newer job wins.  "pipeline" is the node's replica across
- * all stages, "group" its stage across all replicas. */
+ * all stages, "group" its stage across all replicas.  "allreduce" is how the
+ * group sums its gradients: "nccl" when every member registered a GPU (an
+ * agent built with CUDA has NCCL), else "ring" (TCP, on host memory), so
+ * that every member of a group decides the same way. */
 #define ASSIGNMENT_SQL \
     "WITH me AS (SELECT node_id, ord FROM unnest($1::bigint[]) WITH ORDINALITY AS t(node_id, ord))," \
     " cur AS (SELECT DISTINCT ON (a.node_id) a.node_id, j.id AS job_id, j.plan_epoch AS epoch, j.state," \
@@ -32,6 +35,9 @@
     "     WHERE a.plan_id = c.plan_id AND a.replica = c.replica)," \
     "   'group', (SELECT json_agg(json_build_object('replica', a.replica, 'node_id', a.node_id," \
     "       'peer_address', n.peer_address) ORDER BY a.replica)" \
+    "     FROM assignments a JOIN nodes n ON n.id = a.node_id" \
+    "     WHERE a.plan_id = c.plan_id AND a.stage = c.stage)," \
+    "   'allreduce', (SELECT CASE WHEN bool_and(n.gpu_count > 0) THEN 'nccl' ELSE 'ring' END" \
     "     FROM assignments a JOIN nodes n ON n.id = a.node_id" \
     "     WHERE a.plan_id = c.plan_id AND a.stage = c.stage)," \
     "   'resume', CASE WHEN jsonb_typeof(c.spec->'resume_from') = 'object' THEN c.spec->'resume_from' END)" \

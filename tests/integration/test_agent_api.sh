@@ -163,6 +163,14 @@ for i in 0 1 2 3; do
     ST[$i]=$(printf '%s' "$BODY" | jq .assignment.stage); RP[$i]=$(printf '%s' "$BODY" | jq .assignment.replica)
 done
 
+# ---- which all-reduce a group uses: NCCL only when every member has a GPU
+allreduce_of() { req GET "$S/v1/agent/assignment" "$(tok_of "$1" "$2")"; printf '%s' "$BODY" | jq -r .assignment.allreduce; }
+check "CPU nodes sum their gradients over the TCP ring" "$(allreduce_of 0 0)$(allreduce_of 1 1)" ringring
+sql a "UPDATE nodes SET gpu_count = 1 WHERE id IN ($(id_of 0 0), $(id_of 0 1), $(id_of 1 0))" >/dev/null
+check "a group of GPU nodes uses NCCL, each member is told so" "$(allreduce_of 0 0) $(allreduce_of 0 1)" "nccl nccl"
+check "a group with one CPU node stays on the ring, for every member" "$(allreduce_of 1 0) $(allreduce_of 1 1)" "ring ring"
+sql a "UPDATE nodes SET gpu_count = 0" >/dev/null
+
 # ---- the NCCL id of a stage's data-parallel group
 hex128() { head -c 128 /dev/urandom | od -An -tx1 -v | tr -d ' \n'; }
 NID=$(hex128)

@@ -1,0 +1,113 @@
+/* test_assign.c - agent/assign.h: an assignment as the server sends it
+ * becomes the tasklet's neighbours; the group's all-reduce decides whether
+ * there is a TCP ring at all; malformed answers are refused with a reason. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "../../agent/assign.h"
+
+/* Stage 1 of 2, replica 1 of 3, with `allreduce` ("" leaves it out). */
+static json_t *assignment(const char *allreduce)
+{
+    json_error_t je;
+    json_t *a = json_loads(
+        "{\"job_id\": 7, \"epoch\": 2, \"state\": \"running\", \"stage\": 1, \"replica\": 1,"
+        " \"stages\": 2, \"replicas\": 3, \"layer_start\": 2, \"layer_end\": 4,"
+        " \"peer_secret\": \"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\","
+        " \"spec\": {\"model\": {\"vocab_size\": 256, \"context_length\": 16, \"d_model\": 32, \"heads\": 2,"
+        "   \"layers\": 4}, \"parallelism\": {\"micro_batches\": 4, \"micro_batch_size\": 2, \"schedule\": \"1f1b\"},"
+        "   \"training\": {\"steps\": 10, \"learning_rate\": 0.001, \"warmup_steps\": 2, \"weight_decay\": 0.1,"
+        "   \"grad_clip\": 1.0, \"seed\": 5}, \"data\": {\"path\": \"/tmp/x.txt\", \"format\": \"text\"},"
+        "   \"checkpoint_interval\": 5},"
+        " \"pipeline\": [{\"stage\": 0, \"peer_address\": \"h0:1\"}, {\"stage\": 1, \"peer_address\": \"h1:1\"}],"
+        " \"group\": [{\"replica\": 0, \"peer_address\": \"g0:1\"}, {\"replica\": 1, \"peer_address\": \"g1:1\"},"
+        "   {\"replica\": 2, \"peer_address\": \"g2:1\"}],"
+        " \"resume\": null}", 0, &je);
+    assert_non_null(a);
+    if (allreduce[0])
+        json_object_set_new(a, "allreduce", json_string(allreduce));
+    return a;
+}
+
+static void test_ring_group(void **state)
+{
+    (void)state;
+    struct assignment o;
+    struct shoal_err err;
+    json_t *a = assignment("ring");
+    assert_int_equal(assign_parse(a, &o, &err), 0);
+    assert_int_equal(o.allreduce, ASSIGN_ALLREDUCE_RING);
+    assert_string_equal(o.prev_stage, "h0:1");
+    assert_string_equal(o.next_stage, "");
+    assert_string_equal(o.ring_next, "g2:1");
+    assert_string_equal(o.ring_prev, "g0:1");
+    assert_int_equal(o.secret_len, 32);
+    assert_int_equal(o.schedule, PIPE_1F1B);
+    json_decref(a);
+}
+
+static void test_nccl_group_has_no_ring(void **state)
+{
+    (void)state;
+    struct assignment o;
+    struct shoal_err err;
+    json_t *a = assignment("nccl");
+    assert_int_equal(assign_parse(a, &o, &err), 0);
+    assert_int_equal(o.allreduce, ASSIGN_ALLREDUCE_NCCL);
+    assert_string_equal(o.ring_next, "");
+    assert_string_equal(o.ring_prev, "");
+    assert_string_equal(o.prev_stage, "h0:1");
+    json_decref(a);
+}
+
+static void test_older_server_means_ring(void **state)
+{
+    (void)state;
+    struct assignment o;
+    struct shoal_err err;
+    json_t *a = assignment("");
+    assert_int_equal(assign_parse(a, &o, &err), 0);
+    assert_int_equal(o.allreduce, ASSIGN_ALLREDUCE_RING);
+    assert_string_equal(o.ring_next, "g2:1");
+    json_decref(a);
+}
+
+static void test_refused(void **state)
+{
+    (void)state;
+    struct assignment o;
+    struct shoal_err err;
+    json_t *a = assignment("mpi");
+    assert_int_equal(assign_parse(a, &o, &err), -1);
+    assert_string_equal(err.field, "allreduce");
+    assert_non_null(strstr(err.message, "'mpi'"));
+    json_decref(a);
+
+    a = assignment("ring");
+    json_array_remove(json_object_get(a, "group"), 2);
+    assert_int_equal(assign_parse(a, &o, &err), -1);
+    assert_string_equal(err.code, "bad_assignment");
+    json_decref(a);
+
+    a = assignment("ring");
+    json_object_set_new(a, "peer_secret", json_string("xyz"));
+    assert_int_equal(assign_parse(a, &o, &err), -1);
+    assert_string_equal(err.field, "peer_secret");
+    json_decref(a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ring_group),
+        cmocka_unit_test(test_nccl_group_has_no_ring),
+        cmocka_unit_test(test_older_server_means_ring),
+        cmocka_unit_test(test_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
