@@ -150,7 +150,7 @@ bench-kernels: deps
 bench-peer: deps all
 	@$(MAKE) --no-print-directory build/rel/bench/bench_peer
 	build/rel/bench/bench_peer $(BENCH_ARGS)
-	@sh tests/bench/bench_train.sh bin/shoal-server bin/shoal-agent
+	@bash tests/bench/bench_train.sh bin/shoal-server bin/shoal-agent
 
 bench-sched: all
 	@sh tests/bench/bench_sched.sh bin/shoal-sched
