@@ -89,22 +89,9 @@ out:
 
 static int join_token(const struct agent_config *cfg, char out[TOKEN_MAX], struct shoal_err *err)
 {
-    if (cfg->join_token[0]) {
-        snprintf(out, TOKEN_MAX, "%s", cfg->join_token);
-        return 0;
-    }
-    FILE *f = cfg->join_token_file[0] ? fopen(cfg->join_token_file, "r") : NULL;
-    if (!f)
-        return err_set(err, 401, "no_join_token", "join_token",
-                       "this agent has no node identity yet and no join token: pass --join-token or "
-                       "--join-token-file (the server's <data-dir>/join.token)");
-    int ok = fgets(out, TOKEN_MAX, f) != NULL;
-    fclose(f);
-    out[strcspn(out, "\r\n")] = '\0';
-    if (!ok || !token_well_formed(out))
-        return err_set(err, 400, "bad_join_token", "join_token_file", "%s does not hold a token",
-                       cfg->join_token_file);
-    return 0;
+    return ctl_token_load(cfg->join_token, cfg->join_token_file,
+                          "this agent has no node identity yet and no join token: pass --join-token or "
+                          "--join-token-file (the server's <data-dir>/join.token)", out, err);
 }
 
 static int agent_register(struct agent *ag, struct shoal_err *err)

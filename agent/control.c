@@ -25,6 +25,26 @@ double ctl_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+int ctl_token_load(const char *token, const char *file, const char *missing_hint, char out[TOKEN_MAX],
+                   struct shoal_err *err)
+{
+    if (token[0]) {
+        if (strlen(token) >= TOKEN_MAX || !token_well_formed(token))
+            return err_set(err, 400, "bad_token", NULL, "the token given is not a well-formed token");
+        snprintf(out, TOKEN_MAX, "%s", token);
+        return 0;
+    }
+    FILE *f = file[0] ? fopen(file, "r") : NULL;
+    if (!f)
+        return err_set(err, 401, "no_token", NULL, "%s%s%s", missing_hint, file[0] ? "; cannot open " : "", file);
+    int ok = fgets(out, TOKEN_MAX, f) != NULL;
+    fclose(f);
+    out[strcspn(out, "\r\n")] = '\0';
+    if (!ok || !token_well_formed(out))
+        return err_set(err, 400, "bad_token", NULL, "%s does not hold a token", file);
+    return 0;
+}
+
 struct timespec ctl_abstime(double seconds)
 {
     struct timespec ts;

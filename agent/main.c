@@ -1,4 +1,5 @@
-/* main.c - shoal-agent: flags, signals, then the agent's life (agent.h). */
+/* main.c - shoal-agent: flags, signals, then the agent's life (agent.h);
+ * `shoal-agent sample` prints text from a job's checkpoint (sample.h). */
 #include <curl/curl.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -8,6 +9,7 @@
 #include "../common/log.h"
 #include "agent.h"
 #include "config.h"
+#include "sample.h"
 
 static atomic_int stop_requested;
 
@@ -21,6 +23,8 @@ int main(int argc, char **argv)
 {
     struct agent_config cfg;
     struct shoal_err err = {0};
+    if (argc > 1 && strcmp(argv[1], "sample") == 0)
+        return sample_main(argc, argv, 2, stdout);
     int first = argc > 1 && strcmp(argv[1], "run") == 0 ? 2 : 1;
     memset(&cfg, 0, sizeof cfg);
     int rc = agent_config_load(&cfg, argc, argv, first, &err);

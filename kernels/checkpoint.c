@@ -104,6 +104,44 @@ out:
     return rc;
 }
 
+/* Reads and unpacks a header; checks its magic and version. */
+static int header_read(FILE *f, struct header *got, unsigned char raw[HEADER_BYTES],
+                       struct kern_err *err)
+{
+    if (fread(raw, 1, HEADER_BYTES, f) != HEADER_BYTES)
+        return kern_fail(err, "load: file is shorter than a stage file header");
+    memcpy(got->magic, raw, 8);
+    memcpy(&got->version, raw + 8, 4);
+    memcpy(got->ints, raw + 12, 4 * HEADER_INTS);
+    memcpy(&got->step, raw + 12 + 4 * HEADER_INTS, 8);
+    memcpy(&got->n, raw + 20 + 4 * HEADER_INTS, 8);
+    if (memcmp(got->magic, STAGE_MAGIC, 8))
+        return kern_fail(err, "load: not a shoal stage file (bad magic)");
+    if (got->version != KERN_STAGE_FILE_VERSION)
+        return kern_fail(err, "load: stage file version %u, this build reads %d", got->version,
+                         KERN_STAGE_FILE_VERSION);
+    return 0;
+}
+
+int kern_stage_file_peek(FILE *f, struct kern_model *model, struct kern_stage_spec *spec,
+                         struct kern_err *err)
+{
+    struct header h;
+    unsigned char raw[HEADER_BYTES];
+    int rc = header_read(f, &h, raw, err);
+    if (fseek(f, 0, SEEK_SET) != 0 && rc == 0)
+        rc = kern_fail(err, "peek: cannot seek back to the start of the file");
+    if (rc != 0)
+        return rc;
+    *model = (struct kern_model){ .vocab = h.ints[0], .context = h.ints[1], .d_model = h.ints[2],
+                                  .heads = h.ints[3], .layers = h.ints[4] };
+    spec->layer_start = h.ints[5];
+    spec->layer_end = h.ints[6];
+    spec->first = h.ints[7];
+    spec->last = h.ints[8];
+    return 0;
+}
+
 int kern_stage_load(struct kern_stage *st, FILE *f, struct kern_err *err)
 {
     struct header want, got;
@@ -112,25 +150,9 @@ int kern_stage_load(struct kern_stage *st, FILE *f, struct kern_err *err)
     uint64_t sum = FNV_START, stored;
     int rc = -1;
 
-    if (fread(raw, 1, sizeof raw, f) != sizeof raw) {
-        kern_fail(err, "load: file is shorter than a stage file header");
+    if (header_read(f, &got, raw, err))
         goto out;
-    }
     sum = fnv1a(sum, raw, sizeof raw);
-    memcpy(got.magic, raw, 8);
-    memcpy(&got.version, raw + 8, 4);
-    memcpy(got.ints, raw + 12, 4 * HEADER_INTS);
-    memcpy(&got.step, raw + 12 + 4 * HEADER_INTS, 8);
-    memcpy(&got.n, raw + 20 + 4 * HEADER_INTS, 8);
-    if (memcmp(got.magic, STAGE_MAGIC, 8)) {
-        kern_fail(err, "load: not a shoal stage file (bad magic)");
-        goto out;
-    }
-    if (got.version != KERN_STAGE_FILE_VERSION) {
-        kern_fail(err, "load: stage file version %u, this build reads %d", got.version,
-                  KERN_STAGE_FILE_VERSION);
-        goto out;
-    }
     header_of_stage(st, &want);
     if (memcmp(got.ints, want.ints, sizeof got.ints) || got.n != want.n) {
         kern_fail(err, "load: the file holds layers [%d,%d) of a model (V=%d T=%d C=%d "

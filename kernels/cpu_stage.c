@@ -218,10 +218,15 @@ static int cpu_forward(struct kern_stage *st, int slot, const void *input,
         memcpy(output, res, BTC * sizeof(float));
         return 0;
     }
-    memcpy(s->targets, targets, (size_t)N * sizeof(int32_t));
     kern_cpu_layernorm_forward_f32(s->lnf, s->lnf_mean, s->lnf_rstd, res, p + st->off_lnfw,
                                    p + st->off_lnfb, N, C);
     kern_cpu_matmul_forward_f32(c->logits, s->lnf, p + st->off_head, NULL, N, C, V);
+    if (!targets) {
+        /* kern_stage_logits: (B,T,V) out, no loss. */
+        memcpy(output, c->logits, (size_t)N * V * sizeof(float));
+        return 0;
+    }
+    memcpy(s->targets, targets, (size_t)N * sizeof(int32_t));
     kern_cpu_crossentropy_forward_f32(s->losses, s->probs, c->logits, s->targets, N, V);
     double sum = 0;
     for (int i = 0; i < N; i++)

@@ -125,6 +125,14 @@ int kern_stage_forward(struct kern_stage *st, int mb, const void *input,
 int kern_stage_backward(struct kern_stage *st, int mb, const float *grad_output,
                         float *grad_input, struct kern_err *err);
 
+/* Inference on a last stage (cpu backend only): the forward of `input`
+ * (as for kern_stage_forward) through the stage's blocks, final layer norm
+ * and head, writing logits (B,T,V) instead of a loss.  Nothing is kept for
+ * a backward; it needs slot 0 free and leaves it free.  Fails on a stage
+ * that is not last, or on cuda (sampling loads checkpoints on the cpu). */
+int kern_stage_logits(struct kern_stage *st, const void *input, float *logits,
+                      struct kern_err *err);
+
 /* Forgets every micro-batch in flight (an aborted step). */
 void kern_stage_drop_in_flight(struct kern_stage *st);
 
@@ -155,6 +163,13 @@ int kern_stage_write(struct kern_stage *st, enum kern_buffer which, const float 
 #define KERN_STAGE_FILE_VERSION 1
 int kern_stage_save(struct kern_stage *st, FILE *f, struct kern_err *err);
 int kern_stage_load(struct kern_stage *st, FILE *f, struct kern_err *err);
+
+/* Reads a stage file's header: the model and the layer range and first/last
+ * flags it holds (into spec; the other spec fields are left alone), so a
+ * stage that can load it can be built.  The file position is back at the
+ * start afterwards.  Fails on a short file, bad magic or another version. */
+int kern_stage_file_peek(FILE *f, struct kern_model *model, struct kern_stage_spec *spec,
+                         struct kern_err *err);
 
 /* FLOPs of one forward+backward of a micro-batch on this stage (matrix
  * products, 3x the forward's), for throughput and MFU reports. */

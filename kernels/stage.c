@@ -218,6 +218,25 @@ int kern_stage_backward(struct kern_stage *st, int mb, const float *grad_output,
     return 0;
 }
 
+int kern_stage_logits(struct kern_stage *st, const void *input, float *logits,
+                      struct kern_err *err)
+{
+    size_t bt = (size_t)st->spec.micro_batch * st->spec.seq_len;
+    if (!st->spec.last)
+        return kern_fail(err, "logits: the stage holds layers [%d,%d) but not the head",
+                         st->spec.layer_start, st->spec.layer_end);
+    if (st->device.kind != KERN_CPU)
+        return kern_fail(err, "logits: only the cpu backend computes logits; load the stage on the cpu");
+    if (st->slot_mb[0] >= 0)
+        return kern_fail(err, "logits: micro-batch %d is in flight in slot 0", st->slot_mb[0]);
+    if (!input || !logits)
+        return kern_fail(err, "logits: input and output are required");
+    if (st->spec.first && check_tokens(input, bt, st->model.vocab, "logits input", err))
+        return -1;
+    /* targets NULL: the cpu forward stops at the logits. */
+    return st->ops->forward(st, 0, input, NULL, logits, err);
+}
+
 void kern_stage_drop_in_flight(struct kern_stage *st)
 {
     for (int i = 0; i < st->spec.in_flight; i++)

@@ -2,7 +2,8 @@
 # test_agent_train.sh - real agents on loopback train real jobs: register,
 # measure links, schedule, train 2x2 to success; the same global batch on
 # other layouts gives the same losses; a restart from a checkpoint continues
-# the run exactly; an agent killed mid-step fails the job with its reason.
+# the run exactly; text sampled from a checkpoint; an agent killed mid-step
+# fails the job with its reason.
 set -u
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/agents.sh"
@@ -68,6 +69,7 @@ check "checkpoints 10, 20 and 30 are complete" \
 
 # ---- the same global batch (4 micro-batches of 2) on other layouts
 run_job "a 1x1 job (the same batch in one process)" "$(job one 1 1 4 1f1b 30 30)"
+ONE=$J
 job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/one.losses"
 same_losses "2x2 equals 1x1 to 1e-5" "$WORK/main.losses" "$WORK/one.losses" 1e-5
 run_job "a 4x1 gpipe job" "$(job deep 4 1 4 gpipe 30 30)"
@@ -82,6 +84,40 @@ run_job "a 2x2 job resumed from step 10" "$(job resumed 2 2 2 1f1b 30 10 ",\"res
 check "the resumed job starts at step 10" "$(sql s "SELECT min(step), count(DISTINCT step) FROM job_steps WHERE job_id = $J")" "10|20"
 job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/resumed.losses"
 same_losses "its losses equal the straight run's" "$WORK/resumed.losses" "$WORK/main.losses" 1e-6
+
+# ---- text from a checkpoint (shoal-agent sample, on the cpu)
+# sample OUT [ARGS...]: runs the sampler with the admin token; its text in
+# OUT, its stderr in OUT.err, its exit status in SAMPLE_RC.
+sample() {
+    local out=$1; shift
+    "$SHOAL_AGENT" sample --server "$S" --admin-token-file "$WORK/s/admin.token" --tmp-dir "$WORK" "$@" \
+        >"$out" 2>"$out.err"
+    SAMPLE_RC=$?
+}
+sample "$WORK/s2x2" --job "$MAIN" --prompt "The " --tokens 40 --temperature 0
+check "sample: greedy text from the 2x2 job's newest checkpoint" \
+    "$SAMPLE_RC $(head -c 4 "$WORK/s2x2") $(($(wc -c < "$WORK/s2x2") >= 44))" "0 The  1"
+check "sample: it says which checkpoint it loaded" "$(grep -o 'checkpoint step [0-9]*, 2 stage(s)' "$WORK/s2x2.err")" \
+    "checkpoint step 30, 2 stage(s)"
+sample "$WORK/s1x1" --job "$ONE" --prompt "The " --tokens 40 --temperature 0
+check "sample: the 1x1 job (same losses) writes the same greedy text from one stage" \
+    "$SAMPLE_RC $(cmp -s "$WORK/s2x2" "$WORK/s1x1" && echo same)" "0 same"
+sample "$WORK/s10" --job "$MAIN" --step 10 --prompt "The " --tokens 40 --temperature 0
+check "sample: --step 10 loads that checkpoint, and its model writes other text" \
+    "$SAMPLE_RC $(grep -c 'checkpoint step 10,' "$WORK/s10.err") $(cmp -s "$WORK/s2x2" "$WORK/s10" || echo differs)" \
+    "0 1 differs"
+sample "$WORK/sa" --job "$MAIN" --tokens 60 --seed 5
+sample "$WORK/sb" --job "$MAIN" --tokens 60 --seed 5
+sample "$WORK/sc" --job "$MAIN" --tokens 60 --seed 6
+check "sample: draws depend on the seed alone" \
+    "$(cmp -s "$WORK/sa" "$WORK/sb" && echo same) $(cmp -s "$WORK/sa" "$WORK/sc" || echo differs)" "same differs"
+sample "$WORK/sx" --job "$MAIN" --step 15
+check "sample: a step with no complete checkpoint fails and says so" \
+    "$SAMPLE_RC $(grep -c 'no complete checkpoint at step 15' "$WORK/sx.err")" "1 1"
+sample "$WORK/sx" --job 987654
+check "sample: an unknown job fails and says so" "$SAMPLE_RC $(grep -c 'job 987654' "$WORK/sx.err")" "1 1"
+"$SHOAL_AGENT" sample --server "$S" --admin-token nope --job "$MAIN" >/dev/null 2>"$WORK/sx.err"
+check "sample: a wrong admin token is refused" "$? $(grep -ci 'token' "$WORK/sx.err")" "1 1"
 
 # ---- garbage on a peer port: dropped and logged, the agent goes on (a
 # wrong secret, CRC, job, epoch, step or shape is tested in test_peer)

@@ -2,7 +2,8 @@
  * Loss at initialisation ~ ln(V); weights independent of the split; stages
  * [0,2)+[2,4) equal one stage [0,4) bit for bit (loss and every gradient);
  * stage gradients against fp32 finite differences along directions; AdamW
- * by hand; overfitting a fixed text; save/load/continue; bad input. */
+ * by hand; overfitting a fixed text; save/load/continue; logits for
+ * sampling; stage file headers; bad input. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -525,6 +526,82 @@ static void test_save_load_continue(void **state)
     kern_stage_free(s0), kern_stage_free(s1), kern_stage_free(r0), kern_stage_free(r1);
 }
 
+/* Logits for sampling: their cross-entropy is the training loss, a split
+ * model gives the same logits, and the slot stays free. */
+static void test_logits(void **state)
+{
+    (void)state;
+    enum { B = 2, T = 16 };
+    struct kern_err err;
+    int V = small.vocab;
+    int32_t tok[B * T], tgt[B * T];
+    float *whole_logits = malloc((size_t)B * T * V * sizeof(float));
+    float *split_logits = malloc((size_t)B * T * V * sizeof(float));
+    float hidden[B * T * 32], loss;
+    assert_non_null(whole_logits), assert_non_null(split_logits);
+    struct kern_stage *whole = stage_new(&small, 0, 2, B, T, 1, 5);
+    struct kern_stage *s0 = stage_new(&small, 0, 1, B, T, 1, 5);
+    struct kern_stage *s1 = stage_new(&small, 1, 2, B, T, 1, 5);
+    text_batch(B, T, 3, tok, tgt);
+    assert_int_equal(kern_stage_logits(whole, tok, whole_logits, &err), 0);
+    double ce = 0;
+    for (int i = 0; i < B * T; i++) {
+        const float *l = whole_logits + (size_t)i * V;
+        double mx = l[0], z = 0;
+        for (int v = 1; v < V; v++)
+            mx = l[v] > mx ? l[v] : mx;
+        for (int v = 0; v < V; v++)
+            z += exp(l[v] - mx);
+        ce += mx + log(z) - l[tgt[i]];
+    }
+    assert_int_equal(kern_stage_forward(whole, 0, tok, tgt, &loss, &err), 0);
+    assert_float_equal(ce / (B * T), loss, 1e-5 * loss);
+    assert_int_equal(kern_stage_forward(s0, 0, tok, NULL, hidden, &err), 0);
+    kern_stage_drop_in_flight(s0);
+    assert_int_equal(kern_stage_logits(s1, hidden, split_logits, &err), 0);
+    assert_memory_equal(whole_logits, split_logits, (size_t)B * T * V * sizeof(float));
+    /* logits kept nothing in flight: a training forward can follow */
+    assert_int_equal(kern_stage_forward(s1, 0, hidden, tgt, &loss, &err), 0);
+    assert_int_equal(kern_stage_logits(s1, hidden, split_logits, &err), -1);
+    assert_non_null(strstr(err.msg, "in flight"));
+    assert_int_equal(kern_stage_logits(s0, tok, split_logits, &err), -1);
+    assert_non_null(strstr(err.msg, "not the head"));
+    kern_stage_free(whole), kern_stage_free(s0), kern_stage_free(s1);
+    free(whole_logits), free(split_logits);
+}
+
+/* A stage file says which stage can load it, and peeking leaves it loadable. */
+static void test_file_peek(void **state)
+{
+    (void)state;
+    struct kern_err err;
+    struct kern_model m;
+    struct kern_stage_spec sp = {.micro_batch = 3, .seq_len = 7, .in_flight = 1};
+    struct kern_stage *s1 = stage_new(&small, 1, 2, 4, 32, 2, 11);
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    save_to(s1, f);
+    assert_int_equal(kern_stage_file_peek(f, &m, &sp, &err), 0);
+    assert_memory_equal(&m, &small, sizeof m);
+    assert_int_equal(sp.layer_start, 1);
+    assert_int_equal(sp.layer_end, 2);
+    assert_int_equal(sp.first, 0);
+    assert_int_equal(sp.last, 1);
+    assert_int_equal(sp.micro_batch, 3);   /* left alone */
+    struct kern_stage *copy;
+    assert_int_equal(kern_stage_new(&cpu, &m, &sp, &copy, &err), 0);
+    assert_int_equal(kern_stage_load(copy, f, &err), 0);
+    fclose(f);
+    f = tmpfile();
+    assert_non_null(f);
+    fputs("NOTSHOAL and some more bytes to fill a header.............................", f);
+    rewind(f);
+    assert_int_equal(kern_stage_file_peek(f, &m, &sp, &err), -1);
+    assert_non_null(strstr(err.msg, "bad magic"));
+    fclose(f);
+    kern_stage_free(s1), kern_stage_free(copy);
+}
+
 static void test_bad_input(void **state)
 {
     (void)state;
@@ -606,6 +683,8 @@ int main(void)
         cmocka_unit_test(test_adamw_by_hand),
         cmocka_unit_test(test_overfits_fixed_text),
         cmocka_unit_test(test_save_load_continue),
+        cmocka_unit_test(test_logits),
+        cmocka_unit_test(test_file_peek),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
