@@ -2,9 +2,9 @@
 #
 #   make            build bin/shoal-server, bin/shoal-agent, bin/shoal-sched (release: -O2 -g)
 #   make SAN=1      build with AddressSanitizer + UBSan into build/san/bin/
-#   make deps       install the Debian packages the project needs (idempotent)
+#   make deps       install the Debian and npm packages the project needs (idempotent)
 #   make test       deps, then unit and integration tests under sanitizers
-#   make demo       deps, build, start a server on its embedded database and drive the API
+#   make demo       deps, build, a server and four CPU agents train a small GPT, then sample it
 #   make bench-sched  the scheduler against the paper's results (table + JSON lines)
 #   make test-gpu     CUDA kernels against the CPU oracle (needs a GPU)
 #   make bench-kernels  stage forward+backward speed, MFU, vs PyTorch (needs a GPU)
@@ -56,7 +56,9 @@ AGENT_SRC   := $(filter-out agent/main.c agent/nccl.c agent/nccl_none.c,$(wildca
 SCHED_SRC   := $(filter-out server/sched/shoal_sched.c,$(wildcard server/sched/*.c))
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 MIGRATIONS  := $(sort $(wildcard sql/*.sql))
-STATIC      := server/openapi.yaml
+# The dashboard's files are served by name (server/h_web.c).
+WEB         := web/index.html web/app.js web/app.css web/favicon.svg
+STATIC      := server/openapi.yaml $(WEB)
 
 COMMON_OBJ  := $(COMMON_SRC:%.c=$(BUILD)/%.o)
 AGENT_OBJ   := $(AGENT_SRC:%.c=$(BUILD)/%.o)
@@ -66,7 +68,12 @@ UNIT_BIN    := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 DEB_PACKAGES := build-essential pkg-config libmicrohttpd-dev libjansson-dev \
                 libcurl4-openssl-dev libpq-dev libssl-dev libcmocka-dev \
-                postgresql curl jq procps bc libopenblas-openmp-dev
+                postgresql curl jq procps bc libopenblas-openmp-dev nodejs chromium \
+                fortunes docker-compose
+# Installed only when the command is missing (NodeSource's nodejs has its own npm).
+DEB_COMMANDS := npm
+# The browser test's playwright-core, from package-lock.json.
+NPM_DIRS     := tests/browser
 
 .PHONY: all deps test test-gpu demo bench-sched bench-kernels bench-peer clean
 all: $(BINDIR)/shoal-server $(BINDIR)/shoal-sched $(BINDIR)/shoal-agent
@@ -124,7 +131,7 @@ $(BUILD)/bench/bench_kernels: tests/bench/bench_kernels.c $(KERNELS_OBJ)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(KERNELS_LIBS)
 
 deps:
-	@sh deploy/deps.sh $(DEB_PACKAGES)
+	@sh deploy/deps.sh $(DEB_COMMANDS:%=--command %) $(NPM_DIRS:%=--npm %) $(DEB_PACKAGES)
 
 # Tests always run the sanitizer build, so CI and a developer see the same thing.
 # The release kernel tools are built too, so CI compiles the CUDA backend.
@@ -155,8 +162,9 @@ bench-peer: deps all
 bench-sched: all
 	@sh tests/bench/bench_sched.sh bin/shoal-sched
 
+# DEMO_STEPS=, DEMO_PORT=, DEMO_KEEP=1: see deploy/demo.sh.
 demo: deps all
-	@sh deploy/demo.sh bin/shoal-server
+	@bash deploy/demo.sh $(BINDIR)
 
 clean:
 	rm -rf build bin

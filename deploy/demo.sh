@@ -1,78 +1,158 @@
-#!/bin/sh
-# demo.sh - a first look at shoal: starts shoal-server on its embedded
-# PostgreSQL in a temporary directory, registers two nodes, reports the link
-# between them, submits a job, prints what the API answers, and stops.
-# usage: deploy/demo.sh path/to/shoal-server
-set -eu
-server=${1:-bin/shoal-server}
+#!/usr/bin/env bash
+# demo.sh - a first real run of shoal on one machine: shoal-server on its
+# embedded PostgreSQL, four CPU agents on loopback that measure their links,
+# a GPT job (2 stages x 2 replicas, byte-level) trained on the fortune
+# cookies of Debian's `fortunes` package, a progress bar, and text sampled
+# from the trained model at the end.  Ctrl-C stops everything it started.
+#
+# usage: deploy/demo.sh BIN_DIR        (make demo passes bin)
+# environment: DEMO_STEPS (default 150), DEMO_PORT (default 8080; busy: any
+# free port), DEMO_SAMPLE_TOKENS (default 400), DEMO_KEEP=1 keeps the work
+# directory.
+set -u
+bin=${1:-bin}
+steps=${DEMO_STEPS:-150}
+port=${DEMO_PORT:-8080}
+sample_tokens=${DEMO_SAMPLE_TOKENS:-400}
+case $steps in ''|*[!0-9]*) echo "demo: DEMO_STEPS must be a whole number, got '$steps'" >&2; exit 2;; esac
+[ "$steps" -ge 1 ] || { echo "demo: DEMO_STEPS must be at least 1" >&2; exit 2; }
+for b in shoal-server shoal-agent; do
+    [ -x "$bin/$b" ] || { echo "demo: $bin/$b is missing; run 'make' first" >&2; exit 1; }
+done
+fortunes=/usr/share/games/fortunes
+[ -d "$fortunes" ] || { echo "demo: $fortunes is missing; run 'make deps' (Debian package fortunes)" >&2; exit 1; }
+
 dir=$(mktemp -d /tmp/shoal-demo.XXXXXX)
 chmod 711 "$dir"     # the embedded Postgres runs as 'postgres' under root
-pid=""
+pids=""              # agents first, the server last
+server_pid=""
+
 finish() {
-    [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-    rm -rf "$dir"
+    local rc=$?
+    trap - EXIT INT TERM
+    [ -n "$pids$server_pid" ] && echo && echo "demo: stopping the agents and the server"
+    for p in $pids; do kill -TERM "$p" 2>/dev/null; done
+    for p in $pids; do wait "$p" 2>/dev/null; done
+    if [ -n "$server_pid" ]; then kill -TERM "$server_pid" 2>/dev/null; wait "$server_pid" 2>/dev/null; fi
+    if [ "${DEMO_KEEP:-0}" = 1 ]; then echo "demo: kept $dir"; else rm -rf "$dir"; fi
+    exit "$rc"
 }
-trap finish EXIT INT TERM
+trap finish EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
-show() { jq . 2>/dev/null || cat; }
+die() { echo "demo: $*" >&2; exit 1; }
+# api METHOD PATH [BODY]: the admin's call; prints the body.
+api() { curl -s -X "$1" -H "Authorization: Bearer $ADMIN" -H 'Content-Type: application/json' \
+             ${3:+-d "$3"} "$S$2"; }
+# wait_until SECONDS WHAT COMMAND...: polls every 0.5 s.
+wait_until() {
+    local secs=$1 what=$2 i; shift 2
+    for i in $(seq 1 $((secs * 2))); do
+        "$@" && return 0
+        sleep 0.5
+    done
+    die "$what did not happen within $secs s; logs are in $dir (DEMO_KEEP=1 keeps them)"
+}
 
-say "starting shoal-server (embedded PostgreSQL under $dir/data)"
-"$server" --data-dir "$dir/data" --port 0 >"$dir/server.log" 2>&1 &
-pid=$!
-i=0
-until [ -s "$dir/data/server.port" ] && curl -sf "http://127.0.0.1:$(cat "$dir/data/server.port")/readyz" >/dev/null; do
-    i=$((i + 1))
-    if [ $i -gt 300 ] || ! kill -0 "$pid" 2>/dev/null; then
-        echo "shoal-server did not start; its log:"; cat "$dir/server.log"; exit 1
-    fi
-    sleep 0.2
+# ---- the server
+say "starting shoal-server (embedded PostgreSQL under $dir/server)"
+if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    echo "port $port is taken; using a free one"
+    port=0
+fi
+"$bin/shoal-server" --data-dir "$dir/server" --port "$port" >"$dir/server.log" 2>&1 &
+server_pid=$!
+server_ready() {
+    kill -0 "$server_pid" 2>/dev/null || { cat "$dir/server.log" >&2; die "shoal-server exited"; }
+    [ -s "$dir/server/server.port" ] &&
+        curl -sf "http://127.0.0.1:$(cat "$dir/server/server.port")/readyz" >/dev/null
+}
+wait_until 60 "shoal-server's start" server_ready
+S="http://127.0.0.1:$(cat "$dir/server/server.port")"
+ADMIN=$(cat "$dir/server/admin.token")
+echo "dashboard:   $S/"
+echo "admin token: $ADMIN   (paste it into the dashboard)"
+
+# ---- four agents
+say "starting four CPU agents on loopback"
+# One BLAS thread each: four agents share this machine's cores.
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+for i in 0 1 2 3; do
+    region=$([ "$i" -lt 2 ] && echo lab || echo campus)
+    "$bin/shoal-agent" --server "$S" --join-token-file "$dir/server/join.token" --name "demo-$i" \
+        --region "$region" --listen 127.0.0.1:0 --data-dir "$dir/agent-$i" --heartbeat-interval 2 \
+        --probe-interval 1 --measure-ms 200 >"$dir/agent-$i.log" 2>&1 &
+    pids="$pids $!"
 done
-S="http://127.0.0.1:$(cat "$dir/data/server.port")"
-ADMIN=$(cat "$dir/data/admin.token")
-JOIN=$(cat "$dir/data/join.token")
-echo "listening on $S"
-
-say "POST /v1/agent/register (two nodes, with the join token)"
-r1=$(curl -s -H "Authorization: Bearer $JOIN" -H 'Content-Type: application/json' "$S/v1/agent/register" \
-     -d '{"name":"lab-h100","peer_address":"10.1.0.5:7070","region":"zurich","hardware":{"gpu_model":"NVIDIA H100 80GB HBM3","gpu_memory_bytes":85899345920,"gpu_count":1,"tflops":612.0,"cpu_cores":32,"ram_bytes":549755813888}}')
-echo "$r1" | show
-r2=$(curl -s -H "Authorization: Bearer $JOIN" -H 'Content-Type: application/json' "$S/v1/agent/register" \
-     -d '{"name":"uni-a100","peer_address":"192.0.2.17:7070","region":"oregon","hardware":{"gpu_model":"NVIDIA A100-SXM4-40GB","gpu_memory_bytes":42949672960,"gpu_count":1,"tflops":231.0,"cpu_cores":16,"ram_bytes":274877906944}}')
-echo "$r2" | show
-n1=$(echo "$r1" | jq -r .node_id); t1=$(echo "$r1" | jq -r .token)
-n2=$(echo "$r2" | jq -r .node_id); t2=$(echo "$r2" | jq -r .token)
-
-say "PUT /v1/links (each node reports its measured link to the other)"
-curl -s -X PUT -H "Authorization: Bearer $t1" -H 'Content-Type: application/json' "$S/v1/links" \
-     -d "{\"samples\":[{\"to\":$n2,\"latency_ms\":78.4,\"bandwidth_gbps\":0.42}]}" | show
-curl -s -X PUT -H "Authorization: Bearer $t2" -H 'Content-Type: application/json' "$S/v1/links" \
-     -d "{\"samples\":[{\"to\":$n1,\"latency_ms\":79.1,\"bandwidth_gbps\":0.37}]}" | show
-
-say "POST /v1/agent/heartbeat"
-curl -s -H "Authorization: Bearer $t1" -H 'Content-Type: application/json' "$S/v1/agent/heartbeat" -d '{"state":"idle"}' | show
-
-say "POST /v1/jobs (a GPT-2 small run, 2 stages x 1 replica)"
-job=$(curl -s -H "Authorization: Bearer $ADMIN" -H 'Content-Type: application/json' "$S/v1/jobs" \
-     -d '{"name":"gpt2-small-demo","model":{"vocab_size":50257,"context_length":1024,"d_model":768,"heads":12,"layers":12},"parallelism":{"stages":2,"replicas":1,"micro_batches":8,"micro_batch_size":4,"schedule":"1f1b"},"training":{"steps":1000,"learning_rate":0.0006,"warmup_steps":100,"weight_decay":0.1,"grad_clip":1.0,"seed":1337},"data":{"path":"data/fineweb_train_000001.bin","format":"llmc"},"checkpoint_interval":100}')
-echo "$job" | show
-jid=$(echo "$job" | jq -r .id)
-
-say "a bad job is refused with the field named"
-curl -s -H "Authorization: Bearer $ADMIN" -H 'Content-Type: application/json' "$S/v1/jobs" \
-     -d '{"model":{"vocab_size":50257,"context_length":1024,"d_model":768,"heads":7,"layers":12},"parallelism":{"stages":2,"replicas":1,"micro_batches":8,"micro_batch_size":4},"training":{"steps":10,"learning_rate":0.0006},"data":{"path":"x.bin"}}' | show
-
-say "GET /v1/nodes"
-curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/nodes" | show
-say "GET /v1/links (row = from, column = to)"
-curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/links" | show
-say "GET /v1/jobs/$jid"
-curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$jid" | show
-say "GET /metrics (excerpt)"
-curl -s "$S/metrics" | grep -E '^shoal_(nodes|jobs|http_requests_total)' | head -n 20
-
-say "stopping shoal-server"
-kill -TERM "$pid"; wait "$pid" || true; pid=""
-tail -n 3 "$dir/server.log"
+count_nodes() { api GET /v1/nodes | jq '[.nodes[] | select(.hardware.tflops > 0)] | length'; }
+count_links() { api GET /v1/links | jq '[.bandwidth_gbps[][] | select(. != null)] | length'; }
+nodes_ready() { [ "$(count_nodes)" = 4 ]; }
+links_ready() { local n; n=$(count_links); printf '\r  links measured: %s of 12' "$n"; [ "$n" = 12 ]; }
+wait_until 120 "four agents registering" nodes_ready
+api GET /v1/nodes | jq -r '.nodes[] | "  node \(.id) \(.name) (\(.region)): \(.hardware.cpu_cores) cores, \(.hardware.tflops * 1000 | floor) GFLOP/s measured, peer \(.peer_address)"'
+wait_until 180 "the agents measuring their links" links_ready
 echo
-echo "demo done. The agent that trains on these plans is the next step (see README.md)."
+api GET /v1/links | jq -r '.nodes as $n | .bandwidth_gbps | to_entries[] | .key as $i |
+    "  from \($n[$i]): " + ([.value[] | if . == null then "    -" else "\(. | floor) Gbit/s" end] | join("  "))'
+
+# ---- the corpus and the job
+say "training a GPT on Debian's fortune cookies"
+corpus=$dir/fortunes.txt
+for f in "$fortunes"/*; do
+    case $f in *.dat|*.u8|*/art|*/ascii-art) continue;; esac
+    [ -f "$f" ] && cat "$f"
+done | tr -d '\r' > "$corpus"
+echo "corpus: $(wc -c < "$corpus") bytes of English from $fortunes"
+# d_model 256, 4 layers, context 128: 3.3 M parameters; a step is 2 replicas
+# x 4 micro-batches x 4 sequences x 128 bytes = 4,096 tokens.
+tokens_per_step=4096
+job=$(api POST /v1/jobs "$(printf '{"name":"demo-fortunes",
+  "model":{"vocab_size":256,"context_length":128,"d_model":256,"heads":4,"layers":4},
+  "parallelism":{"stages":2,"replicas":2,"micro_batches":4,"micro_batch_size":4,"schedule":"1f1b"},
+  "training":{"steps":%d,"learning_rate":0.003,"warmup_steps":%d,"weight_decay":0.1,"grad_clip":1.0,"seed":1337},
+  "data":{"path":"%s","format":"text"},"checkpoint_interval":%d}' \
+  "$steps" $((steps < 100 ? steps / 10 + 1 : 10)) "$corpus" $((steps < 50 ? steps : 50)))")
+J=$(printf '%s' "$job" | jq -r '.id // empty')
+[ -n "$J" ] || die "the server refused the job: $job"
+plan=$(api POST "/v1/jobs/$J/schedule" '{"budget_ms":500}')
+printf '%s' "$plan" | jq -e .epoch >/dev/null 2>&1 || die "scheduling failed: $plan"
+echo "job $J scheduled; the plan (stage x replica -> node):"
+api GET "/v1/jobs/$J" | jq -r '.plan.assignments[] | "  stage \(.stage) replica \(.replica) -> node \(.node_id) (layers \(.layer_start)..\(.layer_end - 1))"'
+echo "watch it at $S/#/jobs/$J"
+
+# ---- progress
+bar() {   # bar DONE TOTAL WIDTH
+    local fill=$(($1 * $3 / $2)) s=""
+    s=$(printf '%*s' "$fill" '' | tr ' ' '#')$(printf '%*s' $(($3 - fill)) '' | tr ' ' '.')
+    printf '%s' "$s"
+}
+tty=0; [ -t 1 ] && tty=1
+last_line=-1
+while :; do
+    detail=$(api GET "/v1/jobs/$J")
+    state=$(printf '%s' "$detail" | jq -r .state)
+    read -r step loss it < <(printf '%s' "$detail" | jq -r '[(.progress.step // -1) + 1, (.progress.loss // 0), (.progress.iteration_s // 0)] | @tsv')
+    rate=$(awk -v t="$tokens_per_step" -v s="$it" 'BEGIN { printf "%.0f", (s > 0 ? t / s : 0) }')
+    line=$(printf '[%s] step %d/%d  loss %.3f  %s tokens/s  (%s)' "$(bar "$step" "$steps" 30)" "$step" "$steps" "$loss" "$rate" "$state")
+    if [ "$tty" = 1 ]; then printf '\r%s\033[K' "$line"
+    elif [ $((step / 10)) != "$last_line" ] || [ "$step" = "$steps" ]; then echo "$line"; last_line=$((step / 10)); fi
+    case $state in succeeded|failed|cancelled) break;; esac
+    sleep 1
+done
+echo
+if [ "$state" != succeeded ]; then
+    echo "the job $state: $(printf '%s' "$detail" | jq -r '.failure_reason // "no reason given"')" >&2
+    for i in 0 1 2 3; do echo "--- agent $i:"; tail -n 5 "$dir/agent-$i.log"; done >&2
+    exit 1
+fi
+first_loss=$(printf '%s' "$detail" | jq -r '.progress.losses[0][1]')
+echo "loss went from $first_loss to $loss over $steps steps"
+
+# ---- text from the trained model
+say "text sampled from the trained model (shoal-agent sample, temperature 0.8)"
+"$bin/shoal-agent" sample --server "$S" --admin-token-file "$dir/server/admin.token" --job "$J" \
+    --tokens "$sample_tokens" --temperature 0.8 --tmp-dir "$dir" 2>"$dir/sample.log" || { cat "$dir/sample.log" >&2; exit 1; }
+echo
+echo "demo done: that was a real 2x2 pipeline- and data-parallel run over TCP."

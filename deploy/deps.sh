@@ -1,8 +1,25 @@
 #!/bin/sh
-# deps.sh - installs the Debian packages named on the command line, if any is
+# deps.sh - installs what the build and the tests need, if any of it is
 # missing.  Idempotent: when everything is installed it touches nothing and
 # needs no network.
+#
+# usage: deps.sh [--command NAME]... [--npm DIR]... PACKAGE...
+#   PACKAGE         a Debian package, installed unless dpkg says it is
+#   --command NAME  the Debian package NAME, installed only when no program
+#                   NAME is on $PATH (npm: NodeSource's nodejs carries its
+#                   own npm and conflicts with Debian's)
+#   --npm DIR       `npm ci` in DIR when DIR/node_modules is missing or
+#                   older than DIR/package-lock.json
 set -eu
+commands=""
+npm_dirs=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --command) commands="$commands ${2:?--command needs a name}"; shift 2 ;;
+        --npm) npm_dirs="$npm_dirs ${2:?--npm needs a directory}"; shift 2 ;;
+        *) break ;;
+    esac
+done
 missing=""
 for p in "$@"; do
     status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
@@ -11,11 +28,24 @@ for p in "$@"; do
         *) missing="$missing $p" ;;
     esac
 done
-[ -z "$missing" ] && exit 0
-echo "deps: installing$missing"
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-# shellcheck disable=SC2086
-$SUDO apt-get install -y -qq --no-install-recommends $missing
+for c in $commands; do
+    command -v "$c" >/dev/null 2>&1 || missing="$missing $c"
+done
+if [ -n "$missing" ]; then
+    echo "deps: installing$missing"
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    # shellcheck disable=SC2086
+    $SUDO apt-get install -y -qq --no-install-recommends $missing
+fi
+# npm writes node_modules/.package-lock.json last; a lock file newer than it
+# (a pulled change) means the installed tree is stale.
+for d in $npm_dirs; do
+    stamp="$d/node_modules/.package-lock.json"
+    if [ ! -f "$stamp" ] || [ "$d/package-lock.json" -nt "$stamp" ]; then
+        echo "deps: npm ci in $d"
+        (cd "$d" && npm ci --no-audit --no-fund --loglevel=error)
+    fi
+done

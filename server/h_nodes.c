@@ -163,6 +163,19 @@ out:
     json_decref(body);
 }
 
+/* A node as operators list it: NODE_JSON plus its role, the tasklet it
+ * holds in the current plan of a live job ({job_id, job_name, job_state,
+ * epoch, stage, replica}) or null, by the rule the agent's assignment
+ * follows (assignment.c: should two live plans claim it, the newer job). */
+#define NODE_VIEW_JSON \
+    "json_build_object(" NODE_FIELDS ", 'role', (SELECT json_build_object('job_id', j.id," \
+    "   'job_name', j.name, 'job_state', j.state, 'epoch', j.plan_epoch, 'stage', a.stage," \
+    "   'replica', a.replica)" \
+    " FROM assignments a JOIN plans p ON p.id = a.plan_id" \
+    " JOIN jobs j ON j.id = p.job_id AND j.plan_epoch = p.epoch" \
+    " WHERE a.node_id = nodes.id AND j.state IN ('scheduled', 'running', 'recovering')" \
+    " ORDER BY j.id DESC LIMIT 1))"
+
 void h_nodes_list(struct request *rq, struct response *rs)
 {
     struct shoal_err e;
@@ -170,7 +183,7 @@ void h_nodes_list(struct request *rq, struct response *rs)
     if (request_query_choice(rq, rs, "state", node_states_all, &state) != 0)
         return;
     const char *params[] = { state };
-    json_t *nodes = db_query_json(rq->srv->db, "SELECT coalesce(json_agg(" NODE_JSON " ORDER BY id), '[]')"
+    json_t *nodes = db_query_json(rq->srv->db, "SELECT coalesce(json_agg(" NODE_VIEW_JSON " ORDER BY id), '[]')"
                                                " FROM nodes WHERE $1::text IS NULL OR state = $1",
                                   1, params, "nodes", &e);
     if (nodes)
@@ -179,7 +192,7 @@ void h_nodes_list(struct request *rq, struct response *rs)
         reply_error(rs, &e);
 }
 
-/* Runs `sql` (one $1 = the node id from the path, returning NODE_JSON) and
+/* Runs `sql` (one $1 = the node id from the path, returning a node) and
  * answers with the node, or 404. */
 static void h_node_one(struct request *rq, struct response *rs, const char *sql)
 {
@@ -196,7 +209,7 @@ static void h_node_one(struct request *rq, struct response *rs, const char *sql)
 
 void h_node_get(struct request *rq, struct response *rs)
 {
-    h_node_one(rq, rs, "SELECT " NODE_JSON " FROM nodes WHERE id = $1");
+    h_node_one(rq, rs, "SELECT " NODE_VIEW_JSON " FROM nodes WHERE id = $1");
 }
 
 void h_node_drain(struct request *rq, struct response *rs)

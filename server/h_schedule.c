@@ -202,7 +202,8 @@ static long schedule_store(struct server *srv, const struct schedule_work *w, co
     return epoch;
 }
 
-/* The scheduling thread: search, baselines, store, answer. */
+/* The scheduling thread: search, baselines, store, answer; then count the
+ * run and its time (metrics.h) before the answer goes out. */
 static void schedule_run(struct request *rq, struct response *rs, void *arg)
 {
     struct schedule_work *w = arg;
@@ -213,6 +214,8 @@ static void schedule_run(struct request *rq, struct response *rs, void *arg)
         schedule_work_free(w);
         return;
     }
+    double started = http_now();   /* monotonic s */
+    enum metrics_schedule_result result = METRICS_SCHEDULE_ERROR;
     memset(&plan, 0, sizeof plan);
     struct sched_options opt = { .seed = (uint64_t)w->req.seed, .budget_ms = (double)w->req.budget_ms,
                                  .candidates = w->req.candidates };
@@ -250,7 +253,9 @@ static void schedule_run(struct request *rq, struct response *rs, void *arg)
     json_object_set_new(detail, "cost_model", json_string(w->req.cost_model));
     json_object_set_new(detail, "predicted_iteration_s", json_real(b->total_s));
     reply_json(rs, w->req.dry_run ? 200 : 201, detail);
+    result = w->req.dry_run ? METRICS_SCHEDULE_DRY_RUN : METRICS_SCHEDULE_STORED;
 out:
+    metrics_schedule_observe(rq->srv->metrics, w->problem.cost, result, http_now() - started);
     sched_plan_free(&plan);
     schedule_work_free(w);
 }

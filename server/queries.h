@@ -3,14 +3,16 @@
 #ifndef SHOAL_QUERIES_H
 #define SHOAL_QUERIES_H
 
-/* A node as the API shows it; the token hash never leaves the database. */
-#define NODE_JSON \
-    "json_build_object('id', id, 'name', name, 'peer_address', peer_address, 'region', region," \
+/* A node as the API shows it; the token hash never leaves the database.
+ * NODE_FIELDS are its json_build_object arguments, for views that add some. */
+#define NODE_FIELDS \
+    "'id', id, 'name', name, 'peer_address', peer_address, 'region', region," \
     " 'state', state, 'hardware', json_build_object('gpu_model', gpu_model," \
     " 'gpu_memory_bytes', gpu_memory_bytes, 'gpu_count', gpu_count, 'tflops', tflops," \
     " 'cpu_cores', cpu_cores, 'ram_bytes', ram_bytes)," \
     " 'current_job_id', current_job_id, 'current_step', current_step," \
-    " 'registered_at', registered_at, 'last_heartbeat_at', last_heartbeat_at)"
+    " 'registered_at', registered_at, 'last_heartbeat_at', last_heartbeat_at"
+#define NODE_JSON "json_build_object(" NODE_FIELDS ")"
 
 /* The latest link matrix over every node: row i is from nodes[i], column j
  * to nodes[j]; null where never measured.  GET /v1/links answers with it. */

@@ -3,7 +3,10 @@
 /* Every endpoint, once.  The router also accepts versioned paths without
  * their "/v1" prefix (see router.h). */
 const struct route routes[] = {
-    { "GET",    "/",                    AUTH_OPEN,   h_index },
+    { "GET",    "/",                    AUTH_OPEN,   h_web_index },
+    { "GET",    "/app.js",              AUTH_OPEN,   h_web_js },
+    { "GET",    "/app.css",             AUTH_OPEN,   h_web_css },
+    { "GET",    "/favicon.svg",         AUTH_OPEN,   h_web_icon },
     { "GET",    "/healthz",             AUTH_OPEN,   h_healthz },
     { "GET",    "/readyz",              AUTH_OPEN,   h_readyz },
     { "GET",    "/metrics",             AUTH_OPEN,   h_metrics },

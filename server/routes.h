@@ -14,12 +14,23 @@ struct upload_sink;
  * route whose body is read whole. */
 const struct upload_sink *routes_upload_sink(int index);
 
-/* h_health.c: probes, metrics and static documents */
+/* h_health.c: probes and static documents */
 void h_healthz(struct request *rq, struct response *rs);
 void h_readyz(struct request *rq, struct response *rs);
-void h_metrics(struct request *rq, struct response *rs);
 void h_openapi(struct request *rq, struct response *rs);
-void h_index(struct request *rq, struct response *rs);
+/* Answers 200 with the embedded static file `name` (a base name, see
+ * embedded.h) as `type`, or 404 if it is not built in.  `type` must outlive
+ * the response (a string literal). */
+void h_static(struct response *rs, const char *name, const char *type);
+
+/* h_web.c: the dashboard's files (web/), compiled in */
+void h_web_index(struct request *rq, struct response *rs);
+void h_web_js(struct request *rq, struct response *rs);
+void h_web_css(struct request *rq, struct response *rs);
+void h_web_icon(struct request *rq, struct response *rs);
+
+/* h_metrics.c: the Prometheus exposition, from memory and the database */
+void h_metrics(struct request *rq, struct response *rs);
 
 /* h_nodes.c: agents registering and the fleet */
 void h_register(struct request *rq, struct response *rs);

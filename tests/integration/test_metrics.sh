@@ -1,0 +1,295 @@
+#!/usr/bin/env bash
+# test_metrics.sh - GET /metrics over real HTTP against a real embedded
+# Postgres: per-node state and heartbeat age, per-link bandwidth and latency
+# in base units, per-job step-time parts, scheduler run counters and their
+# histogram, and the exposition format itself (HELP, TYPE, names, labels).
+set -u
+. "$(dirname "$0")/lib.sh"
+
+start_server a || exit 1
+S=$URL_a
+ADMIN=$(cat "$WORK/a/admin.token")
+JOIN=$(cat "$WORK/a/join.token")
+M="$WORK/metrics"
+
+# scrape: GET /metrics into $M; fails the suite's check if not 200.
+scrape() {
+    req GET "$S/metrics"
+    printf '%s\n' "$BODY" > "$M"
+    [ "$STATUS" = 200 ] || fail "scrape" "status $STATUS: $(printf '%.300s' "$BODY")"
+}
+# value SERIES: the value of the sample whose name and labels are exactly SERIES, or "absent".
+# (The series goes through the environment: awk -v would undo its escapes.)
+value() {
+    SERIES=$1 awk 'BEGIN { s = ENVIRON["SERIES"] } index($0, s " ") == 1 && length($0) > length(s) + 1 { v = substr($0, length(s) + 2); n++ }
+                   END { if (n == 1) print v; else if (n == 0) print "absent"; else print "duplicate" }' "$M"
+}
+# near NAME GOT WANT: GOT and WANT agree to 1e-9 relative (or 1e-12 absolute).
+near() {
+    if [ "$(awk -v g="$2" -v w="$3" 'BEGIN { d = g - w; if (d < 0) d = -d; m = w < 0 ? -w : w;
+                                            print (g != "" && g == g + 0 && d <= 1e-9 * m + 1e-12) ? 1 : 0 }')" = 1 ]
+    then ok "$1"; else fail "$1" "got '$2', want '$3'"; fi
+}
+# cmp_num NAME A OP B: awk comparison of two numbers, e.g. cmp_num "x grew" 3 '>' 1.
+cmp_num() {
+    if [ "$(awk -v a="$2" -v b="$4" "BEGIN { print (a != \"\" && a == a + 0 && a $3 b) ? 1 : 0 }")" = 1 ]
+    then ok "$1"; else fail "$1" "$2 $3 $4 does not hold"; fi
+}
+# runs COST RESULT: shoal_scheduler_runs_total for that cost model and result, from $M.
+runs() { value "shoal_scheduler_runs_total{cost_model=\"$1\",result=\"$2\"}"; }
+hcount() { value "shoal_scheduler_duration_seconds_count{cost_model=\"$1\"}"; }
+
+# ---- before anything happened: the scheduler series exist at zero
+scrape
+check "metrics answer 200" "$STATUS" 200
+for c in shoal dtfm; do
+    for r in stored dry_run error; do
+        check "scheduler runs $c/$r start at 0" "$(runs $c $r)" 0
+    done
+    check "scheduler histogram $c starts empty" "$(hcount $c) $(value "shoal_scheduler_duration_seconds_bucket{cost_model=\"$c\",le=\"+Inf\"}")" "0 0"
+done
+check "no node, no node series" "$(grep -c '^shoal_node_' "$M")" 0
+
+# ---- four nodes; n0's name needs escaping in a label value
+declare -a TOK ID NAME
+NAME=('gpu "zero" \ lab' n1 n2 n3)
+for i in 0 1 2 3; do
+    req POST "$S/v1/agent/register" "$JOIN" "$(jq -cn --arg n "${NAME[$i]}" --arg p "127.0.0.1:710$i" \
+        '{name: $n, peer_address: $p, hardware: {tflops: 10, cpu_cores: 8, gpu_memory_bytes: 8000000000}}')"
+    TOK[$i]=$(printf '%s' "$BODY" | jq -r .token)
+    ID[$i]=$(printf '%s' "$BODY" | jq -r .node_id)
+done
+check "four nodes register" "$(sql a "SELECT count(*) FROM nodes")" 4
+# lab I: the node label pair of node I as /metrics writes it.
+lab() { if [ "$1" = 0 ]; then printf 'node="%s",name="gpu \\"zero\\" \\\\ lab"' "${ID[0]}"; else printf 'node="%s",name="n%s"' "${ID[$1]}" "$1"; fi; }
+
+# ---- nodes: up, one-hot state, heartbeat age that is small and grows
+scrape
+for i in 0 1 2 3; do
+    check "node $i is up" "$(value "shoal_node_up{$(lab $i)}")" 1
+    check "node $i is idle, one-hot" \
+          "$(for s in idle busy draining lost; do value "shoal_node_state{$(lab $i),state=\"$s\"}"; done | tr '\n' ' ')" "1 0 0 0 "
+done
+check "a name with quotes and a backslash is escaped in its label" \
+      "$(grep -c '^shoal_node_up{node="'"${ID[0]}"'",name="gpu \\"zero\\" \\\\ lab"} 1$' "$M")" 1
+age0=$(value "shoal_node_heartbeat_age_seconds{$(lab 1)}")
+cmp_num "a node that just registered has a small heartbeat age" "$age0" '<' 10
+cmp_num "and not a negative one" "$age0" '>=' 0
+sleep 2
+scrape
+age1=$(value "shoal_node_heartbeat_age_seconds{$(lab 1)}")
+cmp_num "its heartbeat age grows with time (at least the 2 s slept)" "$(awk -v a="$age1" -v b="$age0" 'BEGIN { print a - b }')" '>=' 1.99
+req POST "$S/v1/agent/heartbeat" "${TOK[1]}" '{"state":"idle"}'; expect "a heartbeat" 200
+scrape
+cmp_num "a heartbeat brings it back down" "$(value "shoal_node_heartbeat_age_seconds{$(lab 1)}")" '<' "$age1"
+
+# ---- links: every ordered pair, in bits/s and seconds
+# bw I J (Gbit/s) and lat I J (ms): distinct per direction, not round in binary.
+bw()  { awk -v i="$1" -v j="$2" 'BEGIN { printf "%.4f", 0.1 + i * 1.3 + j * 0.07 }'; }
+lat() { awk -v i="$1" -v j="$2" 'BEGIN { printf "%.3f", 0.35 + i * 17.1 + j * 2.3 }'; }
+for i in 0 1 2 3; do
+    s=""
+    for j in 0 1 2 3; do
+        [ "$i" = "$j" ] && continue
+        s="$s{\"to\":${ID[$j]},\"latency_ms\":$(lat "$i" "$j"),\"bandwidth_gbps\":$(bw "$i" "$j")},"
+    done
+    req PUT "$S/v1/links" "${TOK[$i]}" "{\"samples\":[${s%,}]}"; expect "node $i puts its three links" 200 .accepted 3
+done
+scrape
+check "twelve bandwidth series (N^2 - N)" "$(grep -c '^shoal_link_bandwidth_bits_per_second{' "$M")" 12
+check "twelve latency series" "$(grep -c '^shoal_link_latency_seconds{' "$M")" 12
+for i in 0 1 2 3; do
+    for j in 0 1 2 3; do
+        [ "$i" = "$j" ] && continue
+        l="from=\"${ID[$i]}\",to=\"${ID[$j]}\""
+        near "link $i->$j: bandwidth is the Gbit/s put times 1e9" \
+             "$(value "shoal_link_bandwidth_bits_per_second{$l}")" "$(awk -v g="$(bw "$i" "$j")" 'BEGIN { printf "%.6f", g * 1e9 }')"
+        near "link $i->$j: latency is the ms put over 1000" \
+             "$(value "shoal_link_latency_seconds{$l}")" "$(awk -v m="$(lat "$i" "$j")" 'BEGIN { printf "%.9f", m / 1000 }')"
+    done
+done
+req PUT "$S/v1/links" "${TOK[2]}" "{\"samples\":[{\"to\":${ID[0]},\"latency_ms\":250,\"bandwidth_gbps\":0.042}]}"
+scrape
+near "a newer sample replaces a link's bandwidth" "$(value "shoal_link_bandwidth_bits_per_second{from=\"${ID[2]}\",to=\"${ID[0]}\"}")" 42000000
+near "and its latency" "$(value "shoal_link_latency_seconds{from=\"${ID[2]}\",to=\"${ID[0]}\"}")" 0.25
+near "the reverse direction keeps its own" "$(value "shoal_link_bandwidth_bits_per_second{from=\"${ID[0]}\",to=\"${ID[2]}\"}")" \
+     "$(awk -v g="$(bw 0 2)" 'BEGIN { printf "%.6f", g * 1e9 }')"
+check "still one series per direction" "$(grep -c '^shoal_link_latency_seconds{' "$M")" 12
+
+# ---- scheduler runs: one count per run, the histogram agrees
+JOB='{"name":"metrics","model":{"vocab_size":256,"context_length":64,"d_model":64,"heads":4,"layers":4},"parallelism":{"stages":2,"replicas":2,"micro_batches":2,"micro_batch_size":2},"training":{"steps":5,"learning_rate":0.001},"data":{"path":"corpus.txt","format":"text"}}'
+req POST "$S/v1/jobs" "$ADMIN" "$JOB"; expect "create a 2x2 job" 201
+J=$(printf '%s' "$BODY" | jq -r .id)
+# schedule_counts BODY WANT_STATUS COST RESULT NAME: schedules, then checks
+# that exactly COST/RESULT went up by one, the other five series did not,
+# and each cost model's histogram count equals the sum of its runs.
+schedule_counts() {
+    local before after c r want
+    scrape
+    before=$(for c in shoal dtfm; do for r in stored dry_run error; do printf '%s/%s=%s ' $c $r "$(runs $c $r)"; done; done)
+    req POST "$S/v1/jobs/$J/schedule" "$ADMIN" "$1"
+    check "$5: status" "$STATUS" "$2"
+    scrape
+    after=$(for c in shoal dtfm; do for r in stored dry_run error; do printf '%s/%s=%s ' $c $r "$(runs $c $r)"; done; done)
+    want=$(for kv in $before; do
+               k=${kv%%=*}; v=${kv#*=}
+               [ "$k" = "$3/$4" ] && v=$((v + 1))
+               printf '%s=%s ' "$k" "$v"
+           done)
+    check "$5: counted once, as $3/$4" "$after" "$want"
+    for c in shoal dtfm; do
+        check "$5: $c histogram count = its runs" "$(hcount $c)" \
+              "$(( $(runs $c stored) + $(runs $c dry_run) + $(runs $c error) ))"
+        check "$5: $c +Inf bucket = count" \
+              "$(value "shoal_scheduler_duration_seconds_bucket{cost_model=\"$c\",le=\"+Inf\"}")" "$(hcount $c)"
+    done
+}
+schedule_counts '{"budget_ms":100,"dry_run":true}' 200 shoal dry_run "dry run"
+schedule_counts '{"budget_ms":100}' 201 shoal stored "shoal run"
+schedule_counts '{"budget_ms":100,"cost_model":"dtfm"}' 201 dtfm stored "dtfm run"
+schedule_counts '{"budget_ms":100,"cost_model":"dtfm","dry_run":true}' 200 dtfm dry_run "dtfm dry run"
+cmp_num "the shoal histogram's sum covers its two 100 ms searches" \
+        "$(value 'shoal_scheduler_duration_seconds_sum{cost_model="shoal"}')" '>=' 0.2
+prev=0; mono=1
+for le in 0.01 0.025 0.05 0.1 0.25 0.5 1 2.5 5 10 30 60 120 300 +Inf; do
+    v=$(value "shoal_scheduler_duration_seconds_bucket{cost_model=\"dtfm\",le=\"$le\"}")
+    [ "$v" = absent ] && mono=0
+    [ "$v" != absent ] && [ "$v" -lt "$prev" ] && mono=0
+    prev=$v
+done
+check "the histogram's buckets are cumulative" "$mono $prev" "1 2"
+check "a 100 ms search is not in the 10 ms bucket" "$(value 'shoal_scheduler_duration_seconds_bucket{cost_model="dtfm",le="0.01"}')" 0
+scrape; before=$(runs shoal stored)/$(runs shoal error)/$(hcount shoal)
+req POST "$S/v1/jobs/424242/schedule" "$ADMIN" '{"budget_ms":100}'; expect "scheduling an unknown job is 404" 404
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":5}'; expect "a budget under 10 ms is 422" 422
+scrape
+check "requests refused before the search are no scheduler runs" "$(runs shoal stored)/$(runs shoal error)/$(hcount shoal)" "$before"
+
+# ---- the job: step-time parts of the latest complete step
+E=$(sql a "SELECT plan_epoch FROM jobs WHERE id = $J")
+check "the job is at epoch 2" "$E" 2
+declare -a ST RP
+for i in 0 1 2 3; do
+    req GET "$S/v1/agent/assignment" "${TOK[$i]}"
+    ST[$i]=$(printf '%s' "$BODY" | jq .assignment.stage); RP[$i]=$(printf '%s' "$BODY" | jq .assignment.replica)
+done
+tok_of() { local i; for i in 0 1 2 3; do [ "${ST[$i]}" = "$1" ] && [ "${RP[$i]}" = "$2" ] && echo "${TOK[$i]}"; done; }
+# report STAGE REPLICA STEP SCALE: posts one report whose parts differ per
+# tasklet (SCALE multiplies them all) and keeps its body in $WORK/posted.STEP.
+report() {
+    local s=$1 r=$2 loss=null body
+    [ "$s" = 1 ] && loss=4.5
+    body=$(jq -cn --argjson j "$J" --argjson e "$E" --argjson step "$3" --argjson s "$s" --argjson r "$r" \
+                  --argjson loss "$loss" --argjson k "$4" \
+        '{job_id: $j, epoch: $e, step: $step, stage: $s, replica: $r, loss: $loss,
+          compute_s: ((0.11 + 0.2 * $s + 0.013 * $r) * $k), send_s: ((0.017 + 0.01 * $s) * $k),
+          recv_wait_s: ((0.029 + 0.05 * $r) * $k), allreduce_s: ((0.041 + 0.003 * $s + 0.02 * $r) * $k),
+          bubble_s: ((0.07 - 0.03 * $s) * $k), iteration_s: (0.6 * $k), tokens: 256}')
+    req POST "$S/v1/agent/progress" "$(tok_of "$s" "$r")" "$body"
+    expect "progress: step $3 stage $s replica $r" 201 .recorded true
+    printf '%s\n' "$body" >> "$WORK/posted.$3"
+}
+for s in 0 1; do for r in 0 1; do report "$s" "$r" 0 1; done; done
+report 0 0 1 10   # step 1 has begun: one report, ten times slower
+scrape
+check "the job's step is the latest reported" "$(value "shoal_job_step{job=\"$J\"}")" 1
+for p in compute send recv_wait allreduce bubble; do
+    near "part $p: the mean over the tasklets of the latest complete step" \
+         "$(value "shoal_job_step_part_seconds{job=\"$J\",part=\"$p\"}")" \
+         "$(jq -s --arg f "${p}_s" 'map(.[$f]) | add / length' "$WORK/posted.0")"
+done
+check "five parts per job" "$(grep -c "^shoal_job_step_part_seconds{job=\"$J\"," "$M")" 5
+for s in 0 1; do for r in 0 1; do [ "$s$r" = 00 ] || report "$s" "$r" 1 10; done; done
+scrape
+near "once step 1 is complete its parts are shown" "$(value "shoal_job_step_part_seconds{job=\"$J\",part=\"compute\"}")" \
+     "$(jq -s 'map(.compute_s) | add / length' "$WORK/posted.1")"
+near "the tokens per second are still right beside them" "$(value "shoal_job_tokens_per_second{job=\"$J\"}")" \
+     "$(awk 'BEGIN { printf "%.9f", 512 / 6 }')"
+for i in 0 1 2 3; do
+    check "node $i is busy now, one-hot" \
+          "$(for s in idle busy draining lost; do value "shoal_node_state{$(lab $i),state=\"$s\"}"; done | tr '\n' ' ')" "0 1 0 0 "
+done
+
+# ---- the exposition as a whole
+scrape
+check "every line is a HELP, a TYPE or a well-formed sample" \
+      "$(grep -cvE '^(# (HELP|TYPE) [a-z_]+ .+|[a-z_:][a-z0-9_:]*(\{[a-z_]+="([^"\\]|\\.)*"(,[a-z_]+="([^"\\]|\\.)*")*\})? (-?[0-9.]+(e[-+]?[0-9]+)?|\+Inf|-Inf|NaN))$' "$M")" 0
+check "every metric is named shoal_*" "$(grep -v '^#' "$M" | grep -cv '^shoal_')" 0
+# Each sample's family (histogram suffixes stripped) has HELP and TYPE before it, once.
+check "every family has one HELP and one TYPE before its samples" "$(awk '
+    /^# HELP / { help[$3]++; next }
+    /^# TYPE / { type[$3] = $4; ntype[$3]++; next }
+    { name = $0; sub(/[{ ].*/, "", name); fam = name
+      if (name ~ /_(bucket|sum|count)$/) { base = name; sub(/_(bucket|sum|count)$/, "", base); if (type[base] == "histogram") fam = base }
+      if (!(fam in type) || help[fam] != 1 || ntype[fam] != 1) bad[fam] = 1 }
+    END { for (f in help) if (help[f] != 1) bad[f] = 1; n = 0; for (f in bad) { print f; n++ } if (n == 0) print "all" }' "$M")" all
+check "counters end in _total, and only counters" \
+      "$(awk '/^# TYPE / && (($4 == "counter") != ($3 ~ /_total$/)) { print $3 }' "$M" | tr '\n' ' ')" ""
+for f in shoal_node_up shoal_node_state shoal_node_heartbeat_age_seconds shoal_link_bandwidth_bits_per_second \
+         shoal_link_latency_seconds shoal_job_step_part_seconds; do
+    check "$f is a gauge with HELP" "$(grep -c "^# TYPE $f gauge$" "$M")$(grep -c "^# HELP $f " "$M")" 11
+done
+check "shoal_scheduler_runs_total is a counter" "$(grep -c '^# TYPE shoal_scheduler_runs_total counter$' "$M")" 1
+check "shoal_scheduler_duration_seconds is a histogram" "$(grep -c '^# TYPE shoal_scheduler_duration_seconds histogram$' "$M")" 1
+check "no series appears twice" "$(grep -v '^#' "$M" | sed 's/ [^ ]*$//' | sort | uniq -d | wc -l)" 0
+check "the database is up" "$(value shoal_database_up)" 1
+
+# ---- a spare node: drained, then silent past the horizon
+req POST "$S/v1/agent/register" "$JOIN" '{"name":"spare","peer_address":"127.0.0.1:7109","hardware":{"tflops":1,"cpu_cores":2}}'
+N5=$(printf '%s' "$BODY" | jq -r .node_id); T5=$(printf '%s' "$BODY" | jq -r .token)
+req PUT "$S/v1/links" "$T5" "{\"samples\":[{\"to\":${ID[0]},\"latency_ms\":3,\"bandwidth_gbps\":1}]}"
+req DELETE "$S/v1/nodes/$N5" "$ADMIN"; expect "drain the spare" 200
+scrape
+check "a draining node is one-hot draining" \
+      "$(for s in idle busy draining lost; do value "shoal_node_state{node=\"$N5\",name=\"spare\",state=\"$s\"}"; done | tr '\n' ' ')" "0 0 1 0 "
+check "and not up" "$(value "shoal_node_up{node=\"$N5\",name=\"spare\"}")" 0
+check "its link is shown" "$(value "shoal_link_bandwidth_bits_per_second{from=\"$N5\",to=\"${ID[0]}\"}")" 1000000000
+sql a "UPDATE nodes SET last_heartbeat_at = now() - interval '1 hour' WHERE id = ${ID[3]}" >/dev/null
+scrape
+check "an idle-or-busy node without a heartbeat within the timeout is not up" "$(value "shoal_node_up{$(lab 3)}")" 0
+cmp_num "and its heartbeat age says an hour" "$(value "shoal_node_heartbeat_age_seconds{$(lab 3)}")" '>=' 3600
+cmp_num "an hour in seconds, not more" "$(value "shoal_node_heartbeat_age_seconds{$(lab 3)}")" '<' 3700
+sql a "UPDATE nodes SET last_heartbeat_at = now() - interval '2 days' WHERE id = $N5" >/dev/null
+scrape
+check "a node silent for over a day has no node series" "$(grep -c "node=\"$N5\"" "$M")" 0
+check "nor link series" "$(grep -Ec "(from|to)=\"$N5\"" "$M")" 0
+check "but is still counted by state" "$(value 'shoal_nodes{state="draining"}')" 1
+sql a "UPDATE nodes SET last_heartbeat_at = now() WHERE id = ${ID[3]}" >/dev/null
+
+# ---- a run that ends in an error: the job is cancelled while it searches
+req POST "$S/v1/jobs" "$ADMIN" "$JOB"; K=$(printf '%s' "$BODY" | jq -r .id)
+req DELETE "$S/v1/jobs/$J" "$ADMIN"; expect "cancel the first job" 200 .state cancelled
+scrape
+check "a cancelled job has no job series" "$(grep -c "job=\"$J\"" "$M")" 0
+before_err=$(runs shoal error); before_n=$(hcount shoal)
+curl -s -o "$WORK/race" -w '%{http_code}' -X POST -H "Authorization: Bearer $ADMIN" -H 'Content-Type: application/json' \
+     -d '{"budget_ms":4000}' "$S/v1/jobs/$K/schedule" > "$WORK/race.status" &
+racer=$!
+sleep 1
+req DELETE "$S/v1/jobs/$K" "$ADMIN"; expect "cancel the second job while it is being scheduled" 200 .state cancelled
+wait $racer
+check "the run's answer is 409" "$(cat "$WORK/race.status") $(jq -r .error.code "$WORK/race")" "409 conflict"
+scrape
+check "and it counts as an error" "$(runs shoal error)" "$((before_err + 1))"
+check "with its time in the histogram" "$(hcount shoal)" "$((before_n + 1))"
+cmp_num "which covers the 4 s search" "$(value 'shoal_scheduler_duration_seconds_bucket{cost_model="shoal",le="2.5"}')" '<' "$(hcount shoal)"
+
+# ---- past the body cap, the N^2 link series are left out, nothing else
+# 400 more nodes, every pair measured: 159,600 links, over 16 MiB of link series.
+sql a "INSERT INTO nodes (name, token_hash, peer_address, tflops, cpu_cores)
+       SELECT 'bulk' || g, md5('bulk' || g), '127.0.0.1:1', 1, 1 FROM generate_series(1, 400) g" >/dev/null
+sql a "INSERT INTO link_samples (from_node, to_node, latency_ms, bandwidth_gbps)
+       SELECT a.id, b.id, 1.2345678901, 0.123456789 FROM nodes a, nodes b
+       WHERE a.id <> b.id AND a.name LIKE 'bulk%' AND b.name LIKE 'bulk%'" >/dev/null
+scrape
+check "a fleet whose links exceed the body cap still scrapes" "$STATUS" 200
+check "without link series" "$(grep -c '^shoal_link_' "$M")" 0
+check "with every node's series" "$(grep -c '^shoal_node_up{' "$M")" 404
+check "and the rest intact" "$(value shoal_database_up) $(runs shoal stored)" "1 1"
+check "the log says why" "$(grep -c 'link series do not fit' "$WORK/a.log")" 1
+sql a "DELETE FROM nodes WHERE name LIKE 'bulk%'" >/dev/null
+scrape
+check "with the fleet back to its size the links are back" "$(grep -c '^shoal_link_latency_seconds{' "$M")" 12
+
+stop_server a
+[ "$FAILS" -eq 0 ]
