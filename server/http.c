@@ -19,6 +19,13 @@
 #include "routes.h"
 
 #define TEXT_BODY_LIMIT (16u << 20)   /* bytes; /metrics and static files stay far below */
+/* A refused upload whose declared body is at most this many bytes is read
+ * (and dropped) before the answer goes out: answering first and closing
+ * with unread bytes makes the kernel reset the connection, and the reset
+ * can destroy the answer before the client reads it (RFC 9112, 9.6).
+ * Larger bodies are answered at once, and so are clients that wait for
+ * "100 Continue" (curl does above 1 MiB): they send nothing to reset. */
+#define REFUSED_DRAIN_MAX (16ull << 20)
 #define HTTP_SPARE_CONNECTIONS 1024   /* connections beyond the long-polls, for ordinary requests */
 #define HTTP_RESERVED_FDS 256         /* descriptors kept for everything but connections */
 
@@ -361,23 +368,9 @@ static enum MHD_Result http_dispatch(struct request *rq)
     return ok;
 }
 
-/* The headers of a streamed upload are in: check them and let the sink
- * start.  Answers at once (and drops the body) if either says no. */
-static enum MHD_Result http_upload_begin(struct request *rq)
-{
-    struct response rs = { .status = 500 };
-    buf_init(&rs.text, TEXT_BODY_LIMIT);
-    if (http_check(rq, &rs) == 0 && rq->sink->begin(rq, &rs) == 0) {
-        response_release(&rs);
-        return MHD_YES;
-    }
-    enum MHD_Result ok = http_send(rq, &rs);
-    response_release(&rs);
-    return ok;
-}
-
-/* Content-Length larger than the cap: answer 413 before reading the body. */
-static int http_declared_too_large(struct request *rq)
+/* Content-Length larger than `cap` bytes (or unreadable).  A body sent
+ * without one (chunked) counts as within. */
+static int http_declared_over(struct request *rq, unsigned long long cap)
 {
     const char *cl = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Content-Length");
     if (!cl)
@@ -385,7 +378,41 @@ static int http_declared_too_large(struct request *rq)
     errno = 0;
     char *end;
     unsigned long long n = strtoull(cl, &end, 10);
-    return errno != 0 || n > (unsigned long long)rq->srv->cfg.max_body;
+    return errno != 0 || end == cl || *end || n > cap;
+}
+
+/* The headers of a streamed upload are in: check them and let the sink
+ * start.  If either says no, the answer waits for the (dropped) body when
+ * that is small (REFUSED_DRAIN_MAX), else it goes out at once. */
+static enum MHD_Result http_upload_begin(struct request *rq)
+{
+    struct response rs = { .status = 500 };
+    enum MHD_Result ok = MHD_YES;
+    buf_init(&rs.text, TEXT_BODY_LIMIT);
+    if (http_check(rq, &rs) == 0 && rq->sink->begin(rq, &rs) == 0)
+        goto out;
+    /* A client that asked "Expect: 100-continue" sends no body until told. */
+    const char *expect = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Expect");
+    if (rs.status != 413 && !(expect && strcasecmp(expect, "100-continue") == 0) &&
+        !http_declared_over(rq, REFUSED_DRAIN_MAX) && (rq->refused = malloc(sizeof *rq->refused)) != NULL) {
+        *rq->refused = rs;   /* moved: sent by http_access after the body */
+        return MHD_YES;
+    }
+    ok = http_send(rq, &rs);
+out:
+    response_release(&rs);
+    return ok;
+}
+
+/* Sends a refused upload's answer once its body has been read. */
+static enum MHD_Result http_send_refused(struct request *rq)
+{
+    struct response *rs = rq->refused;
+    rq->refused = NULL;
+    enum MHD_Result ok = http_send(rq, rs);
+    response_release(rs);
+    free(rs);
+    return ok;
 }
 
 static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const char *url,
@@ -408,7 +435,8 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
         *con_cls = rq;
         if (rq->route_status == 0 && (rq->sink = routes_upload_sink(rq->match.index)) != NULL)
             return http_upload_begin(rq);
-        if (http_declared_too_large(rq)) {
+        /* Larger than the cap: answer 413 before reading the body. */
+        if (http_declared_over(rq, (unsigned long long)rq->srv->cfg.max_body)) {
             rq->body_too_large = 1;
             return http_dispatch(rq);
         }
@@ -424,6 +452,8 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
         *upload_size = 0;
         return MHD_YES;
     }
+    if (rq->refused)
+        return http_send_refused(rq);
     if (rq->status)   /* already answered (early 413, refused upload) */
         return MHD_YES;
     if (rq->deferred) {   /* resumed: the thread has filled the response */
@@ -456,6 +486,10 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
              why == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted=1");
     if (rq->upload)
         rq->sink->abort(rq);
+    if (rq->refused) {   /* the client left before its body was read */
+        response_release(rq->refused);
+        free(rq->refused);
+    }
     if (rq->was_suspended)
         atomic_fetch_sub(&srv->suspended, 1);
     /* Resumed, then closed before it was sent (client gone, shutdown).  One

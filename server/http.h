@@ -56,6 +56,7 @@ struct request {
     deferred_fn defer_fn;         /* set by request_defer: work left for a thread */
     void *defer_arg;
     struct response *deferred;    /* a deferred or suspended request's response, sent once done */
+    struct response *refused;     /* a refused upload's answer, sent once its body is read */
     atomic_int deferred_done;
     suspend_fn suspend_fn;        /* set by request_suspend: who finishes the request later */
     void *suspend_arg;

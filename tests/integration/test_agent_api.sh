@@ -286,6 +286,24 @@ put_ckpt "$CK/1/stages/0" "$(tok_of 0 1)" "$WORK/stage0.bin"
 expect "replica 1 may not upload its stage's checkpoint" 403 .error.code forbidden
 put_ckpt "$CK/1/stages/0" "$ADMIN" "$WORK/stage0.bin"; expect "nor may the admin" 403
 put_ckpt "$CK/1/stages/0" "$(tok_of 0 0)" "$WORK/stage0.bin" "xyz"; expect "a malformed checksum header is 400" 400 .error.field X-Shoal-SHA256
+# A refused upload's answer waits until its body is read: closing with
+# unread bytes would reset the connection and could destroy the answer.  A
+# client that asked "Expect: 100-continue" is answered at once instead.
+# refused_upload [EXPECT_HEADER]: "<before> <after>": the status line seen
+# within 1 s of the headers, then after the body.
+refused_upload() {
+    local port=${S##*:} before="" after=""
+    exec 3<>"/dev/tcp/127.0.0.1/$port" || return
+    printf 'PUT /v1/jobs/%s/checkpoints/1/stages/0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/octet-stream\r\nContent-Length: 300000\r\n%s\r\n' "$J" "$ADMIN" "${1-}" >&3
+    IFS= read -r -t 1 before <&3
+    [ -z "$before" ] && { cat "$WORK/stage0.bin" >&3 2>/dev/null; IFS= read -r -t 10 after <&3; }
+    exec 3<&- 3>&-
+    before=${before%$'\r'}; after=${after%$'\r'}
+    printf '%s|%s' "${before:-none}" "${after:-none}"
+}
+check "a refused upload is answered after its body, not before" "$(refused_upload)" "none|HTTP/1.1 403 Forbidden"
+check "with Expect: 100-continue it is answered at once" "$(refused_upload $'Expect: 100-continue\r\n')" \
+    "HTTP/1.1 403 Forbidden|none"
 put_ckpt "$S/v1/jobs/424242/checkpoints/1/stages/0" "$(tok_of 0 0)" "$WORK/stage0.bin"; expect "an unknown job is 404" 404
 put_ckpt "$CK/9/stages/0" "$(tok_of 0 0)" "$WORK/stage0.bin"; expect "a step past the job's end is 422" 422 .error.field step
 req GET "$CK" "$ADMIN"
