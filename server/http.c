@@ -404,11 +404,10 @@ out:
     return ok;
 }
 
-/* Sends a refused upload's answer once its body has been read. */
-static enum MHD_Result http_send_refused(struct request *rq)
+/* Sends a response kept on the heap (a deferred one, a refused upload's)
+ * and frees it. */
+static enum MHD_Result http_send_kept(struct request *rq, struct response *rs)
 {
-    struct response *rs = rq->refused;
-    rq->refused = NULL;
     enum MHD_Result ok = http_send(rq, rs);
     response_release(rs);
     free(rs);
@@ -452,8 +451,11 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
         *upload_size = 0;
         return MHD_YES;
     }
-    if (rq->refused)
-        return http_send_refused(rq);
+    if (rq->refused) {   /* its body is read: now the answer */
+        struct response *rs = rq->refused;
+        rq->refused = NULL;
+        return http_send_kept(rq, rs);
+    }
     if (rq->status)   /* already answered (early 413, refused upload) */
         return MHD_YES;
     if (rq->deferred) {   /* resumed: the thread has filled the response */
@@ -461,10 +463,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
             return MHD_YES;
         struct response *rs = rq->deferred;
         rq->deferred = NULL;
-        enum MHD_Result ok = http_send(rq, rs);
-        response_release(rs);
-        free(rs);
-        return ok;
+        return http_send_kept(rq, rs);
     }
     return http_dispatch(rq);
 }
