@@ -60,6 +60,15 @@ start_server() {
     return 1
 }
 
+# start_server_a [ARGS...]: start_server a, then S (its URL), ADMIN and JOIN
+# (its tokens) for the suite.
+start_server_a() {
+    start_server a "$@" || return 1
+    S=$URL_a
+    ADMIN=$(cat "$WORK/a/admin.token")
+    JOIN=$(cat "$WORK/a/join.token")
+}
+
 # stop_server NAME: SIGTERM, wait, and check a clean exit (sanitizers report
 # errors and leaks through the exit status).
 stop_server() {

@@ -18,10 +18,7 @@ check "a bad environment value exits 2" "$rc" 2
 "$SHOAL_SERVER" --no-such-flag >/dev/null 2>&1; rc=$?
 check "an unknown flag exits 2" "$rc" 2
 
-start_server a || exit 1
-S=$URL_a
-ADMIN=$(cat "$WORK/a/admin.token")
-JOIN=$(cat "$WORK/a/join.token")
+start_server_a || exit 1
 
 # ---- probes and documents
 req GET "$S/healthz";            expect "healthz answers ok" 200 .status ok

@@ -30,10 +30,7 @@ SHOTS=${SHOAL_SHOTS_DIR:-$(mktemp -d /tmp/shoal-dashboard.XXXXXX)}
 mkdir -p "$SHOTS"
 
 # Nodes stay live for the whole run without heartbeats (the form schedules a job late).
-start_server a --heartbeat-timeout 3600 || exit 1
-S=$URL_a
-ADMIN=$(cat "$WORK/a/admin.token")
-JOIN=$(cat "$WORK/a/join.token")
+start_server_a --heartbeat-timeout 3600 || exit 1
 
 # header NAME: the value of response header NAME of the last req.
 header() { grep -i "^$1:" "$WORK/headers" | head -n 1 | cut -d' ' -f2- | tr -d '\r'; }

@@ -6,10 +6,7 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 
-start_server a || exit 1
-S=$URL_a
-ADMIN=$(cat "$WORK/a/admin.token")
-JOIN=$(cat "$WORK/a/join.token")
+start_server_a || exit 1
 M="$WORK/metrics"
 
 # scrape: GET /metrics into $M; fails the suite's check if not 200.

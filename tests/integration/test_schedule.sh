@@ -4,10 +4,7 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 
-start_server a || exit 1
-S=$URL_a
-ADMIN=$(cat "$WORK/a/admin.token")
-JOIN=$(cat "$WORK/a/join.token")
+start_server_a || exit 1
 
 # Four nodes in two regions; fast links inside a region, slow across.
 declare -a TOK ID
