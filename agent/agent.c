@@ -47,10 +47,14 @@ struct agent {
 };
 
 /* (job, epoch) of an "assignment" value; job 0 for null. */
-static void assignment_key(const json_t *a, int64_t *job, uint32_t *epoch)
+/* What identifies an assignment: its job and plan epoch, and whether it
+ * may run (0 while the job is recovering: its epoch is being replaced). */
+static void assignment_key(const json_t *a, int64_t *job, uint32_t *epoch, int *runnable)
 {
+    const char *state = json_string_value(json_object_get(a, "state"));
     *job = json_is_object(a) ? json_integer_value(json_object_get(a, "job_id")) : 0;
     *epoch = json_is_object(a) ? (uint32_t)json_integer_value(json_object_get(a, "epoch")) : 0;
+    *runnable = *job > 0 && !(state && strcmp(state, "recovering") == 0);
 }
 
 /* ---- identity ---------------------------------------------------------- */
@@ -191,12 +195,13 @@ static void assignment_publish(struct agent *ag, json_t *a)
 {
     int64_t job;
     uint32_t epoch;
-    assignment_key(a, &job, &epoch);
+    int runnable;
+    assignment_key(a, &job, &epoch, &runnable);
     pthread_mutex_lock(&ag->mu);
     json_decref(ag->assignment);
     ag->assignment = json_incref(a);
     ag->generation++;
-    if (ag->running_job && (job != ag->running_job || epoch != ag->running_epoch))
+    if (ag->running_job && (job != ag->running_job || epoch != ag->running_epoch || !runnable))
         atomic_store(&ag->abort, 1);
     pthread_cond_broadcast(&ag->changed);
     pthread_mutex_unlock(&ag->mu);
@@ -207,7 +212,7 @@ static void *poll_main(void *arg)
     struct agent *ag = arg;
     int64_t job = -1;   /* -1: nothing known yet, answer at once */
     uint32_t epoch = 0;
-    int failing = 0;
+    int runnable = 0, failing = 0;
     while (!atomic_load(ag->stop)) {
         char path[128];
         if (job < 0)
@@ -215,8 +220,8 @@ static void *poll_main(void *arg)
         else if (job == 0)
             snprintf(path, sizeof path, "/v1/agent/assignment?wait=%d", POLL_WAIT_S);
         else
-            snprintf(path, sizeof path, "/v1/agent/assignment?wait=%d&job=%lld&epoch=%u", POLL_WAIT_S,
-                     (long long)job, epoch);
+            snprintf(path, sizeof path, "/v1/agent/assignment?wait=%d&job=%lld&epoch=%u&recovering=%d",
+                     POLL_WAIT_S, (long long)job, epoch, !runnable);
         long status;
         json_t *ans = NULL;
         struct shoal_err e;
@@ -225,12 +230,13 @@ static void *poll_main(void *arg)
         if (rc == 0 && status == 200 && a) {
             int64_t j;
             uint32_t ep;
-            assignment_key(a, &j, &ep);
-            if (j != job || ep != epoch) {
-                log_info("assignment job=%lld epoch=%u", (long long)j, ep);
+            int run;
+            assignment_key(a, &j, &ep, &run);
+            if (j != job || ep != epoch || run != runnable) {
+                log_info("assignment job=%lld epoch=%u%s", (long long)j, ep, j && !run ? " (recovering)" : "");
                 assignment_publish(ag, a);
             }
-            job = j, epoch = ep, failing = 0;
+            job = j, epoch = ep, runnable = run, failing = 0;
         } else if (!atomic_load(ag->stop)) {
             if (!failing++)
                 log_warn("assignment poll failed: %s", rc == 0 && status == 200 ? "no assignment field" : e.message);
@@ -316,8 +322,9 @@ static void run_tasklet(struct agent *ag, const json_t *a)
     ag->running_epoch = as.epoch;
     int64_t job;
     uint32_t epoch;
-    assignment_key(ag->assignment, &job, &epoch);
-    if (job != as.job_id || epoch != as.epoch)
+    int runnable;
+    assignment_key(ag->assignment, &job, &epoch, &runnable);
+    if (job != as.job_id || epoch != as.epoch || !runnable)
         atomic_store(&ag->abort, 1);
     pthread_mutex_unlock(&ag->mu);
     atomic_store(&ag->step, as.resume_step);
@@ -329,7 +336,8 @@ static void run_tasklet(struct agent *ag, const json_t *a)
                              .step = &ag->step };
     enum train_result res = train_run(&env, &as, peer, &e);
     struct shoal_err fe;
-    if (report_flush(ag->reporter, 60, &fe) != 0)
+    /* Stopping: what is not delivered in a moment is not waited for. */
+    if (report_flush(ag->reporter, atomic_load(ag->stop) ? 2 : 60, &fe) != 0)
         log_warn("progress of job=%lld: %s", (long long)as.job_id, fe.message);
     if (res == TRAIN_DONE)
         log_info("tasklet done job=%lld stage=%d replica=%d", (long long)as.job_id, as.stage, as.replica);
@@ -362,8 +370,9 @@ static void work_loop(struct agent *ag)
         pthread_mutex_unlock(&ag->mu);
         int64_t job;
         uint32_t epoch;
-        assignment_key(a, &job, &epoch);
-        if (job && !(job == done_job && epoch == done_epoch)) {
+        int runnable;
+        assignment_key(a, &job, &epoch, &runnable);
+        if (runnable && !(job == done_job && epoch == done_epoch)) {
             run_tasklet(ag, a);
             done_job = job, done_epoch = epoch;
         } else if (!job && ctl_now() >= next_probe && seen >= 1) {

@@ -36,6 +36,30 @@ static int hex_decode(const char *hex, unsigned char *out, size_t max, size_t *l
     return 0;
 }
 
+/* The resume checkpoint's files and their layers: [{stage, layer_start,
+ * layer_end}], by stage; a missing list or null layers leave them unknown
+ * (-1), which means "the same split as now". */
+static int resume_layers(const json_t *files, struct assignment *o, struct shoal_err *err)
+{
+    size_t i;
+    json_t *f;
+    o->resume_stages = (int)json_array_size(files);
+    if (o->resume_stages > ASSIGN_STAGES_MAX)
+        return err_set(err, 502, "bad_assignment", "resume", "the resume point has %d stage files", o->resume_stages);
+    json_array_foreach(files, i, f) {
+        json_t *ls = json_object_get(f, "layer_start"), *le = json_object_get(f, "layer_end");
+        if (json_integer_value(json_object_get(f, "stage")) != (json_int_t)i)
+            return err_set(err, 502, "bad_assignment", "resume", "the resume point's stage files are not in order");
+        o->resume_layers[i].layer_start = json_is_integer(ls) ? (int)json_integer_value(ls) : -1;
+        o->resume_layers[i].layer_end = json_is_integer(le) ? (int)json_integer_value(le) : -1;
+        if (json_is_integer(ls) && (o->resume_layers[i].layer_start < 0 ||
+                                    o->resume_layers[i].layer_end <= o->resume_layers[i].layer_start ||
+                                    o->resume_layers[i].layer_end > o->model.layers))
+            return err_set(err, 502, "bad_assignment", "resume", "the resume point's stage %zu holds no valid layers", i);
+    }
+    return 0;
+}
+
 int assign_parse(const json_t *a, struct assignment *o, struct shoal_err *err)
 {
     json_t *spec, *pipeline, *group, *resume = NULL;
@@ -99,6 +123,7 @@ int assign_parse(const json_t *a, struct assignment *o, struct shoal_err *err)
         if (json_unpack(resume, "{s:I, s:I}", "job_id", &rj, "step", &rs) != 0 || rj < 1 || rs < 0 || rs >= steps)
             return err_set(err, 502, "bad_assignment", "resume", "the assignment's resume point is malformed");
         o->resume_job = rj, o->resume_step = rs;
+        return resume_layers(json_object_get(resume, "stages"), o, err);
     }
     return 0;
 }

@@ -12,6 +12,7 @@
 #include "pipeline.h"
 
 #define ASSIGN_ADDR_MAX 262   /* host:port, as the server validates it */
+#define ASSIGN_STAGES_MAX 1024 /* pipeline stages, as the server validates them */
 
 /* How a stage's data-parallel group sums its gradients; the server picks
  * one per group, so every member agrees. */
@@ -48,6 +49,10 @@ struct assignment {
     char ring_prev[ASSIGN_ADDR_MAX], ring_next[ASSIGN_ADDR_MAX];
     /* start from this complete checkpoint; resume_job 0: from scratch */
     int64_t resume_job, resume_step;
+    /* the layers [start, end) each of its stage files holds, by stage;
+     * resume_stages 0 (or a start of -1) when the server did not say */
+    int resume_stages;
+    struct { int layer_start, layer_end; } resume_layers[ASSIGN_STAGES_MAX];
 };
 
 /* Reads the "assignment" object.  Returns 0, or -1 with err naming what is

@@ -6,6 +6,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../common/log.h"
+#include "../common/sha256.h"
+
 #define CKPT_DEADLINE_S 600.0   /* retrying an upload or download at most this long */
 
 static void ckpt_paths(const char *data_dir, int64_t job_id, int64_t step, int stage, const char *what,
@@ -17,16 +20,23 @@ static void ckpt_paths(const char *data_dir, int64_t job_id, int64_t step, int s
              stage);
 }
 
-int ckpt_upload(const struct ctl *ctl, const char *data_dir, struct kern_stage *st, int64_t job_id,
-                int64_t step, int stage, struct shoal_err *err)
+int ckpt_queue_upload(struct reporter *r, const char *data_dir, struct kern_stage *st, int64_t job_id,
+                      int64_t step, int stage, struct shoal_err *err)
 {
-    char file[4200], path[128], sha[65];
+    char file[4200], path[128], sha[SHA256_HEX], key[48];
     struct kern_err ke = {{0}};
-    int rc = -1;
+    int fd, rc = -1;
+    FILE *f = NULL;
     ckpt_paths(data_dir, job_id, step, stage, "upload", file, sizeof file, path, sizeof path);
-    FILE *f = fopen(file, "wb");
-    if (!f) {
+    snprintf(path + strlen(path), sizeof path - strlen(path), "?layer_start=%d&layer_end=%d",
+             kern_stage_spec(st)->layer_start, kern_stage_spec(st)->layer_end);
+    /* Unique: a step trained again after a re-plan may be saved while its
+     * first save still waits in the queue. */
+    snprintf(file + strlen(file), sizeof file - strlen(file), "-XXXXXX");
+    if ((fd = mkstemp(file)) < 0 || !(f = fdopen(fd, "wb"))) {
         err_set(err, 500, "io_error", NULL, "cannot create %s: %s", file, strerror(errno));
+        if (fd >= 0)
+            close(fd);
         goto out;
     }
     int saved = kern_stage_save(st, f, &ke);
@@ -35,36 +45,128 @@ int ckpt_upload(const struct ctl *ctl, const char *data_dir, struct kern_stage *
                 saved ? ke.msg : strerror(errno));
         goto out;
     }
-    if (ctl_file_sha256(file, sha, err) != 0)
+    if (sha256_file_hex(file, sha, err) != 0)
         goto out;
-    rc = ctl_put_file(ctl, path, file, sha, CKPT_DEADLINE_S, NULL, err);
+    snprintf(key, sizeof key, "job=%lld stage=%d", (long long)job_id, stage);
+    report_put_file(r, path, file, sha, key);
+    return 0;   /* the queue owns the file now */
+out:
+    if (fd >= 0)
+        unlink(file);
+    return rc;
+}
+
+/* Fetches stage file `stage` of checkpoint `step` of job `job_id` (SHA-256
+ * checked) and opens it; *file gets the local path (the caller unlinks). */
+static FILE *fetch(const struct ctl *ctl, const char *data_dir, int64_t job_id, int64_t step, int stage,
+                   char file[4200], char path[128], struct shoal_err *err)
+{
+    ckpt_paths(data_dir, job_id, step, stage, "download", file, 4200, path, 128);
+    if (ctl_get_file(ctl, path, file, CKPT_DEADLINE_S, err) != 0)
+        return NULL;
+    FILE *f = fopen(file, "rb");
+    if (!f)
+        err_set(err, 500, "io_error", NULL, "cannot open %s: %s", file, strerror(errno));
+    return f;
+}
+
+/* Loads stage file `stage` into `st`, which holds the same layers. */
+static int load_same(const struct ctl *ctl, const char *data_dir, struct kern_stage *st, int64_t job_id,
+                     int64_t step, int stage, struct shoal_err *err)
+{
+    char file[4200], path[128];
+    struct kern_err ke = {{0}};
+    int rc = -1;
+    FILE *f = fetch(ctl, data_dir, job_id, step, stage, file, path, err);
+    if (!f)
+        goto out;
+    rc = kern_stage_load(st, f, &ke);
+    fclose(f);
+    if (rc != 0)
+        err_set(err, 422, "bad_checkpoint", NULL, "checkpoint %s of job %lld: %s", path, (long long)job_id, ke.msg);
 out:
     unlink(file);
     return rc;
 }
 
-int ckpt_download(const struct ctl *ctl, const char *data_dir, struct kern_stage *st, int64_t job_id,
-                  int64_t step, int stage, struct shoal_err *err)
+/* Loads stage file `stage` into a new cpu stage built from its header, as
+ * a source for kern_stage_assemble; *out NULL on error. */
+static int load_source(const struct ctl *ctl, const char *data_dir, int64_t job_id, int64_t step, int stage,
+                       struct kern_stage **out, struct shoal_err *err)
 {
     char file[4200], path[128];
     struct kern_err ke = {{0}};
+    struct kern_model m;
+    struct kern_device cpu = { KERN_CPU, 0 };
+    struct kern_stage_spec sp = { .micro_batch = 1, .seq_len = 1, .in_flight = 1 };
     int rc = -1;
-    ckpt_paths(data_dir, job_id, step, stage, "download", file, sizeof file, path, sizeof path);
-    if (ctl_get_file(ctl, path, file, CKPT_DEADLINE_S, err) != 0)
+    *out = NULL;
+    FILE *f = fetch(ctl, data_dir, job_id, step, stage, file, path, err);
+    if (!f)
         goto out;
-    FILE *f = fopen(file, "rb");
-    if (!f) {
-        err_set(err, 500, "io_error", NULL, "cannot open %s: %s", file, strerror(errno));
-        goto out;
-    }
-    rc = kern_stage_load(st, f, &ke);
+    rc = kern_stage_file_peek(f, &m, &sp, &ke) || kern_stage_new(&cpu, &m, &sp, out, &ke) ||
+         kern_stage_load(*out, f, &ke) ? -1 : 0;
     fclose(f);
-    if (rc != 0)
+    if (rc != 0) {
         err_set(err, 422, "bad_checkpoint", NULL, "checkpoint %s of job %lld: %s", path, (long long)job_id, ke.msg);
-    else if (kern_stage_step(st) != (uint64_t)step)
-        rc = err_set(err, 422, "bad_checkpoint", NULL, "checkpoint %s holds step %llu, not %lld", path,
-                     (unsigned long long)kern_stage_step(st), (long long)step);
+        kern_stage_free(*out);
+        *out = NULL;
+    }
 out:
     unlink(file);
+    return rc;
+}
+
+/* 1 when stage file `s` of the checkpoint holds a tensor `sp` needs: some
+ * of its layers, or the embeddings (file 0) or the head (the last file). */
+static int file_needed(const struct assignment *as, int s, const struct kern_stage_spec *sp)
+{
+    int ls = as->resume_layers[s].layer_start, le = as->resume_layers[s].layer_end;
+    return (ls < sp->layer_end && le > sp->layer_start) || (sp->first && s == 0) ||
+           (sp->last && s == as->resume_stages - 1);
+}
+
+int ckpt_restore(const struct ctl *ctl, const char *data_dir, struct kern_stage *st, const struct assignment *as,
+                 struct shoal_err *err)
+{
+    const struct kern_stage_spec *sp = kern_stage_spec(st);
+    struct kern_stage *src[ASSIGN_STAGES_MAX];
+    struct kern_err ke = {{0}};
+    int n = 0, rc = -1, P = as->resume_stages, known = P > 0;
+    for (int s = 0; s < P; s++)
+        known = known && as->resume_layers[s].layer_start >= 0;
+    if (!known && P != as->stages)
+        return err_set(err, 422, "bad_checkpoint", NULL, "the checkpoint of job %lld at step %lld has %d stage "
+                       "files for %d stages and does not say which layers they hold", (long long)as->resume_job,
+                       (long long)as->resume_step, P, as->stages);
+    if (!known || (P == as->stages && as->resume_layers[as->stage].layer_start == sp->layer_start &&
+                   as->resume_layers[as->stage].layer_end == sp->layer_end)) {
+        if (load_same(ctl, data_dir, st, as->resume_job, as->resume_step, as->stage, err) != 0)
+            return -1;
+    } else {
+        for (int s = 0; s < P; s++) {
+            if (!file_needed(as, s, sp))
+                continue;
+            if (load_source(ctl, data_dir, as->resume_job, as->resume_step, s, &src[n], err) != 0)
+                goto out;
+            n++;
+        }
+        if (kern_stage_assemble(st, src, n, &ke) != 0) {
+            err_set(err, 422, "bad_checkpoint", NULL, "checkpoint of job %lld at step %lld: %s",
+                    (long long)as->resume_job, (long long)as->resume_step, ke.msg);
+            goto out;
+        }
+        log_info("checkpoint job=%lld step=%lld assembled for layers %d..%d from %d stage files",
+                 (long long)as->resume_job, (long long)as->resume_step, sp->layer_start, sp->layer_end - 1, n);
+    }
+    if (kern_stage_step(st) != (uint64_t)as->resume_step) {
+        err_set(err, 422, "bad_checkpoint", NULL, "the checkpoint of job %lld at step %lld holds step %llu",
+                (long long)as->resume_job, (long long)as->resume_step, (unsigned long long)kern_stage_step(st));
+        goto out;
+    }
+    rc = 0;
+out:
+    for (int k = 0; k < n; k++)
+        kern_stage_free(src[k]);
     return rc;
 }

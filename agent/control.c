@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -14,6 +13,7 @@
 
 #include "../common/buf.h"
 #include "../common/log.h"
+#include "../common/sha256.h"
 
 #define BACKOFF_FIRST_S 0.25
 #define BACKOFF_MAX_S 15.0
@@ -284,36 +284,6 @@ out:
     return rc;
 }
 
-int ctl_file_sha256(const char *file, char hex[65], struct shoal_err *err)
-{
-    unsigned char md[32], chunk[1 << 16];
-    unsigned len = 0;
-    int rc = -1;
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    FILE *f = fopen(file, "rb");
-    if (!f || !ctx) {
-        err_set(err, 500, "io_error", NULL, "cannot open %s: %s", file, strerror(errno));
-        goto out;
-    }
-    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
-    size_t n;
-    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        EVP_DigestUpdate(ctx, chunk, n);
-    if (ferror(f)) {
-        err_set(err, 500, "io_error", NULL, "cannot read %s", file);
-        goto out;
-    }
-    EVP_DigestFinal_ex(ctx, md, &len);
-    for (int i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", md[i]);
-    rc = 0;
-out:
-    if (f)
-        fclose(f);
-    EVP_MD_CTX_free(ctx);
-    return rc;
-}
-
 int ctl_get_file(const struct ctl *c, const char *path, const char *file, double deadline_s,
                  struct shoal_err *err)
 {
@@ -337,7 +307,7 @@ int ctl_get_file(const struct ctl *c, const char *path, const char *file, double
         err_set(err, 502, "checksum_missing", NULL, "the server sent %s without an X-Shoal-SHA256 header", path);
         goto out;
     }
-    if (ctl_file_sha256(file, got, err) != 0)
+    if (sha256_file_hex(file, got, err) != 0)
         goto out;
     if (strcmp(got, k.sha_header) != 0) {
         err_set(err, 422, "checksum_mismatch", NULL, "%s: SHA-256 %s does not match the server's %s", path, got,

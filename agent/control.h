@@ -49,9 +49,6 @@ int ctl_put_file(const struct ctl *c, const char *path, const char *file, const 
 int ctl_get_file(const struct ctl *c, const char *path, const char *file, double deadline_s,
                  struct shoal_err *err);
 
-/* Lowercase hex SHA-256 of a whole file.  Returns 0, or -1 with err set. */
-int ctl_file_sha256(const char *file, char hex[65], struct shoal_err *err);
-
 /* Copies `token` into out, or when it is "" reads the first line of
  * `file` ("" too: fails with 401 "no_token" and `missing_hint` as the
  * message).  The result must look like a token (token_well_formed). */

@@ -4,12 +4,18 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../common/log.h"
 
+/* One POST of a JSON body, or one PUT of a file (file != NULL). */
 struct pending {
     char path[128];
     json_t *body;
+    char *file;                 /* owned: removed when the entry goes */
+    char sha256[65];
+    char key[48];               /* a file upload's supersede key */
+    int replaced;               /* a newer upload took its place: skip it */
 };
 
 struct reporter {
@@ -26,6 +32,15 @@ struct reporter {
     int has_refused;
 };
 
+static void pending_free(struct pending *p)
+{
+    json_decref(p->body);
+    if (p->file) {
+        unlink(p->file);
+        free(p->file);
+    }
+}
+
 static void *report_thread(void *arg)
 {
     struct reporter *r = arg;
@@ -39,15 +54,22 @@ static void *report_thread(void *arg)
         r->sending = 1;
         pthread_mutex_unlock(&r->mu);
         struct shoal_err e;
+        int rc = 0;
         /* deadline 0: until it is answered or we are told to stop */
-        int rc = ctl_call_retry(&r->ctl, "POST", p.path, p.body, 30, 0, NULL, &e);
+        if (p.replaced)
+            rc = 0;
+        else if (p.file)
+            rc = ctl_put_file(&r->ctl, p.path, p.file, p.sha256, 0, NULL, &e);
+        else
+            rc = ctl_call_retry(&r->ctl, "POST", p.path, p.body, 30, 0, NULL, &e);
         pthread_mutex_lock(&r->mu);
         if (rc != 0 && !r->stopping) {
-            log_warn("progress post refused path=%s reason=\"%s\"", p.path, e.message);
+            log_warn("%s refused path=%s reason=\"%s\"", p.file ? "checkpoint upload" : "progress post", p.path,
+                     e.message);
             r->refused = e;
             r->has_refused = 1;
         }
-        json_decref(p.body);
+        pending_free(&p);
         r->head = (r->head + 1) % r->cap;
         r->count--;
         r->sending = 0;
@@ -80,22 +102,51 @@ int report_start(const struct ctl *ctl, int max_pending, struct reporter **out, 
     return 0;
 }
 
-void report_post(struct reporter *r, const char *path, json_t *body)
+/* Appends `in` (taken over) once there is room; frees it if stopping.
+ * A file upload first marks the waiting ones with its key replaced. */
+static void report_enqueue(struct reporter *r, struct pending *in)
 {
     pthread_mutex_lock(&r->mu);
     while (r->count == r->cap && !r->stopping)
         pthread_cond_wait(&r->changed, &r->mu);
     if (r->stopping) {
         pthread_mutex_unlock(&r->mu);
-        json_decref(body);
+        pending_free(in);
         return;
     }
-    struct pending *p = &r->ring[(r->head + r->count) % r->cap];
-    snprintf(p->path, sizeof p->path, "%s", path);
-    p->body = body;
+    for (int i = r->sending; in->file && i < r->count; i++) {
+        struct pending *q = &r->ring[(r->head + i) % r->cap];
+        if (q->file && !q->replaced && strcmp(q->key, in->key) == 0) {
+            log_info("checkpoint upload path=%s replaced by path=%s before it was sent", q->path, in->path);
+            q->replaced = 1;
+        }
+    }
+    r->ring[(r->head + r->count) % r->cap] = *in;
     r->count++;
     pthread_cond_broadcast(&r->changed);
     pthread_mutex_unlock(&r->mu);
+}
+
+void report_post(struct reporter *r, const char *path, json_t *body)
+{
+    struct pending p = { .body = body };
+    snprintf(p.path, sizeof p.path, "%s", path);
+    report_enqueue(r, &p);
+}
+
+void report_put_file(struct reporter *r, const char *path, const char *file, const char *sha256,
+                     const char *supersede_key)
+{
+    struct pending p = { .file = strdup(file) };
+    if (!p.file) {
+        log_error("out of memory queueing checkpoint upload path=%s", path);
+        unlink(file);
+        return;
+    }
+    snprintf(p.path, sizeof p.path, "%s", path);
+    snprintf(p.sha256, sizeof p.sha256, "%s", sha256);
+    snprintf(p.key, sizeof p.key, "%s", supersede_key);
+    report_enqueue(r, &p);
 }
 
 int report_flush(struct reporter *r, double timeout_s, struct shoal_err *err)
@@ -108,8 +159,8 @@ int report_flush(struct reporter *r, double timeout_s, struct shoal_err *err)
         pthread_cond_timedwait(&r->changed, &r->mu, &ts);
     }
     if (r->count > 0)
-        rc = err_set(err, 503, "server_unreachable", NULL, "%d progress reports could not be delivered in %.0f s",
-                     r->count, timeout_s);
+        rc = err_set(err, 503, "server_unreachable", NULL, "%d progress reports or checkpoint uploads could not be "
+                     "delivered in %.0f s", r->count, timeout_s);
     else if (r->has_refused) {
         *err = r->refused;
         r->has_refused = 0;
@@ -130,7 +181,7 @@ void report_stop(struct reporter *r)
     pthread_mutex_unlock(&r->mu);
     pthread_join(r->thread, NULL);
     for (int i = 0; i < r->count; i++)
-        json_decref(r->ring[(r->head + i) % r->cap].body);
+        pending_free(&r->ring[(r->head + i) % r->cap]);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->changed);
     free(r->ring);

@@ -1,11 +1,16 @@
-/* report.h - progress posts that never hold up training: a thread sends
- * queued JSON bodies in order, retrying while the server is unreachable.
+/* report.h - what the agent tells the server without holding up training:
+ * progress posts and checkpoint uploads.  A thread sends them in order,
+ * retrying while the server is unreachable, so a server that restarts
+ * costs the data plane nothing.
  *
  * The queue is bounded; a post into a full queue waits for room (training
- * slows down rather than losing a step's record).  The server treats a
- * repeated post as a duplicate, so a retry after a lost answer is safe.  An
- * answer below 500 that is not 2xx is final: the body is dropped, logged,
- * and the error kept for report_flush. */
+ * slows down rather than losing a step's record).  A checkpoint upload is
+ * a local file the queue owns and removes once sent; a newer checkpoint of
+ * the same job and stage replaces one still waiting (only the newest is
+ * worth having, and the disk holds at most two per stage).  The server
+ * treats a repeated post or upload as a duplicate, so a retry after a lost
+ * answer is safe.  An answer below 500 that is not 2xx is final: the entry
+ * is dropped, logged, and the error kept for report_flush. */
 #ifndef SHOAL_AGENT_REPORT_H
 #define SHOAL_AGENT_REPORT_H
 
@@ -21,6 +26,12 @@ int report_start(const struct ctl *ctl, int max_pending, struct reporter **out, 
 
 /* Queues POST `path` with `body` (stolen). */
 void report_post(struct reporter *r, const char *path, json_t *body);
+
+/* Queues PUT `path` of the local file `file` (taken over: removed once
+ * sent, refused, replaced or abandoned) whose SHA-256 is `sha256`.
+ * `supersede_key` names what a newer upload replaces ("job=J stage=S"). */
+void report_put_file(struct reporter *r, const char *path, const char *file, const char *sha256,
+                     const char *supersede_key);
 
 /* Waits up to timeout_s until the queue is empty.  Returns 0, or -1 with err
  * set: the queue did not drain, or a post was refused since the last flush. */

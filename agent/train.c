@@ -53,6 +53,62 @@ static int peer_failed(struct tasklet *k, const char *addr)
     return -1;
 }
 
+/* Waits on a neighbour last at most --peer-timeout in all, in slices of
+ * this many ms, so that a changed assignment (the job is recovering) stops
+ * the tasklet within a slice instead of at the timeout. */
+#define TRAIN_WAIT_SLICE_MS 250
+
+/* 1 when the tasklet should stop: its assignment changed, or the agent
+ * is shutting down (SIGTERM). */
+static int stopping(const struct tasklet *k)
+{
+    return atomic_load(k->env->abort) || (k->env->ctl->stop && atomic_load(k->env->ctl->stop));
+}
+
+/* After a call on stream `s` failed with one slice: 0 to wait another
+ * slice, else -1 with err set (a real failure, the assignment changed, or
+ * the whole timeout has passed). */
+static int wait_more(const struct tasklet *k, const struct peer_stream *s, int *left_ms, int slice_ms,
+                     struct shoal_err *err)
+{
+    if (strcmp(err->code, "peer_timeout") != 0)
+        return -1;
+    if ((*left_ms -= slice_ms) <= 0)
+        return err_set(err, err->status, "peer_timeout", NULL, "peer %s did not keep up within %d s (--peer-timeout)",
+                       peer_stream_addr(s), k->env->peer_timeout_ms / 1000);
+    if (stopping(k))
+        return err_set(err, 503, "aborted", NULL, "the assignment changed or the agent is stopping while waiting "
+                       "on a neighbour");
+    return 0;
+}
+
+/* peer_stream_recv of the frame (kind, t, m) into payload, within the peer
+ * timeout (see TRAIN_WAIT_SLICE_MS). */
+static int stream_recv(const struct tasklet *k, struct peer_stream *s, uint16_t kind, uint64_t t, uint32_t m,
+                       void *payload, size_t len, struct shoal_err *err)
+{
+    for (int left = k->env->peer_timeout_ms;;) {
+        int slice = left < TRAIN_WAIT_SLICE_MS ? left : TRAIN_WAIT_SLICE_MS;
+        if (peer_stream_recv(s, kind, t, m, payload, len, slice, err) == 0)
+            return 0;
+        if (wait_more(k, s, &left, slice, err) != 0)
+            return -1;
+    }
+}
+
+/* peer_stream_send within the peer timeout (see TRAIN_WAIT_SLICE_MS). */
+static int stream_send(const struct tasklet *k, struct peer_stream *s, const struct wire_frame *f,
+                       const void *payload, struct shoal_err *err)
+{
+    for (int left = k->env->peer_timeout_ms;;) {
+        int slice = left < TRAIN_WAIT_SLICE_MS ? left : TRAIN_WAIT_SLICE_MS;
+        if (peer_stream_send(s, f, payload, slice, err) == 0)
+            return 0;
+        if (wait_more(k, s, &left, slice, err) != 0)
+            return -1;
+    }
+}
+
 static int kern_failed(const struct kern_err *ke, struct shoal_err *err)
 {
     return err_set(err, 500, "device_error", NULL, "%s", ke->msg);
@@ -69,7 +125,7 @@ static int dial_until(struct tasklet *k, const char *addr, int stage, int replic
     for (;;) {
         if (peer_dial(addr, &k->auth, want, 5000, out, err) == 0)
             return 0;
-        if (atomic_load(k->env->abort) || ctl_now() > until)
+        if (stopping(k) || ctl_now() > until)
             return peer_failed(k, addr);
         ctl_sleep(k->env->ctl, 0.2);
     }
@@ -126,8 +182,7 @@ static int forward(struct tasklet *k, uint64_t t, int m, struct shoal_err *err)
         if (as->stage == 0)
             input = k->tokens;
     }
-    if (k->prev && peer_stream_recv(k->prev, WIRE_ACTIVATION, t, (uint32_t)m, k->x, k->btc * sizeof(float),
-                                    k->env->peer_timeout_ms, err) != 0)
+    if (k->prev && stream_recv(k, k->prev, WIRE_ACTIVATION, t, (uint32_t)m, k->x, k->btc * sizeof(float), err) != 0)
         return peer_failed(k, peer_stream_addr(k->prev));
     double t0 = ctl_now();
     float loss;
@@ -143,7 +198,7 @@ static int forward(struct tasklet *k, uint64_t t, int m, struct shoal_err *err)
                             .micro_batch = (uint32_t)m, .step = t, .ndim = 3,
                             .shape = { (uint32_t)B, (uint32_t)T, (uint32_t)as->model.d_model },
                             .payload_len = k->btc * sizeof(float) };
-    if (peer_stream_send(k->next, &f, k->y, k->env->peer_timeout_ms, err) != 0)
+    if (stream_send(k, k->next, &f, k->y, err) != 0)
         return peer_failed(k, peer_stream_addr(k->next));
     return 0;
 }
@@ -156,8 +211,7 @@ static int backward(struct tasklet *k, uint64_t t, int m, struct shoal_err *err)
     float dloss = 1.0f / (float)(as->micro_batches * as->replicas);
     const float *grad_output = &dloss;
     if (k->next) {
-        if (peer_stream_recv(k->next, WIRE_ACTIVATION_GRAD, t, (uint32_t)m, k->y, k->btc * sizeof(float),
-                             k->env->peer_timeout_ms, err) != 0)
+        if (stream_recv(k, k->next, WIRE_ACTIVATION_GRAD, t, (uint32_t)m, k->y, k->btc * sizeof(float), err) != 0)
             return peer_failed(k, peer_stream_addr(k->next));
         grad_output = k->y;
     }
@@ -173,7 +227,7 @@ static int backward(struct tasklet *k, uint64_t t, int m, struct shoal_err *err)
                             .shape = { (uint32_t)sp->micro_batch, (uint32_t)sp->seq_len,
                                        (uint32_t)as->model.d_model },
                             .payload_len = k->btc * sizeof(float) };
-    if (peer_stream_send(k->prev, &f, k->x, k->env->peer_timeout_ms, err) != 0)
+    if (stream_send(k, k->prev, &f, k->x, err) != 0)
         return peer_failed(k, peer_stream_addr(k->prev));
     return 0;
 }
@@ -246,22 +300,21 @@ static int global_norm2(struct tasklet *k, uint64_t t, double *total, struct sho
     const struct assignment *as = k->as;
     struct kern_err ke = {{0}};
     double mine, below = 0;
-    int ms = k->env->peer_timeout_ms;
     struct wire_frame f = { .kind = WIRE_GRAD_NORM, .dtype = WIRE_BYTES, .job_id = as->job_id, .epoch = as->epoch,
                             .step = t, .payload_len = sizeof(double) };
     if (kern_stage_grad_norm2(k->st, &mine, &ke) != 0)
         return kern_failed(&ke, err);
-    if (k->prev && peer_stream_recv(k->prev, WIRE_GRAD_NORM, t, 0, &below, sizeof below, ms, err) != 0)
+    if (k->prev && stream_recv(k, k->prev, WIRE_GRAD_NORM, t, 0, &below, sizeof below, err) != 0)
         return peer_failed(k, peer_stream_addr(k->prev));
     *total = below + mine;
     if (k->next) {
-        if (peer_stream_send(k->next, &f, total, ms, err) != 0)
+        if (stream_send(k, k->next, &f, total, err) != 0)
             return peer_failed(k, peer_stream_addr(k->next));
-        if (peer_stream_recv(k->next, WIRE_GRAD_NORM, t, 1, total, sizeof *total, ms, err) != 0)
+        if (stream_recv(k, k->next, WIRE_GRAD_NORM, t, 1, total, sizeof *total, err) != 0)
             return peer_failed(k, peer_stream_addr(k->next));
     }
     f.micro_batch = 1;
-    if (k->prev && peer_stream_send(k->prev, &f, total, ms, err) != 0)
+    if (k->prev && stream_send(k, k->prev, &f, total, err) != 0)
         return peer_failed(k, peer_stream_addr(k->prev));
     return 0;
 }
@@ -330,7 +383,7 @@ static int train_step(struct tasklet *k, uint64_t t, struct shoal_err *err)
     int64_t done = (int64_t)t + 1;
     if (as->replica == 0 && (done == as->steps ||
                              (as->checkpoint_interval > 0 && done % as->checkpoint_interval == 0)) &&
-        ckpt_upload(k->env->ctl, k->env->data_dir, k->st, as->job_id, done, as->stage, err) != 0)
+        ckpt_queue_upload(k->env->reporter, k->env->data_dir, k->st, as->job_id, done, as->stage, err) != 0)
         return -1;
     take_waits(k);
     post_progress(k, t, ctl_now() - start);
@@ -369,8 +422,7 @@ static int tasklet_open(struct tasklet *k, struct shoal_err *err)
         k->have_data = 1;
     }
     if (as->resume_job > 0) {
-        if (ckpt_download(k->env->ctl, k->env->data_dir, k->st, as->resume_job, as->resume_step, as->stage,
-                          err) != 0)
+        if (ckpt_restore(k->env->ctl, k->env->data_dir, k->st, as, err) != 0)
             return -1;
         log_info("resumed job=%lld stage=%d from job=%lld step=%lld", (long long)as->job_id, as->stage,
                  (long long)as->resume_job, (long long)as->resume_step);
@@ -412,7 +464,7 @@ enum train_result train_run(const struct train_env *env, const struct assignment
     log_info("tasklet connected job=%lld epoch=%u stage=%d replica=%d layers=%d..%d", (long long)as->job_id,
              as->epoch, as->stage, as->replica, as->layer_start, as->layer_end);
     for (uint64_t t = (uint64_t)as->resume_step; t < (uint64_t)as->steps; t++) {
-        if (atomic_load(env->abort)) {
+        if (stopping(&k)) {
             res = TRAIN_ABORTED;
             goto out;
         }
@@ -426,7 +478,7 @@ enum train_result train_run(const struct train_env *env, const struct assignment
         goto out;
     res = TRAIN_DONE;
 out:
-    if (res == TRAIN_FAILED && atomic_load(env->abort))
+    if (res == TRAIN_FAILED && stopping(&k))
         res = TRAIN_ABORTED;
     peer_listener_expect(env->listener, NULL);
     snprintf(failed_peer, ASSIGN_ADDR_MAX, "%s", k.failed_peer);

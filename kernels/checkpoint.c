@@ -198,3 +198,82 @@ out:
         free(buf[i]);
     return rc;
 }
+
+/* Index of the tensor named `name` in `st`, or -1. */
+static int tensor_index(const struct kern_stage *st, const char *name)
+{
+    for (int i = 0; i < st->n_tensors; i++)
+        if (strcmp(st->tensors[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+int kern_stage_assemble(struct kern_stage *st, struct kern_stage *const *sources, int n_sources,
+                        struct kern_err *err)
+{
+    static const enum kern_buffer order[3] = {KERN_PARAMS, KERN_ADAM_M, KERN_ADAM_V};
+    float *dst[3] = {NULL, NULL, NULL}, *src[3] = {NULL, NULL, NULL};
+    char *filled = calloc((size_t)st->n_tensors + 1, 1);
+    int rc = -1, have = 0;
+    for (int b = 0; b < 3; b++)
+        dst[b] = malloc(st->n_params * sizeof(float));
+    if (!filled || !dst[0] || !dst[1] || !dst[2]) {
+        kern_fail(err, "assemble: out of memory");
+        goto out;
+    }
+    for (int k = 0; k < n_sources; k++) {
+        const struct kern_stage *from = sources[k];
+        if (memcmp(&from->model, &st->model, sizeof st->model) != 0) {
+            kern_fail(err, "assemble: source %d is of another model", k);
+            goto out;
+        }
+        if (from->step != sources[0]->step) {
+            kern_fail(err, "assemble: source %d is at step %llu, source 0 at step %llu", k,
+                      (unsigned long long)from->step, (unsigned long long)sources[0]->step);
+            goto out;
+        }
+        for (int b = 0; b < 3; b++) {
+            free(src[b]);
+            if (!(src[b] = malloc(from->n_params * sizeof(float)))) {
+                kern_fail(err, "assemble: out of memory");
+                goto out;
+            }
+            if (from->ops->read((struct kern_stage *)from, order[b], src[b], err))
+                goto out;
+        }
+        for (int i = 0; i < st->n_tensors; i++) {
+            const struct kern_tensor *t = &st->tensors[i];
+            int j = filled[i] ? -1 : tensor_index(from, t->name);
+            if (j < 0)
+                continue;
+            if (from->tensors[j].count != t->count) {
+                kern_fail(err, "assemble: tensor %s has %zu floats in source %d, %zu here", t->name,
+                          from->tensors[j].count, k, t->count);
+                goto out;
+            }
+            for (int b = 0; b < 3; b++)
+                memcpy(dst[b] + t->offset, src[b] + from->tensors[j].offset, t->count * sizeof(float));
+            filled[i] = 1;
+            have++;
+        }
+    }
+    for (int i = 0; have < st->n_tensors && i < st->n_tensors; i++) {
+        if (!filled[i]) {
+            kern_fail(err, "assemble: no source holds tensor %s", st->tensors[i].name);
+            goto out;
+        }
+    }
+    for (int b = 0; b < 3; b++)
+        if (st->ops->write(st, order[b], dst[b], err))
+            goto out;
+    st->step = n_sources > 0 ? sources[0]->step : 0;
+    kern_stage_drop_in_flight(st);
+    rc = 0;
+out:
+    for (int b = 0; b < 3; b++) {
+        free(dst[b]);
+        free(src[b]);
+    }
+    free(filled);
+    return rc;
+}

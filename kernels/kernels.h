@@ -164,6 +164,16 @@ int kern_stage_write(struct kern_stage *st, enum kern_buffer which, const float 
 int kern_stage_save(struct kern_stage *st, FILE *f, struct kern_err *err);
 int kern_stage_load(struct kern_stage *st, FILE *f, struct kern_err *err);
 
+/* Fills st's parameters and both AdamW moments, tensor by tensor (by name:
+ * "h3.qkvw" is block 3's wherever it lives), from `sources`: stages of the
+ * same model that between them hold every tensor of st, typically loaded
+ * from the stage files of a checkpoint taken under another layer split.
+ * All sources must be at the same AdamW step, which st takes.  Any
+ * backends.  Fails, changing nothing, when a tensor is missing or of
+ * another size, the models differ, or the steps do. */
+int kern_stage_assemble(struct kern_stage *st, struct kern_stage *const *sources, int n_sources,
+                        struct kern_err *err);
+
 /* Reads a stage file's header: the model and the layer range and first/last
  * flags it holds (into spec; the other spec fields are left alone), so a
  * stage that can load it can be built.  The file position is back at the

@@ -13,17 +13,22 @@
  * all stages, "group" its stage across all replicas.  "allreduce" is how the
  * group sums its gradients: "nccl" when every member registered a GPU (an
  * agent built with CUDA has NCCL), else "ring" (TCP, on host memory), so
- * that every member of a group decides the same way. */
+ * that every member of a group decides the same way.  "resume" is the
+ * checkpoint the epoch starts from: the job's own (a re-plan, planner.h),
+ * else its spec's resume_from, else null (step 0); with the layers each of
+ * its stage files holds, since a re-plan may split the layers otherwise. */
 #define ASSIGNMENT_SQL \
     "WITH me AS (SELECT node_id, ord FROM unnest($1::bigint[]) WITH ORDINALITY AS t(node_id, ord))," \
     " cur AS (SELECT DISTINCT ON (a.node_id) a.node_id, j.id AS job_id, j.plan_epoch AS epoch, j.state," \
-    "   j.spec, j.peer_secret, j.stages, j.replicas, a.plan_id, a.stage, a.replica, a.layer_start, a.layer_end" \
+    "   j.spec, j.peer_secret, j.stages, j.replicas, a.plan_id, p.resume_step, a.stage, a.replica," \
+    "   a.layer_start, a.layer_end" \
     "   FROM assignments a JOIN plans p ON p.id = a.plan_id" \
     "   JOIN jobs j ON j.id = p.job_id AND j.plan_epoch = p.epoch" \
     "   WHERE a.node_id IN (SELECT node_id FROM me)" \
     "     AND j.state IN ('scheduled', 'running', 'recovering')" \
     "   ORDER BY a.node_id, j.id DESC)" \
-    " SELECT me.node_id, coalesce(c.job_id, 0), coalesce(c.epoch, 0), json_build_object('assignment'," \
+    " SELECT me.node_id, coalesce(c.job_id, 0), coalesce(c.epoch, 0), coalesce(c.state = 'recovering', false)," \
+    "  json_build_object('assignment'," \
     "  CASE WHEN c.job_id IS NOT NULL THEN json_build_object(" \
     "   'job_id', c.job_id, 'epoch', c.epoch, 'state', c.state, 'stage', c.stage, 'replica', c.replica," \
     "   'stages', c.stages, 'replicas', c.replicas, 'layer_start', c.layer_start, 'layer_end', c.layer_end," \
@@ -40,7 +45,14 @@
     "   'allreduce', (SELECT CASE WHEN bool_and(n.gpu_count > 0) THEN 'nccl' ELSE 'ring' END" \
     "     FROM assignments a JOIN nodes n ON n.id = a.node_id" \
     "     WHERE a.plan_id = c.plan_id AND a.stage = c.stage)," \
-    "   'resume', CASE WHEN jsonb_typeof(c.spec->'resume_from') = 'object' THEN c.spec->'resume_from' END)" \
+    "   'resume', (SELECT json_build_object('job_id', r.job_id, 'step', r.step, 'stages'," \
+    "       (SELECT coalesce(json_agg(json_build_object('stage', k.stage, 'layer_start', k.layer_start," \
+    "         'layer_end', k.layer_end) ORDER BY k.stage), '[]') FROM checkpoints k" \
+    "        WHERE k.job_id = r.job_id AND k.step = r.step))" \
+    "     FROM (SELECT CASE WHEN c.resume_step IS NOT NULL THEN c.job_id" \
+    "         ELSE (c.spec->'resume_from'->>'job_id')::bigint END AS job_id," \
+    "       coalesce(c.resume_step, (c.spec->'resume_from'->>'step')::bigint) AS step" \
+    "       WHERE c.resume_step IS NOT NULL OR jsonb_typeof(c.spec->'resume_from') = 'object') r))" \
     "  END)" \
     " FROM me LEFT JOIN cur c ON c.node_id = me.node_id ORDER BY me.ord"
 
@@ -75,7 +87,8 @@ int assignment_query(PGconn *c, const int64_t *nodes, int n, struct assignment_a
         a->node_id = strtoll(PQgetvalue(r, filled, 0), NULL, 10);
         a->job_id = strtoll(PQgetvalue(r, filled, 1), NULL, 10);
         a->epoch = strtoll(PQgetvalue(r, filled, 2), NULL, 10);
-        a->body = json_loads(PQgetvalue(r, filled, 3), 0, &je);
+        a->recovering = PQgetvalue(r, filled, 3)[0] == 't';
+        a->body = json_loads(PQgetvalue(r, filled, 4), 0, &je);
         if (!a->body) {
             err_set(err, 500, "internal", NULL, "database returned bad JSON: %s", je.text);
             goto out;

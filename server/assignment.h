@@ -17,6 +17,7 @@ struct assignment_answer {
     int64_t node_id;
     int64_t job_id;     /* 0: no assignment */
     int64_t epoch;      /* the job's plan epoch; 0 with no assignment */
+    int recovering;     /* 1: the job is recovering (the epoch is being replaced) */
     json_t *body;       /* {"assignment": {...} or null}, owned */
 };
 

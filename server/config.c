@@ -32,7 +32,10 @@ static const struct opt opts[] = {
     { "--max-body", "SHOAL_MAX_BODY", LONG(max_body, 1024, 1L << 30), "1048576",
       "largest request body accepted, bytes (larger: 413)" },
     { "--heartbeat-timeout", "SHOAL_HEARTBEAT_TIMEOUT", LONG(heartbeat_timeout, 1, 86400), "60",
-      "seconds since a node's last heartbeat after which the scheduler leaves it out" },
+      "seconds since a node's last heartbeat after which it is lost: the scheduler leaves it out and its "
+      "job is re-planned" },
+    { "--max-recoveries", "SHOAL_MAX_RECOVERIES", LONG(max_recoveries, 0, 1000000), "10",
+      "times a job is re-planned after a failure or a lost node before it fails for good" },
     { "--max-long-polls", "SHOAL_MAX_LONG_POLLS", LONG(max_long_polls, 0, 1000000), "4096",
       "assignment long-polls this server holds at once; beyond it they are answered without waiting" },
     { "--max-checkpoint-bytes", "SHOAL_MAX_CHECKPOINT_BYTES", LONG(max_checkpoint_bytes, 1, 1L << 50),

@@ -25,7 +25,8 @@ struct config {
     long threads;               /* HTTP worker threads */
     long db_pool;               /* database connections per server */
     long max_body;              /* request body cap, bytes */
-    long heartbeat_timeout;     /* s without a heartbeat before a node is not offered to the scheduler */
+    long heartbeat_timeout;     /* s without a heartbeat before a node is lost (not offered, its job re-planned) */
+    long max_recoveries;        /* re-plans after failures before a job fails */
     long max_long_polls;        /* assignment long-polls held at once; more are answered at once */
     long max_checkpoint_bytes;  /* largest checkpoint stage file accepted, bytes */
     long link_stale_s;          /* s after which a measured link is offered for probing again */

@@ -1,6 +1,7 @@
 #include "db.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,18 @@
 #include <time.h>
 
 #include "../common/log.h"
+
+/* libpq settings every connection gets; the caller's conninfo, expanded
+ * after them, still wins.  A bounded connect, so an unreachable host costs a
+ * request a 503 within seconds instead of holding a slot for the kernel's
+ * TCP timeout; keepalives (TCP only), so a connection to a host that
+ * vanished without closing it is found dead in about a minute. */
+#define DB_CONNECT_TIMEOUT_S "5"
+#define DB_KEEPALIVES_IDLE_S "30"
+#define DB_KEEPALIVES_INTERVAL_S "10"
+#define DB_KEEPALIVES_COUNT "3"
+#define DB_DOWN_LOG_EVERY_S 30.0   /* s between "still unreachable" lines during an outage */
+#define DB_IDLE_READS 4            /* reads that may drain a closing connection's last words */
 
 struct db_pool {
     pthread_mutex_t lock;
@@ -17,7 +30,44 @@ struct db_pool {
     int in_use;
     PGconn **conns;   /* size slots; NULL = not yet opened */
     char *taken;      /* size flags: 1 while a caller holds the slot */
+    int down;         /* the last connect failed */
+    double down_since, down_logged;   /* monotonic s */
 };
+
+static double db_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* libpq's notice receiver: messages the server sends outside any result
+ * (a backend's "terminating connection due to administrator command" when
+ * Postgres stops, a migration's NOTICE) go to our log, not raw to stderr. */
+static void db_notice(void *arg, const PGresult *r)
+{
+    (void)arg;
+    const char *sev = PQresultErrorField(r, PG_DIAG_SEVERITY_NONLOCALIZED);
+    const char *msg = PQresultErrorMessage(r);
+    int serious = sev && (strcmp(sev, "WARNING") == 0 || strcmp(sev, "ERROR") == 0 ||
+                          strcmp(sev, "FATAL") == 0 || strcmp(sev, "PANIC") == 0);
+    if (serious)
+        log_warn("postgres says: %.*s", (int)strcspn(msg, "\n"), msg);
+    else
+        log_debug("postgres says: %.*s", (int)strcspn(msg, "\n"), msg);
+}
+
+PGconn *db_connect(const char *conninfo)
+{
+    const char *const keys[] = { "connect_timeout", "keepalives_idle", "keepalives_interval",
+                                 "keepalives_count", "dbname", NULL };
+    const char *const values[] = { DB_CONNECT_TIMEOUT_S, DB_KEEPALIVES_IDLE_S, DB_KEEPALIVES_INTERVAL_S,
+                                   DB_KEEPALIVES_COUNT, conninfo, NULL };
+    PGconn *c = PQconnectdbParams(keys, values, 1);
+    if (c)
+        PQsetNoticeReceiver(c, db_notice, NULL);   /* kept across PQreset */
+    return c;
+}
 
 struct db_pool *db_pool_new(const char *conninfo, int size)
 {
@@ -55,25 +105,89 @@ void db_pool_close(struct db_pool *p)
     free(p);
 }
 
+/* 1 if idle pooled connection `c` can take a query: open, outside any
+ * transaction, and with nothing to read.  The server sends an idle
+ * connection nothing unless it is ending it (Postgres stopping or
+ * restarting, pg_terminate_backend): reading that goodbye here marks the
+ * connection bad, so it is reopened before use instead of failing the next
+ * request's query with a 503 long after the database came back. */
+static int db_conn_alive(PGconn *c)
+{
+    for (int i = 0; i < DB_IDLE_READS; i++) {
+        if (PQstatus(c) != CONNECTION_OK || PQtransactionStatus(c) != PQTRANS_IDLE)
+            return 0;
+        struct pollfd pfd = { PQsocket(c), POLLIN, 0 };
+        int n = poll(&pfd, 1, 0);
+        if (n == 0)
+            return 1;
+        /* The error message and the end of the stream may come in two reads. */
+        if (n < 0 || !PQconsumeInput(c))
+            return 0;
+    }
+    return PQstatus(c) == CONNECTION_OK;
+}
+
+/* Logs the database going away (once, then every DB_DOWN_LOG_EVERY_S while
+ * it stays away) and coming back, so an outage under load is a few lines in
+ * the log rather than one per request.  `why` is libpq's reason when !ok. */
+static void db_pool_note(struct db_pool *p, int ok, const char *why)
+{
+    double now = db_now(), since = 0;
+    int first = 0, again = 0, back = 0;
+    pthread_mutex_lock(&p->lock);
+    if (ok && p->down) {
+        back = 1;
+        since = p->down_since;
+        p->down = 0;
+    } else if (!ok && !p->down) {
+        first = 1;
+        p->down = 1;
+        p->down_since = p->down_logged = now;
+    } else if (!ok && now - p->down_logged >= DB_DOWN_LOG_EVERY_S) {
+        again = 1;
+        since = p->down_since;
+        p->down_logged = now;
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (back)
+        log_info("database reachable again after %.1f s", now - since);
+    else if (first)
+        log_warn("database unreachable, answering 503 until it is back: %.*s", (int)strcspn(why, "\n"), why);
+    else if (again)
+        log_warn("database still unreachable after %.0f s: %.*s", now - since, (int)strcspn(why, "\n"), why);
+}
+
 /* Opens or repairs the connection in slot `i` (called without the lock held;
  * the slot is ours).  Returns 0 if it is usable. */
 static int db_slot_ready(struct db_pool *p, int i, struct shoal_err *err)
 {
     PGconn *c = p->conns[i];
-    if (c && PQstatus(c) == CONNECTION_OK)
+    if (c && db_conn_alive(c))
         return 0;
     if (c) {
-        PQreset(c);
+        PQreset(c);   /* blocking, bounded by the connect_timeout it was opened with */
     } else {
-        c = PQconnectdb(p->conninfo);
+        c = db_connect(p->conninfo);
+        pthread_mutex_lock(&p->lock);   /* db_release reads every slot's pointer */
         p->conns[i] = c;
+        pthread_mutex_unlock(&p->lock);
     }
-    if (c && PQstatus(c) == CONNECTION_OK)
+    int ok = c && PQstatus(c) == CONNECTION_OK;
+    db_pool_note(p, ok, c ? PQerrorMessage(c) : "out of memory");
+    if (ok)
         return 0;
-    const char *why = c ? PQerrorMessage(c) : "out of memory";
-    log_warn("db connect failed: %.*s", (int)strcspn(why, "\n"), why);
     return err_set(err, 503, "database_unavailable", NULL,
-                   "the database is unavailable; retry later");
+                   "the database is unavailable: this server cannot connect to it; retry later");
+}
+
+/* Gives slot `i` back and wakes one waiter; the lock is held. */
+static void db_release_slot_locked(struct db_pool *p, int i)
+{
+    if (p->taken[i]) {
+        p->taken[i] = 0;
+        p->in_use--;
+    }
+    pthread_cond_signal(&p->freed);
 }
 
 PGconn *db_acquire(struct db_pool *p, struct shoal_err *err)
@@ -102,7 +216,11 @@ PGconn *db_acquire(struct db_pool *p, struct shoal_err *err)
         return NULL;
     }
     if (db_slot_ready(p, slot, err) != 0) {
-        db_release(p, p->conns[slot]);
+        /* By slot: the connection may be NULL (out of memory), and the
+         * slot must come back either way. */
+        pthread_mutex_lock(&p->lock);
+        db_release_slot_locked(p, slot);
+        pthread_mutex_unlock(&p->lock);
         return NULL;
     }
     return p->conns[slot];
@@ -114,13 +232,11 @@ void db_release(struct db_pool *p, PGconn *c)
         return;
     pthread_mutex_lock(&p->lock);
     for (int i = 0; i < p->size; i++) {
-        if (p->conns[i] == c && p->taken[i]) {
-            p->taken[i] = 0;
-            p->in_use--;
+        if (p->conns[i] == c && p->taken[i]) {   /* PQreset keeps the pointer */
+            db_release_slot_locked(p, i);
             break;
         }
     }
-    pthread_cond_signal(&p->freed);
     pthread_mutex_unlock(&p->lock);
 }
 
@@ -148,8 +264,11 @@ PGresult *db_exec(PGconn *c, const char *sql, int n, const char *const *params,
     const char *msg = r ? PQresultErrorMessage(r) : PQerrorMessage(c);
     if (PQstatus(c) != CONNECTION_OK || !state || strncmp(state, "08", 2) == 0 ||
         strncmp(state, "57P", 3) == 0) {
+        /* No SQLSTATE is libpq's own failure: the connection broke. */
         log_warn("db query failed, connection lost: %.*s", (int)strcspn(msg, "\n"), msg);
-        err_set(err, 503, "database_unavailable", NULL, "the database is unavailable; retry later");
+        err_set(err, 503, "database_unavailable", NULL,
+                "the database is unavailable: the connection to it was lost during this request, "
+                "which may or may not have taken effect; retry later");
     } else if (strcmp(state, "23505") == 0 || strcmp(state, "23503") == 0) {
         err_set(err, 409, "conflict", NULL, "%.*s", (int)strcspn(msg, "\n"), msg);
     } else {

@@ -1,8 +1,12 @@
 /* db.h - a small pool of libpq connections and the query helpers handlers use.
  *
  * Connections are opened lazily and re-established when Postgres went away,
- * so a database restart costs a few 503s, not a server restart.  Every query
- * goes through PQexecParams. */
+ * so a database restart costs a few 503s, not a server restart: while the
+ * database cannot be reached every call that needs it fails with 503
+ * "database_unavailable" within a bounded time (the connect timeout), and
+ * the first call after it is back gets a working connection (an idle one
+ * that the server closed meanwhile is noticed and reopened before use).
+ * Every query goes through PQexecParams. */
 #ifndef SHOAL_DB_H
 #define SHOAL_DB_H
 
@@ -13,6 +17,13 @@
 
 struct db_pool;
 
+/* Opens one connection to `conninfo` (a libpq conninfo string or URL) with
+ * shoal's settings: a bounded connect, TCP keepalives, and the server's
+ * notices sent to our log.  Settings in `conninfo` win over these.  Returns
+ * the connection whatever its PQstatus (the caller checks it and PQfinish'es
+ * it either way), or NULL only when memory is short. */
+PGconn *db_connect(const char *conninfo);
+
 /* Creates a pool of up to `size` connections to `conninfo` (not yet opened).
  * Returns NULL only when memory is short.  Free with db_pool_close. */
 struct db_pool *db_pool_new(const char *conninfo, int size);
@@ -20,8 +31,10 @@ struct db_pool *db_pool_new(const char *conninfo, int size);
 /* Closes every connection and frees the pool. */
 void db_pool_close(struct db_pool *p);
 
-/* Takes a healthy connection, waiting up to 5 s for one to be free.  Returns
- * NULL with `err` set (503 "database_unavailable") if none can be had.
+/* Takes a healthy connection, waiting up to 5 s for one to be free, then
+ * checking it (and reopening it if Postgres closed it).  Returns NULL with
+ * `err` set if none can be had: 503 "database_busy" when all are taken,
+ * 503 "database_unavailable" when the database cannot be reached.
  * The caller gives it back with db_release. */
 PGconn *db_acquire(struct db_pool *p, struct shoal_err *err);
 

@@ -15,11 +15,12 @@ void h_assignment(struct request *rq, struct response *rs)
     struct server *srv = rq->srv;
     struct shoal_err e;
     struct assignment_answer ans;
-    long long wait = 0, job = 0, epoch = 0;
+    long long wait = 0, job = 0, epoch = 0, recovering = -1;
     int has_job, has_epoch;
     if (request_query_int(rq, rs, "wait", 0, LONGPOLL_MAX_WAIT_S, &wait) < 0 ||
         (has_job = request_query_int(rq, rs, "job", 1, INT64_MAX, &job)) < 0 ||
-        (has_epoch = request_query_int(rq, rs, "epoch", 0, INT32_MAX, &epoch)) < 0)
+        (has_epoch = request_query_int(rq, rs, "epoch", 0, INT32_MAX, &epoch)) < 0 ||
+        request_query_int(rq, rs, "recovering", 0, 1, &recovering) < 0)
         return;
     if (has_job != has_epoch) {
         reply_fail(rs, 400, "invalid_field", has_job ? "epoch" : "job",
@@ -37,8 +38,13 @@ void h_assignment(struct request *rq, struct response *rs)
     }
     reply_json(rs, 200, ans.body);
     /* Full or stopping: the answer above goes out now, which is still correct. */
-    if (wait > 0 && ans.job_id == job && ans.epoch == epoch)
-        longpoll_wait(srv->longpoll, rq, rq->node_id, job, epoch, (double)wait, seq);
+    /* The node's view is (job, epoch, recovering) as it says (recovering
+     * left out: as it is now): a job that starts recovering keeps its
+     * epoch, and the node must hear of it. */
+    if (recovering < 0)
+        recovering = ans.recovering;
+    if (wait > 0 && ans.job_id == job && ans.epoch == epoch && ans.recovering == recovering)
+        longpoll_wait(srv->longpoll, rq, rq->node_id, job, epoch, ans.recovering, (double)wait, seq);
 }
 
 void h_probes(struct request *rq, struct response *rs)

@@ -19,7 +19,9 @@
 #include <unistd.h>
 
 #include "../common/log.h"
+#include "../common/sha256.h"
 #include "../common/token.h"
+#include "checkpoints.h"
 #include "http.h"
 #include "routes.h"
 
@@ -35,6 +37,7 @@ struct upload {
     EVP_MD_CTX *md;               /* SHA-256 of what was written */
     uint64_t bytes;               /* received so far */
     uint64_t cap;                 /* --max-checkpoint-bytes */
+    long long layer_start, layer_end; /* the layers the file holds, as the uploader says; -1: not said */
     int too_large;
     int write_errno;              /* first write error, 0 if none */
     char want_sha256[TOKEN_HASH_HEX]; /* from the header, lowercase; "" if none */
@@ -123,6 +126,16 @@ static int ckpt_begin(struct request *rq, struct response *rs)
     json_t *res = NULL;
     int64_t job = rq->match.ids[0], step = rq->match.ids[1], stage = rq->match.ids[2];
     char want[TOKEN_HASH_HEX];
+    long long ls = -1, le = -1;
+    int has_ls, has_le;
+    if ((has_ls = request_query_int(rq, rs, "layer_start", 0, 1 << 20, &ls)) < 0 ||
+        (has_le = request_query_int(rq, rs, "layer_end", 1, 1 << 20, &le)) < 0)
+        return -1;   /* answered */
+    if (has_ls != has_le || (has_ls && le <= ls)) {
+        err_set(&e, 400, "invalid_field", "layer_end", "layer_start and layer_end go together, with "
+                "layer_start < layer_end: the layers [start, end) the file holds");
+        goto fail;
+    }
     if (ckpt_header_sha256(rq, want, &e) != 0)
         goto fail;
     const char *cl = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Content-Length");
@@ -140,7 +153,8 @@ static int ckpt_begin(struct request *rq, struct response *rs)
                              db_param_i64(p_node, rq->node_id) };
     /* Only replica 0 of the stage, in the job's current plan, writes its file. */
     res = db_query_json(srv->db,
-        "SELECT json_build_object('total_steps', j.total_steps, 'assigned', EXISTS (SELECT 1"
+        "SELECT json_build_object('total_steps', j.total_steps, 'layers', (j.spec->'model'->>'layers')::int,"
+        " 'assigned', EXISTS (SELECT 1"
         "   FROM assignments a JOIN plans p ON p.id = a.plan_id"
         "   WHERE p.job_id = j.id AND p.epoch = j.plan_epoch AND a.stage = $2::int AND a.replica = 0"
         "     AND a.node_id = $3::bigint))"
@@ -160,6 +174,11 @@ static int ckpt_begin(struct request *rq, struct response *rs)
                 (long long)json_integer_value(json_object_get(res, "total_steps")));
         goto fail;
     }
+    if (le > json_integer_value(json_object_get(res, "layers"))) {
+        err_set(&e, 422, "invalid_field", "layer_end", "layer_end must be at most job %s's %lld layers", p_job,
+                (long long)json_integer_value(json_object_get(res, "layers")));
+        goto fail;
+    }
     snprintf(dir, sizeof dir, "%s/checkpoints/job%lld", srv->cfg.data_dir, (long long)job);
     if (ckpt_mkdirs(dir, &e) != 0)
         goto fail;
@@ -170,6 +189,8 @@ static int ckpt_begin(struct request *rq, struct response *rs)
     }
     u->fd = -1;
     u->cap = (uint64_t)srv->cfg.max_checkpoint_bytes;
+    u->layer_start = ls;
+    u->layer_end = le;
     snprintf(u->want_sha256, sizeof u->want_sha256, "%s", want);
     snprintf(u->tmp, sizeof u->tmp, "%s/.upload-XXXXXX", dir);
     u->fd = mkostemp(u->tmp, O_CLOEXEC);
@@ -224,7 +245,7 @@ static json_t *ckpt_commit(struct request *rq, struct upload *u, const char *sha
     struct server *srv = rq->srv;
     int64_t job = rq->match.ids[0], step = rq->match.ids[1], stage = rq->match.ids[2];
     char rel[128], dir[CKPT_PATH_MAX], path[CKPT_PATH_MAX];
-    char p_job[24], p_step[24], p_stage[24], p_node[24], p_bytes[24];
+    char p_job[24], p_step[24], p_stage[24], p_node[24], p_bytes[24], p_ls[24], p_le[24];
     json_t *res = NULL;
     if (fsync(u->fd) != 0) {
         err_set(e, 500, "storage", NULL, "cannot write the checkpoint to disk: %s", strerror(errno));
@@ -239,7 +260,8 @@ static json_t *ckpt_commit(struct request *rq, struct upload *u, const char *sha
         return NULL;
     const char *params[] = { db_param_i64(p_job, job), db_param_i64(p_step, step), db_param_i64(p_stage, stage),
                              db_param_i64(p_node, rq->node_id), db_param_i64(p_bytes, (long long)u->bytes),
-                             sha256, rel };
+                             sha256, rel, u->layer_start >= 0 ? db_param_i64(p_ls, u->layer_start) : NULL,
+                             u->layer_end >= 0 ? db_param_i64(p_le, u->layer_end) : NULL };
     pthread_mutex_lock(&ckpt_commit_lock);
     if (rename(u->tmp, path) != 0) {
         err_set(e, 500, "storage", NULL, "cannot move the checkpoint into place: %s", strerror(errno));
@@ -251,14 +273,16 @@ static json_t *ckpt_commit(struct request *rq, struct upload *u, const char *sha
     /* "complete" counts the other stages' rows plus this one (the statement
      * does not see its own insert). */
     res = db_query_json(srv->db,
-        "WITH up AS (INSERT INTO checkpoints (job_id, step, stage, node_id, bytes, sha256, path)"
-        "   VALUES ($1::bigint, $2::bigint, $3::int, $4::bigint, $5::bigint, $6, $7)"
+        "WITH up AS (INSERT INTO checkpoints (job_id, step, stage, node_id, bytes, sha256, path, layer_start,"
+        "     layer_end)"
+        "   VALUES ($1::bigint, $2::bigint, $3::int, $4::bigint, $5::bigint, $6, $7, $8::int, $9::int)"
         "   ON CONFLICT (job_id, step, stage) DO UPDATE SET node_id = EXCLUDED.node_id, bytes = EXCLUDED.bytes,"
-        "     sha256 = EXCLUDED.sha256, path = EXCLUDED.path, created_at = now() RETURNING stage)"
+        "     sha256 = EXCLUDED.sha256, path = EXCLUDED.path, layer_start = EXCLUDED.layer_start,"
+        "     layer_end = EXCLUDED.layer_end, created_at = now() RETURNING stage)"
         " SELECT json_build_object('job_id', j.id, 'step', $2::bigint, 'stage', (SELECT stage FROM up),"
         "   'bytes', $5::bigint, 'sha256', $6::text, 'complete', 1 + (SELECT count(*) FROM checkpoints c"
         "     WHERE c.job_id = j.id AND c.step = $2::bigint AND c.stage <> $3::int) >= j.stages)"
-        " FROM jobs j WHERE j.id = $1::bigint", 7, params, "job", e);
+        " FROM jobs j WHERE j.id = $1::bigint", 9, params, "job", e);
 out:
     pthread_mutex_unlock(&ckpt_commit_lock);
     return res;
@@ -319,7 +343,8 @@ void h_checkpoints_list(struct request *rq, struct response *rs)
         "SELECT json_build_object('checkpoints', coalesce((SELECT json_agg(json_build_object('step', s.step,"
         "   'stages', s.stages, 'complete', s.n >= j.stages) ORDER BY s.step DESC)"
         "  FROM (SELECT step, count(*) AS n, json_agg(json_build_object('stage', stage, 'bytes', bytes,"
-        "     'sha256', sha256, 'node_id', node_id, 'created_at', created_at) ORDER BY stage) AS stages"
+        "     'sha256', sha256, 'node_id', node_id, 'layer_start', layer_start, 'layer_end', layer_end,"
+        "     'created_at', created_at) ORDER BY stage) AS stages"
         "   FROM checkpoints c WHERE c.job_id = j.id GROUP BY step) s), '[]'))"
         " FROM jobs j WHERE j.id = $1::bigint", 1, params, what, &e);
     if (res)
@@ -378,4 +403,69 @@ void h_checkpoint_get(struct request *rq, struct response *rs)
         }
     }
     json_decref(res);
+}
+
+/* True when the file at <data-dir>/`rel` has `bytes` bytes and SHA-256
+ * `sha256`; a mismatch is logged. */
+static int ckpt_file_valid(struct server *srv, const char *rel, int64_t bytes, const char *sha256)
+{
+    char path[CKPT_PATH_MAX], got[SHA256_HEX];
+    struct shoal_err e;
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", srv->cfg.data_dir, rel);
+    if (stat(path, &st) != 0 || st.st_size != bytes) {
+        log_error("checkpoint file missing or of the wrong size path=%s", path);
+        return 0;
+    }
+    if (sha256_file_hex(path, got, &e) != 0) {
+        log_error("checkpoint file unreadable path=%s: %s", path, e.message);
+        return 0;
+    }
+    if (strcmp(got, sha256) != 0) {
+        log_error("checkpoint file damaged path=%s sha256=%s recorded=%s", path, got, sha256);
+        return 0;
+    }
+    return 1;
+}
+
+int checkpoints_latest_valid(struct server *srv, int64_t job_id, int64_t below, int64_t *step, struct shoal_err *e)
+{
+    char p_job[24], p_below[24];
+    const char *params[] = { db_param_i64(p_job, job_id), db_param_i64(p_below, below) };
+    /* Complete steps, newest first, each with its stage files. */
+    json_t *res = db_query_json(srv->db,
+        "SELECT coalesce(json_agg(json_build_object('step', s.step, 'files', s.files) ORDER BY s.step DESC), '[]')"
+        " FROM (SELECT c.step, count(*) AS n, json_agg(json_build_object('path', c.path, 'bytes', c.bytes,"
+        "   'sha256', c.sha256)) AS files FROM checkpoints c JOIN jobs j ON j.id = c.job_id"
+        "   WHERE c.job_id = $1::bigint AND c.step < $2::bigint AND c.stage < j.stages"
+        "   GROUP BY c.step, j.stages, j.spec HAVING count(*) >= j.stages"
+        /* The files' layers, where said, must tile the model: a step whose
+         * stages came from two different splits (a re-plan that failed
+         * before it re-uploaded every stage) cannot be assembled. */
+        "     AND (bool_or(c.layer_start IS NULL) OR (min(c.layer_start) = 0"
+        "       AND max(c.layer_end) = (j.spec->'model'->>'layers')::int"
+        "       AND sum(c.layer_end - c.layer_start) = max(c.layer_end)"
+        "       AND bool_and(c.layer_start = 0 OR EXISTS (SELECT 1 FROM checkpoints d WHERE d.job_id = c.job_id"
+        "         AND d.step = c.step AND d.layer_end = c.layer_start))))) s", 2, params, "checkpoints", e);
+    if (!res)
+        return -1;
+    size_t i, k;
+    json_t *ck, *f;
+    *step = -1;
+    json_array_foreach(res, i, ck) {
+        int valid = 1;
+        json_array_foreach(json_object_get(ck, "files"), k, f) {
+            valid = valid && ckpt_file_valid(srv, json_string_value(json_object_get(f, "path")),
+                                             json_integer_value(json_object_get(f, "bytes")),
+                                             json_string_value(json_object_get(f, "sha256")));
+        }
+        if (valid) {
+            *step = json_integer_value(json_object_get(ck, "step"));
+            break;
+        }
+        log_warn("checkpoint job=%lld step=%lld is damaged; trying an older one", (long long)job_id,
+                 (long long)json_integer_value(json_object_get(ck, "step")));
+    }
+    json_decref(res);
+    return 0;
 }

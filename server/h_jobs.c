@@ -13,6 +13,7 @@
     "json_build_object('id', j.id, 'name', j.name, 'state', j.state, 'spec', j.spec," \
     " 'plan_epoch', j.plan_epoch, 'created_at', j.created_at, 'updated_at', j.updated_at," \
     " 'started_at', j.started_at, 'finished_at', j.finished_at, 'failure_reason', j.failure_reason," \
+    " 'recoveries', j.recoveries, 'recovery_reason', j.recovery_reason, 'recovery_waiting', j.recovery_waiting," \
     " 'latest_step', (SELECT max(ls.step) FROM job_steps ls WHERE ls.job_id = j.id))"
 
 #define PROGRESS_LIMIT_TEXT "10000"   /* steps of loss history in a job's detail, the latest */
@@ -73,8 +74,9 @@ static const char *const job_states[] = { "pending", "scheduled", "running", "re
                                           "succeeded", "failed", "cancelled", NULL };
 
 /* Checks resume_from against the job it names: that job exists, trains the
- * same model in as many stages, and has a checkpoint of every stage at the
- * step.  Checked once, here at creation: checkpoints are never removed, so
+ * same model, and has a checkpoint of every stage at the step; in another
+ * number of stages only when its files say which layers they hold (the
+ * agents assemble their stages from them).  Checked once, here at creation: checkpoints are never removed, so
  * what holds now holds when the job is scheduled.  Returns 0, or -1 with
  * `e` set (422, field "resume_from"). */
 static int job_check_resume(struct server *srv, const struct job_spec *spec, struct shoal_err *e)
@@ -87,7 +89,9 @@ static int job_check_resume(struct server *srv, const struct job_spec *spec, str
     const char *params[] = { db_param_i64(p_job, spec->resume_job_id), db_param_i64(p_step, spec->resume_step) };
     json_t *res = db_query_json(srv->db,
         "SELECT json_build_object('spec', j.spec, 'stored', (SELECT count(*) FROM checkpoints c"
-        "   WHERE c.job_id = j.id AND c.step = $2::bigint AND c.stage < j.stages))"
+        "   WHERE c.job_id = j.id AND c.step = $2::bigint AND c.stage < j.stages),"
+        "  'layered', (SELECT count(*) FROM checkpoints c WHERE c.job_id = j.id AND c.step = $2::bigint"
+        "   AND c.stage < j.stages AND c.layer_start IS NOT NULL))"
         " FROM jobs j WHERE j.id = $1::bigint", 2, params, "job", e);
     if (!res) {
         if (e->status == 404)
@@ -103,12 +107,14 @@ static int job_check_resume(struct server *srv, const struct job_spec *spec, str
         from.d_model != spec->d_model || from.heads != spec->heads || from.layers != spec->layers) {
         err_set(e, 422, "invalid_field", "resume_from", "job %s trains another model (vocab_size, context_length, "
                 "d_model, heads and layers must all match)", p_job);
-    } else if (from.stages != spec->stages) {
-        err_set(e, 422, "invalid_field", "resume_from", "job %s has %lld stages and this job %lld; "
-                "its checkpoint files are per stage", p_job, (long long)from.stages, (long long)spec->stages);
     } else if (stored < from.stages) {
         err_set(e, 422, "invalid_field", "resume_from", "job %s has no complete checkpoint at step %s "
                 "(%lld of %lld stages stored)", p_job, p_step, stored, (long long)from.stages);
+    } else if (from.stages != spec->stages &&
+               json_integer_value(json_object_get(res, "layered")) < from.stages) {
+        err_set(e, 422, "invalid_field", "resume_from", "job %s has %lld stages and this job %lld, and its "
+                "checkpoint files do not say which layers they hold (an older agent uploaded them): "
+                "use as many stages", p_job, (long long)from.stages, (long long)spec->stages);
     } else {
         rc = 0;
     }

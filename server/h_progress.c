@@ -1,5 +1,5 @@
 /* h_progress.c - agents report each step's loss and timings, and the
- * failures that stop a job.
+ * failures that stop a run (the job recovers, recovery.h).
  *
  * A progress report is one statement: checks, the job_steps row, the job's
  * move to running (first report) or succeeded (the last step reported by
@@ -12,6 +12,8 @@
 
 #include "../common/jsonv.h"
 #include "http.h"
+#include "queries.h"
+#include "recovery.h"
 #include "routes.h"
 
 #define PROGRESS_MAX_SECONDS 1e7   /* s; a step slower than ~4 months is a bug, not a measurement */
@@ -52,25 +54,36 @@ static const struct jv_field progress_fields[] = {
  * NULL), $8 iteration_s, $9 compute_s, $10 send_s, $11 recv_wait_s,
  * $12 allreduce_s, $13 bubble_s, $14 tokens.  One row, or none when the job
  * does not exist: {verdict, state, recorded, stages, replicas, total_steps,
- * plan_epoch}.  Only the first report and last-step rows write the job. */
+ * plan_epoch}.  Only the first report and last-step rows write the job.
+ *
+ * A report of the current epoch counts while the job is scheduled,
+ * running or recovering (a recovering job's rows from its resume step on
+ * are dropped when it is re-planned).  A report of an earlier epoch that
+ * arrives late (the agent's queue held it while the server was away) is
+ * 'late': kept when its step lies before every later epoch's resume step,
+ * so it fills what would otherwise be a hole, and refused as a stale epoch
+ * otherwise (that step was trained again).  A late report never moves the
+ * job or the node. */
 #define PROGRESS_SQL \
     "WITH j AS (SELECT id, state, plan_epoch, total_steps, stages, replicas FROM jobs WHERE id = $1::bigint)," \
     " v AS (SELECT j.*, CASE" \
     "   WHEN $4::int >= j.stages OR $5::int >= j.replicas THEN 'out_of_range'" \
-    "   WHEN $2::int <> j.plan_epoch THEN 'stale_epoch'" \
+    "   WHEN $2::int > j.plan_epoch THEN 'stale_epoch'" \
     "   WHEN NOT EXISTS (SELECT 1 FROM assignments a JOIN plans p ON p.id = a.plan_id" \
     "     WHERE p.job_id = j.id AND p.epoch = $2::int AND a.stage = $4::int AND a.replica = $5::int" \
     "       AND a.node_id = $6::bigint) THEN 'not_assigned'" \
     "   WHEN $3::bigint >= j.total_steps THEN 'step_out_of_range'" \
     "   WHEN $4::int = j.stages - 1 AND $7::float8 IS NULL THEN 'loss_missing'" \
-    "   WHEN j.state NOT IN ('scheduled', 'running') THEN 'not_running'" \
+    "   WHEN $2::int < j.plan_epoch THEN CASE WHEN $3::bigint < (SELECT min(coalesce(p.resume_step, 0))" \
+    "     FROM plans p WHERE p.job_id = j.id AND p.epoch > $2::int) THEN 'late' ELSE 'stale_epoch' END" \
+    "   WHEN j.state NOT IN ('scheduled', 'running', 'recovering') THEN 'not_running'" \
     "   ELSE 'ok' END AS verdict FROM j)," \
     " ins AS (INSERT INTO job_steps (job_id, step, stage, replica, epoch, node_id, loss, iteration_s," \
     "     compute_s, comm_s, send_s, recv_wait_s, allreduce_s, bubble_s, tokens)" \
     "   SELECT $1::bigint, $3::bigint, $4::int, $5::int, $2::int, $6::bigint, $7::float8, $8::float8," \
     "     $9::float8, $10::float8 + $11::float8 + $12::float8, $10::float8, $11::float8, $12::float8," \
     "     $13::float8, $14::bigint" \
-    "   FROM v WHERE v.verdict = 'ok'" \
+    "   FROM v WHERE v.verdict IN ('ok', 'late')" \
     "   ON CONFLICT (job_id, step, stage, replica) DO NOTHING RETURNING step)," \
     " upd AS (UPDATE jobs SET" \
     "     tasklets_finished = jobs.tasklets_finished + (ins.step = jobs.total_steps - 1)::int," \
@@ -99,7 +112,7 @@ static int progress_verdict(const json_t *res, const struct progress *p, int64_t
     long long replicas = json_integer_value(json_object_get(res, "replicas"));
     long long total = json_integer_value(json_object_get(res, "total_steps"));
     const char *state = json_string_value(json_object_get(res, "state"));
-    if (!verdict || strcmp(verdict, "ok") == 0)
+    if (!verdict || strcmp(verdict, "ok") == 0 || strcmp(verdict, "late") == 0)
         return 0;
     if (strcmp(verdict, "out_of_range") == 0)
         return err_set(e, 422, "invalid_field", p->stage >= stages ? "stage" : "replica",
@@ -118,7 +131,8 @@ static int progress_verdict(const json_t *res, const struct progress *p, int64_t
     if (strcmp(verdict, "loss_missing") == 0)
         return err_set(e, 422, "missing_field", "loss", "stage %lld is the last stage: its report needs the loss",
                        (long long)p->stage);
-    return err_set(e, 409, "conflict", "state", "job %lld is %s; only scheduled or running jobs take progress",
+    return err_set(e, 409, "conflict", "state", "job %lld is %s; only scheduled, running or recovering jobs take "
+                   "progress",
                    (long long)p->job_id, state ? state : "?");
 }
 
@@ -175,13 +189,16 @@ static const struct jv_field failure_fields[] = {
 };
 #undef F
 
-/* $1 job, $2 epoch, $3 stage, $4 replica, $5 node, $6 reason text.  A
- * report counts only from the node the job's current plan puts at that
- * tasklet while the job runs; anything else changes nothing.  Today a
- * counted failure ends the job; re-planning will take over here. */
+/* $1 job, $2 epoch, $3 stage, $4 replica, $5 node, $6 reason text,
+ * $7 --max-recoveries, $8 s to wait before re-planning.  A report counts
+ * only from the node the job's current plan puts at that tasklet while the
+ * job runs; anything else changes nothing.  A counted failure moves the job
+ * to 'recovering' (the recovery thread re-plans it once recover_after has
+ * passed, so that a dead peer's heartbeat has gone stale), or to 'failed'
+ * when it has been re-planned --max-recoveries times already. */
 #define FAILURE_SQL \
     "WITH j AS (SELECT id, state FROM jobs WHERE id = $1::bigint)," \
-    " upd AS (UPDATE jobs SET state = 'failed', failure_reason = $6, finished_at = now(), updated_at = now()" \
+    " upd AS (UPDATE jobs SET" JOB_RECOVER_SET("$6", "$7::int", "now() + make_interval(secs => $8::float8)") \
     "   WHERE id = $1::bigint AND plan_epoch = $2::int AND state IN ('scheduled', 'running')" \
     "     AND EXISTS (SELECT 1 FROM assignments a JOIN plans p ON p.id = a.plan_id" \
     "       WHERE p.job_id = $1::bigint AND p.epoch = $2::int AND a.stage = $3::int AND a.replica = $4::int" \
@@ -193,7 +210,7 @@ void h_failure(struct request *rq, struct response *rs)
 {
     struct failure f = { .job_id = 0 };
     struct shoal_err e;
-    char v[5][24], what[40], reason[1400];
+    char v[7][24], what[40], reason[1400];
     json_t *res = NULL;
     json_t *body = request_json(rq, rs);
     if (!body)
@@ -213,9 +230,11 @@ void h_failure(struct request *rq, struct response *rs)
         snprintf(reason, sizeof reason, "stage %lld replica %lld (node %lld): %s", (long long)f.stage,
                  (long long)f.replica, (long long)rq->node_id, f.reason);
     const char *params[] = { db_param_i64(v[0], f.job_id), db_param_i64(v[1], f.epoch), db_param_i64(v[2], f.stage),
-                             db_param_i64(v[3], f.replica), db_param_i64(v[4], rq->node_id), reason };
+                             db_param_i64(v[3], f.replica), db_param_i64(v[4], rq->node_id), reason,
+                             db_param_i64(v[5], rq->srv->cfg.max_recoveries),
+                             db_param_i64(v[6], recovery_grace_s(rq->srv)) };
     snprintf(what, sizeof what, "job %lld", (long long)f.job_id);
-    res = db_query_json(rq->srv->db, FAILURE_SQL, 6, params, what, &e);
+    res = db_query_json(rq->srv->db, FAILURE_SQL, 8, params, what, &e);
     if (res)
         reply_json(rs, 200, json_incref(res));
     else

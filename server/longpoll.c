@@ -16,13 +16,13 @@
 
 #define LONGPOLL_RECONNECT_S 1.0    /* s between attempts to reopen the listener connection */
 #define LONGPOLL_STOP_WAIT_S 10     /* s longpoll_stop waits for requests still being parked */
-#define LONGPOLL_CONNECT_TIMEOUT_S "5"  /* s, libpq's connect_timeout for the listener */
 
 struct waiter {
     struct longpoll *lp;
     struct request *rq;         /* set once its connection is suspended */
     int64_t node_id;
     int64_t job_id, epoch;      /* what the node knows; job 0: no assignment */
+    int recovering;             /* and whether that job was recovering */
     double deadline;            /* monotonic s */
     unsigned long seq;          /* longpoll_seq before the handler's query */
     int recheck;                /* re-read at the next sweep */
@@ -80,12 +80,11 @@ static void longpoll_connect(struct longpoll *lp)
     if (now < lp->next_connect)
         return;
     lp->next_connect = now + LONGPOLL_RECONNECT_S;
-    /* A bounded connect, so an unreachable host cannot hold up the
-     * deadlines of those waiting; a connect_timeout in the given conninfo
-     * (expanded after ours) still wins. */
-    const char *const keys[] = { "connect_timeout", "dbname", NULL };
-    const char *const values[] = { LONGPOLL_CONNECT_TIMEOUT_S, lp->conninfo, NULL };
-    lp->conn = PQconnectdbParams(keys, values, 1);
+    /* db_connect's connect is bounded, so an unreachable host cannot hold
+     * up the deadlines of those waiting for long, and its keepalives find a
+     * listener whose host vanished silently (it would otherwise wait for
+     * notifications that never come). */
+    lp->conn = db_connect(lp->conninfo);
     if (!lp->conn || PQstatus(lp->conn) != CONNECTION_OK ||
         !(r = db_exec(lp->conn, "LISTEN shoal_assignment", 0, NULL, &e))) {
         if (!lp->down_logged) {
@@ -209,7 +208,8 @@ static void longpoll_sweep(struct longpoll *lp, int all)
     for (int i = 0; i < n; i++) {
         struct waiter *w = due[i];
         int expired = all || w->deadline <= now;
-        int changed = ok && (ans[i].job_id != w->job_id || ans[i].epoch != w->epoch);
+        int changed = ok && (ans[i].job_id != w->job_id || ans[i].epoch != w->epoch ||
+                             ans[i].recovering != w->recovering);
         if (!expired && !changed)
             continue;   /* a failed query leaves it to its deadline or the reconnect */
         longpoll_unlink(lp, w);
@@ -343,7 +343,7 @@ static void longpoll_enter(struct request *rq, void *arg)
 }
 
 int longpoll_wait(struct longpoll *lp, struct request *rq, int64_t node_id, int64_t job_id,
-                  int64_t epoch, double wait_s, unsigned long seq)
+                  int64_t epoch, int recovering, double wait_s, unsigned long seq)
 {
     pthread_mutex_lock(&lp->lock);
     int admit = !lp->closing && lp->reserved < lp->max_waiters;
@@ -364,6 +364,7 @@ int longpoll_wait(struct longpoll *lp, struct request *rq, int64_t node_id, int6
     w->node_id = node_id;
     w->job_id = job_id;
     w->epoch = epoch;
+    w->recovering = recovering;
     w->deadline = http_now() + wait_s;
     w->seq = seq;
     request_suspend(rq, longpoll_enter, w);

@@ -8,8 +8,8 @@
  * or plan epoch changes, through any server on the database.  On a
  * notification the thread re-reads, in one query, the assignments of the
  * waiters it may concern (those that know of that job, and those that know
- * of none) and answers those whose (job, epoch) is no longer what they
- * knew.  Every LONGPOLL_TICK_S it answers the waiters whose time is up with
+ * of none) and answers those whose (job, epoch, recovering) is no longer
+ * what they knew.  Every LONGPOLL_TICK_S it answers the waiters whose time is up with
  * their current assignment.  If the connection drops it reconnects and
  * re-reads every waiter, since notifications may have been lost. */
 #ifndef SHOAL_LONGPOLL_H
@@ -38,12 +38,12 @@ unsigned long longpoll_seq(struct longpoll *lp);
 
 /* Parks `rq` (whose handler has filled its response with the node's
  * current assignment) until the node's assignment differs from (job_id,
- * epoch) (job_id 0: none) or `wait_s` seconds pass; it is then answered
- * 200 with the assignment as it is then.  Returns 0 if parked, or -1 when
- * `max_waiters` are already waiting or the server is stopping: the handler
- * answers at once. */
+ * epoch, recovering) (job_id 0: none; recovering: the job's state is) or
+ * `wait_s` seconds pass; it is then answered 200 with the assignment as it
+ * is then.  Returns 0 if parked, or -1 when `max_waiters` are already
+ * waiting or the server is stopping: the handler answers at once. */
 int longpoll_wait(struct longpoll *lp, struct request *rq, int64_t node_id, int64_t job_id,
-                  int64_t epoch, double wait_s, unsigned long seq);
+                  int64_t epoch, int recovering, double wait_s, unsigned long seq);
 
 /* Requests waiting now, and 1 if the listener connection is up (/metrics). */
 long longpoll_waiting(struct longpoll *lp);

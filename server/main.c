@@ -1,7 +1,7 @@
 /* main.c - shoal-server: configuration, start-up order, and clean shutdown.
  *
  * Start: settings -> data dir -> tokens -> database (embedded or given) ->
- * migrations -> assignment listener -> HTTP.  Stop on SIGINT/SIGTERM in the
+ * migrations -> assignment listener -> recovery thread -> HTTP.  Stop on SIGINT/SIGTERM in the
  * reverse order (waiting long-polls answered first), so the embedded
  * Postgres is shut down cleanly after the last request. */
 #include <errno.h>
@@ -18,6 +18,7 @@
 #include "longpoll.h"
 #include "migrate.h"
 #include "pgembed.h"
+#include "recovery.h"
 #include "routes.h"
 
 /* Creates `dir` and its missing parents, mode 0700 for what it creates. */
@@ -78,6 +79,7 @@ int main(int argc, char **argv)
     struct shoal_err err;
     struct pgembed pg = { 0 };
     struct MHD_Daemon *httpd = NULL;
+    struct recovery *recovery = NULL;
     char conninfo[PATH_MAX + 128];
     int rc = 1;
     sigset_t stop_signals;
@@ -128,6 +130,9 @@ int main(int argc, char **argv)
     srv.longpoll = longpoll_start(conninfo, srv.cfg.max_long_polls, &err);
     if (!srv.longpoll)
         goto fail;
+    recovery = recovery_start(&srv, &err);
+    if (!recovery)
+        goto fail;
     unsigned port = 0;
     httpd = http_start(&srv, &port, &err);
     if (!httpd)
@@ -150,6 +155,7 @@ out:
     http_wait_suspended(&srv, 3000);    /* and lets their answers go out */
     if (httpd)
         MHD_stop_daemon(httpd);
+    recovery_stop(recovery);
     longpoll_free(srv.longpoll);
     db_pool_close(srv.db);
     pgembed_stop(&pg);

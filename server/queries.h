@@ -31,4 +31,16 @@
     "  'bandwidth_gbps', (SELECT coalesce(json_agg(bw ORDER BY a), '[]') FROM rows)," \
     "  'measured_at', (SELECT coalesce(json_agg(at ORDER BY a), '[]') FROM rows))"
 
+/* The SET list of an UPDATE of jobs that sends a live job to recovery:
+ * 'recovering' because of `reason`, re-planned once `after` has passed, or
+ * 'failed' when it has been re-planned `max` times already.  The arguments
+ * are SQL expressions (parameters, columns). */
+#define JOB_RECOVER_SET(reason, max, after) \
+    " state = CASE WHEN recoveries >= " max " THEN 'failed' ELSE 'recovering' END," \
+    " failure_reason = CASE WHEN recoveries >= " max \
+    "   THEN " reason " || ' (after ' || recoveries || ' recoveries)' END," \
+    " finished_at = CASE WHEN recoveries >= " max " THEN now() END," \
+    " recovery_reason = " reason ", recovery_waiting = NULL, recover_after = " after "," \
+    " recoveries = recoveries + (recoveries < " max ")::int, updated_at = now()"
+
 #endif

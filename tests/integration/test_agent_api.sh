@@ -6,7 +6,10 @@
 set -u
 . "$(dirname "$0")/lib.sh"
 
-start_server_a || exit 1
+# A long heartbeat timeout keeps the recovery thread from marking these
+# hand-driven nodes lost; one recovery is allowed, so the second failure
+# ends a job.
+start_server_a --heartbeat-timeout 3600 --max-recoveries 1 || exit 1
 
 now() { date +%s.%N; }
 # within NAME START LOW HIGH: checks that LOW <= now - START <= HIGH seconds.
@@ -122,6 +125,9 @@ check "the four tasklets are distinct" "$(for i in 0 1 2 3; do echo "${ST[$i]},$
 # tok_of STAGE REPLICA: the token of the node at that tasklet.
 tok_of() { local i; for i in 0 1 2 3; do [ "${ST[$i]}" = "$1" ] && [ "${RP[$i]}" = "$2" ] && echo "${TOK[$i]}"; done; }
 id_of() { local i; for i in 0 1 2 3; do [ "${ST[$i]}" = "$1" ] && [ "${RP[$i]}" = "$2" ] && echo "${ID[$i]}"; done; }
+# tok_by_id NODE / id_by_tok TOKEN: one of the four nodes' token by id, and back.
+tok_by_id() { local i; for i in 0 1 2 3; do [ "${ID[$i]}" = "$1" ] && echo "${TOK[$i]}"; done; }
+id_by_tok() { local i; for i in 0 1 2 3; do [ "${TOK[$i]}" = "$1" ] && echo "${ID[$i]}"; done; }
 
 # ---- long-polls
 req GET "$S/v1/agent/assignment?wait=5&job=$J&epoch=7" "${TOK[0]}"
@@ -405,15 +411,71 @@ bg_get "$S/v1/agent/assignment?wait=20&job=$K&epoch=1" "$KT1" "$WORK/lp4"; p4=$B
 sleep 1
 t0=$(now)
 req POST "$S/v1/agent/failure" "$KT" "$(fail_body 1 0 '"127.0.0.1:7001"')"
-expect "a failure from the tasklet's node fails the job" 200 .state failed
+expect "a failure from the tasklet's node sends the job to recovery" 200 .state recovering
 req GET "$S/v1/jobs/$K" "$ADMIN"
-expect "with the reason, the tasklet, the node and the peer" 200 .failure_reason "stage 0 replica 0 (node $KN): connection reset (peer 127.0.0.1:7001)"
-check "and finished_at" "$(printf '%s' "$BODY" | jq '.finished_at != null')" true
+expect "with the reason, the tasklet, the node and the peer" 200 .recovery_reason "stage 0 replica 0 (node $KN): connection reset (peer 127.0.0.1:7001)"
+check "its first recovery; the job is not over" "$(printf '%s' "$BODY" | jq -c '[.recoveries, .finished_at, .failure_reason]')" '[1,null,null]'
 wait $p4
 within "the job's other nodes learn it at once" "$t0" 0 4
-check "that they have no assignment any more" "$(jq -c .assignment "$WORK/lp4")" null
-req POST "$S/v1/agent/failure" "$KT" "$(fail_body 1 0 null)";  expect "a failure of a finished job changes nothing" 200 .state failed
+check "that their assignment is recovering" "$(jq -r .assignment.state "$WORK/lp4")" recovering
+check "the re-plan waits a heartbeat timeout, for a dead peer to be seen lost" \
+    "$(sql a "SELECT recover_after > now() + interval '3000 s' FROM jobs WHERE id = $K")" t
+req POST "$S/v1/agent/failure" "$KT" "$(fail_body 1 0 null)";  expect "a failure of a recovering job changes nothing" 200 .state recovering
+req GET "$S/metrics"
+check "jobs by state counts it recovering" "$(printf '%s\n' "$BODY" | grep '^shoal_jobs{state="recovering"}')" 'shoal_jobs{state="recovering"} 1'
+req POST "$S/v1/jobs/$K/schedule" "$ADMIN" '{"budget_ms":100}'
+expect "an operator may re-plan it at once: epoch 2, from its spec's start (it never ran)" 201 \
+    '[.epoch, .resume_step] | tostring' '[2,null]'
+req GET "$S/v1/jobs/$K" "$ADMIN"
+KT2=$(tok_by_id "$(printf '%s' "$BODY" | jq -r '.plan.assignments[0].node_id')")
+check "the re-plan clears what the job waited for" "$(printf '%s' "$BODY" | jq -c '[.state, .recovery_waiting]')" '["scheduled",null]'
+req POST "$S/v1/agent/failure" "$KT2" "$(fail_body 2 0 null)"
+expect "past --max-recoveries a failure fails the job" 200 .state failed
+req GET "$S/v1/jobs/$K" "$ADMIN"
+expect "saying why and after how many recoveries" 200 .failure_reason "stage 0 replica 0 (node $(id_by_tok "$KT2")): connection reset (after 1 recoveries)"
+check "and finished_at" "$(printf '%s' "$BODY" | jq '.finished_at != null')" true
+req POST "$S/v1/agent/failure" "$KT2" "$(fail_body 2 0 null)";  expect "a failure of a finished job changes nothing" 200 .state failed
 req GET "$S/v1/jobs?state=failed" "$ADMIN"; expect "failed jobs are listed by state" 200 '.jobs | map(.id) | tostring' "[$K]"
+
+# ---- a re-plan of a running job resumes from its checkpoint; reports that
+# arrive late from the old epoch fill holes before it, nothing after it
+req POST "$S/v1/jobs" "$ADMIN" "$(printf '%s' "$JOB" | jq -c '.name = "late" | .parallelism.stages = 1 | .parallelism.replicas = 1 | .training.steps = 5')"
+L=$(printf '%s' "$BODY" | jq -r .id)
+req POST "$S/v1/jobs/$L/schedule" "$ADMIN" '{"budget_ms":100}'; expect "schedule a 1x1 job" 201 .resume_step null
+req GET "$S/v1/jobs/$L" "$ADMIN"; LT=$(tok_by_id "$(printf '%s' "$BODY" | jq -r '.plan.assignments[0].node_id')")
+lprog() {  # STEP EPOCH
+    req POST "$S/v1/agent/progress" "$LT" "{\"job_id\":$L,\"epoch\":$2,\"step\":$1,\"stage\":0,\"replica\":0,\"loss\":3.$1,\"iteration_s\":0.1,\"compute_s\":0.1,\"send_s\":0,\"recv_wait_s\":0,\"allreduce_s\":0,\"bubble_s\":0,\"tokens\":64}"
+}
+lprog 0 1; lprog 2 1; lprog 3 1
+put_ckpt "$S/v1/jobs/$L/checkpoints/2/stages/0?layer_start=0" "$LT" "$WORK/stage1.bin"
+expect "a checkpoint's layer_start goes with its layer_end" 400 .error.field layer_end
+put_ckpt "$S/v1/jobs/$L/checkpoints/2/stages/0?layer_start=0&layer_end=9" "$LT" "$WORK/stage1.bin"
+expect "and a file holds no layer past the model's" 422 .error.field layer_end
+put_ckpt "$S/v1/jobs/$L/checkpoints/2/stages/0?layer_start=0&layer_end=4" "$LT" "$WORK/stage1.bin"
+expect "a checkpoint says which layers it holds" 201 .complete true
+put_ckpt "$S/v1/jobs/$L/checkpoints/3/stages/0" "$LT" "$WORK/stage1.bin"
+# flip_byte FILE OFFSET: changes one byte in place (the size stays).
+flip_byte() {
+    local b
+    b=$(dd if="$1" bs=1 skip="$2" count=1 2>/dev/null | od -An -tu1 | tr -d ' ')
+    printf "\\$(printf %o $(((b + 1) % 256)))" | dd of="$1" bs=1 seek="$2" conv=notrunc 2>/dev/null
+}
+flip_byte "$WORK/a/$(sql a "SELECT path FROM checkpoints WHERE job_id = $L AND step = 3")" 100
+req POST "$S/v1/jobs/$L/schedule" "$ADMIN" '{"budget_ms":100}'
+expect "re-planning the running job resumes from its newest checkpoint whose file is whole" 201 '[.epoch, .resume_step] | tostring' '[2,2]'
+check "the steps from there on are dropped" "$(sql a "SELECT string_agg(step::text, ',' ORDER BY step) FROM job_steps WHERE job_id = $L")" 0
+check "the damaged checkpoint is logged" "$(grep -c "checkpoint file damaged path=.*job$L/step3/" "$WORK/a.log")" 1
+lprog 1 1; expect "a late report of epoch 1 before the resume step is kept" 201 .recorded true
+lprog 2 1; expect "one from the resume step on is a stale epoch" 409 .error.code stale_epoch
+check "it filled the hole and moved nothing" "$(sql a "SELECT string_agg(step || ':' || epoch, ',' ORDER BY step) FROM job_steps WHERE job_id = $L") $(sql a "SELECT state, plan_epoch FROM jobs WHERE id = $L")" "0:1,1:1 scheduled|2"
+lprog 2 2; expect "epoch 2 reports from the resume step" 201 '[.recorded, .state] | tostring' '[true,"running"]'
+req GET "$S/v1/agent/assignment" "$LT"
+expect "its assignment resumes from the job's own checkpoint, with the layers of its files" 200 \
+    '.assignment.resume | [.job_id, .step, .stages] | tostring' "[$L,2,[{\"stage\":0,\"layer_start\":0,\"layer_end\":4}]]"
+req GET "$S/v1/jobs/$L/checkpoints" "$ADMIN"
+expect "the checkpoint list shows them" 200 '[.checkpoints[] | .stages[0] | [.layer_start, .layer_end]] | tostring' '[[null,null],[0,4]]'
+
+req DELETE "$S/v1/jobs/$L" "$ADMIN"
 
 # ---- a client that leaves a long-poll: answered into the void at its deadline
 # (kill only once curl runs: a shell forked but not yet curl would run our EXIT trap)

@@ -570,6 +570,36 @@ static void test_logits(void **state)
     free(whole_logits), free(split_logits);
 }
 
+/* A checkpoint taken under one layer split continues under another: the
+ * new stages are assembled tensor by tensor and train on exactly as the
+ * old ones do. */
+static void test_assemble_other_split(void **state)
+{
+    (void)state;
+    enum { K = 4 };
+    struct kern_err err;
+    struct kern_model three = small;
+    three.layers = 3;
+    struct kern_stage *a0 = stage_new(&three, 0, 1, 4, 32, 2, 11), *a1 = stage_new(&three, 1, 3, 4, 32, 2, 11);
+    struct kern_stage *b0 = stage_new(&three, 0, 2, 4, 32, 2, 99), *b1 = stage_new(&three, 2, 3, 4, 32, 2, 99);
+    float before[K], old_split[K], new_split[K];
+    train(a0, a1, 0, K, before);
+    struct kern_stage *old[2] = {a0, a1};
+    assert_int_equal(kern_stage_assemble(b0, old, 1, &err), -1);
+    assert_non_null(strstr(err.msg, "h1.ln1w"));
+    assert_int_equal(kern_stage_assemble(b0, old, 2, &err), 0);
+    assert_int_equal(kern_stage_assemble(b1, old + 1, 1, &err), 0);
+    assert_int_equal(kern_stage_step(b0), K);
+    train(a0, a1, K, K, old_split);
+    train(b0, b1, K, K, new_split);
+    assert_memory_equal(old_split, new_split, sizeof old_split);
+    struct kern_stage *fresh = stage_new(&three, 1, 3, 4, 32, 2, 11);
+    struct kern_stage *mixed[2] = {a0, fresh};
+    assert_int_equal(kern_stage_assemble(b0, mixed, 2, &err), -1);
+    assert_non_null(strstr(err.msg, "step"));
+    kern_stage_free(a0), kern_stage_free(a1), kern_stage_free(b0), kern_stage_free(b1), kern_stage_free(fresh);
+}
+
 /* A stage file says which stage can load it, and peeking leaves it loadable. */
 static void test_file_peek(void **state)
 {
@@ -685,6 +715,7 @@ int main(void)
         cmocka_unit_test(test_save_load_continue),
         cmocka_unit_test(test_logits),
         cmocka_unit_test(test_file_peek),
+        cmocka_unit_test(test_assemble_other_split),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,251 @@
+/* planner.c - a job's next plan epoch (planner.h). */
+#include "planner.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/log.h"
+#include "checkpoints.h"
+#include "db.h"
+#include "jobspec.h"
+#include "queries.h"
+#include "sched/input.h"
+#include "server.h"
+
+#define PLANNER_RANDOM_PLANS 1000   /* baseline: best of this many random plans */
+
+struct plan_work {
+    struct plan_request req;
+    int64_t job_id;
+    int64_t resume_step;      /* the job's checkpoint to start from; -1: the spec's start */
+    int available;            /* live nodes offered to the scheduler */
+    struct scenario net;      /* those nodes and their links */
+    struct sched_problem problem;
+};
+
+/* Live nodes: registered, heartbeat within the timeout, idle or busy in
+ * this job (or in a job that has finished, whose agents have not said so
+ * yet), and not in the current plan of another live job. */
+#define LIVE_NODES_SQL \
+    "SELECT coalesce(json_agg(" NODE_JSON " ORDER BY id), '[]') FROM nodes" \
+    " WHERE state IN ('idle', 'busy')" \
+    "   AND last_heartbeat_at > now() - make_interval(secs => $2::float8)" \
+    "   AND (current_job_id IS NULL OR current_job_id = $1 OR NOT EXISTS (SELECT 1 FROM jobs cj" \
+    "     WHERE cj.id = current_job_id AND cj.state IN ('scheduled', 'running', 'recovering')))" \
+    "   AND NOT EXISTS (SELECT 1 FROM assignments a JOIN plans p ON p.id = a.plan_id" \
+    "     JOIN jobs j ON j.id = p.job_id AND p.epoch = j.plan_epoch" \
+    "     WHERE a.node_id = nodes.id AND j.id <> $1" \
+    "       AND j.state IN ('scheduled', 'running', 'recovering'))"
+
+void planner_free(struct plan_work *w)
+{
+    if (!w)
+        return;
+    scenario_free(&w->net);
+    free(w);
+}
+
+enum sched_cost planner_cost(const struct plan_work *w)
+{
+    return w->problem.cost;
+}
+
+/* Checks the job's state; sets w->resume_step from whether it has run. */
+static int planner_job(struct server *srv, struct plan_work *w, json_t *job, struct shoal_err *e)
+{
+    const char *state = json_string_value(json_object_get(job, "state"));
+    int ok = w->req.only_if_recovering
+                 ? strcmp(state, "recovering") == 0
+                 : strcmp(state, "pending") == 0 || strcmp(state, "scheduled") == 0 ||
+                       strcmp(state, "running") == 0 || strcmp(state, "recovering") == 0;
+    if (!ok)
+        return err_set(e, 409, "conflict", "state", "job %lld is %s; only pending, scheduled, running or recovering "
+                       "jobs are scheduled", (long long)w->job_id, state);
+    w->resume_step = -1;
+    if (!json_is_true(json_object_get(job, "started")))
+        return 0;
+    return checkpoints_latest_valid(srv, w->job_id, json_integer_value(json_object_get(job, "total_steps")),
+                                    &w->resume_step, e);
+}
+
+int planner_prepare(struct server *srv, int64_t job_id, const struct plan_request *req, struct plan_work **out,
+                    struct shoal_err *e)
+{
+    char p_id[24], p_timeout[32], what[40];
+    struct job_spec spec;
+    json_t *job = NULL, *nodes = NULL, *links = NULL, *doc = NULL;
+    struct plan_work *w = calloc(1, sizeof *w);
+    int rc = -1;
+    *out = NULL;
+    if (!w)
+        return err_set(e, 500, "internal", NULL, "out of memory");
+    w->req = *req;
+    w->job_id = job_id;
+    db_param_i64(p_id, job_id);
+    snprintf(what, sizeof what, "job %s", p_id);
+    db_param_f64(p_timeout, (double)srv->cfg.heartbeat_timeout);
+    const char *params[] = { p_id, p_timeout };
+    job = db_query_json(srv->db, "SELECT json_build_object('state', state, 'spec', spec, 'total_steps', total_steps,"
+                        " 'started', started_at IS NOT NULL) FROM jobs WHERE id = $1", 1, params, what, e);
+    if (!job || planner_job(srv, w, job, e) != 0 || jobspec_parse(json_object_get(job, "spec"), &spec, e) != 0)
+        goto out;
+    nodes = db_query_json(srv->db, LIVE_NODES_SQL, 2, params, "nodes", e);
+    if (!nodes)
+        goto out;
+    links = db_query_json(srv->db, LINKS_MATRIX_SQL, 0, NULL, "links", e);
+    if (!links)
+        goto out;
+    doc = json_pack("{s:O}", "nodes", nodes);
+    w->available = (int)json_array_size(nodes);
+    if (spec.stages * spec.replicas > w->available) {
+        err_set(e, 409, "not_enough_nodes", "parallelism",
+                "job %s needs %lld nodes (%lld stages x %lld replicas) and %d are available "
+                "(idle or in this job, heartbeat within %ld s, not draining, not planned for another job)",
+                p_id, (long long)(spec.stages * spec.replicas), (long long)spec.stages,
+                (long long)spec.replicas, w->available, srv->cfg.heartbeat_timeout);
+        goto out;
+    }
+    if (input_network(doc, links, w->req.fill_latency_ms, w->req.fill_bandwidth_gbps, &w->net, e) != 0)
+        goto out;
+    struct sched_problem *pb = &w->problem;
+    jobspec_sched_model(&spec, pb);
+    pb->n = w->net.n;
+    pb->nodes = w->net.nodes;
+    pb->latency_ms = w->net.latency_ms;
+    pb->bandwidth_gbps = w->net.bandwidth_gbps;
+    pb->cost = strcmp(w->req.cost_model, "dtfm") == 0 ? SCHED_COST_DTFM : SCHED_COST_SHOAL;
+    rc = sched_problem_check(pb, e);
+out:
+    json_decref(job);
+    json_decref(nodes);
+    json_decref(links);
+    json_decref(doc);
+    if (rc == 0)
+        *out = w;
+    else
+        planner_free(w);
+    return rc;
+}
+
+/* The plan's stages as JSON: [{stage, layer_start, layer_end, nodes: [ids]}]. */
+static json_t *plan_stages_json(const struct sched_problem *pb, const struct sched_plan *plan)
+{
+    json_t *stages = json_array();
+    for (int s = 0; s < plan->stages; s++) {
+        json_t *ids = json_array();
+        for (int r = 0; r < plan->replicas; r++)
+            json_array_append_new(ids, json_integer(pb->nodes[plan->node[s * plan->replicas + r]].id));
+        json_array_append_new(stages, json_pack("{s:i, s:i, s:i, s:o}", "stage", s, "layer_start",
+                                                plan->layer_start[s], "layer_end", plan->layer_end[s], "nodes", ids));
+    }
+    return stages;
+}
+
+/* $1 job, $2 cost model, $3 predicted s, $4 detail, $5-$9 the tasklets
+ * (stage, replica, node, layer_start, layer_end arrays), $10 the states it
+ * may be stored from, $11 the resume step or NULL.  One statement: the new
+ * epoch, the plan, its assignments, and the steps that will be trained
+ * again dropped from job_steps (with the count of finished tasklets). */
+#define PLAN_STORE_SQL \
+    "WITH j AS (UPDATE jobs SET plan_epoch = plan_epoch + 1, state = 'scheduled', tasklets_finished = 0," \
+    "   recover_after = NULL, recovery_waiting = NULL, updated_at = now()" \
+    "   WHERE id = $1 AND state = ANY ($10::text[]) RETURNING id, plan_epoch)," \
+    " p AS (INSERT INTO plans (job_id, epoch, cost_model, predicted_iteration_s, detail, resume_step)" \
+    "   SELECT id, plan_epoch, $2, $3, $4::jsonb, $11::bigint FROM j RETURNING id, epoch)," \
+    " a AS (INSERT INTO assignments (plan_id, stage, replica, node_id, layer_start, layer_end)" \
+    "   SELECT p.id, t.s, t.r, t.n, t.ls, t.le FROM p," \
+    "   unnest($5::int[], $6::int[], $7::bigint[], $8::int[], $9::int[]) AS t(s, r, n, ls, le) RETURNING 1)," \
+    " d AS (DELETE FROM job_steps s USING j WHERE s.job_id = j.id AND s.step >= coalesce($11::bigint, 0)" \
+    "   RETURNING 1)" \
+    " SELECT json_build_object('epoch', p.epoch, 'assignments', (SELECT count(*) FROM a)," \
+    "   'steps_dropped', (SELECT count(*) FROM d)) FROM p"
+
+/* Stores the plan.  Returns the epoch, or -1 with `e` set (409 if the job
+ * left a state it may be stored from meanwhile). */
+static long planner_store(struct server *srv, const struct plan_work *w, const struct sched_plan *plan,
+                          const json_t *detail, struct shoal_err *e)
+{
+    struct buf a[5];
+    const char *sep;
+    char p_id[24], p_cost[32], p_resume[24];
+    long epoch = -1;
+    char *detail_text = json_dumps(detail, JSON_COMPACT | JSON_REAL_PRECISION(15));
+    for (int k = 0; k < 5; k++)
+        buf_init(&a[k], 16u << 20);
+    for (int s = 0; s < plan->stages; s++) {
+        for (int r = 0; r < plan->replicas; r++) {
+            sep = s == 0 && r == 0 ? "{" : ",";
+            buf_printf(&a[0], "%s%d", sep, s);
+            buf_printf(&a[1], "%s%d", sep, r);
+            buf_printf(&a[2], "%s%lld", sep, (long long)w->problem.nodes[plan->node[s * plan->replicas + r]].id);
+            buf_printf(&a[3], "%s%d", sep, plan->layer_start[s]);
+            buf_printf(&a[4], "%s%d", sep, plan->layer_end[s]);
+        }
+    }
+    for (int k = 0; k < 5; k++)
+        buf_append(&a[k], "}", 1);
+    const char *params[] = { db_param_i64(p_id, w->job_id), w->req.cost_model,
+                             db_param_f64(p_cost, plan->cost.total_s), detail_text,
+                             a[0].data, a[1].data, a[2].data, a[3].data, a[4].data,
+                             w->req.only_if_recovering ? "{recovering}" : "{pending,scheduled,running,recovering}",
+                             w->resume_step >= 0 ? db_param_i64(p_resume, w->resume_step) : NULL };
+    json_t *res = db_query_json(srv->db, PLAN_STORE_SQL, 11, params, "job", e);
+    if (res) {
+        epoch = (long)json_integer_value(json_object_get(res, "epoch"));
+        log_info("plan stored job=%s epoch=%ld resume_step=%lld steps_dropped=%lld", p_id, epoch,
+                 (long long)w->resume_step, (long long)json_integer_value(json_object_get(res, "steps_dropped")));
+    } else if (e->status == 404) {
+        err_set(e, 409, "conflict", "state", "job %s changed state while it was being scheduled", p_id);
+    }
+    json_decref(res);
+    free(detail_text);
+    for (int k = 0; k < 5; k++)
+        buf_free(&a[k]);
+    return epoch;
+}
+
+json_t *planner_run(struct server *srv, struct plan_work *w, struct shoal_err *e)
+{
+    struct sched_plan plan;
+    struct sched_baselines bl;
+    json_t *detail = NULL;
+    memset(&plan, 0, sizeof plan);
+    struct sched_options opt = { .seed = (uint64_t)w->req.seed, .budget_ms = (double)w->req.budget_ms,
+                                 .candidates = w->req.candidates };
+    if (sched_plan_init(&plan, w->problem.stages, w->problem.replicas) != 0) {
+        err_set(e, 500, "internal", NULL, "out of memory");
+        goto out;
+    }
+    if (sched_search(&w->problem, &opt, &plan, e) != 0 ||
+        sched_baselines(&w->problem, opt.seed, PLANNER_RANDOM_PLANS, &bl, e) != 0)
+        goto out;
+    const struct sched_breakdown *b = &plan.cost;
+    detail = json_pack("{s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f}, s:{s:f, s:f, s:I}, s:I, s:I, s:I, s:i, s:o}",
+        "breakdown", "total_s", b->total_s, "dp_s", b->dp_s, "pipeline_s", b->pipeline_s,
+        "compute_s", b->compute_s, "comm_s", b->comm_s, "bubble_s", b->bubble_s, "optimizer_s", b->optimizer_s,
+        "baselines", "sequential_s", bl.sequential_s, "best_random_s", bl.best_random_s,
+        "random_plans", (json_int_t)bl.random_plans,
+        "seed", (json_int_t)w->req.seed, "budget_ms", (json_int_t)w->req.budget_ms,
+        "candidates", (json_int_t)w->req.candidates, "nodes_available", w->available,
+        "stages", plan_stages_json(&w->problem, &plan));
+    if (!detail) {
+        err_set(e, 500, "internal", NULL, "out of memory");
+        goto out;
+    }
+    json_object_set_new(detail, "resume_step", w->resume_step >= 0 ? json_integer(w->resume_step) : json_null());
+    long epoch = 0;
+    if (!w->req.dry_run && (epoch = planner_store(srv, w, &plan, detail, e)) < 0) {
+        json_decref(detail);
+        detail = NULL;
+        goto out;
+    }
+    json_object_set_new(detail, "job_id", json_integer(w->job_id));
+    json_object_set_new(detail, "dry_run", json_boolean(w->req.dry_run));
+    json_object_set_new(detail, "epoch", w->req.dry_run ? json_null() : json_integer(epoch));
+    json_object_set_new(detail, "cost_model", json_string(w->req.cost_model));
+    json_object_set_new(detail, "predicted_iteration_s", json_real(b->total_s));
+out:
+    sched_plan_free(&plan);
+    return detail;
+}

@@ -1,0 +1,58 @@
+/* planner.h - plans a job: the scheduler over the live nodes and the latest
+ * links, stored as the job's next plan epoch with one assignment per
+ * tasklet.  POST /v1/jobs/{id}/schedule (h_schedule.c) runs it for an
+ * operator; the recovery thread (recovery.c) runs it for a job that lost a
+ * node.
+ *
+ * Where the new epoch starts: a job that has not run starts as its spec
+ * says (step 0, or its resume_from); a job that has run resumes from its own
+ * latest complete checkpoint whose files still match their SHA-256 (older
+ * ones are tried when the newest is damaged), or from its start when it has
+ * none.  The steps from there on are dropped from job_steps when the plan is
+ * stored: they will be trained again, so each step is recorded once. */
+#ifndef SHOAL_PLANNER_H
+#define SHOAL_PLANNER_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "../common/err.h"
+#include "sched/sched.h"
+
+struct server;
+
+struct plan_request {
+    char cost_model[8];           /* "shoal" or "dtfm" */
+    int64_t seed;
+    int64_t budget_ms;            /* search time */
+    int64_t candidates;           /* 0: no limit */
+    int dry_run;                  /* show the plan, store nothing */
+    double fill_latency_ms;       /* for links never measured; INPUT_NO_FILL: they are an error */
+    double fill_bandwidth_gbps;
+    int only_if_recovering;       /* store only while the job is still recovering (the recovery thread) */
+};
+
+/* Everything one planning run needs; owned by its caller. */
+struct plan_work;
+
+/* Checks the job (pending, scheduled, running or recovering), loads the
+ * live nodes (registered, heartbeat within --heartbeat-timeout, not draining
+ * or lost, not planned for another live job) and their links, picks the
+ * resume point, and builds the problem.  Quick: no search.  Returns 0 with
+ * *out set (free with planner_free), or -1 with e set: 404, 409 conflict
+ * (state), 409 not_enough_nodes, 422 (links), 503. */
+int planner_prepare(struct server *srv, int64_t job_id, const struct plan_request *req, struct plan_work **out,
+                    struct shoal_err *e);
+
+/* Searches, computes the baselines and, unless a dry run, stores the plan
+ * as the next epoch (state 'scheduled').  Returns the plan's detail as the
+ * schedule endpoint answers it (a new reference), or NULL with e set (409 if
+ * the job changed state meanwhile).  Takes about budget_ms. */
+json_t *planner_run(struct server *srv, struct plan_work *w, struct shoal_err *e);
+
+/* The cost model the work was prepared with (for metrics). */
+enum sched_cost planner_cost(const struct plan_work *w);
+
+void planner_free(struct plan_work *w);
+
+#endif

@@ -1,0 +1,198 @@
+/* recovery.c - the recovery thread (recovery.h). */
+#include "recovery.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../common/log.h"
+#include "db.h"
+#include "http.h"
+#include "planner.h"
+#include "queries.h"
+#include "sched/input.h"
+#include "server.h"
+
+struct recovery {
+    struct server *srv;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    int stop;                  /* under mu */
+    double started;            /* monotonic s, for the start-up grace */
+};
+
+long recovery_grace_s(const struct server *srv)
+{
+    return srv->cfg.heartbeat_timeout + (long)RECOVERY_TICK_S;
+}
+
+/* $1 --heartbeat-timeout s.  Nodes whose heartbeat is older go lost. */
+#define LOST_NODES_SQL \
+    "WITH l AS (UPDATE nodes SET state = 'lost' WHERE state IN ('idle', 'busy')" \
+    "   AND last_heartbeat_at < now() - make_interval(secs => $1::float8) RETURNING id, name)" \
+    " SELECT coalesce(json_agg(json_build_object('id', id, 'name', name) ORDER BY id), '[]') FROM l"
+
+/* $1 --max-recoveries, $2 --heartbeat-timeout s.  Live jobs whose current
+ * plan holds a lost node go to recovery at once: the node is known dead. */
+#define LOST_JOBS_SQL \
+    "WITH hit AS (SELECT DISTINCT ON (j.id) j.id," \
+    "   'node ' || n.id || ' (' || n.name || ') was lost: no heartbeat for ' || $2::text || ' s' AS reason" \
+    "   FROM jobs j JOIN plans p ON p.job_id = j.id AND p.epoch = j.plan_epoch" \
+    "   JOIN assignments a ON a.plan_id = p.id JOIN nodes n ON n.id = a.node_id" \
+    "   WHERE j.state IN ('scheduled', 'running') AND n.state = 'lost' ORDER BY j.id, n.id)," \
+    " upd AS (UPDATE jobs SET" JOB_RECOVER_SET("hit.reason", "$1::int", "now()") \
+    "   FROM hit WHERE jobs.id = hit.id AND jobs.state IN ('scheduled', 'running')" \
+    "   RETURNING jobs.id, jobs.state, hit.reason)" \
+    " SELECT coalesce(json_agg(json_build_object('id', id, 'state', state, 'reason', reason) ORDER BY id), '[]')" \
+    " FROM upd"
+
+/* Jobs whose re-plan is due. */
+#define DUE_JOBS_SQL \
+    "SELECT coalesce(json_agg(id ORDER BY id), '[]') FROM jobs" \
+    " WHERE state = 'recovering' AND (recover_after IS NULL OR recover_after <= now())"
+
+/* $1 job, $2 what its re-plan waits for.  Written only when it changes. */
+#define WAITING_SQL \
+    "UPDATE jobs SET recovery_waiting = $2, updated_at = now()" \
+    " WHERE id = $1::bigint AND state = 'recovering' AND recovery_waiting IS DISTINCT FROM $2 RETURNING id"
+
+/* Runs `sql` and logs each element of its JSON array answer with `what`. */
+static void sweep_step(struct server *srv, const char *sql, int n, const char *const *params, const char *what)
+{
+    struct shoal_err e;
+    json_t *res = db_query_json(srv->db, sql, n, params, what, &e);
+    if (!res) {
+        if (e.status != 503)   /* an outage is logged once, by the pool */
+            log_warn("recovery: %s: %s", what, e.message);
+        return;
+    }
+    size_t i;
+    json_t *row;
+    json_array_foreach(res, i, row) {
+        char *text = json_dumps(row, JSON_COMPACT);
+        log_warn("recovery: %s %s", what, text ? text : "?");
+        free(text);
+    }
+    json_decref(res);
+}
+
+/* Re-plans one recovering job, or notes what it waits for. */
+static void replan(struct server *srv, int64_t job)
+{
+    struct plan_request req = { .seed = 1, .budget_ms = RECOVERY_BUDGET_MS,
+                                .fill_latency_ms = RECOVERY_FILL_LATENCY_MS,
+                                .fill_bandwidth_gbps = RECOVERY_FILL_BANDWIDTH_GBPS, .only_if_recovering = 1 };
+    struct plan_work *w = NULL;
+    struct shoal_err e;
+    json_t *detail = NULL, *res = NULL;
+    char p_job[24];
+    snprintf(req.cost_model, sizeof req.cost_model, "shoal");
+    double started = http_now();
+    if (planner_prepare(srv, job, &req, &w, &e) != 0) {
+        if (e.status == 409 && strcmp(e.code, "not_enough_nodes") == 0) {
+            const char *params[] = { db_param_i64(p_job, job), e.message };
+            if ((res = db_query_json(srv->db, WAITING_SQL, 2, params, "job", &e)) != NULL)
+                log_warn("recovery: job %lld waits: %s", (long long)job, params[1]);
+        } else if (e.status != 409 && e.status != 503) {
+            log_warn("recovery: cannot re-plan job %lld: %s", (long long)job, e.message);
+        }
+        goto out;
+    }
+    detail = planner_run(srv, w, &e);
+    metrics_schedule_observe(srv->metrics, planner_cost(w), detail ? METRICS_SCHEDULE_STORED : METRICS_SCHEDULE_ERROR,
+                             http_now() - started);
+    if (detail)
+        log_info("recovery: job %lld re-planned epoch=%lld resume_step=%s nodes_available=%lld", (long long)job,
+                 (long long)json_integer_value(json_object_get(detail, "epoch")),
+                 json_is_null(json_object_get(detail, "resume_step")) ? "start" : "checkpoint",
+                 (long long)json_integer_value(json_object_get(detail, "nodes_available")));
+    else if (e.status != 409)
+        log_warn("recovery: re-plan of job %lld failed: %s", (long long)job, e.message);
+out:
+    json_decref(res);
+    json_decref(detail);
+    planner_free(w);
+}
+
+static void sweep(struct recovery *r)
+{
+    struct server *srv = r->srv;
+    struct shoal_err e;
+    char p_timeout[24], p_max[24];
+    const char *params[] = { db_param_i64(p_max, srv->cfg.max_recoveries),
+                             db_param_i64(p_timeout, srv->cfg.heartbeat_timeout) };
+    if (http_now() - r->started >= (double)srv->cfg.heartbeat_timeout)
+        sweep_step(srv, LOST_NODES_SQL, 1, params + 1, "node lost");
+    sweep_step(srv, LOST_JOBS_SQL, 2, params, "job on a lost node");
+    json_t *due = db_query_json(srv->db, DUE_JOBS_SQL, 0, NULL, "jobs", &e);
+    size_t i;
+    json_t *id;
+    json_array_foreach(due, i, id) {
+        pthread_mutex_lock(&r->mu);
+        int stop = r->stop;
+        pthread_mutex_unlock(&r->mu);
+        if (stop)
+            break;
+        replan(srv, json_integer_value(id));
+    }
+    if (!due && e.status != 503)
+        log_warn("recovery: cannot list recovering jobs: %s", e.message);
+    json_decref(due);
+}
+
+static void *recovery_main(void *arg)
+{
+    struct recovery *r = arg;
+    pthread_mutex_lock(&r->mu);
+    while (!r->stop) {
+        pthread_mutex_unlock(&r->mu);
+        sweep(r);
+        pthread_mutex_lock(&r->mu);
+        if (r->stop)
+            break;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += (time_t)RECOVERY_TICK_S;
+        pthread_cond_timedwait(&r->wake, &r->mu, &ts);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+struct recovery *recovery_start(struct server *srv, struct shoal_err *err)
+{
+    struct recovery *r = calloc(1, sizeof *r);
+    if (!r) {
+        err_set(err, 1, "oom", NULL, "out of memory");
+        return NULL;
+    }
+    r->srv = srv;
+    r->started = http_now();
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->wake, NULL);
+    if (pthread_create(&r->thread, NULL, recovery_main, r) != 0) {
+        pthread_mutex_destroy(&r->mu);
+        pthread_cond_destroy(&r->wake);
+        free(r);
+        err_set(err, 1, "thread", NULL, "cannot start the recovery thread");
+        return NULL;
+    }
+    return r;
+}
+
+void recovery_stop(struct recovery *r)
+{
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    r->stop = 1;
+    pthread_cond_signal(&r->wake);
+    pthread_mutex_unlock(&r->mu);
+    pthread_join(r->thread, NULL);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->wake);
+    free(r);
+}

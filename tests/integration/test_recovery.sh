@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# test_recovery.sh - real agents on loopback lose one of their own (kill -9)
+# in the middle of a 2x2 job: with a spare registered the server re-plans
+# onto it from the latest complete checkpoint and the job succeeds with the
+# losses of an uninterrupted run, each step recorded once; with no spare the
+# job waits in 'recovering' until a new agent joins.  The server itself is
+# killed and restarted mid-run: nothing is lost or recorded twice.  A node
+# that stalls (SIGSTOP) is found out and worked around.
+set -u
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/agents.sh"
+
+# Heartbeats every second (agents.sh); a node silent for 3 s is lost.
+HB_TIMEOUT=3
+start_server s --heartbeat-timeout "$HB_TIMEOUT" || exit 1
+S=$URL_s
+ADMIN=$(cat "$WORK/s/admin.token")
+CORPUS=/usr/share/common-licenses/GPL-3
+[ -r "$CORPUS" ] || CORPUS=$(cd "$(dirname "$0")/../.." && pwd)/README.md
+
+# A neighbour silent for 5 s fails a step (a stalled node).
+for n in a0 a1 a2 a3 a4; do start_agent "$n" s --peer-timeout 5; done
+links_up() { [ "$(sql s "SELECT count(*) FROM links_latest WHERE bandwidth_gbps > 0")" = 20 ]; }
+if wait_for 120 links_up; then ok "five agents register and measure their twenty links"
+else fail "five agents register and measure their twenty links" "$(sql s "SELECT count(*) FROM links_latest")"; exit 1; fi
+
+# job NAME: a 2x2 job of 40 steps with a checkpoint every 5.
+job() {
+    printf '{"name":"%s","model":{"vocab_size":256,"context_length":64,"d_model":64,"heads":2,"layers":4},' "$1"
+    printf '"parallelism":{"stages":2,"replicas":2,"micro_batches":4,"micro_batch_size":2,"schedule":"1f1b"},'
+    printf '"training":{"steps":40,"learning_rate":0.003,"warmup_steps":3,"weight_decay":0.1,"grad_clip":1.0,"seed":11},'
+    printf '"data":{"path":"%s","format":"text"},"checkpoint_interval":5}' "$CORPUS"
+}
+state_of() { job_state "$S" "$ADMIN" "$1"; }
+is_state() { [ "$(state_of "$1")" = "$2" ]; }
+# start_job NAME: creates and schedules it; sets J.
+start_job() {
+    req POST "$S/v1/jobs" "$ADMIN" "$(job "$1")"
+    J=$(printf '%s' "$BODY" | jq -r .id)
+    # A newcomer's links are measured only once its peers are idle too.
+    req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":200,"fill_missing_links":{"latency_ms":1,"bandwidth_gbps":1}}'
+    [ "$STATUS" = 201 ] || fail "$1 is scheduled" "status $STATUS: $BODY"
+}
+reached() { [ "$(sql s "SELECT count(*) FROM job_steps WHERE job_id = $1 AND step = $2")" = 4 ]; }
+node_of() { sql s "SELECT n.name FROM assignments a JOIN plans p ON p.id = a.plan_id JOIN nodes n ON n.id = a.node_id
+                   JOIN jobs j ON j.id = p.job_id AND j.plan_epoch = p.epoch WHERE j.id = $1 AND a.stage = $2 AND a.replica = $3"; }
+now() { date +%s.%N; }
+# since T SQL_TIMESTAMP: seconds from T (date +%s.%N) to the timestamp.
+since() { sql s "SELECT round((extract(epoch FROM ($2)) - $1)::numeric, 2)"; }
+
+# ---- the reference: the same job, uninterrupted
+start_job reference
+wait_for 300 is_state "$J" succeeded
+check "the reference job succeeds" "$(state_of "$J")" succeeded
+job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/reference.losses"
+check "its losses cover 40 steps" "$(wc -l < "$WORK/reference.losses")" 40
+
+# ---- kill -9 a node of the plan, a spare standing by
+start_job spare
+wait_for 120 reached "$J" 12
+VICTIM=$(node_of "$J" 1 0)
+SPARE=$(sql s "SELECT name FROM nodes WHERE name NOT IN (SELECT n.name FROM assignments a JOIN plans p ON p.id = a.plan_id
+               JOIN nodes n ON n.id = a.node_id WHERE p.job_id = $J)")
+t_kill=$(now)
+kill -9 "$(cat "$WORK/agent-$VICTIM.pid")"
+if wait_for 60 is_state "$J" recovering; then ok "the job goes to recovery"
+else fail "the job goes to recovery" "state $(state_of "$J")"; fi
+t_recovering=$(now)
+reason=$(curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$J" | jq -r .recovery_reason)
+case $reason in *peer*|*lost*) ok "saying why: $reason";; *) fail "saying why" "$reason";; esac
+replanned() { [ "$(sql s "SELECT plan_epoch FROM jobs WHERE id = $J")" = 2 ]; }
+wait_for 60 replanned
+check "the killed node is lost" "$(sql s "SELECT state FROM nodes WHERE name = '$VICTIM'")" lost
+R=$(sql s "SELECT resume_step FROM plans WHERE job_id = $J AND epoch = 2")
+check "epoch 2 resumes from the latest complete checkpoint (a multiple of 5, 10 or later)" \
+    "$([ -n "$R" ] && [ $((R % 5)) = 0 ] && [ "$R" -ge 10 ] && echo yes)" yes
+plan2=$(sql s "SELECT string_agg(n.name, ',' ORDER BY n.name) FROM assignments a JOIN plans p ON p.id = a.plan_id
+               JOIN nodes n ON n.id = a.node_id WHERE p.job_id = $J AND p.epoch = 2")
+check "and runs on the spare instead of the lost node" \
+    "$(case ",$plan2," in *",$SPARE,"*) echo spare;; esac)$(case ",$plan2," in *",$VICTIM,"*) echo victim;; esac)" spare
+wait_for 300 is_state "$J" succeeded
+check "the job succeeds" "$(state_of "$J")" succeeded
+check "job_steps holds each step of each tasklet once" \
+    "$(sql s "SELECT count(*), count(DISTINCT (step, stage, replica)), min(step), max(step) FROM job_steps WHERE job_id = $J")" \
+    "160|160|0|39"
+check "steps from the checkpoint on are epoch 2's, those before epoch 1's" \
+    "$(sql s "SELECT count(*) FROM job_steps WHERE job_id = $J AND (step >= $R) <> (epoch = 2)")" 0
+job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/spare.losses"
+check "its per-step losses equal the uninterrupted run's" \
+    "$(join "$WORK/spare.losses" "$WORK/reference.losses" | awk '$2 != $3 { d++ } END { print NR, d + 0 }')" "40 0"
+detect=$(awk -v a="$t_kill" -v b="$t_recovering" 'BEGIN { printf "%.2f", b - a }')
+replan=$(since "$t_kill" "(SELECT created_at FROM plans WHERE job_id = $J AND epoch = 2)")
+again=$(since "$t_kill" "(SELECT min(reported_at) FROM job_steps WHERE job_id = $J AND epoch = 2)")
+ok "recovery times: recovering after ${detect} s (polled), re-planned after ${replan} s, training again after ${again} s, from step $R"
+
+# ---- kill -9 with no spare: the job waits until a node joins
+start_job nospare
+wait_for 120 reached "$J" 7
+VICTIM2=$(node_of "$J" 0 1)
+kill -9 "$(cat "$WORK/agent-$VICTIM2.pid")"
+waiting() { [ -n "$(sql s "SELECT recovery_waiting FROM jobs WHERE id = $J AND state = 'recovering'")" ]; }
+if wait_for 60 waiting; then ok "with too few nodes the job waits in recovery"
+else fail "with too few nodes the job waits in recovery" "$(sql s "SELECT state, recovery_waiting FROM jobs WHERE id = $J")"; fi
+req GET "$S/v1/jobs/$J" "$ADMIN"
+case $(printf '%s' "$BODY" | jq -r .recovery_waiting) in *"needs 4 nodes"*"3 are available"*) ok "and says what for";;
+    *) fail "and says what for" "$(printf '%s' "$BODY" | jq -r .recovery_waiting)";; esac
+sleep 3
+check "it stays there" "$(state_of "$J")" recovering
+req GET "$S/metrics"
+check "visible in the metrics" "$(printf '%s\n' "$BODY" | grep '^shoal_jobs{state="recovering"}')" 'shoal_jobs{state="recovering"} 1'
+start_agent a5 s --peer-timeout 5
+wait_for 300 is_state "$J" succeeded
+check "a new agent joins: the job resumes and succeeds" "$(state_of "$J")" succeeded
+check "from its latest checkpoint (5 or later), on the newcomer" \
+    "$(sql s "SELECT p.resume_step >= 5 AND p.resume_step % 5 = 0, bool_or(n.name = 'a5') FROM plans p
+              JOIN assignments a ON a.plan_id = p.id JOIN nodes n ON n.id = a.node_id
+              WHERE p.job_id = $J AND p.epoch = 2 GROUP BY p.resume_step")" "t|t"
+check "each step once" "$(sql s "SELECT count(*), count(DISTINCT (step, stage, replica)) FROM job_steps WHERE job_id = $J")" "160|160"
+job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/nospare.losses"
+check "with the uninterrupted run's losses" \
+    "$(join "$WORK/nospare.losses" "$WORK/reference.losses" | awk '$2 != $3 { d++ } END { print NR, d + 0 }')" "40 0"
+
+# ---- kill -9 the server mid-run and start it again on its port and
+# database: the agents train on, their progress waits for it
+start_job restart
+wait_for 120 reached "$J" 8
+PORT=${S##*:}
+kill -9 "$(cat "$WORK/s.pid")"
+sleep $((HB_TIMEOUT + 2))   # longer than a heartbeat timeout
+start_server s --heartbeat-timeout "$HB_TIMEOUT" --port "$PORT" || exit 1
+wait_for 300 is_state "$J" succeeded
+check "with the server killed and restarted the job succeeds" "$(state_of "$J")" succeeded
+check "in its first epoch: no node was taken for lost" "$(sql s "SELECT plan_epoch, recoveries, recovery_reason FROM jobs WHERE id = $J")" "1|0|"
+check "job_steps holds every step once" \
+    "$(sql s "SELECT count(*), count(DISTINCT (step, stage, replica)) FROM job_steps WHERE job_id = $J")" "160|160"
+job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/restart.losses"
+check "with the uninterrupted run's losses" \
+    "$(join "$WORK/restart.losses" "$WORK/reference.losses" | awk '$2 != $3 { d++ } END { print NR, d + 0 }')" "40 0"
+
+# ---- a node that stalls mid-step (SIGSTOP): found out, worked around
+start_agent a6 s --peer-timeout 5
+spare_up() { [ "$(sql s "SELECT count(*) FROM nodes WHERE state = 'idle' AND last_heartbeat_at > now() - interval '2 s'")" -ge 5 ]; }
+wait_for 60 spare_up
+start_job stall
+wait_for 120 reached "$J" 8
+STALLED=$(node_of "$J" 0 0)
+t_stop=$(now)
+kill -STOP "$(cat "$WORK/agent-$STALLED.pid")"
+wait_for 300 is_state "$J" succeeded
+check "a stalled node: the job recovers without it and succeeds" \
+    "$(state_of "$J") $(sql s "SELECT count(*) FROM assignments a JOIN plans p ON p.id = a.plan_id JOIN nodes n ON n.id = a.node_id
+                          WHERE p.job_id = $J AND p.epoch = 2 AND n.name = '$STALLED'")" "succeeded 0"
+ok "the stall: re-planned $(since "$t_stop" "(SELECT created_at FROM plans WHERE job_id = $J AND epoch = 2)") s after SIGSTOP ($(sql s "SELECT recovery_reason FROM jobs WHERE id = $J"))"
+check "each step once, with the uninterrupted run's losses" \
+    "$(sql s "SELECT count(*), count(DISTINCT (step, stage, replica)) FROM job_steps WHERE job_id = $J") $(job_losses "$S" "$ADMIN" "$J" | sort -k1,1 | join - "$WORK/reference.losses" | awk '$2 != $3 { d++ } END { print NR, d + 0 }')" \
+    "160|160 40 0"
+kill -CONT "$(cat "$WORK/agent-$STALLED.pid")"
+back() { [ "$(sql s "SELECT state FROM nodes WHERE name = '$STALLED'")" = idle ]; }
+if wait_for 60 back; then ok "woken again, the stalled node is an idle node like any other"
+else fail "woken again, the stalled node is an idle node like any other" "$(sql s "SELECT state FROM nodes WHERE name = '$STALLED'")"; fi
+
+for a in a0 a1 a2 a3 a4 a5 a6; do
+    [ "$a" = "$VICTIM" ] || [ "$a" = "$VICTIM2" ] && continue
+    stop_agent "$a"
+    check "agent $a exits cleanly on SIGTERM" "$AGENT_RC" 0
+done
+exit 0
