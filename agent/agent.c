@@ -280,7 +280,11 @@ static void probe_round(struct agent *ag, long generation)
     }
     if (json_array_size(samples) == 0)
         goto out;
-    body = json_pack("{s:O}", "samples", samples);
+    /* Named, so that a retry after a lost answer stores nothing twice. */
+    char report_id[TOKEN_MAX];
+    if (token_generate("links-", report_id, sizeof report_id) != 0)
+        report_id[0] = '\0';
+    body = json_pack("{s:O, s:s?}", "samples", samples, "report_id", report_id[0] ? report_id : NULL);
     if (ctl_call_retry(&ag->ctl, "PUT", "/v1/links", body, 10, 30, NULL, &e) != 0)
         log_warn("cannot report link samples: %s", e.message);
 out:

@@ -24,15 +24,37 @@ static const struct jv_field sample_fields[] = {
 };
 #undef S
 
-/* Checks the body and writes the samples as three Postgres array literals. */
+#define LINKS_REPORT_ID_MAX 128   /* characters of a report's name */
+
+/* 1 if `id` is 1..LINKS_REPORT_ID_MAX of [A-Za-z0-9._-]. */
+static int report_id_valid(const char *id)
+{
+    size_t n = strlen(id);
+    if (n == 0 || n > LINKS_REPORT_ID_MAX)
+        return 0;
+    return strspn(id, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-") == n;
+}
+
+/* Checks the body and writes the samples as three Postgres array literals;
+ * *report_id is the report's name, or NULL when it has none. */
 static int links_parse(json_t *body, int64_t self, struct buf *to, struct buf *lat,
-                       struct buf *bw, struct shoal_err *e)
+                       struct buf *bw, const char **report_id, struct shoal_err *e)
 {
     const char *key;
     json_t *val;
     json_object_foreach(body, key, val) {
-        if (strcmp(key, "samples") != 0 && strcmp(key, "from") != 0)
+        if (strcmp(key, "samples") != 0 && strcmp(key, "from") != 0 && strcmp(key, "report_id") != 0)
             return err_set(e, 400, "unknown_field", key, "unknown field %s", key);
+    }
+    json_t *rid = json_object_get(body, "report_id");
+    *report_id = NULL;
+    if (rid && !json_is_null(rid)) {
+        if (!json_is_string(rid))
+            return err_set(e, 400, "invalid_field", "report_id", "report_id must be a string");
+        if (!report_id_valid(json_string_value(rid)))
+            return err_set(e, 422, "invalid_field", "report_id", "report_id must be 1 to %d of A-Z a-z 0-9 . _ -",
+                           LINKS_REPORT_ID_MAX);
+        *report_id = json_string_value(rid);
     }
     json_t *from = json_object_get(body, "from");
     if (from && !json_is_integer(from))
@@ -78,16 +100,24 @@ void h_links_put(struct request *rq, struct response *rs)
     json_t *body = request_json(rq, rs);
     if (!body)
         goto out;
-    if (links_parse(body, rq->node_id, &to, &lat, &bw, &e) != 0) {
+    const char *report_id;
+    if (links_parse(body, rq->node_id, &to, &lat, &bw, &report_id, &e) != 0) {
         reply_error(rs, &e);
         goto out;
     }
-    const char *params[] = { db_param_i64(p_self, rq->node_id), to.data, lat.data, bw.data };
+    const char *params[] = { db_param_i64(p_self, rq->node_id), to.data, lat.data, bw.data, report_id };
+    /* A named report stores its samples only the first time its name
+     * comes (a retry after a lost answer stores nothing); the node's names
+     * older than a day are pruned on the way. */
     res = db_query_json(rq->srv->db,
-        "WITH ins AS (INSERT INTO link_samples (from_node, to_node, latency_ms, bandwidth_gbps)"
+        "WITH k AS (INSERT INTO link_reports (node_id, report_id) SELECT $1, $5 WHERE $5::text IS NOT NULL"
+        "   ON CONFLICT (node_id, report_id) DO NOTHING RETURNING 1),"
+        " ins AS (INSERT INTO link_samples (from_node, to_node, latency_ms, bandwidth_gbps)"
         "   SELECT $1, t, l, b FROM unnest($2::bigint[], $3::float8[], $4::float8[]) AS s(t, l, b)"
-        "   RETURNING 1)"
-        " SELECT json_build_object('accepted', count(*)) FROM ins", 4, params, "samples", &e);
+        "   WHERE $5::text IS NULL OR EXISTS (SELECT 1 FROM k) RETURNING 1),"
+        " old AS (DELETE FROM link_reports WHERE node_id = $1 AND received_at < now() - interval '1 day')"
+        " SELECT json_build_object('accepted', count(*),"
+        "   'duplicate', $5::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM k)) FROM ins", 5, params, "samples", &e);
     if (!res) {
         if (e.status == 409)   /* the foreign key on to_node */
             err_set(&e, 422, "invalid_field", "samples", "a sample's 'to' names a node that does not exist");

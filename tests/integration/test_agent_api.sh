@@ -54,6 +54,19 @@ sql a "UPDATE link_samples SET measured_at = now() - interval '1 hour' WHERE fro
 req GET "$S/v1/agent/probes" "${TOK[0]}"
 expect "a link older than link_stale_s is probed again" 200 '.targets | map(.node_id) | tostring' "[${ID[2]}]"
 req PUT "$S/v1/links" "${TOK[0]}" "{\"samples\":[{\"to\":${ID[2]},\"latency_ms\":1,\"bandwidth_gbps\":10}]}"
+# a named report is stored once: a retry after a lost answer adds nothing
+LINK_BODY="{\"report_id\":\"links-abc.1_2\",\"samples\":[{\"to\":${ID[3]},\"latency_ms\":2,\"bandwidth_gbps\":9}]}"
+n_samples() { sql a "SELECT count(*) FROM link_samples WHERE from_node = ${ID[0]}"; }
+before=$(n_samples)
+req PUT "$S/v1/links" "${TOK[0]}" "$LINK_BODY"; expect "a named link report is stored" 200 '[.accepted, .duplicate] | tostring' '[1,false]'
+req PUT "$S/v1/links" "${TOK[0]}" "$LINK_BODY"; expect "its retry is a duplicate and stores nothing" 200 '[.accepted, .duplicate] | tostring' '[0,true]'
+check "one sample more, not two" "$(n_samples)" "$((before + 1))"
+req PUT "$S/v1/links" "${TOK[1]}" "$(printf '%s' "$LINK_BODY" | jq -c ".samples[0].to = ${ID[2]}")"
+expect "another node may use the same name" 200 .accepted 1
+req PUT "$S/v1/links" "${TOK[0]}" "$(printf '%s' "$LINK_BODY" | jq -c '.report_id = "a b"')"
+expect "a report name with a space is 422" 422 .error.field report_id
+req PUT "$S/v1/links" "${TOK[0]}" "$(printf '%s' "$LINK_BODY" | jq -c '.report_id = 5')"
+expect "a report name that is no string is 400" 400 .error.field report_id
 req POST "$S/v1/agent/register" "$JOIN" '{"name":"late","peer_address":"127.0.0.1:7009","hardware":{"tflops":1,"cpu_cores":2}}'
 N5=$(printf '%s' "$BODY" | jq -r .node_id); T5=$(printf '%s' "$BODY" | jq -r .token)
 req GET "$S/v1/agent/probes" "${TOK[0]}"
