@@ -159,8 +159,17 @@ back() { [ "$(sql s "SELECT state FROM nodes WHERE name = '$STALLED'")" = idle ]
 if wait_for 60 back; then ok "woken again, the stalled node is an idle node like any other"
 else fail "woken again, the stalled node is an idle node like any other" "$(sql s "SELECT state FROM nodes WHERE name = '$STALLED'")"; fi
 
+# ---- the first killed agent starts again from its data directory: the
+# same node, now idle, its job long finished
+before=$(sql s "SELECT id FROM nodes WHERE name = '$VICTIM'")
+start_agent "$VICTIM" s --peer-timeout 5
+back_idle() { [ "$(sql s "SELECT state FROM nodes WHERE name = '$VICTIM'")" = idle ]; }
+if wait_for 60 back_idle; then ok "a restarted agent is the same node, idle again"
+else fail "a restarted agent is the same node, idle again" "$(sql s "SELECT id, state FROM nodes WHERE name = '$VICTIM'")"; fi
+check "no second node of that name" "$(sql s "SELECT count(*), min(id) FROM nodes WHERE name = '$VICTIM'")" "1|$before"
+
 for a in a0 a1 a2 a3 a4 a5 a6; do
-    [ "$a" = "$VICTIM" ] || [ "$a" = "$VICTIM2" ] && continue
+    [ "$a" = "$VICTIM2" ] && continue
     stop_agent "$a"
     check "agent $a exits cleanly on SIGTERM" "$AGENT_RC" 0
 done
