@@ -100,7 +100,7 @@ void h_links_put(struct request *rq, struct response *rs)
     json_t *body = request_json(rq, rs);
     if (!body)
         goto out;
-    const char *report_id;
+    const char *report_id = NULL;
     if (links_parse(body, rq->node_id, &to, &lat, &bw, &report_id, &e) != 0) {
         reply_error(rs, &e);
         goto out;
