@@ -134,10 +134,11 @@ deps:
 	@sh deploy/deps.sh $(DEB_COMMANDS:%=--command %) $(NPM_DIRS:%=--npm %) $(DEB_PACKAGES)
 
 # Tests always run the sanitizer build, so CI and a developer see the same thing.
-# The release kernel tools are built too, so CI compiles the CUDA backend.
+# The release binaries and kernel tools are built too, so CI compiles the CUDA
+# backend and sees what -O2 alone warns about.
 test: deps
 	@$(MAKE) --no-print-directory SAN=1 build/san/bin/shoal-server build/san/bin/shoal-sched build/san/bin/shoal-agent $(UNIT_SRC:tests/unit/%.c=build/san/tests/%)
-	@$(MAKE) --no-print-directory build/rel/tests/gpu/test_kernels_gpu build/rel/bench/bench_kernels
+	@$(MAKE) --no-print-directory all build/rel/tests/gpu/test_kernels_gpu build/rel/bench/bench_kernels
 	@sh tests/run.sh build/san
 
 # On a GPU machine: the CUDA backend against the CPU oracle (exit 77: no device).
