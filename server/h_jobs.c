@@ -5,6 +5,7 @@
 
 #include "http.h"
 #include "jobspec.h"
+#include "queries.h"
 #include "routes.h"
 
 /* latest_step: the highest step any tasklet reported, or null (an index
@@ -17,36 +18,25 @@
     " 'latest_step', (SELECT max(ls.step) FROM job_steps ls WHERE ls.job_id = j.id))"
 
 #define PROGRESS_LIMIT_TEXT "10000"   /* steps of loss history in a job's detail, the latest */
-#define MEASURED_WINDOW_TEXT "20"     /* steps per tasklet summarised in a job's detail */
 
-/* Each tasklet's medians over the current plan epoch's latest
- * MEASURED_WINDOW steps (those within that many of the epoch's highest
- * step), ordered by stage, then replica; [] before any report.  node_id is
- * the node of the tasklet's latest report; seconds per step, tokens per
- * step.  Medians, so one slow step (a checkpoint, a retry) does not move
- * them. */
+/* A jsonb object of two arrays, from TASKLET_MEASURED_SQL (queries.h):
+ * `measured`, its every row ordered by stage, then replica ([] before any
+ * report), and `stragglers`, the rows flagged straggler (stage, replica,
+ * node_id, slowdown); merged into the detail with ||. */
 #define JOB_MEASURED_JSON \
-    "(SELECT coalesce(json_agg(json_build_object('stage', w.stage, 'replica', w.replica," \
-    "   'node_id', w.node_id, 'steps', w.steps, 'last_step', w.last_step, 'iteration_s', w.iteration_s," \
-    "   'compute_s', w.compute_s, 'send_s', w.send_s, 'recv_wait_s', w.recv_wait_s," \
-    "   'allreduce_s', w.allreduce_s, 'bubble_s', w.bubble_s, 'tokens', w.tokens)" \
-    "   ORDER BY w.stage, w.replica), '[]')" \
-    " FROM (SELECT s.stage, s.replica, (array_agg(s.node_id ORDER BY s.step DESC))[1] AS node_id," \
-    "   count(*) AS steps, max(s.step) AS last_step," \
-    "   percentile_cont(0.5) WITHIN GROUP (ORDER BY s.iteration_s) AS iteration_s," \
-    "   percentile_cont(0.5) WITHIN GROUP (ORDER BY s.compute_s) AS compute_s," \
-    "   percentile_cont(0.5) WITHIN GROUP (ORDER BY s.send_s) AS send_s," \
-    "   percentile_cont(0.5) WITHIN GROUP (ORDER BY s.recv_wait_s) AS recv_wait_s," \
-    "   percentile_cont(0.5) WITHIN GROUP (ORDER BY s.allreduce_s) AS allreduce_s," \
-    "   percentile_cont(0.5) WITHIN GROUP (ORDER BY s.bubble_s) AS bubble_s," \
-    "   percentile_cont(0.5) WITHIN GROUP (ORDER BY s.tokens) AS tokens" \
-    "   FROM job_steps s WHERE s.job_id = j.id AND s.epoch = j.plan_epoch" \
-    "     AND s.step > (SELECT max(m.step) FROM job_steps m WHERE m.job_id = j.id" \
-    "       AND m.epoch = j.plan_epoch) - " MEASURED_WINDOW_TEXT \
-    "   GROUP BY s.stage, s.replica) w)"
+    "(SELECT jsonb_build_object('measured', coalesce(json_agg(json_build_object('stage', w.stage," \
+    "   'replica', w.replica, 'node_id', w.node_id, 'steps', w.steps, 'last_step', w.last_step," \
+    "   'iteration_s', w.iteration_s, 'compute_s', w.compute_s, 'send_s', w.send_s," \
+    "   'recv_wait_s', w.recv_wait_s, 'allreduce_s', w.allreduce_s, 'bubble_s', w.bubble_s," \
+    "   'tokens', w.tokens, 'predicted_compute_s', w.predicted_compute_s, 'slowdown', w.slowdown," \
+    "   'straggler', w.straggler) ORDER BY w.stage, w.replica), '[]')," \
+    "  'stragglers', coalesce(json_agg(json_build_object('stage', w.stage, 'replica', w.replica," \
+    "   'node_id', w.node_id, 'slowdown', w.slowdown) ORDER BY w.stage, w.replica)" \
+    "   FILTER (WHERE w.straggler), '[]'))" \
+    " FROM " TASKLET_MEASURED_SQL " w)"
 
-/* The detail view adds the current plan, the latest reported step and the
- * measured summary per tasklet. */
+/* The detail view adds the current plan, the latest reported step, the
+ * measured summary per tasklet and the stragglers among them. */
 #define JOB_DETAIL_JSON \
     "(" JOB_JSON "::jsonb || jsonb_build_object(" \
     " 'plan', (SELECT json_build_object('epoch', p.epoch, 'cost_model', p.cost_model," \
@@ -67,8 +57,7 @@
     "     avg(s.iteration_s) AS iteration_s, max(s.reported_at) AS reported_at" \
     "     FROM job_steps s WHERE s.job_id = j.id" \
     "       AND s.step = (SELECT max(m.step) FROM job_steps m WHERE m.job_id = j.id)" \
-    "     GROUP BY s.step) t)," \
-    " 'measured', " JOB_MEASURED_JSON "))"
+    "     GROUP BY s.step) t)) || " JOB_MEASURED_JSON ")"
 
 static const char *const job_states[] = { "pending", "scheduled", "running", "recovering",
                                           "succeeded", "failed", "cancelled", NULL };

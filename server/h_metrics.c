@@ -16,7 +16,10 @@
  *   About 150 bytes a measured pair, so the 16 MiB body cap holds roughly
  *   330 fully measured nodes; past that the link families are left out
  *   (with a warning in the log) rather than failing the whole scrape.
- * - per job: only live jobs (running, recovering) with reported steps. */
+ * - per job: only live jobs (running, recovering) with reported steps.
+ * - per tasklet (job, stage, replica, node): the tasklets of live jobs whose
+ *   slowdown is measured (TASKLET_MEASURED_SQL in queries.h), so at most
+ *   stages x replicas series a live job, as many as it has tasklets. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +27,7 @@
 #include "http.h"
 #include "longpoll.h"
 #include "prom.h"
+#include "queries.h"
 #include "routes.h"
 
 #define METRICS_NODE_HORIZON_S 86400.0   /* s: nodes silent longer have no per-node or link series */
@@ -221,6 +225,62 @@ static int h_metrics_jobs(PGconn *c, struct buf *out)
     return rc;
 }
 
+/* Per tasklet of a live job that reported in its current plan epoch: job,
+ * stage, replica, node, slowdown (NULL until measured), straggler (t/f);
+ * ordered by job.  The rule and its inputs: TASKLET_MEASURED_SQL. */
+#define TASKLET_GAUGES_SQL \
+    "SELECT j.id, w.stage, w.replica, w.node_id, w.slowdown, w.straggler" \
+    " FROM jobs j CROSS JOIN LATERAL " TASKLET_MEASURED_SQL " w" \
+    " WHERE j.state IN ('running', 'recovering') ORDER BY j.id, w.stage, w.replica"
+
+/* Writes shoal_job_stragglers (per job with rows above, how many are
+ * flagged; 0 before any slowdown is measured) and
+ * shoal_tasklet_slowdown_ratio (per row with a slowdown).  Returns 0 or
+ * METRICS_FULL. */
+static int h_metrics_tasklet_rows(PGresult *r, struct buf *out)
+{
+    int n = PQntuples(r);
+    if (prom_family(out, "shoal_job_stragglers", "gauge",
+                    "Tasklets whose compute slowdown over the plan's prediction exceeds " STRAGGLER_FACTOR_TEXT
+                    " times their job's median slowdown (README.md, Recovery).") != 0)
+        return METRICS_FULL;
+    int flagged = 0;
+    for (int i = 0; i < n; i++) {
+        flagged += strcmp(PQgetvalue(r, i, 5), "t") == 0;
+        if (i + 1 < n && strcmp(PQgetvalue(r, i + 1, 0), PQgetvalue(r, i, 0)) == 0)
+            continue;   /* the job has more rows */
+        const char *labels[] = { "job", PQgetvalue(r, i, 0), NULL };
+        if (prom_sample(out, "shoal_job_stragglers", labels, flagged) != 0)
+            return METRICS_FULL;
+        flagged = 0;
+    }
+    if (prom_family(out, "shoal_tasklet_slowdown_ratio", "gauge",
+                    "A tasklet's median measured compute time over the plan's prediction for its node "
+                    "and layers.") != 0)
+        return METRICS_FULL;
+    for (int i = 0; i < n; i++) {
+        if (PQgetisnull(r, i, 4))
+            continue;
+        const char *labels[] = { "job", PQgetvalue(r, i, 0), "stage", PQgetvalue(r, i, 1),
+                                 "replica", PQgetvalue(r, i, 2), "node", PQgetvalue(r, i, 3), NULL };
+        if (prom_sample(out, "shoal_tasklet_slowdown_ratio", labels, strtod(PQgetvalue(r, i, 4), NULL)) != 0)
+            return METRICS_FULL;
+    }
+    return 0;
+}
+
+/* The per-tasklet families.  Returns 0, METRICS_DB_FAILED or METRICS_FULL. */
+static int h_metrics_tasklets(PGconn *c, struct buf *out)
+{
+    struct shoal_err e;
+    PGresult *r = db_exec(c, TASKLET_GAUGES_SQL, 0, NULL, &e);
+    if (!r)
+        return METRICS_DB_FAILED;
+    int rc = h_metrics_tasklet_rows(r, out);
+    PQclear(r);
+    return rc;
+}
+
 /* $1 horizon (s).  The latest sample of every measured link between two
  * nodes heard from within the horizon: from, to, bandwidth (Gbit/s),
  * latency (ms).  The same sample links_latest picks, found through the
@@ -300,6 +360,8 @@ static int h_metrics_database(PGconn *c, struct buf *out, long heartbeat_timeout
         rc = h_metrics_nodes(c, out, heartbeat_timeout);
     if (rc == 0)
         rc = h_metrics_jobs(c, out);
+    if (rc == 0)
+        rc = h_metrics_tasklets(c, out);
     if (rc == 0 && !(*links = h_metrics_links_query(c)))
         rc = METRICS_DB_FAILED;
     return rc;

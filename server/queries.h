@@ -43,4 +43,90 @@
     " recovery_reason = " reason ", recovery_waiting = NULL, recover_after = " after "," \
     " recoveries = recoveries + (recoveries < " max ")::int, updated_at = now()"
 
+/* ---- a job's measured tasklets and its stragglers (README.md, Recovery) */
+
+/* Steps per tasklet a measured summary covers: the current plan epoch's
+ * latest ones (those within that many of the epoch's highest step). */
+#define MEASURED_WINDOW_TEXT "20"
+/* STRAGGLER_FACTOR: a tasklet straggles when its slowdown (median measured
+ * compute_s over its predicted compute time) exceeds this many times the
+ * median slowdown of its job's tasklets.  Relative to the job, so a fleet
+ * uniformly slower than the TFLOP/s it measured at registration (CPU agents
+ * sharing cores, clocks throttled alike) flags nobody.  2: the plan sized
+ * the tasklet's work to its node's speed and it takes twice its peers'
+ * pace.  Healthy tasklets came within 1.8x of their job's median with four
+ * CPU agents sharing two cores (contention, and FLOP counts that fit a tiny
+ * model's stages unevenly); real models on GPUs stay far closer.  Text:
+ * it goes into SQL. */
+#define STRAGGLER_FACTOR_TEXT "2.0"
+/* Reports a tasklet needs in the window before its slowdown counts (the
+ * first steps allocate and warm caches). */
+#define STRAGGLER_MIN_STEPS_TEXT "3"
+
+/* Predicted compute seconds per step of one tasklet: the shoal cost
+ * model's own terms, repeated here in SQL so that the straggler rule can be
+ * one query; change both together (server/sched/cost.c: ctx_init's FLOP and
+ * parameter counts, shoal_cost's per-stage compute `flops / (tflops * 1e12)`
+ * per micro-batch, and its AdamW term, OPT_FLOP_PER_PARAM = 12 FLOP per
+ * parameter at OPT_EFFICIENCY = 5% of the measured rate).  The agents'
+ * compute_s covers forward, backward and the optimizer step, so this is
+ *   (M * (layers * layer_flops + is_last * last_flops)
+ *    + 12 * params / 0.05) / (tflops * 1e12)
+ * with layer_flops = B*T * (72 C^2 + 6 C T), last_flops = B*T * 6 C V,
+ * params = layers * (12 C^2 + 13 C) + is_first * (V C + T C)
+ *          + is_last * (2 C + V C).
+ * An expression over columns c, t, v (d_model, context_length,
+ * vocab_size), tok (B*T), mb (M), layers, is_first, is_last (0 or 1) and
+ * tflops; tests/integration/test_stragglers.sh checks it against the
+ * plan's breakdown, which the C model computed. */
+#define TASKLET_PREDICTED_COMPUTE_S_SQL \
+    "((mb * (layers * tok * (72 * c * c + 6 * c * t) + is_last * tok * 6 * c * v)" \
+    " + 12.0 * (layers * (12 * c * c + 13 * c) + is_first * (v * c + t * c) + is_last * (2 * c + v * c)) / 0.05)" \
+    " / (tflops * 1e12))"
+
+/* A subquery over the jobs row `j` of the enclosing query (use it in a
+ * scalar subquery, or after LATERAL): one row per tasklet that reported in
+ * the job's current plan epoch, with its medians over the epoch's latest
+ * MEASURED_WINDOW steps (seconds per step, tokens per step; medians, so one
+ * slow step, a checkpoint or a retry, does not move them), node_id (the
+ * node of its latest report), predicted_compute_s (above, for the plan's
+ * node and layers; null if the plan lacks the tasklet), slowdown (compute_s
+ * over predicted_compute_s once the tasklet has STRAGGLER_MIN_STEPS
+ * reports, else null) and straggler (slowdown above STRAGGLER_FACTOR times
+ * the median of the job's slowdowns).  The median is the pace of the job's
+ * majority: one tasklet is never flagged, nor either of two (their median
+ * is their mean, which neither exceeds twice); from three on, one far off
+ * its peers is.  (The lower median would flag the slower of two, but it
+ * also flagged a healthy tasklet of a 2x2 job of CPU agents sharing two
+ * cores, where the FLOP count fits some stages worse than others.) */
+#define TASKLET_MEASURED_SQL \
+    "(WITH w AS (SELECT s.stage, s.replica, (array_agg(s.node_id ORDER BY s.step DESC))[1] AS node_id," \
+    "   count(*) AS steps, max(s.step) AS last_step," \
+    "   percentile_cont(0.5) WITHIN GROUP (ORDER BY s.iteration_s) AS iteration_s," \
+    "   percentile_cont(0.5) WITHIN GROUP (ORDER BY s.compute_s) AS compute_s," \
+    "   percentile_cont(0.5) WITHIN GROUP (ORDER BY s.send_s) AS send_s," \
+    "   percentile_cont(0.5) WITHIN GROUP (ORDER BY s.recv_wait_s) AS recv_wait_s," \
+    "   percentile_cont(0.5) WITHIN GROUP (ORDER BY s.allreduce_s) AS allreduce_s," \
+    "   percentile_cont(0.5) WITHIN GROUP (ORDER BY s.bubble_s) AS bubble_s," \
+    "   percentile_cont(0.5) WITHIN GROUP (ORDER BY s.tokens) AS tokens" \
+    "   FROM job_steps s WHERE s.job_id = j.id AND s.epoch = j.plan_epoch" \
+    "     AND s.step > (SELECT max(m.step) FROM job_steps m WHERE m.job_id = j.id" \
+    "       AND m.epoch = j.plan_epoch) - " MEASURED_WINDOW_TEXT \
+    "   GROUP BY s.stage, s.replica)," \
+    " p AS (SELECT w.*, (SELECT " TASKLET_PREDICTED_COMPUTE_S_SQL \
+    "     FROM (SELECT (j.spec #>> '{model,d_model}')::float8 AS c," \
+    "       (j.spec #>> '{model,context_length}')::float8 AS t, (j.spec #>> '{model,vocab_size}')::float8 AS v," \
+    "       (j.spec #>> '{parallelism,micro_batch_size}')::float8" \
+    "         * (j.spec #>> '{model,context_length}')::float8 AS tok," \
+    "       (j.spec #>> '{parallelism,micro_batches}')::float8 AS mb," \
+    "       (a.layer_end - a.layer_start)::float8 AS layers, (a.stage = 0)::int AS is_first," \
+    "       (a.stage = j.stages - 1)::int AS is_last, n.tflops" \
+    "       FROM plans pl JOIN assignments a ON a.plan_id = pl.id JOIN nodes n ON n.id = a.node_id" \
+    "       WHERE pl.job_id = j.id AND pl.epoch = j.plan_epoch" \
+    "         AND a.stage = w.stage AND a.replica = w.replica) k) AS predicted_compute_s FROM w)," \
+    " r AS (SELECT p.*, CASE WHEN p.steps >= " STRAGGLER_MIN_STEPS_TEXT \
+    "   THEN p.compute_s / nullif(p.predicted_compute_s, 0) END AS slowdown FROM p)" \
+    " SELECT r.*, coalesce(r.slowdown > " STRAGGLER_FACTOR_TEXT " * m.median AND m.median > 0, false) AS straggler" \
+    " FROM r CROSS JOIN (SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY r.slowdown) AS median FROM r) m)"
+
 #endif

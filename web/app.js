@@ -15,7 +15,8 @@ const MAX_BACKOFF_MS = 60000;   // longest wait between retries after errors
 const TOKEN_KEY = 'shoal.admin_token';
 const SVG_NS = 'http://www.w3.org/2000/svg';
 const LIVE_JOB_STATES = ['pending', 'scheduled', 'running', 'recovering'];
-const SCHEDULABLE_STATES = ['pending', 'scheduled', 'recovering'];
+// A running job may be scheduled too: the server re-plans it from its latest checkpoint.
+const SCHEDULABLE_STATES = ['pending', 'scheduled', 'running', 'recovering'];
 
 // ---------------------------------------------------------------- DOM helpers
 
@@ -533,7 +534,7 @@ function viewJobs(root) {
 
 // The plan as a stage x replica grid: rows are stages (pipeline order),
 // columns replicas.  cells: [{stage, replica, node_id, layer_start,
-// layer_end, note}].
+// layer_end, note, straggler}]; a straggler's cell is marked.
 function planGrid(cells, stages, replicas, id) {
   const at = new Map(cells.map((c) => [c.stage + ',' + c.replica, c]));
   const head = el('tr', {}, el('th', {}, 'stage'), el('th', {}, ''),
@@ -546,11 +547,14 @@ function planGrid(cells, stages, replicas, id) {
         const c = at.get(s + ',' + r);
         if (!c) return el('td', { class: 'tasklet empty' }, '—');
         const n = nodeCache.get(c.node_id);
-        return el('td', { class: 'tasklet', dataset: { stage: s, replica: r, nodeId: c.node_id } },
+        return el('td', { class: 'tasklet' + (c.straggler ? ' straggler' : ''),
+          dataset: { stage: s, replica: r, nodeId: c.node_id, straggler: c.straggler ? 'true' : 'false' } },
           el('div', { class: 'tasklet-node' }, nodeName(c.node_id)),
           el('div', { class: 'tasklet-meta' }, `#${c.node_id}` + (n && n.region ? ' · ' + n.region : '') +
             (n ? ' · ' + fmtNum(n.hardware.tflops, 3) + ' TFLOP/s' : '')),
-          c.note ? el('div', { class: 'tasklet-meta' }, c.note) : null);
+          c.note ? el('div', { class: 'tasklet-meta' }, c.note) : null,
+          c.straggler ? el('div', {}, el('span', { class: 'straggler-tag', title: 'compute far slower than ' +
+            'predicted, next to this job\'s other tasklets' }, 'straggler')) : null);
       }));
   });
   return el('table', { class: 'plan-grid', id }, el('thead', {}, head), el('tbody', {}, rows));
@@ -686,12 +690,21 @@ function viewJob(root, id) {
     const measured = new Map(job.measured.map((t) => [t.stage + ',' + t.replica, t]));
     const cells = p.assignments.map((a) => {
       const t = measured.get(a.stage + ',' + a.replica);
-      return Object.assign({}, a, { note: t ? `step ${fmtSeconds(t.iteration_s)} (median)` : '' });
+      const note = !t ? '' : `step ${fmtSeconds(t.iteration_s)} (median)` +
+        (t.slowdown !== null ? ` · compute ${fmtNum(t.slowdown, 3)}× predicted` : '');
+      return Object.assign({}, a, { note, straggler: !!(t && t.straggler) });
     });
+    // Stragglers: compute far slower than predicted next to the job's
+    // other tasklets (the server's rule, README.md Recovery).
+    const stragglers = job.stragglers.map((t) =>
+      `stage ${t.stage} replica ${t.replica} on ${nodeName(t.node_id)} computes ${fmtNum(t.slowdown, 3)}× its predicted time`);
     fill(planBox, el('h2', {}, `Plan, epoch ${p.epoch}`),
       el('p', { class: 'lede' }, `Cost model ${p.cost_model}, made ${fmtAgo(p.created_at)}. ` +
         'Rows are pipeline stages, columns data-parallel replicas.'),
-      el('div', { class: 'table-wrap' }, planGrid(cells, P, D, 'plan-grid')));
+      el('div', { class: 'table-wrap' }, planGrid(cells, P, D, 'plan-grid')),
+      stragglers.length ? el('p', { class: 'stragglers', id: 'stragglers', dataset: { count: stragglers.length } },
+        `Straggling: ${stragglers.join('; ')}, far more than the job's other tasklets. ` +
+        'Schedule re-plans the job from its latest checkpoint on the nodes live now.') : null);
   }
 
   function drawTimes(job) {
@@ -878,7 +891,8 @@ function schedulePanel(job, onScheduled) {
 
   return el('div', { class: 'schedule' }, el('h2', {}, 'Schedule'),
     el('p', { class: 'lede' }, 'Preview a plan over the live nodes and measured links, then store it. ' +
-      'Scheduling again makes a new plan epoch.'),
+      'Scheduling again makes a new plan epoch; a job that has run starts it from its latest checkpoint ' +
+      '(the steps since are trained again).'),
     el('div', { class: 'form-row' },
       el('label', {}, 'cost model', f.cost), el('label', {}, 'seed', f.seed), el('label', {}, 'search budget (ms)', f.budget)),
     el('div', { class: 'form-row' },

@@ -286,7 +286,10 @@ static double shoal_layers(const struct sched_ctx *cx, const int *node, int *lay
     return shortfall;
 }
 
-/* shoal: predicted iteration time of a complete plan (see README.md). */
+/* shoal: predicted iteration time of a complete plan (see README.md).
+ * The server's straggler check repeats a tasklet's compute and AdamW terms
+ * (with ctx_init's counts) in SQL, TASKLET_PREDICTED_COMPUTE_S_SQL in
+ * server/queries.h: change both together. */
 static double shoal_cost(const struct sched_ctx *cx, const int *node, const double *ring_bw,
                          const double *ring_lat, int *layers, struct sched_breakdown *bd)
 {

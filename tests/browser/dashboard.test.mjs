@@ -212,6 +212,25 @@ try {
     }
     check('each plan cell names the node the plan assigns', named, job.plan.assignments.length);
 
+    // Stragglers: the cells the API flags are marked, and only those.
+    const flagged = job.measured.filter((t) => t.straggler).map((t) => [t.stage, t.replica]);
+    check('the fixture has a straggler', flagged.length > 0, true);
+    const marked = await page.$$eval('#plan-grid td.tasklet.straggler', (cells) => cells.map((c) =>
+      [Number(c.dataset.stage), Number(c.dataset.replica)]));
+    check('the plan grid marks exactly the straggling tasklets', marked, flagged);
+    check('with a tag in the cell', await page.locator('#plan-grid td.tasklet.straggler .straggler-tag').count(), flagged.length);
+    check('the straggler line counts them', Number(await attr('#stragglers', 'data-count')), job.stragglers.length);
+    const line = await text('#stragglers');
+    const s0 = job.stragglers[0];
+    check('and names the first with its node and slowdown',
+      line.includes(`stage ${s0.stage} replica ${s0.replica} on ${nodes.get(s0.node_id).name} computes ` +
+        `${Number(s0.slowdown.toPrecision(3))}× its predicted time`), true);
+    check('and says that Schedule re-plans from the latest checkpoint', line.includes('Schedule re-plans the job from its latest checkpoint'), true);
+    const peer = job.measured.find((t) => !t.straggler);
+    check('a peer\'s cell shows its slowdown', (await text(`#plan-grid td[data-stage="${peer.stage}"][data-replica="${peer.replica}"]`))
+      .includes(`compute ${Number(peer.slowdown.toPrecision(3))}× predicted`), true);
+    check('the running job can be re-planned: its Schedule form is shown', await page.locator('#schedule-plan').isVisible(), true);
+
     const losses = job.progress.losses;
     check('the loss curve has a point per reported step', await page.locator('#loss-chart circle.loss-point').count(), losses.length);
     check('and its polyline too', (await attr('#loss-chart polyline.loss-line', 'points')).split(' ').length, losses.length);

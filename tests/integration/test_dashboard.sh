@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # test_dashboard.sh - the dashboard (web/, served at /) in headless Chromium
 # against a real server: six registered nodes with distinct measured links,
-# a scheduled 2x2 job with five reported steps.  Checks the files the
-# server serves and the API fields the dashboard reads (node roles, a job's
-# latest step and per-tasklet medians), then runs
+# a scheduled 2x2 job with five reported steps, one tasklet a straggler.
+# Checks the files the server serves and the API fields the dashboard reads
+# (node roles, a job's latest step, per-tasklet medians, stragglers), then runs
 # tests/browser/dashboard.test.mjs, which loads every page, compares what is
 # drawn with the API, submits and schedules a job through the form, and
 # saves screenshots.  Screenshots go to $SHOAL_SHOTS_DIR or a fresh
@@ -109,23 +109,33 @@ N0=$(printf '%s' "$PLAN" | jq '.[0].node_id')
 req GET "$S/v1/nodes/$N0" "$ADMIN"
 expect "GET /v1/nodes/{id} shows the role too" 200 '[.role.job_id, .role.stage, .role.replica] | tostring' "[$J,0,0]"
 
-# progress STEP: every tasklet's report of STEP.  Tasklet (s, r) takes
-# 0.4 + 0.1 s + 0.02 STEP seconds; the last stage's loss is 5 - 0.25 STEP + 0.1 r.
+# progress STEP [COMPUTE]: every tasklet's report of STEP.  Tasklet (s, r)
+# takes 0.4 + 0.1 s + 0.02 STEP seconds; the last stage's loss is
+# 5 - 0.25 STEP + 0.1 r; its compute_s is COMPUTE["s,r"] (a JSON object),
+# or 0.2 + 0.05 s without one.
 progress() {
-    local step=$1 a s r n loss
+    local step=$1 compute=${2-'{}'} a s r n loss
     for a in $(printf '%s' "$PLAN" | jq -r '.[] | "\(.stage),\(.replica),\(.node_id)"'); do
         IFS=, read -r s r n <<<"$a"
         loss=null
         [ "$s" = 1 ] && loss=$(echo "5 - 0.25 * $step + 0.1 * $r" | bc)
         req POST "$S/v1/agent/progress" "$(tok_of "$n")" "$(jq -nc --argjson j "$J" --argjson st "$step" \
-            --argjson s "$s" --argjson r "$r" --argjson loss "$loss" \
+            --argjson s "$s" --argjson r "$r" --argjson loss "$loss" --argjson c "$compute" \
             '{job_id: $j, epoch: 1, step: $st, stage: $s, replica: $r, loss: $loss,
-              iteration_s: (0.4 + 0.1 * $s + 0.02 * $st), compute_s: (0.2 + 0.05 * $s), send_s: (0.01 * ($s + 1)),
+              iteration_s: (0.4 + 0.1 * $s + 0.02 * $st), compute_s: ($c["\($s),\($r)"] // (0.2 + 0.05 * $s)),
+              send_s: (0.01 * ($s + 1)),
               recv_wait_s: 0.02, allreduce_s: (0.03 + 0.01 * $r), bubble_s: 0.05, tokens: 256}')"
         [ "$STATUS" = 201 ] || fail "progress step $step of tasklet ($s,$r)" "status $STATUS: $BODY"
     done
 }
-for step in 0 1 2 3 4; do progress "$step"; done
+# In steps 1-4 each tasklet computes 1.25 times what the shoal cost model
+# predicts for its node and layers, except tasklet (1, 0): 5 times, a
+# straggler for the job page to mark.
+progress 0
+req GET "$S/v1/jobs/$J" "$ADMIN"
+COMPUTE=$(printf '%s' "$BODY" | jq -c '[.measured[] | {key: "\(.stage),\(.replica)",
+    value: (.predicted_compute_s * (if .stage == 1 and .replica == 0 then 5 else 1.25 end))}] | from_entries')
+for step in 1 2 3 4; do progress "$step" "$COMPUTE"; done
 req GET "$S/v1/jobs/$J" "$ADMIN"
 expect "the job ran five steps" 200 '[.state, .latest_step, (.progress.losses | length)] | tostring' '["running",4,5]'
 check "measured: one summary per tasklet, by stage then replica" \
@@ -134,8 +144,16 @@ check "measured: one summary per tasklet, by stage then replica" \
 check "measured: the median iteration time of the five steps" \
       "$(printf '%s' "$BODY" | jq -c '[.measured[] | .iteration_s * 1000 | round]')" '[440,440,540,540]'
 check "measured: the median of each part" \
-      "$(printf '%s' "$BODY" | jq -c '.measured[3] | [.compute_s, .send_s, .recv_wait_s, .allreduce_s, .bubble_s, .tokens] | map(. * 1000 | round)')" \
-      '[250,20,20,40,50,256000]'
+      "$(printf '%s' "$BODY" | jq -c '.measured[3] | [.send_s, .recv_wait_s, .allreduce_s, .bubble_s, .tokens] | map(. * 1000 | round)')" \
+      '[20,20,40,50,256000]'
+check "measured: the median compute time, the one of steps 1-4" \
+      "$(printf '%s' "$BODY" | jq -c --argjson c "$COMPUTE" '[.measured[] | (.compute_s / $c["\(.stage),\(.replica)"] * 1e6 | round)]')" \
+      '[1000000,1000000,1000000,1000000]'
+check "measured: slowdowns 1.25, and 5 for tasklet (1, 0)" \
+      "$(printf '%s' "$BODY" | jq -c '[.measured[] | .slowdown * 1e6 | round]')" '[1250000,1250000,5000000,1250000]'
+check "stragglers: tasklet (1, 0) alone" \
+      "$(printf '%s' "$BODY" | jq -c '[.stragglers[] | [.stage, .replica, .node_id == $n]]' --argjson n "$(printf '%s' "$PLAN" | jq '.[2].node_id')")" \
+      '[[1,0,true]]'
 check "measured: the node of each tasklet's latest report" \
       "$(printf '%s' "$BODY" | jq -c '[.measured[] | .node_id]')" "$(printf '%s' "$PLAN" | jq -c '[.[] | .node_id]')"
 req GET "$S/v1/jobs" "$ADMIN"
