@@ -127,3 +127,24 @@ check() {
 sql() {
     psql -X -q -t -A "host=$WORK/$1/pg-socket dbname=shoal user=shoal" -c "$2"
 }
+
+# ---- /metrics helpers (suites set S)
+# scrape: GET /metrics into $WORK/metrics ($M); fails the check "scrape" if not 200.
+M="$WORK/metrics"
+scrape() {
+    req GET "$S/metrics"
+    printf '%s\n' "$BODY" > "$M"
+    [ "$STATUS" = 200 ] || fail "scrape" "status $STATUS: $(printf '%.300s' "$BODY")"
+}
+# value SERIES: the value of the sample whose name and labels are exactly SERIES, or "absent".
+# (The series goes through the environment: awk -v would undo its escapes.)
+value() {
+    SERIES=$1 awk 'BEGIN { s = ENVIRON["SERIES"] } index($0, s " ") == 1 && length($0) > length(s) + 1 { v = substr($0, length(s) + 2); n++ }
+                   END { if (n == 1) print v; else if (n == 0) print "absent"; else print "duplicate" }' "$M"
+}
+# near NAME GOT WANT: GOT and WANT agree to 1e-9 relative (or NEAR_ABS absolute, default 1e-12).
+near() {
+    if [ "$(awk -v g="$2" -v w="$3" -v a="${NEAR_ABS:-1e-12}" 'BEGIN { d = g - w; if (d < 0) d = -d; m = w < 0 ? -w : w;
+                                            print (g != "" && g == g + 0 && d <= 1e-9 * m + a) ? 1 : 0 }')" = 1 ]
+    then ok "$1"; else fail "$1" "got '$2', want '$3'"; fi
+}

@@ -7,26 +7,7 @@ set -u
 . "$(dirname "$0")/lib.sh"
 
 start_server_a || exit 1
-M="$WORK/metrics"
 
-# scrape: GET /metrics into $M; fails the suite's check if not 200.
-scrape() {
-    req GET "$S/metrics"
-    printf '%s\n' "$BODY" > "$M"
-    [ "$STATUS" = 200 ] || fail "scrape" "status $STATUS: $(printf '%.300s' "$BODY")"
-}
-# value SERIES: the value of the sample whose name and labels are exactly SERIES, or "absent".
-# (The series goes through the environment: awk -v would undo its escapes.)
-value() {
-    SERIES=$1 awk 'BEGIN { s = ENVIRON["SERIES"] } index($0, s " ") == 1 && length($0) > length(s) + 1 { v = substr($0, length(s) + 2); n++ }
-                   END { if (n == 1) print v; else if (n == 0) print "absent"; else print "duplicate" }' "$M"
-}
-# near NAME GOT WANT: GOT and WANT agree to 1e-9 relative (or 1e-12 absolute).
-near() {
-    if [ "$(awk -v g="$2" -v w="$3" 'BEGIN { d = g - w; if (d < 0) d = -d; m = w < 0 ? -w : w;
-                                            print (g != "" && g == g + 0 && d <= 1e-9 * m + 1e-12) ? 1 : 0 }')" = 1 ]
-    then ok "$1"; else fail "$1" "got '$2', want '$3'"; fi
-}
 # cmp_num NAME A OP B: awk comparison of two numbers, e.g. cmp_num "x grew" 3 '>' 1.
 cmp_num() {
     if [ "$(awk -v a="$2" -v b="$4" "BEGIN { print (a != \"\" && a == a + 0 && a $3 b) ? 1 : 0 }")" = 1 ]

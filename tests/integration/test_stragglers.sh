@@ -12,24 +12,8 @@ set -u
 # A long heartbeat timeout keeps the recovery thread away from these
 # hand-driven nodes.
 start_server_a --heartbeat-timeout 3600 || exit 1
-M="$WORK/metrics"
-
-# near NAME GOT WANT: GOT and WANT agree to 1e-9 relative.
-near() {
-    if [ "$(awk -v g="$2" -v w="$3" 'BEGIN { d = g - w; if (d < 0) d = -d; m = w < 0 ? -w : w;
-                                            print (g != "" && g == g + 0 && d <= 1e-9 * m + 1e-300) ? 1 : 0 }')" = 1 ]
-    then ok "$1"; else fail "$1" "got '$2', want '$3'"; fi
-}
-scrape() {
-    req GET "$S/metrics"
-    printf '%s\n' "$BODY" > "$M"
-    [ "$STATUS" = 200 ] || fail "scrape" "status $STATUS: $(printf '%.300s' "$BODY")"
-}
-# value SERIES: the value of the sample whose name and labels are exactly SERIES, or "absent".
-value() {
-    SERIES=$1 awk 'BEGIN { s = ENVIRON["SERIES"] } index($0, s " ") == 1 && length($0) > length(s) + 1 { v = substr($0, length(s) + 2); n++ }
-                   END { if (n == 1) print v; else if (n == 0) print "absent"; else print "duplicate" }' "$M"
-}
+# Predictions are microseconds: agree to 1e-9 relative, nothing absolute.
+NEAR_ABS=1e-300
 
 # ---- eight nodes, each with its own measured TFLOP/s; every link alike
 TFLOPS=(10 12.5 20 40 80 25 50 5)
@@ -102,10 +86,16 @@ steps() {
     done
 }
 
+# new_job VAR NAME STAGES REPLICAS BUDGET_MS SCHEDULE_CHECK: creates a job
+# of that shape, schedules it (epoch 1) and sets VAR to its id.
+new_job() {
+    req POST "$S/v1/jobs" "$ADMIN" "$(spec "$2" "$3" "$4")"; expect "create job ${1} (${3}x${4})" 201
+    printf -v "$1" '%s' "$(printf '%s' "$BODY" | jq -r .id)"
+    req POST "$S/v1/jobs/${!1}/schedule" "$ADMIN" "{\"budget_ms\":$5}"; expect "$6" 201 .epoch 1
+}
+
 # ---- job A, 2 stages x 2 replicas: one tasklet three times slower than the rest
-req POST "$S/v1/jobs" "$ADMIN" "$(spec strag-a 2 2)"; expect "create job A (2x2)" 201
-A=$(printf '%s' "$BODY" | jq -r .id)
-req POST "$S/v1/jobs/$A/schedule" "$ADMIN" '{"budget_ms":200}'; expect "schedule A" 201 .epoch 1
+new_job A strag-a 2 2 200 "schedule A"
 req GET "$S/v1/jobs/$A" "$ADMIN"
 TASKLETS=$(hand "$BODY"); DETAIL_A=$BODY
 expect "before any report A has no measured tasklets and no stragglers" 200 '[.measured, .stragglers] | tostring' '[[],[]]'
@@ -156,9 +146,7 @@ check "the job's stragglers name it, its node and its slowdown" \
       "[[1,0,$N10,3300000]]"
 
 # ---- job B, 1 stage x 3 replicas: all four times slower than registered, one 1.9 times that
-req POST "$S/v1/jobs" "$ADMIN" "$(spec strag-b 1 3)"; expect "create job B (1x3)" 201
-B=$(printf '%s' "$BODY" | jq -r .id)
-req POST "$S/v1/jobs/$B/schedule" "$ADMIN" '{"budget_ms":200}'; expect "schedule B on three other nodes" 201 .epoch 1
+new_job B strag-b 1 3 200 "schedule B on three other nodes"
 req GET "$S/v1/jobs/$B" "$ADMIN"; TASKLETS=$(hand "$BODY")
 steps "$B" 0 4 'if .replica == 2 then 7.6 else 4 end'
 req GET "$S/v1/jobs/$B" "$ADMIN"
@@ -171,9 +159,7 @@ check "a job uniformly slower than its nodes' TFLOP/s, one tasklet 1.9x its peer
       "$(printf '%s' "$BODY" | jq -c '[[.measured[].straggler], .stragglers]')" '[[false,false,false],[]]'
 
 # ---- job C, 1x1: fifty times slower, alone
-req POST "$S/v1/jobs" "$ADMIN" "$(spec strag-c 1 1)"; expect "create job C (1x1)" 201
-C=$(printf '%s' "$BODY" | jq -r .id)
-req POST "$S/v1/jobs/$C/schedule" "$ADMIN" '{"budget_ms":100}'; expect "schedule C on the last node" 201 .epoch 1
+new_job C strag-c 1 1 100 "schedule C on the last node"
 req GET "$S/v1/jobs/$C" "$ADMIN"; TASKLETS=$(hand "$BODY")
 near "C: the hand prediction is the plan's compute_s + optimizer_s (the C cost model)" \
      "$(printf '%s' "$TASKLETS" | jq '.[0].predicted')" "$(printf '%s' "$BODY" | jq '.plan.breakdown.compute_s + .plan.breakdown.optimizer_s')"
@@ -201,9 +187,7 @@ check "metrics: a cancelled job has no straggler series" "$(grep -c "job=\"$B\""
 
 # ---- job D, 2x1 on B's nodes: one tasklet ten times slower than the other,
 # but two tasklets have no majority (their median is their mean)
-req POST "$S/v1/jobs" "$ADMIN" "$(spec strag-d 2 1)"; expect "create job D (2x1)" 201
-D=$(printf '%s' "$BODY" | jq -r .id)
-req POST "$S/v1/jobs/$D/schedule" "$ADMIN" '{"budget_ms":100}'; expect "schedule D" 201 .epoch 1
+new_job D strag-d 2 1 100 "schedule D"
 req GET "$S/v1/jobs/$D" "$ADMIN"; TASKLETS=$(hand "$BODY")
 steps "$D" 0 3 'if .stage == 1 then 10 else 1 end'
 req GET "$S/v1/jobs/$D" "$ADMIN"
