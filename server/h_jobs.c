@@ -42,6 +42,7 @@
     " 'plan', (SELECT json_build_object('epoch', p.epoch, 'cost_model', p.cost_model," \
     "   'predicted_iteration_s', p.predicted_iteration_s, 'created_at', p.created_at," \
     "   'breakdown', p.detail->'breakdown', 'baselines', p.detail->'baselines'," \
+    "   'predictions', p.detail->'predictions', 'forced', coalesce((p.detail->>'forced')::boolean, false)," \
     "   'assignments', (SELECT coalesce(json_agg(json_build_object('stage', a.stage," \
     "     'replica', a.replica, 'node_id', a.node_id, 'layer_start', a.layer_start," \
     "     'layer_end', a.layer_end) ORDER BY a.stage, a.replica), '[]')" \

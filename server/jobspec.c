@@ -130,6 +130,9 @@ void jobspec_sched_model(const struct job_spec *spec, struct sched_problem *pb)
         .vocab_size = spec->vocab_size, .context_length = spec->context_length, .d_model = spec->d_model,
         .heads = spec->heads, .layers = spec->layers, .micro_batches = spec->micro_batches,
         .micro_batch_size = spec->micro_batch_size,
-        .schedule = strcmp(spec->schedule, "gpipe") == 0 ? SCHED_GPIPE : SCHED_1F1B, .act_bytes = 2 };
+        .schedule = strcmp(spec->schedule, "gpipe") == 0 ? SCHED_GPIPE : SCHED_1F1B, .act_bytes = 2,
+        /* The agents send activations and their gradients as f32 frames
+         * (agent/train.c), on the CPU and the CUDA backend alike. */
+        .wire_bytes = 4 };
     sched_dtfm_sizes(pb);
 }

@@ -205,6 +205,78 @@ static long planner_store(struct server *srv, const struct plan_work *w, const s
     return epoch;
 }
 
+static json_t *breakdown_json(const struct sched_breakdown *b)
+{
+    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b}", "total_s", b->total_s, "dp_s", b->dp_s,
+                     "pipeline_s", b->pipeline_s, "compute_s", b->compute_s, "comm_s", b->comm_s,
+                     "bubble_s", b->bubble_s, "optimizer_s", b->optimizer_s, "feasible", b->feasible);
+}
+
+/* The plan as it stands (nodes and layers) under each cost model:
+ * {"shoal": breakdown, "dtfm": breakdown}, or NULL with e set. */
+static json_t *plan_predictions(const struct plan_work *w, const struct sched_plan *plan, struct shoal_err *e)
+{
+    static const char *const names[] = { "dtfm", "shoal" };   /* by enum sched_cost */
+    static const enum sched_cost models[] = { SCHED_COST_SHOAL, SCHED_COST_DTFM };
+    struct sched_plan copy;
+    json_t *out = json_object();
+    if (!out || sched_plan_init(&copy, plan->stages, plan->replicas) != 0) {
+        json_decref(out);
+        err_set(e, 500, "internal", NULL, "out of memory");
+        return NULL;
+    }
+    size_t cells = (size_t)plan->stages * (size_t)plan->replicas;
+    memcpy(copy.node, plan->node, cells * sizeof *copy.node);
+    memcpy(copy.layer_start, plan->layer_start, (size_t)plan->stages * sizeof *copy.layer_start);
+    memcpy(copy.layer_end, plan->layer_end, (size_t)plan->stages * sizeof *copy.layer_end);
+    for (size_t k = 0; k < sizeof models / sizeof *models; k++) {
+        struct sched_problem pb = w->problem;
+        pb.cost = models[k];
+        if (sched_predict(&pb, &copy, e) != 0) {
+            json_decref(out);
+            out = NULL;
+            break;
+        }
+        json_object_set_new(out, names[models[k]], breakdown_json(&copy.cost));
+    }
+    sched_plan_free(&copy);
+    return out;
+}
+
+/* The answer's common part (breakdown, stages, predictions), then the plan
+ * stored unless a dry run.  Takes `detail`; returns it completed, or NULL
+ * with e set. */
+static json_t *planner_finish(struct server *srv, struct plan_work *w, const struct sched_plan *plan,
+                              json_t *detail, struct shoal_err *e)
+{
+    json_t *pred = detail ? plan_predictions(w, plan, e) : NULL;
+    long epoch = 0;
+    if (!detail) {
+        err_set(e, 500, "internal", NULL, "out of memory");
+        goto fail;
+    }
+    if (!pred)
+        goto fail;
+    json_object_set_new(detail, "breakdown", breakdown_json(&plan->cost));
+    json_object_set_new(detail, "predictions", pred);
+    pred = NULL;
+    json_object_set_new(detail, "stages", plan_stages_json(&w->problem, plan));
+    json_object_set_new(detail, "nodes_available", json_integer(w->available));
+    json_object_set_new(detail, "resume_step", w->resume_step >= 0 ? json_integer(w->resume_step) : json_null());
+    if (!w->req.dry_run && (epoch = planner_store(srv, w, plan, detail, e)) < 0)
+        goto fail;
+    json_object_set_new(detail, "job_id", json_integer(w->job_id));
+    json_object_set_new(detail, "dry_run", json_boolean(w->req.dry_run));
+    json_object_set_new(detail, "epoch", w->req.dry_run ? json_null() : json_integer(epoch));
+    json_object_set_new(detail, "cost_model", json_string(w->req.cost_model));
+    json_object_set_new(detail, "predicted_iteration_s", json_real(plan->cost.total_s));
+    return detail;
+fail:
+    json_decref(pred);
+    json_decref(detail);
+    return NULL;
+}
+
 json_t *planner_run(struct server *srv, struct plan_work *w, struct shoal_err *e)
 {
     struct sched_plan plan;
@@ -220,31 +292,56 @@ json_t *planner_run(struct server *srv, struct plan_work *w, struct shoal_err *e
     if (sched_search(&w->problem, &opt, &plan, e) != 0 ||
         sched_baselines(&w->problem, opt.seed, PLANNER_RANDOM_PLANS, &bl, e) != 0)
         goto out;
-    const struct sched_breakdown *b = &plan.cost;
-    detail = json_pack("{s:{s:f, s:f, s:f, s:f, s:f, s:f, s:f}, s:{s:f, s:f, s:I}, s:I, s:I, s:I, s:i, s:o}",
-        "breakdown", "total_s", b->total_s, "dp_s", b->dp_s, "pipeline_s", b->pipeline_s,
-        "compute_s", b->compute_s, "comm_s", b->comm_s, "bubble_s", b->bubble_s, "optimizer_s", b->optimizer_s,
+    detail = planner_finish(srv, w, &plan, json_pack("{s:{s:f, s:f, s:I}, s:I, s:I, s:I, s:b}",
         "baselines", "sequential_s", bl.sequential_s, "best_random_s", bl.best_random_s,
         "random_plans", (json_int_t)bl.random_plans,
         "seed", (json_int_t)w->req.seed, "budget_ms", (json_int_t)w->req.budget_ms,
-        "candidates", (json_int_t)w->req.candidates, "nodes_available", w->available,
-        "stages", plan_stages_json(&w->problem, &plan));
-    if (!detail) {
+        "candidates", (json_int_t)w->req.candidates, "forced", 0), e);
+out:
+    sched_plan_free(&plan);
+    return detail;
+}
+
+json_t *planner_force(struct server *srv, struct plan_work *w, const struct plan_force *f, struct shoal_err *e)
+{
+    struct sched_plan plan;
+    json_t *detail = NULL;
+    int P = w->problem.stages, D = w->problem.replicas;
+    memset(&plan, 0, sizeof plan);
+    if (f->stages != P || f->replicas != D) {
+        err_set(e, 422, "invalid_field", "stages", "job %lld has %d stages x %d replicas and the plan gives "
+                "%d stages of %d nodes", (long long)w->job_id, P, D, f->stages, f->replicas);
+        goto out;
+    }
+    if (sched_plan_init(&plan, P, D) != 0) {
         err_set(e, 500, "internal", NULL, "out of memory");
         goto out;
     }
-    json_object_set_new(detail, "resume_step", w->resume_step >= 0 ? json_integer(w->resume_step) : json_null());
-    long epoch = 0;
-    if (!w->req.dry_run && (epoch = planner_store(srv, w, &plan, detail, e)) < 0) {
-        json_decref(detail);
-        detail = NULL;
+    for (int t = 0; t < P * D; t++) {
+        plan.node[t] = -1;
+        for (int i = 0; i < w->problem.n; i++)
+            if (w->problem.nodes[i].id == f->node_ids[t])
+                plan.node[t] = i;
+        if (plan.node[t] < 0) {
+            err_set(e, 422, "invalid_field", "stages", "node %lld (stage %d, replica %d) is not available: it must "
+                    "be registered, idle or in this job, with a heartbeat within %ld s, not draining, and not "
+                    "planned for another job", (long long)f->node_ids[t], t / D, t % D,
+                    srv->cfg.heartbeat_timeout);
+            goto out;
+        }
+    }
+    if (f->layer_start) {
+        memcpy(plan.layer_start, f->layer_start, (size_t)P * sizeof *plan.layer_start);
+        memcpy(plan.layer_end, f->layer_end, (size_t)P * sizeof *plan.layer_end);
+    }
+    if ((f->layer_start ? sched_predict(&w->problem, &plan, e) : sched_evaluate(&w->problem, &plan, e)) != 0)
+        goto out;
+    if (!plan.cost.feasible) {
+        err_set(e, 422, "infeasible", "stages", "the plan does not fit: some node lacks the memory for its "
+                "stage's layers (the shoal model's memory check; see predictions)");
         goto out;
     }
-    json_object_set_new(detail, "job_id", json_integer(w->job_id));
-    json_object_set_new(detail, "dry_run", json_boolean(w->req.dry_run));
-    json_object_set_new(detail, "epoch", w->req.dry_run ? json_null() : json_integer(epoch));
-    json_object_set_new(detail, "cost_model", json_string(w->req.cost_model));
-    json_object_set_new(detail, "predicted_iteration_s", json_real(b->total_s));
+    detail = planner_finish(srv, w, &plan, json_pack("{s:b}", "forced", 1), e);
 out:
     sched_plan_free(&plan);
     return detail;

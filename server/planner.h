@@ -47,8 +47,27 @@ int planner_prepare(struct server *srv, int64_t job_id, const struct plan_reques
 /* Searches, computes the baselines and, unless a dry run, stores the plan
  * as the next epoch (state 'scheduled').  Returns the plan's detail as the
  * schedule endpoint answers it (a new reference), or NULL with e set (409 if
- * the job changed state meanwhile).  Takes about budget_ms. */
+ * the job changed state meanwhile).  Takes about budget_ms.  The detail's
+ * `predictions` cost the plan (its nodes and layers) under both models. */
 json_t *planner_run(struct server *srv, struct plan_work *w, struct shoal_err *e);
+
+/* An assignment given by the operator (POST /v1/jobs/{id}/plan). */
+struct plan_force {
+    int stages, replicas;          /* as given; must match the job's */
+    const int64_t *node_ids;       /* [stage * replicas + replica] */
+    const int *layer_start;        /* [stage], with layer_end; NULL: the cost model splits the layers */
+    const int *layer_end;
+};
+
+/* Checks the forced assignment against the job and the live nodes
+ * (planner_prepare's), costs it with the requested model (the layers as
+ * given, or split by the model) and, unless a dry run, stores it as the
+ * next epoch like a scheduled plan.  Answers like planner_run, with
+ * "forced": true and no baselines.  Returns NULL with e set: 422 for a
+ * shape that is not the job's, a node that is not available, a node
+ * twice, bad layer ranges or a plan that does not fit in memory; 409 as
+ * planner_run. */
+json_t *planner_force(struct server *srv, struct plan_work *w, const struct plan_force *f, struct shoal_err *e);
 
 /* The cost model the work was prepared with (for metrics). */
 enum sched_cost planner_cost(const struct plan_work *w);

@@ -23,6 +23,7 @@ const struct route routes[] = {
     { "GET",    "/v1/jobs/{id}",        AUTH_ADMIN,  h_job_get },
     { "DELETE", "/v1/jobs/{id}",        AUTH_ADMIN,  h_job_cancel },
     { "POST",   "/v1/jobs/{id}/schedule", AUTH_ADMIN, h_job_schedule },
+    { "POST",   "/v1/jobs/{id}/plan",   AUTH_ADMIN,  h_job_plan },
     { "GET",    "/v1/agent/assignment", AUTH_NODE,   h_assignment },
     { "GET",    "/v1/agent/probes",     AUTH_NODE,   h_probes },
     { "POST",   "/v1/agent/progress",   AUTH_NODE,   h_progress },

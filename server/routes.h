@@ -54,6 +54,7 @@ void h_job_cancel(struct request *rq, struct response *rs);
 
 /* h_schedule.c: the scheduler over the live fleet */
 void h_job_schedule(struct request *rq, struct response *rs);
+void h_job_plan(struct request *rq, struct response *rs);
 
 /* h_agent.c: a node's assignment (long-polled) and its probe targets */
 void h_assignment(struct request *rq, struct response *rs);

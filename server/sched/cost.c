@@ -39,7 +39,7 @@ int ctx_init(struct sched_ctx *cx, const struct sched_problem *pb)
     cx->last_flops = tokens * 6.0 * C * V;
     cx->layer_act_bytes = tokens * C * (34.0 + 5.0 * (double)m->heads * T / (C > 0 ? C : 1)) * m->act_bytes / 2.0;
     cx->last_act_bytes = tokens * V * 4.0 * 2.0;
-    cx->boundary_bytes = tokens * C * m->act_bytes;
+    cx->boundary_bytes = tokens * C * (m->wire_bytes > 0 ? m->wire_bytes : m->act_bytes);
 
     cx->pp = malloc(sizeof(double) * (size_t)n * (size_t)n);
     cx->dp = malloc(sizeof(double) * (size_t)n * (size_t)n);
@@ -239,8 +239,10 @@ static void cand_nodes(const struct sched_ctx *cx, const struct cand *c, int *no
 /* shoal: layers per stage, balancing compute under each group's memory.
  * Gives every stage one layer, then each next layer to the stage whose time
  * would grow least, never past a stage's memory cap.  Returns the shortfall
- * (layers that do not fit anywhere, plus stages that cannot hold one). */
-static double shoal_layers(const struct sched_ctx *cx, const int *node, int *layers)
+ * (layers that do not fit anywhere, plus stages that cannot hold one).
+ * With `given`, `layers` is given (a forced plan's split) and the shortfall
+ * is the layers past each stage's cap. */
+static double shoal_layers(const struct sched_ctx *cx, const int *node, int *layers, int given)
 {
     const struct sched_problem *pb = cx->pb;
     int P = cx->P, D = cx->D, L = (int)pb->model.layers;
@@ -256,10 +258,14 @@ static double shoal_layers(const struct sched_ctx *cx, const int *node, int *lay
         }
         speed[s] = sp;
         double stash = pb->model.schedule == SCHED_GPIPE ? (double)M : (double)(M < P - s ? M : P - s);
-        double fixed = ((s == 0 ? cx->first_params : 0) + (s == P - 1 ? cx->last_params : 0)) * STATE_BYTES_PER_PARAM
-                     + (s == P - 1 ? cx->last_act_bytes : 0);
+        double fixed_bytes = ((s == 0 ? cx->first_params : 0) + (s == P - 1 ? cx->last_params : 0)) * STATE_BYTES_PER_PARAM
+                           + (s == P - 1 ? cx->last_act_bytes : 0);
         double per_layer = cx->layer_params * STATE_BYTES_PER_PARAM + stash * cx->layer_act_bytes;
-        cap[s] = floor((mem - fixed) / per_layer);
+        cap[s] = floor((mem - fixed_bytes) / per_layer);
+        if (given) {
+            shortfall += layers[s] > cap[s] ? layers[s] - (cap[s] < -1e6 ? -1e6 : cap[s]) : 0;
+            continue;
+        }
         if (cap[s] < 1) {
             shortfall += 1 - (cap[s] < -1e6 ? -1e6 : cap[s]);
             cap[s] = 1;
@@ -267,6 +273,8 @@ static double shoal_layers(const struct sched_ctx *cx, const int *node, int *lay
         total_cap += cap[s];
         layers[s] = 1;
     }
+    if (given)
+        return shortfall;
     if (total_cap < L)
         shortfall += L - total_cap;
     for (int left = L - P; left > 0; left--) {
@@ -291,12 +299,12 @@ static double shoal_layers(const struct sched_ctx *cx, const int *node, int *lay
  * (with ctx_init's counts) in SQL, TASKLET_PREDICTED_COMPUTE_S_SQL in
  * server/queries.h: change both together. */
 static double shoal_cost(const struct sched_ctx *cx, const int *node, const double *ring_bw,
-                         const double *ring_lat, int *layers, struct sched_breakdown *bd)
+                         const double *ring_lat, int *layers, int layers_given, struct sched_breakdown *bd)
 {
     const struct sched_problem *pb = cx->pb;
     int P = cx->P, D = cx->D;
     double M = (double)pb->model.micro_batches;
-    double shortfall = shoal_layers(cx, node, layers);
+    double shortfall = shoal_layers(cx, node, layers, layers_given);
     double pipeline = 0, crit_compute = 0, crit_comm = 0, optimizer = 0, allreduce = 0;
     for (int r = 0; r < D; r++) {
         double sum = 0, worst = 0, comm = 0, worst_compute = 0;
@@ -375,7 +383,7 @@ static void cand_finish(const struct sched_ctx *cx, struct cand *c)
         inv_bw += 1.0 / ring_bw[s];
     }
     cand_nodes(cx, c, node);
-    c->cost = shoal_cost(cx, node, ring_bw, ring_lat, layers, NULL);
+    c->cost = shoal_cost(cx, node, ring_bw, ring_lat, layers, 0, NULL);
     c->tie = edges + inv_bw;
 }
 
@@ -412,13 +420,15 @@ static void even_layers(int L, int P, int *layers)
         layers[s] = L / P + (s < L % P);
 }
 
-void cost_plan(const struct sched_ctx *cx, struct sched_plan *plan)
+void cost_plan(const struct sched_ctx *cx, struct sched_plan *plan, int layers_given)
 {
     const struct sched_problem *pb = cx->pb;
     int P = cx->P, D = cx->D, n = cx->n;
     int layers[P];
     struct sched_breakdown *bd = &plan->cost;
     memset(bd, 0, sizeof *bd);
+    for (int s = 0; s < P; s++)
+        layers[s] = plan->layer_end[s] - plan->layer_start[s];
     if (pb->cost == SCHED_COST_DTFM) {
         double dp = 0, pipe = 0;
         for (int s = 0; s < P; s++) {
@@ -437,12 +447,13 @@ void cost_plan(const struct sched_ctx *cx, struct sched_plan *plan)
         bd->pipeline_s = pipe;
         bd->total_s = dp + 2.0 * pipe;
         bd->feasible = 1;
-        even_layers((int)(pb->model.layers > 0 ? pb->model.layers : P), P, layers);
+        if (!layers_given)
+            even_layers((int)(pb->model.layers > 0 ? pb->model.layers : P), P, layers);
     } else {
         double ring_bw[P], ring_lat[P];
         for (int s = 0; s < P; s++)
             group_ring(cx, plan->node + s * D, &ring_bw[s], &ring_lat[s]);
-        shoal_cost(cx, plan->node, ring_bw, ring_lat, layers, bd);
+        shoal_cost(cx, plan->node, ring_bw, ring_lat, layers, layers_given, bd);
     }
     int start = 0;
     for (int s = 0; s < P; s++) {
@@ -455,5 +466,5 @@ void cost_plan(const struct sched_ctx *cx, struct sched_plan *plan)
 void cand_to_plan(const struct sched_ctx *cx, const struct cand *c, struct sched_plan *plan)
 {
     cand_nodes(cx, c, plan->node);
-    cost_plan(cx, plan);
+    cost_plan(cx, plan, 0);
 }

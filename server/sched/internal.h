@@ -64,8 +64,10 @@ void cand_eval_groups(const struct sched_ctx *cx, struct cand *c, int a, int b);
  * cost breakdown) into `plan`. */
 void cand_to_plan(const struct sched_ctx *cx, const struct cand *c, struct sched_plan *plan);
 
-/* Costs a complete plan as it is (plan->node fixed); fills layers and cost. */
-void cost_plan(const struct sched_ctx *cx, struct sched_plan *plan);
+/* Costs a complete plan as it is (plan->node fixed); fills the layer
+ * ranges (the cost model's split) and the cost, or with `layers_given`
+ * keeps the plan's layer ranges and only fills the cost. */
+void cost_plan(const struct sched_ctx *cx, struct sched_plan *plan, int layers_given);
 
 /* splitmix64: small, fast, and the same everywhere for a given seed. */
 static inline uint64_t rng_next(uint64_t *s)

@@ -65,7 +65,9 @@ int sched_problem_check(const struct sched_problem *pb, struct shoal_err *err)
     return 0;
 }
 
-int sched_evaluate(const struct sched_problem *pb, struct sched_plan *plan, struct shoal_err *err)
+/* Checks the plan's nodes (and, with layers_given, its layer ranges) and
+ * costs it. */
+static int evaluate(const struct sched_problem *pb, struct sched_plan *plan, int layers_given, struct shoal_err *err)
 {
     struct sched_ctx cx;
     int P = pb->stages, D = pb->replicas, rc = -1;
@@ -88,16 +90,36 @@ int sched_evaluate(const struct sched_problem *pb, struct sched_plan *plan, stru
             goto out;
         }
     }
+    for (int s = 0; layers_given && s < P; s++) {
+        int want = s == 0 ? 0 : plan->layer_end[s - 1];
+        if (plan->layer_start[s] != want || plan->layer_end[s] <= plan->layer_start[s] ||
+            (s == P - 1 && plan->layer_end[s] != pb->model.layers)) {
+            err_set(err, 422, "invalid_field", "layers", "stage %d's layers %d..%d: stages must hold at least one "
+                    "layer each, in order, and together all %lld", s, plan->layer_start[s], plan->layer_end[s],
+                    (long long)pb->model.layers);
+            goto out;
+        }
+    }
     if (ctx_init(&cx, pb) != 0) {
         err_set(err, 500, "internal", NULL, "out of memory");
         goto out;
     }
-    cost_plan(&cx, plan);
+    cost_plan(&cx, plan, layers_given);
     ctx_free(&cx);
     rc = 0;
 out:
     free(seen);
     return rc;
+}
+
+int sched_evaluate(const struct sched_problem *pb, struct sched_plan *plan, struct shoal_err *err)
+{
+    return evaluate(pb, plan, 0, err);
+}
+
+int sched_predict(const struct sched_problem *pb, struct sched_plan *plan, struct shoal_err *err)
+{
+    return evaluate(pb, plan, 1, err);
 }
 
 int sched_baseline_sequential(const struct sched_problem *pb, struct sched_plan *plan, struct shoal_err *err)
@@ -139,7 +161,7 @@ int sched_baselines(const struct sched_problem *pb, uint64_t seed, long random_p
     }
     for (int t = 0; t < T; t++)
         plan.node[t] = t;
-    cost_plan(&cx, &plan);
+    cost_plan(&cx, &plan, 0);
     out->sequential_s = plan.cost.total_s;
     out->best_random_s = out->sequential_s;
     out->random_plans = random_plans;
@@ -147,7 +169,7 @@ int sched_baselines(const struct sched_problem *pb, uint64_t seed, long random_p
     for (long k = 0; k < random_plans; k++) {
         rng_permutation(perm, n, &rng);
         memcpy(plan.node, perm, sizeof(int) * (size_t)T);
-        cost_plan(&cx, &plan);
+        cost_plan(&cx, &plan, 0);
         if (k == 0 || plan.cost.total_s < out->best_random_s)
             out->best_random_s = plan.cost.total_s;
     }

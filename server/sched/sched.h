@@ -39,7 +39,8 @@ struct sched_model {
     int64_t micro_batches;      /* M, per replica and step */
     int64_t micro_batch_size;   /* B, sequences */
     enum sched_schedule schedule;
-    int act_bytes;              /* bytes per activation element on the wire (2: bf16/fp16) */
+    int act_bytes;              /* bytes per activation element kept for backward (2: bf16/fp16) */
+    int wire_bytes;             /* bytes per activation element sent between stages; 0: act_bytes */
 };
 
 struct sched_problem {
@@ -106,6 +107,14 @@ int sched_search(const struct sched_problem *pb, const struct sched_options *opt
  * plan->cost and the layer arrays.  Returns 0, or -1 with `err` set when
  * the assignment is not a valid one (a node twice, an index out of range). */
 int sched_evaluate(const struct sched_problem *pb, struct sched_plan *plan, struct shoal_err *err);
+
+/* Costs a complete plan as it stands: nodes and layer ranges both as given
+ * (a stored or forced plan, costed under either model).  Fills plan->cost;
+ * under `shoal` a layer split that overflows a node's memory is infeasible
+ * (cost.feasible 0).  Returns 0, or -1 with `err` (422) for a bad
+ * assignment or layer ranges that are not contiguous, non-empty and
+ * covering the model's layers. */
+int sched_predict(const struct sched_problem *pb, struct sched_plan *plan, struct shoal_err *err);
 
 /* Baselines: `plan` gets node i at tasklet i in stage-major order
  * (sequential), or a uniformly random assignment; then sched_evaluate. */
