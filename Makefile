@@ -9,6 +9,8 @@
 #   make test-gpu     CUDA kernels against the CPU oracle (needs a GPU)
 #   make bench-kernels  stage forward+backward speed, MFU, vs PyTorch (needs a GPU)
 #   make bench-peer   peer frames vs plain TCP, ring all-reduce, a 2x2 step's time split
+#   make testbed      hosts in network namespaces on shaped links: measured links and four
+#                     plans' predicted vs measured iteration times (needs root)
 #   make CUDA=0       build without the CUDA backend even where nvcc exists
 #   make clean
 
@@ -75,7 +77,7 @@ DEB_COMMANDS := npm
 # The browser test's playwright-core, from package-lock.json.
 NPM_DIRS     := tests/browser
 
-.PHONY: all deps test test-gpu demo bench-sched bench-kernels bench-peer clean
+.PHONY: all deps test test-gpu demo bench-sched bench-kernels bench-peer testbed clean
 all: $(BINDIR)/shoal-server $(BINDIR)/shoal-sched $(BINDIR)/shoal-agent
 
 $(BINDIR)/shoal-server: $(BUILD)/server/main.o $(SERVER_OBJ) $(COMMON_OBJ)
@@ -159,6 +161,11 @@ bench-peer: deps all
 	@$(MAKE) --no-print-directory build/rel/bench/bench_peer
 	build/rel/bench/bench_peer $(BENCH_ARGS)
 	@bash tests/bench/bench_train.sh bin/shoal-server bin/shoal-agent
+
+# TESTBED_ARGS="--steps 10 --plans shoal,random" narrows it; TESTBED_NETS picks the networks.
+TESTBED_NETS ?= tests/net/two-region.json tests/net/three-region.json
+testbed: deps all
+	@bash tests/net/testbed.sh $(TESTBED_ARGS) $(TESTBED_NETS)
 
 bench-sched: all
 	@sh tests/bench/bench_sched.sh bin/shoal-sched

@@ -306,21 +306,41 @@ static double shoal_cost(const struct sched_ctx *cx, const int *node, const doub
     double M = (double)pb->model.micro_batches;
     double shortfall = shoal_layers(cx, node, layers, layers_given);
     double pipeline = 0, crit_compute = 0, crit_comm = 0, optimizer = 0, allreduce = 0;
+    int one_f_one_b = pb->model.schedule == SCHED_1F1B;
+    double step[2 * P];   /* one micro-batch's path: stage s at [2s], the link s -> s+1 both ways at [2s+1] */
     for (int r = 0; r < D; r++) {
         double sum = 0, worst = 0, comm = 0, worst_compute = 0;
         for (int s = 0; s < P; s++) {
             int x = node[s * D + r];
             double flops = layers[s] * cx->layer_flops + (s == P - 1 ? cx->last_flops : 0);
             double t = flops / (pb->nodes[x].tflops * 1e12);
+            step[2 * s] = t;
+            step[2 * s + 1] = 0;
             sum += t;
             if (t > worst) worst = t;
             if (t > worst_compute) worst_compute = t;
             if (s + 1 < P) {
                 int y = node[(s + 1) * D + r];
-                double l = xfer_s(pb, x, y, cx->boundary_bytes) + xfer_s(pb, y, x, cx->boundary_bytes);
-                sum += l;
-                comm += l;
-                if (l > worst) worst = l;
+                double f = xfer_s(pb, x, y, cx->boundary_bytes), b = xfer_s(pb, y, x, cx->boundary_bytes);
+                step[2 * s + 1] = f + b;
+                sum += f + b;
+                comm += f + b;
+                /* GPipe sends every activation before the first gradient
+                 * comes back: a link carries one direction at a time.
+                 * Under 1F1B both directions are busy at once. */
+                double busy = one_f_one_b ? (f > b ? f : b) : f + b;
+                if (busy > worst) worst = busy;
+            }
+        }
+        /* 1F1B holds at most min(M, P - s) micro-batches in flight at stage
+         * s, each for a round trip through the stages after it: the pace
+         * is at most that many per round trip. */
+        if (one_f_one_b) {
+            double round_trip = 0;
+            for (int s = P - 1; s >= 0; s--) {
+                round_trip += step[2 * s] + step[2 * s + 1];
+                double in_flight = M < P - s ? M : P - s;
+                if (round_trip / in_flight > worst) worst = round_trip / in_flight;
             }
         }
         double t_r = sum + (M - 1) * worst;

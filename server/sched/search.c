@@ -216,6 +216,37 @@ static void crossover(struct search *S, const struct cand *p1, const struct cand
     evaluated(S, child);
 }
 
+/* shoal: the groups' pairings into replicas come from bottleneck matchings
+ * of link times, which know nothing of the nodes' speeds nor of the rest
+ * of a replica's chain.  Swapping two replicas' nodes within a stage
+ * re-pairs them (the stage's ring does not change: it depends only on the
+ * group); keep each swap that lowers the plan's cost, until none does. */
+static void refine_pairings(const struct sched_ctx *cx, struct sched_plan *plan)
+{
+    int P = cx->P, D = cx->D;
+    for (int improved = 1; improved;) {
+        improved = 0;
+        for (int s = 0; s < P; s++) {
+            for (int a = 0; a < D; a++) {
+                for (int b = a + 1; b < D; b++) {
+                    double before = plan->cost.total_s;
+                    int *x = &plan->node[s * D + a], *y = &plan->node[s * D + b], t = *x;
+                    *x = *y;
+                    *y = t;
+                    cost_plan(cx, plan, 0);
+                    if (plan->cost.total_s < before * (1 - 1e-12)) {
+                        improved = 1;
+                        continue;
+                    }
+                    *y = *x;
+                    *x = t;
+                    cost_plan(cx, plan, 0);
+                }
+            }
+        }
+    }
+}
+
 int sched_search(const struct sched_problem *pb, const struct sched_options *opt,
                  struct sched_plan *plan, struct shoal_err *err)
 {
@@ -301,6 +332,8 @@ int sched_search(const struct sched_problem *pb, const struct sched_options *opt
         }
     }
     cand_to_plan(&cx, &best, plan);
+    if (pb->cost == SCHED_COST_SHOAL)
+        refine_pairings(&cx, plan);
     plan->evaluations = S.evals;
     plan->best_at_ms = S.best_at;
     if (!plan->cost.feasible) {

@@ -1,7 +1,8 @@
 /* test_sched_cost.c - server/sched/cost.c: the dtfm and shoal cost models
  * against values worked out by hand (the arithmetic is in the comments),
- * the paper's dc scenario, and the search's cached candidate costs against
- * costing the plan they stand for from scratch. */
+ * the paper's dc scenario, the search's cached candidate costs against
+ * costing the plan they stand for from scratch, and sched_predict (a plan
+ * costed with its layer ranges as given) against sched_evaluate. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -539,6 +540,178 @@ static void test_cost_incremental_matches_full(void **state)
     check_incremental(4, 2, 10, SCHED_COST_SHOAL);
 }
 
+/* ---- sched_predict: a plan as it stands -------------------------------- */
+
+static void assert_breakdown_equal(const struct sched_breakdown *got, const struct sched_breakdown *want)
+{
+    static const char *const names[] = { "total_s", "dp_s", "pipeline_s", "compute_s", "comm_s", "bubble_s",
+                                         "optimizer_s" };
+    const double g[] = { got->total_s, got->dp_s, got->pipeline_s, got->compute_s, got->comm_s, got->bubble_s,
+                         got->optimizer_s };
+    const double w[] = { want->total_s, want->dp_s, want->pipeline_s, want->compute_s, want->comm_s,
+                         want->bubble_s, want->optimizer_s };
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+        if (g[k] != w[k])
+            fail_msg("%s: got %.17g, want %.17g", names[k], g[k], w[k]);
+    assert_int_equal(got->feasible, want->feasible);
+}
+
+/* Costing a plan with the layer ranges sched_evaluate chose for it gives
+ * sched_evaluate's breakdown, to the bit: a stored plan's prediction is
+ * the cost the scheduler ranked it by.  The hand-worked plan [0, 1] of
+ * shoal2 (layers [0,1) and [1,3), 0.1220590464 s), then random plans on
+ * random networks (1F1B: the stash differs per stage; D = 2: all-reduce). */
+static void test_cost_predict_matches_evaluate_shoal(void **state)
+{
+    (void)state;
+    struct sched_problem pb = shoal2();
+    struct sched_plan plan;
+    struct shoal_err err;
+    assert_int_equal(sched_plan_init(&plan, 2, 1), 0);
+    plan.node[0] = 0;
+    plan.node[1] = 1;
+    assert_int_equal(sched_evaluate(&pb, &plan, &err), 0);
+    struct sched_breakdown chosen = plan.cost;
+    assert_int_equal(sched_predict(&pb, &plan, &err), 0);
+    assert_breakdown_equal(&plan.cost, &chosen);
+    assert_near(plan.cost.total_s, 0.1220590464, 1e-12);
+    assert_int_equal(plan.layer_end[0], 1);   /* the layers are kept */
+    assert_int_equal(plan.layer_end[1], 3);
+    sched_plan_free(&plan);
+
+    static const struct { int P, D, n; } shapes[] = { { 3, 2, 7 }, { 4, 1, 5 }, { 2, 3, 6 } };
+    uint64_t rng = 4242;
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int P = shapes[k].P, D = shapes[k].D, n = shapes[k].n;
+        struct net w;
+        int perm[12];
+        assert_int_equal(sched_plan_init(&plan, P, D), 0);
+        for (int t = 0; t < 20; t++) {
+            random_net(&w, n, &rng, 0);
+            pb = net_problem(&w, P, D, SCHED_COST_SHOAL);
+            rng_permutation(perm, n, &rng);
+            memcpy(plan.node, perm, sizeof(int) * (size_t)(P * D));
+            assert_int_equal(sched_evaluate(&pb, &plan, &err), 0);
+            chosen = plan.cost;
+            assert_int_equal(plan.cost.feasible, 1);
+            assert_int_equal(sched_predict(&pb, &plan, &err), 0);
+            assert_breakdown_equal(&plan.cost, &chosen);
+        }
+        sched_plan_free(&plan);
+    }
+}
+
+/* The memory check on a split as given.  The tiny model (GPipe, M = 4):
+ *   per layer = layer_params*16 + M*layer_act_bytes
+ *             = 49984*16 + 4 * 64*64*(34 + 5*4*32/64) = 799744 + 4*180224 = 1520640 B
+ *   stage 0 fixed = first_params*16 = 10240*16 = 163840 B
+ * so stage 0 holds 2 layers in 163840 + 2*1520640 = 3205120 B and 1 in a
+ * byte less.  On the faster node, sched_evaluate would give stage 0 the
+ * second layer; its memory cap keeps it at one.  Forcing [0,2), [2,3) is
+ * one layer past the cap: infeasible, total SCHED_INFEASIBLE_S + 1. */
+static void test_cost_predict_over_memory_is_infeasible(void **state)
+{
+    (void)state;
+    struct sched_node nd[2] = {
+        { .id = 1, .tflops = 0.002, .mem_bytes = 3205120 - 1 },
+        { .id = 2, .tflops = 0.001, .mem_bytes = 1e15 },
+    };
+    struct sched_problem pb = shoal2();
+    pb.nodes = nd;
+    struct sched_plan plan;
+    struct shoal_err err;
+    assert_int_equal(sched_plan_init(&plan, 2, 1), 0);
+    plan.node[0] = 0;
+    plan.node[1] = 1;
+    assert_int_equal(sched_evaluate(&pb, &plan, &err), 0);
+    assert_int_equal(plan.cost.feasible, 1);
+    assert_int_equal(plan.layer_end[0], 1);
+
+    plan.layer_start[0] = 0; plan.layer_end[0] = 2;
+    plan.layer_start[1] = 2; plan.layer_end[1] = 3;
+    assert_int_equal(sched_predict(&pb, &plan, &err), 0);
+    assert_int_equal(plan.cost.feasible, 0);
+    assert_near(plan.cost.total_s, SCHED_INFEASIBLE_S + 1, 1e-12);
+    assert_int_equal(plan.layer_end[0], 2);   /* kept as given */
+
+    nd[0].mem_bytes = 3205120;                  /* now the two layers fit */
+    assert_int_equal(sched_predict(&pb, &plan, &err), 0);
+    assert_int_equal(plan.cost.feasible, 1);
+    assert_true(plan.cost.total_s < 1);
+    sched_plan_free(&plan);
+}
+
+/* Layer ranges must be contiguous, in order, non-empty, and cover the
+ * model's 3 layers exactly; anything else is 422 on field "layers".  A
+ * node twice is refused as by sched_evaluate. */
+static void test_cost_predict_bad_layers(void **state)
+{
+    (void)state;
+    struct sched_problem pb = shoal2();
+    struct sched_plan plan;
+    struct shoal_err err;
+    assert_int_equal(sched_plan_init(&plan, 2, 1), 0);
+    static const struct {
+        const char *what;
+        int start[2], end[2];
+    } cases[] = {
+        { "a gap",                { 0, 2 }, { 1, 3 } },
+        { "an overlap",           { 0, 1 }, { 2, 3 } },
+        { "not from layer 0",     { 1, 2 }, { 2, 3 } },
+        { "an empty last stage",  { 0, 3 }, { 3, 3 } },
+        { "an empty first stage", { 0, 0 }, { 0, 3 } },
+        { "a reversed range",     { 0, 2 }, { 2, 1 } },
+        { "short of the model",   { 0, 1 }, { 1, 2 } },
+        { "past the model",       { 0, 2 }, { 2, 4 } },
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        plan.node[0] = 0;
+        plan.node[1] = 1;
+        for (int s = 0; s < 2; s++) {
+            plan.layer_start[s] = cases[k].start[s];
+            plan.layer_end[s] = cases[k].end[s];
+        }
+        err_clear(&err);
+        if (sched_predict(&pb, &plan, &err) != -1)
+            fail_msg("%s: accepted", cases[k].what);
+        assert_int_equal(err.status, 422);
+        assert_string_equal(err.code, "invalid_field");
+        assert_string_equal(err.field, "layers");
+    }
+    plan.node[1] = 0;
+    plan.layer_start[0] = 0; plan.layer_end[0] = 1;
+    plan.layer_start[1] = 1; plan.layer_end[1] = 3;
+    assert_int_equal(sched_predict(&pb, &plan, &err), -1);
+    assert_int_equal(err.status, 422);
+    assert_string_equal(err.field, "assignments");
+    sched_plan_free(&plan);
+}
+
+/* dtfm has no layers in it: every split of 6 layers costs what
+ * sched_evaluate's even one does (plan {0,1} | {3,2}: 4.06 + 2*1.02). */
+static void test_cost_predict_dtfm_ignores_layers(void **state)
+{
+    (void)state;
+    struct sched_problem pb = dtfm4();
+    pb.model.layers = 6;
+    struct sched_plan plan;
+    struct shoal_err err;
+    assert_int_equal(sched_plan_init(&plan, 2, 2), 0);
+    static const int node[4] = { 0, 1, 3, 2 };
+    memcpy(plan.node, node, sizeof node);
+    assert_int_equal(sched_evaluate(&pb, &plan, &err), 0);
+    struct sched_breakdown even = plan.cost;
+    assert_near(even.total_s, 4.06 + 2 * 1.02, 1e-12);
+    for (int split = 1; split < 6; split++) {
+        plan.layer_start[0] = 0; plan.layer_end[0] = split;
+        plan.layer_start[1] = split; plan.layer_end[1] = 6;
+        assert_int_equal(sched_predict(&pb, &plan, &err), 0);
+        assert_breakdown_equal(&plan.cost, &even);
+        assert_int_equal(plan.layer_end[0], split);
+    }
+    sched_plan_free(&plan);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -554,6 +727,10 @@ int main(void)
         cmocka_unit_test(test_cost_cand_matches_plan_shoal_d2),
         cmocka_unit_test(test_cost_cand_matches_plan_shoal_d4),
         cmocka_unit_test(test_cost_incremental_matches_full),
+        cmocka_unit_test(test_cost_predict_matches_evaluate_shoal),
+        cmocka_unit_test(test_cost_predict_over_memory_is_infeasible),
+        cmocka_unit_test(test_cost_predict_bad_layers),
+        cmocka_unit_test(test_cost_predict_dtfm_ignores_layers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
