@@ -148,3 +148,28 @@ near() {
                                             print (g != "" && g == g + 0 && d <= 1e-9 * m + a) ? 1 : 0 }')" = 1 ]
     then ok "$1"; else fail "$1" "got '$2', want '$3'"; fi
 }
+
+# two_regions INSIDE_GBPS ACROSS_GBPS LATENCY_MS TFLOPS...: registers one
+# node per TFLOPS value (n0, n1, ...; regions r0 for the first half, r1 for
+# the rest; 8 GB of GPU memory each) and posts every link between them:
+# INSIDE_GBPS within a region, ACROSS_GBPS between.  Sets TOK[i] and ID[i].
+two_regions() {
+    local inside=$1 across=$2 lat=$3 i j s bw n; shift 3
+    n=$#
+    declare -ga TOK ID
+    for i in $(seq 0 $((n - 1))); do
+        req POST "$S/v1/agent/register" "$JOIN" "{\"name\":\"n$i\",\"peer_address\":\"10.0.0.$i:7000\",\"region\":\"r$((2 * i / n))\",\"hardware\":{\"tflops\":$1,\"cpu_cores\":8,\"gpu_memory_bytes\":8000000000}}"
+        shift
+        TOK[$i]=$(printf '%s' "$BODY" | jq -r .token)
+        ID[$i]=$(printf '%s' "$BODY" | jq -r .node_id)
+    done
+    for i in $(seq 0 $((n - 1))); do
+        s=""
+        for j in $(seq 0 $((n - 1))); do
+            [ "$i" = "$j" ] && continue
+            bw=$([ $((2 * i / n)) = $((2 * j / n)) ] && echo "$inside" || echo "$across")
+            s="$s{\"to\":${ID[$j]},\"latency_ms\":$lat,\"bandwidth_gbps\":$bw},"
+        done
+        req PUT "$S/v1/links" "${TOK[$i]}" "{\"samples\":[${s%,}]}"
+    done
+}

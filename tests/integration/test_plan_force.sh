@@ -8,21 +8,7 @@ set -u
 start_server_a || exit 1
 
 # Four nodes in two regions (r0: 0 1, r1: 2 3); fast inside, slow across.
-declare -a TOK ID
-for i in 0 1 2 3; do
-    req POST "$S/v1/agent/register" "$JOIN" "{\"name\":\"n$i\",\"peer_address\":\"10.0.0.$i:7000\",\"region\":\"r$((i / 2))\",\"hardware\":{\"tflops\":1,\"cpu_cores\":8,\"gpu_memory_bytes\":8000000000}}"
-    TOK[$i]=$(printf '%s' "$BODY" | jq -r .token)
-    ID[$i]=$(printf '%s' "$BODY" | jq -r .node_id)
-done
-for i in 0 1 2 3; do
-    s=""
-    for j in 0 1 2 3; do
-        [ "$i" = "$j" ] && continue
-        bw=$([ $((i / 2)) = $((j / 2)) ] && echo 1 || echo 0.02)
-        s="$s{\"to\":${ID[$j]},\"latency_ms\":1,\"bandwidth_gbps\":$bw},"
-    done
-    req PUT "$S/v1/links" "${TOK[$i]}" "{\"samples\":[${s%,}]}"
-done
+two_regions 1 0.02 1 1 1 1 1
 
 JOB='{"name":"forced","model":{"vocab_size":256,"context_length":256,"d_model":256,"heads":4,"layers":8},"parallelism":{"stages":2,"replicas":2,"micro_batches":8,"micro_batch_size":8},"training":{"steps":100,"learning_rate":0.0003},"data":{"path":"x.bin"}}'
 req POST "$S/v1/jobs" "$ADMIN" "$JOB"; J=$(printf '%s' "$BODY" | jq -r .id)

@@ -7,21 +7,7 @@ set -u
 start_server_a || exit 1
 
 # Four nodes in two regions; fast links inside a region, slow across.
-declare -a TOK ID
-for i in 0 1 2 3; do
-    req POST "$S/v1/agent/register" "$JOIN" "{\"name\":\"n$i\",\"peer_address\":\"10.0.0.$i:7000\",\"region\":\"r$((i / 2))\",\"hardware\":{\"tflops\":$((10 + 10 * i)),\"cpu_cores\":8,\"gpu_memory_bytes\":8000000000}}"
-    TOK[$i]=$(printf '%s' "$BODY" | jq -r .token)
-    ID[$i]=$(printf '%s' "$BODY" | jq -r .node_id)
-done
-for i in 0 1 2 3; do
-    s=""
-    for j in 0 1 2 3; do
-        [ "$i" = "$j" ] && continue
-        bw=$([ $((i / 2)) = $((j / 2)) ] && echo 10 || echo 0.1)
-        s="$s{\"to\":${ID[$j]},\"latency_ms\":5,\"bandwidth_gbps\":$bw},"
-    done
-    req PUT "$S/v1/links" "${TOK[$i]}" "{\"samples\":[${s%,}]}"
-done
+two_regions 10 0.1 5 10 20 30 40
 check "all twelve links are posted" "$(sql a "SELECT count(*) FROM links_latest")" 12
 
 JOB='{"name":"sched","model":{"vocab_size":1000,"context_length":256,"d_model":256,"heads":8,"layers":8},"parallelism":{"stages":2,"replicas":2,"micro_batches":4,"micro_batch_size":8},"training":{"steps":100,"learning_rate":0.0003},"data":{"path":"x.bin"}}'
