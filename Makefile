@@ -6,6 +6,7 @@
 #   make test       deps, then unit and integration tests under sanitizers
 #   make demo       deps, build, a server and four CPU agents train a small GPT, then sample it
 #   make bench-sched  the scheduler against the paper's results (table + JSON lines)
+#   make fuzz         libFuzzer on every parser of untrusted input, FUZZ_SECONDS each (clang)
 #   make test-gpu     CUDA kernels against the CPU oracle (needs a GPU)
 #   make bench-kernels  stage forward+backward speed, MFU, vs PyTorch (needs a GPU)
 #   make bench-peer   peer frames vs plain TCP, ring all-reduce, a 2x2 step's time split
@@ -71,13 +72,13 @@ UNIT_BIN    := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 DEB_PACKAGES := build-essential pkg-config libmicrohttpd-dev libjansson-dev \
                 libcurl4-openssl-dev libpq-dev libssl-dev libcmocka-dev \
                 postgresql curl jq procps bc libopenblas-openmp-dev nodejs chromium \
-                fortunes docker-compose
+                fortunes docker-compose clang libclang-rt-dev wrk openssl
 # Installed only when the command is missing (NodeSource's nodejs has its own npm).
 DEB_COMMANDS := npm
 # The browser test's playwright-core, from package-lock.json.
 NPM_DIRS     := tests/browser
 
-.PHONY: all deps test test-gpu demo bench-sched bench-kernels bench-peer testbed clean
+.PHONY: all deps test test-gpu demo bench-sched bench-kernels bench-peer testbed fuzz clean
 all: $(BINDIR)/shoal-server $(BINDIR)/shoal-sched $(BINDIR)/shoal-agent
 
 $(BINDIR)/shoal-server: $(BUILD)/server/main.o $(SERVER_OBJ) $(COMMON_OBJ)
@@ -169,6 +170,42 @@ testbed: deps all
 
 bench-sched: all
 	@sh tests/bench/bench_sched.sh bin/shoal-sched
+
+# libFuzzer targets, tests/fuzz/fuzz_*.c (see tests/fuzz/README.md), built with
+# clang by a sub-make (FUZZ=1) into $(FUZZ_BUILD)/bin: every object coverage-
+# instrumented under ASan and UBSan, CPU only and without OpenMP (one thread).
+# `make fuzz` runs each for FUZZ_SECONDS on a copy of its corpus (new inputs
+# and crashes land in $(FUZZ_BUILD), the repository's corpus stays as it is);
+# make test runs tests/integration/test_fuzz.sh, which builds them the same way.
+FUZZ_CC      ?= clang
+FUZZ_BUILD   ?= build/fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_NAMES   := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+ifdef FUZZ
+CFLAGS  += -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=fuzzer,address,undefined
+endif
+# What each target links besides common/; one not listed links what the unit tests do.
+FUZZ_OWN_LINK := fuzz_bodies fuzz_sched_files fuzz_checkpoint fuzz_dataset fuzz_peer
+$(BUILD)/bin/fuzz_bodies: $(BUILD)/server/bodies.o $(BUILD)/server/jobspec.o $(SCHED_OBJ)
+$(BUILD)/bin/fuzz_sched_files: $(BUILD)/server/jobspec.o $(SCHED_OBJ)
+$(BUILD)/bin/fuzz_checkpoint: $(KERNELS_OBJ)
+$(BUILD)/bin/fuzz_dataset: $(BUILD)/agent/data.o
+$(BUILD)/bin/fuzz_peer: $(filter $(BUILD)/agent/peer%,$(AGENT_OBJ))
+$(patsubst %,$(BUILD)/bin/%,$(filter-out $(FUZZ_OWN_LINK),$(FUZZ_NAMES))): $(SERVER_OBJ) $(AGENT_OBJ) $(KERNELS_OBJ)
+
+$(BUILD)/bin/fuzz_%: tests/fuzz/fuzz_%.c $(COMMON_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS) -lcurl $(KERNELS_LIBS)
+
+.PHONY: fuzz-build
+fuzz-build:
+	@$(MAKE) --no-print-directory FUZZ=1 CC=$(FUZZ_CC) CUDA=0 BUILD=$(FUZZ_BUILD) \
+	    KERNELS_CFLAGS=-I/usr/include/x86_64-linux-gnu/openblas-openmp 'KERNELS_LIBS=-lopenblas -lm' \
+	    $(FUZZ_NAMES:%=$(FUZZ_BUILD)/bin/%)
+
+fuzz: fuzz-build
+	@sh tests/fuzz/run.sh --seconds $(FUZZ_SECONDS) --keep $(FUZZ_BUILD) $(FUZZ_BUILD)/bin
 
 # DEMO_STEPS=, DEMO_PORT=, DEMO_KEEP=1: see deploy/demo.sh.
 demo: deps all

@@ -425,6 +425,7 @@ int agent_run(const struct agent_config *cfg, atomic_int *stop, struct shoal_err
     ag->stop = stop;
     ag->ctl.stop = stop;
     snprintf(ag->ctl.url, sizeof ag->ctl.url, "%s", cfg->server_url);
+    snprintf(ag->ctl.ca_file, sizeof ag->ctl.ca_file, "%s", cfg->ca_file);
     ag->ctl.url[strcspn(ag->ctl.url, "\n")] = '\0';
     size_t ul = strlen(ag->ctl.url);
     if (ul && ag->ctl.url[ul - 1] == '/')
@@ -443,6 +444,7 @@ int agent_run(const struct agent_config *cfg, atomic_int *stop, struct shoal_err
         goto out;
     if (peer_listener_start(cfg->listen, &ag->listener, &port, err) != 0 || advertise_address(ag, port, err) != 0)
         goto out;
+    peer_listener_set_encryption(ag->listener, strcmp(cfg->peer_encryption, "on") == 0);
     if (agent_identify(ag, err) != 0 || report_start(&ag->ctl, REPORT_QUEUE, &ag->reporter, err) != 0)
         goto out;
     if (pthread_create(&ag->heartbeat_thread, NULL, heartbeat_main, ag) != 0 ||
@@ -451,7 +453,8 @@ int agent_run(const struct agent_config *cfg, atomic_int *stop, struct shoal_err
         goto out;
     }
     ag->poll_started = 1;
-    log_info("agent ready node=%lld peer_address=%s device=%s", (long long)ag->node_id, ag->advertise, cfg->device);
+    log_info("agent ready node=%lld peer_address=%s device=%s peer_encryption=%s", (long long)ag->node_id, ag->advertise,
+             cfg->device, cfg->peer_encryption);
     work_loop(ag);
     rc = 0;
 out:

@@ -3,11 +3,15 @@
 
 #include "../common/opts.h"
 
+#include <string.h>
+
 #define S(f) OPT_STR_FIELD(struct agent_config, f)
 #define L(f, lo, hi) OPT_LONG_FIELD(struct agent_config, f, lo, hi)
 
 static const struct opt agent_opts[] = {
     { "--server", "SHOAL_SERVER_URL", S(server_url), "http://127.0.0.1:8080", "shoal-server's base URL" },
+    { "--ca-file", "SHOAL_CA_FILE", S(ca_file), "",
+      "PEM CA certificate(s) to verify an https --server with; empty: the system's CA store" },
     { "--join-token", "SHOAL_JOIN_TOKEN", S(join_token), "",
       "token to register with (the server's <data-dir>/join.token); needed only the first time" },
     { "--join-token-file", "SHOAL_JOIN_TOKEN_FILE", S(join_token_file), "",
@@ -18,6 +22,9 @@ static const struct opt agent_opts[] = {
       "peer port to bind, host:port (port 0 picks a free one)" },
     { "--advertise", "SHOAL_PEER_ADVERTISE", S(advertise), "",
       "host:port other agents dial; empty: the listen address, or the host name when it binds 0.0.0.0" },
+    { "--peer-encryption", "SHOAL_PEER_ENCRYPTION", S(peer_encryption), "off",
+      "off or on: on encrypts every job connection to and from this agent (AES-256-GCM; "
+      "either end asking is enough); link probes stay plain" },
     { "--device", "SHOAL_DEVICE", S(device), "cpu", "cpu, cuda or cuda:N" },
     { "--data-dir", "SHOAL_AGENT_DATA_DIR", S(data_dir), "./shoal-agent-data",
       "node identity (node.json) and temporary checkpoint files" },
@@ -51,5 +58,8 @@ int agent_config_load(struct agent_config *cfg, int argc, char **argv, int first
     int rc = opts_load(agent_opts, N_AGENT_OPTS, cfg, argc, argv, first_arg, err);
     if (rc == 1)
         agent_config_usage(stdout);
+    if (rc == 0 && strcmp(cfg->peer_encryption, "off") != 0 && strcmp(cfg->peer_encryption, "on") != 0)
+        return err_set(err, 2, "invalid_config", "--peer-encryption",
+                       "--peer-encryption must be off or on, not '%s'", cfg->peer_encryption);
     return rc;
 }

@@ -11,12 +11,14 @@
 
 struct agent_config {
     char server_url[512];       /* http://host:port of shoal-server */
+    char ca_file[4096];         /* PEM CA bundle for an https server; "" = the system's */
     char join_token[TOKEN_MAX]; /* to register the first time */
     char join_token_file[PATH_MAX];
     char name[64];              /* "" = the host name */
     char region[64];
     char listen[128];           /* peer port: host:port to bind */
     char advertise[262];        /* host:port peers dial; "" = derived from listen */
+    char peer_encryption[8];    /* "off" or "on": encrypt job connections between agents */
     char device[32];            /* cpu, cuda, cuda:N */
     char data_dir[PATH_MAX];    /* node identity, temporary checkpoint files */
     char log_level[16];

@@ -96,6 +96,7 @@ struct call {
     const char *sha256_hex;
     FILE *download;
     char sha_header[65];
+    long retry_after_s;         /* a 429's Retry-After, seconds; 0 if none */
 };
 
 static size_t on_header(char *data, size_t size, size_t n, void *arg)
@@ -103,6 +104,16 @@ static size_t on_header(char *data, size_t size, size_t n, void *arg)
     struct call *k = arg;
     size_t len = size * n;
     static const char name[] = "x-shoal-sha256:";
+    static const char retry[] = "retry-after:";
+    if (len > sizeof retry - 1 && strncasecmp(data, retry, sizeof retry - 1) == 0) {
+        char v[32];
+        size_t vl = len - (sizeof retry - 1) < sizeof v - 1 ? len - (sizeof retry - 1) : sizeof v - 1;
+        memcpy(v, data + sizeof retry - 1, vl);
+        v[vl] = '\0';
+        char *end;
+        long s = strtol(v, &end, 10);
+        k->retry_after_s = end != v && s > 0 && s <= 86400 ? s : 0;
+    }
     if (len > sizeof name - 1 && strncasecmp(data, name, sizeof name - 1) == 0) {
         const char *v = data + sizeof name - 1;
         size_t vl = len - (sizeof name - 1);
@@ -156,6 +167,8 @@ static int perform(const struct ctl *c, struct call *k, long timeout_s, long *st
     curl_easy_setopt(h, CURLOPT_XFERINFODATA, (void *)c);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, k);
+    if (c->ca_file[0])
+        curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file);
     if (k->download) {
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, fwrite);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, k->download);
@@ -182,8 +195,9 @@ static int perform(const struct ctl *c, struct call *k, long timeout_s, long *st
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
     CURLcode cc = curl_easy_perform(h);
     if (cc != CURLE_OK) {
-        err_set(err, 503, "server_unreachable", NULL, "cannot reach the server at %s: %s", c->url,
-                curl_easy_strerror(cc));
+        err_set(err, 503, "server_unreachable", NULL, "cannot reach the server at %s: %s%s", c->url,
+                curl_easy_strerror(cc), cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE
+                ? " (give the CA that signed the server's certificate with --ca-file)" : "");
         goto out;
     }
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
@@ -238,8 +252,11 @@ static int perform_retry(const struct ctl *c, struct call *k, long timeout_s, do
         if (k->download && (fflush(k->download) != 0 || ftruncate(fileno(k->download), 0) != 0 ||
                             fseek(k->download, 0, SEEK_SET) != 0))
             return err_set(err, 500, "io_error", NULL, "cannot rewind a download: %s", strerror(errno));
+        k->retry_after_s = 0;
         int rc = perform(c, k, timeout_s, &status, &j, err);
-        if (rc == 0 && status < 500) {
+        /* 429: this address is refused for a while (a blocked NAT shared
+         * with someone failing tokens): wait it out like an outage. */
+        if (rc == 0 && status < 500 && status != 429) {
             if (out)
                 *out = j;
             else
@@ -248,10 +265,18 @@ static int perform_retry(const struct ctl *c, struct call *k, long timeout_s, do
         }
         json_decref(j);
         double wait = backoff_s(attempt);
+        if (status == 429 && (double)k->retry_after_s > wait)
+            wait = (double)k->retry_after_s;
         if ((c->stop && atomic_load(c->stop)) || (deadline_s > 0 && ctl_now() + wait > until))
             return -1;
-        log_debug("control retry path=%s attempt=%d wait_s=%.2f reason=\"%s\"", k->path, attempt + 1,
-                  wait, err->message);
+        /* An operator sees the first failure and then every tenth: a wrong
+         * URL or CA shows at once, an outage does not flood the log. */
+        if (attempt % 10 == 0)
+            log_warn("control %s %s failed (attempt %d), retrying in %.1f s: %s", k->method, k->path,
+                     attempt + 1, wait, err->message);
+        else
+            log_debug("control retry path=%s attempt=%d wait_s=%.2f reason=\"%s\"", k->path, attempt + 1,
+                      wait, err->message);
         ctl_sleep(c, wait);
     }
 }

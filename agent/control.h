@@ -3,7 +3,8 @@
  * One call = one fresh easy handle, so any thread may call at any time.
  * JSON in, JSON out; files streamed to and from disk for checkpoints.
  * Calls that may be retried take a deadline and retry network errors and
- * 5xx answers with exponential backoff and jitter; 4xx answers are final. */
+ * 5xx answers with exponential backoff and jitter, and 429 answers after
+ * their Retry-After; other 4xx answers are final. */
 #ifndef SHOAL_AGENT_CONTROL_H
 #define SHOAL_AGENT_CONTROL_H
 
@@ -20,6 +21,7 @@
 struct ctl {
     char url[512];                 /* server base URL, no trailing slash */
     char token[TOKEN_MAX];         /* bearer: join token until registered, then the node token */
+    char ca_file[4096];            /* PEM CA bundle to verify an https server with; "" = the system's */
     const atomic_int *stop;        /* non-zero: give up retrying at once (may be NULL) */
 };
 
@@ -32,7 +34,7 @@ struct ctl {
 int ctl_call(const struct ctl *c, const char *method, const char *path, json_t *body,
              long timeout_s, long *status, json_t **out, struct shoal_err *err);
 
-/* ctl_call, retried until it gets an answer below 500 or `deadline_s`
+/* ctl_call, retried until it gets an answer below 500 (other than 429) or `deadline_s`
  * seconds pass (0: retry until c->stop).  Returns 0 with a 2xx answer
  * (*out as above, may be NULL to discard), else -1 with err set. */
 int ctl_call_retry(const struct ctl *c, const char *method, const char *path, json_t *body,

@@ -15,18 +15,82 @@ static int bad_data(struct shoal_err *err, const char *path, const char *what)
     return err_set(err, 422, "invalid_dataset", "data.path", "dataset '%s': %s", path, what);
 }
 
+/* The llm.c shard header and its tokens, each below vocab. */
+static int data_check_llmc(const char *name, int vocab, struct data_source *out, struct shoal_err *err)
+{
+    int32_t header[DATA_LLMC_HEADER_INTS];
+    if (out->map_len < sizeof header)
+        return bad_data(err, name, "shorter than an llm.c shard header (1024 bytes)");
+    memcpy(header, out->map, sizeof header);
+    if (header[0] != DATA_LLMC_MAGIC || header[1] != DATA_LLMC_VERSION)
+        return bad_data(err, name, "not an llm.c token shard (magic 20240520, version 1)");
+    if (header[2] < 0 || (uint64_t)header[2] * 2 != out->map_len - sizeof header)
+        return err_set(err, 422, "invalid_dataset", "data.path",
+                       "dataset '%s': the header promises %d tokens but the file holds %zu",
+                       name, header[2], (out->map_len - sizeof header) / 2);
+    out->tokens = out->map + sizeof header;
+    out->n_tokens = (size_t)header[2];
+    const unsigned char *t = out->tokens;
+    for (size_t i = 0; i < out->n_tokens; i++) {
+        uint16_t tok;
+        memcpy(&tok, t + 2 * i, 2);
+        if (tok >= vocab)
+            return err_set(err, 422, "invalid_dataset", "data.path",
+                           "dataset '%s': token %u at index %zu is outside the vocabulary of %d",
+                           name, tok, i, vocab);
+    }
+    return 0;
+}
+
+int data_check(const unsigned char *bytes, size_t len, enum data_format format, int vocab, int seq_len,
+               const char *name, struct data_source *out, struct shoal_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->format = format;
+    out->map = bytes;
+    out->map_len = len;
+    if (len == 0) {
+        bad_data(err, name, "the file is empty");
+        goto fail;
+    }
+    if (format == DATA_TEXT) {
+        out->tokens = out->map;
+        out->n_tokens = out->map_len;
+        for (size_t i = 0; vocab < 256 && i < out->n_tokens; i++)
+            if (out->map[i] >= vocab) {
+                err_set(err, 422, "invalid_dataset", "data.path",
+                        "dataset '%s': byte %u at offset %zu is outside the vocabulary of %d",
+                        name, out->map[i], i, vocab);
+                goto fail;
+            }
+    } else if (data_check_llmc(name, vocab, out, err) != 0) {
+        goto fail;
+    }
+    if (out->n_tokens < (size_t)seq_len + 1) {
+        err_set(err, 422, "invalid_dataset", "data.path",
+                "dataset '%s': %zu tokens, fewer than one sequence of %d plus its target",
+                name, out->n_tokens, seq_len);
+        goto fail;
+    }
+    return 0;
+fail:
+    memset(out, 0, sizeof *out);
+    return -1;
+}
+
 int data_open(const char *path, const char *format, int vocab, int seq_len,
               struct data_source *out, struct shoal_err *err)
 {
     struct stat sb;
+    enum data_format fmt;
     int fd = -1, rc = -1;
     void *map = MAP_FAILED;
 
     memset(out, 0, sizeof *out);
     if (strcmp(format, "text") == 0)
-        out->format = DATA_TEXT;
+        fmt = DATA_TEXT;
     else if (strcmp(format, "llmc") == 0)
-        out->format = DATA_LLMC;
+        fmt = DATA_LLMC;
     else {
         err_set(err, 422, "invalid_field", "data.format",
                 "unknown dataset format '%s': use text or llmc", format);
@@ -41,7 +105,7 @@ int data_open(const char *path, const char *format, int vocab, int seq_len,
         bad_data(err, path, "not a regular file");
         goto out;
     }
-    if (sb.st_size == 0) {
+    if (sb.st_size == 0) {   /* mmap takes no empty mapping */
         bad_data(err, path, "the file is empty");
         goto out;
     }
@@ -50,63 +114,12 @@ int data_open(const char *path, const char *format, int vocab, int seq_len,
         bad_data(err, path, strerror(errno));
         goto out;
     }
-    out->map = map;
-    out->map_len = (size_t)sb.st_size;
-    if (out->format == DATA_TEXT) {
-        out->tokens = out->map;
-        out->n_tokens = out->map_len;
-        for (size_t i = 0; vocab < 256 && i < out->n_tokens; i++)
-            if (out->map[i] >= vocab) {
-                err_set(err, 422, "invalid_dataset", "data.path",
-                        "dataset '%s': byte %u at offset %zu is outside the vocabulary of %d",
-                        path, out->map[i], i, vocab);
-                goto out;
-            }
-    } else {
-        int32_t header[DATA_LLMC_HEADER_INTS];
-        if (out->map_len < sizeof header) {
-            bad_data(err, path, "shorter than an llm.c shard header (1024 bytes)");
-            goto out;
-        }
-        memcpy(header, out->map, sizeof header);
-        if (header[0] != DATA_LLMC_MAGIC || header[1] != DATA_LLMC_VERSION) {
-            bad_data(err, path, "not an llm.c token shard (magic 20240520, version 1)");
-            goto out;
-        }
-        if (header[2] < 0 || (uint64_t)header[2] * 2 != out->map_len - sizeof header) {
-            err_set(err, 422, "invalid_dataset", "data.path",
-                    "dataset '%s': the header promises %d tokens but the file holds %zu",
-                    path, header[2], (out->map_len - sizeof header) / 2);
-            goto out;
-        }
-        out->tokens = out->map + sizeof header;
-        out->n_tokens = (size_t)header[2];
-        const unsigned char *t = out->tokens;
-        for (size_t i = 0; i < out->n_tokens; i++) {
-            uint16_t tok;
-            memcpy(&tok, t + 2 * i, 2);
-            if (tok >= vocab) {
-                err_set(err, 422, "invalid_dataset", "data.path",
-                        "dataset '%s': token %u at index %zu is outside the vocabulary of %d",
-                        path, tok, i, vocab);
-                goto out;
-            }
-        }
-    }
-    if (out->n_tokens < (size_t)seq_len + 1) {
-        err_set(err, 422, "invalid_dataset", "data.path",
-                "dataset '%s': %zu tokens, fewer than one sequence of %d plus its target",
-                path, out->n_tokens, seq_len);
-        goto out;
-    }
-    rc = 0;
+    rc = data_check(map, (size_t)sb.st_size, fmt, vocab, seq_len, path, out, err);
 out:
     if (fd >= 0)
         close(fd);
     if (rc && map != MAP_FAILED)
         munmap(map, (size_t)sb.st_size);
-    if (rc)
-        memset(out, 0, sizeof *out);
     return rc;
 }
 

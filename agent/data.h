@@ -38,6 +38,13 @@ int data_open(const char *path, const char *format, int vocab, int seq_len,
               struct data_source *out, struct shoal_err *err);
 void data_close(struct data_source *src);
 
+/* data_open's checks on `len` bytes already in memory (`name` for the
+ * messages; seq_len >= 1): fills `out` pointing into `bytes`, which the
+ * caller keeps alive and frees itself (no data_close).  0, or -1 with `err`
+ * set as data_open's and `out` zeroed. */
+int data_check(const unsigned char *bytes, size_t len, enum data_format format, int vocab, int seq_len,
+               const char *name, struct data_source *out, struct shoal_err *err);
+
 /* Fills tokens and targets (n sequences of T each, int32) with sequences
  * first .. first+n-1 of step `step`; targets are the tokens shifted by one. */
 void data_batch(const struct data_source *src, uint64_t seed, uint64_t step, uint64_t first,

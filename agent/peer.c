@@ -1,11 +1,13 @@
 /* peer.c - peer connections: dialing, the dialer's side of the hello
- * handshake, and framed sends and receives with deadlines (see peer.h).
- * The listener lives in peer_listener.c, streams in peer_stream.c; the
- * engine below (peer_exchange) is shared by all three. */
+ * handshake, and framed sends and receives with deadlines (see peer.h),
+ * plain or sealed.  The listener lives in peer_listener.c, streams in
+ * peer_stream.c, encrypted connections' keys in peer_seal.c; the engine
+ * below (peer_exchange) is shared by all of them. */
 #include "peer.h"
 
 #include "peer_internal.h"
 
+#include "../common/aead.h"
 #include "../common/crc32c.h"
 #include "../common/log.h"
 
@@ -24,8 +26,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Handshake frames are tiny; anything announcing more is not a peer. */
-#define HELLO_PAYLOAD_MAX (2 * WIRE_NONCE_BYTES + PEER_ROLE_MAX)
 #define ERROR_TEXT_MAX 512 /* bytes of a WIRE_ERROR reason we read during a handshake */
 
 int64_t peer_now_ms(void)
@@ -95,17 +95,6 @@ void peer_quote(const void *p, size_t n, char *out, size_t out_len)
     out[o] = '\0';
 }
 
-int peer_role_ok(const void *p, size_t n)
-{
-    const unsigned char *s = p;
-    if (n < 1 || n > PEER_ROLE_MAX - 1)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (s[i] < 0x20 || s[i] >= 0x7f)
-            return 0;
-    return 1;
-}
-
 int peer_random(void *buf, size_t n, struct shoal_err *err)
 {
     unsigned char *p = buf;
@@ -122,24 +111,88 @@ int peer_random(void *buf, size_t n, struct shoal_err *err)
     return 0;
 }
 
+static int seal_err(struct peer_conn *c, struct shoal_err *err)
+{
+    return err_set(err, 500, "peer_io", NULL, "%s failed on the connection to peer %s",
+                   aead_name(), c->addr);
+}
+
 /* ---- the frame engine -------------------------------------------------- */
 
-void peer_tx_init(struct peer_tx *t, struct peer_conn *c, struct wire_frame *f,
-                  const void *payload, int crc_done)
+/* Seals the next piece of t's payload into the scratch buffer and points
+ * the iovecs at it (and at the tag after the last piece).  Only called when
+ * every earlier iovec has gone out, so the scratch is free. */
+static int tx_seal_piece(struct peer_tx *t, struct shoal_err *err)
+{
+    struct peer_seal *s = t->c->seal;
+    uint64_t left = t->plain_len - t->plain_off;
+    size_t k = left < PEER_SEAL_PIECE ? (size_t)left : PEER_SEAL_PIECE;
+    int n = t->first + t->iovcnt;
+
+    if (aead_update(s->tx, s->scratch, t->plain + t->plain_off, k) != 0)
+        return seal_err(t->c, err);
+    t->plain_off += k;
+    t->iov[n].iov_base = s->scratch;
+    t->iov[n].iov_len = k;
+    t->iovcnt++;
+    if (t->plain_off == t->plain_len) {
+        if (aead_seal_end(s->tx, t->tag) != 0)
+            return seal_err(t->c, err);
+        t->iov[n + 1].iov_base = t->tag;
+        t->iov[n + 1].iov_len = WIRE_TAG_BYTES;
+        t->iovcnt++;
+        t->plain = NULL;
+    }
+    return 0;
+}
+
+int peer_tx_init(struct peer_tx *t, struct peer_conn *c, struct wire_frame *f,
+                 const void *payload, int crc_done, struct shoal_err *err)
 {
     f->job_id = c->job_id;
     f->epoch = c->epoch;
+    t->c = c;
+    t->first = 0;
+    t->done = 0;
+    t->plain = NULL;
+    if (c->seal) {
+        if (wire_seal_begin(c->seal->tx, c->seal->tx_frames++, f, t->hdr) != 0)
+            return seal_err(c, err);
+        t->iov[0].iov_base = t->hdr;
+        t->iov[0].iov_len = WIRE_SEALED_HEADER_BYTES;
+        t->iovcnt = 1;
+        t->plain = f->payload_len ? payload : NULL; /* no payload part when empty */
+        t->plain_len = f->payload_len;
+        t->plain_off = 0;
+        return f->payload_len ? tx_seal_piece(t, err) : 0;
+    }
+    f->flags = 0;
     if (!crc_done)
         f->payload_crc = f->payload_len ? crc32c(0, payload, f->payload_len) : 0;
-    t->c = c;
     wire_header_encode(f, t->hdr);
     t->iov[0].iov_base = t->hdr;
     t->iov[0].iov_len = WIRE_HEADER_BYTES;
     t->iov[1].iov_base = (void *)payload;
     t->iov[1].iov_len = f->payload_len;
-    t->first = 0;
     t->iovcnt = f->payload_len ? 2 : 1;
+    return 0;
+}
+
+void peer_tx_init_sealed(struct peer_tx *t, struct peer_conn *c,
+                         const unsigned char head[WIRE_SEALED_HEADER_BYTES],
+                         const void *ciphertext, uint64_t len,
+                         const unsigned char tag[WIRE_TAG_BYTES])
+{
+    t->c = c;
+    t->first = 0;
     t->done = 0;
+    t->plain = NULL;
+    memcpy(t->hdr, head, WIRE_SEALED_HEADER_BYTES);
+    memcpy(t->tag, tag, WIRE_TAG_BYTES);
+    t->iov[0] = (struct iovec){.iov_base = t->hdr, .iov_len = WIRE_SEALED_HEADER_BYTES};
+    t->iov[1] = (struct iovec){.iov_base = (void *)ciphertext, .iov_len = len};
+    t->iov[2] = (struct iovec){.iov_base = t->tag, .iov_len = WIRE_TAG_BYTES};
+    t->iovcnt = len ? 3 : 1;
 }
 
 void peer_rx_init(struct peer_rx *r, struct peer_conn *c, struct wire_frame *f, void *payload,
@@ -148,6 +201,7 @@ void peer_rx_init(struct peer_rx *r, struct peer_conn *c, struct wire_frame *f, 
     memset(r, 0, sizeof *r);
     r->c = c;
     r->f = f;
+    r->sealed = c->seal != NULL;
     r->payload = payload;
     r->payload_max = payload_max;
     r->check_binding = check_binding;
@@ -187,7 +241,14 @@ static int sock_err(struct peer_conn *c, const char *doing, int e, struct shoal_
 static int tx_step(struct peer_tx *t, struct shoal_err *err)
 {
     int first = t->first;
-    while (t->iovcnt > 0) {
+    for (;;) {
+        if (t->iovcnt == 0 && !t->plain)
+            break;
+        if (t->iovcnt == 0) { /* the last piece is out: seal the next */
+            t->first = first = 0;
+            if (tx_seal_piece(t, err) != 0)
+                return -1;
+        }
         struct msghdr m = {.msg_iov = t->iov + first, .msg_iovlen = (size_t)t->iovcnt};
         ssize_t k = sendmsg(t->c->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (k < 0) {
@@ -214,13 +275,48 @@ static int tx_step(struct peer_tx *t, struct shoal_err *err)
     return 1;
 }
 
-static int rx_header_done(struct peer_rx *r, struct shoal_err *err)
+/* A sealed frame failed its tag: the connection is dead from here on. */
+static int auth_failed(struct peer_rx *r, const char *what, struct shoal_err *err)
+{
+    r->c->seal->rx_failed = 1;
+    return err_set(err, PEER_STATUS, "peer_auth", NULL,
+                   "peer %s sent an encrypted frame whose %s failed authentication (frame %llu "
+                   "of the connection: altered, replayed, reordered or not from the peer); "
+                   "the connection is dropped",
+                   r->c->addr, what, (unsigned long long)(r->c->seal->rx_frames - 1));
+}
+
+/* Checks the header: its tag on an encrypted connection (and begins the
+ * payload's decryption), its CRC and fields otherwise. */
+static int rx_header_check(struct peer_rx *r, struct shoal_err *err)
 {
     char why[128];
     struct wire_frame *f = r->f;
+    if (r->sealed) {
+        int rc = wire_open_begin(r->c->seal->rx, r->c->seal->rx_frames++, r->hdr, r->payload_max,
+                                 f, why, sizeof why);
+        if (rc == WIRE_AUTH_FAILED)
+            return auth_failed(r, "header", err);
+        if (rc != 0)
+            return err_set(err, PEER_STATUS, "peer_protocol", NULL,
+                           "peer %s sent a bad frame header: %s", r->c->addr, why);
+        return 0;
+    }
     if (wire_header_decode(r->hdr, r->payload_max, f, why, sizeof why) != 0)
         return err_set(err, PEER_STATUS, "peer_protocol", NULL,
                        "peer %s sent a bad frame header: %s", r->c->addr, why);
+    if (f->flags & WIRE_FLAG_SEALED)
+        return err_set(err, PEER_STATUS, "peer_protocol", NULL,
+                       "peer %s sent an encrypted frame on a connection that is not encrypted",
+                       r->c->addr);
+    return 0;
+}
+
+static int rx_header_done(struct peer_rx *r, struct shoal_err *err)
+{
+    struct wire_frame *f = r->f;
+    if (rx_header_check(r, err) != 0)
+        return -1;
     if (r->check_binding && (f->job_id != r->c->job_id || f->epoch != r->c->epoch))
         return err_set(err, PEER_STATUS, "peer_protocol", NULL,
                        "peer %s sent a frame (kind %u) for job %lld epoch %u on a connection "
@@ -236,7 +332,10 @@ static int rx_header_done(struct peer_rx *r, struct shoal_err *err)
 static int rx_payload_done(struct peer_rx *r, struct shoal_err *err)
 {
     const struct wire_frame *f = r->f;
-    if (r->crc != f->payload_crc)
+    if (r->sealed) {
+        if (f->payload_len && aead_open_end(r->c->seal->rx, r->tag) != 0)
+            return auth_failed(r, "payload", err);
+    } else if (r->crc != f->payload_crc)
         return err_set(err, PEER_STATUS, "peer_protocol", NULL,
                        "peer %s: payload CRC mismatch on frame kind %u step %llu micro-batch "
                        "%u (%llu bytes: computed %08x, header says %08x)",
@@ -249,17 +348,30 @@ static int rx_payload_done(struct peer_rx *r, struct shoal_err *err)
 /* Reads what the socket has for r now: 1 done, 0 would block, -1 error. */
 static int rx_step(struct peer_rx *r, struct shoal_err *err)
 {
+    size_t hdr_len = r->sealed ? WIRE_SEALED_HEADER_BYTES : WIRE_HEADER_BYTES;
+    if (r->sealed && r->c->seal->rx_failed)
+        return err_set(err, PEER_STATUS, "peer_auth", NULL,
+                       "peer %s: the connection failed authentication earlier; nothing more is "
+                       "read from it", r->c->addr);
     while (!rx_done(r)) {
         unsigned char *dst;
         size_t want;
+        int tag = 0; /* reading the payload's tag */
         if (r->stage == 1 && r->got == r->f->payload_len) {
-            if (rx_payload_done(r, err) != 0)
-                return -1;
-            break;
+            if (r->sealed && r->f->payload_len && r->tag_got < WIRE_TAG_BYTES) {
+                tag = 1;
+            } else {
+                if (rx_payload_done(r, err) != 0)
+                    return -1;
+                break;
+            }
         }
         if (r->stage == 0) {
             dst = r->hdr + r->hdr_got;
-            want = WIRE_HEADER_BYTES - r->hdr_got;
+            want = hdr_len - r->hdr_got;
+        } else if (tag) {
+            dst = r->tag + r->tag_got;
+            want = WIRE_TAG_BYTES - r->tag_got;
         } else {
             uint64_t left = r->f->payload_len - r->got;
             if (r->pause_at > r->got && r->pause_at - r->got < left)
@@ -287,8 +399,15 @@ static int rx_step(struct peer_rx *r, struct shoal_err *err)
         r->c->bytes_received += (uint64_t)k;
         if (r->stage == 0) {
             r->hdr_got += (size_t)k;
-            if (r->hdr_got == WIRE_HEADER_BYTES && rx_header_done(r, err) != 0)
+            if (r->hdr_got == hdr_len && rx_header_done(r, err) != 0)
                 return -1;
+        } else if (tag) {
+            r->tag_got += (size_t)k;
+        } else if (r->sealed) {
+            /* decrypted in place; not trusted until the tag is checked */
+            if (aead_update(r->c->seal->rx, dst, dst, (size_t)k) != 0)
+                return seal_err(r->c, err);
+            r->got += (uint64_t)k;
         } else {
             r->crc = crc32c(r->crc, dst, (size_t)k);
             r->got += (uint64_t)k;
@@ -308,7 +427,9 @@ static int timeout_err(const struct peer_tx *t, const struct peer_rx *r, const s
             return err_set(err, PEER_STATUS_TIMEOUT, "peer_timeout", NULL,
                            "peer %s stalled in the middle of a frame header (%zu of %d bytes "
                            "after %d ms)",
-                           r->c->addr, r->hdr_got, WIRE_HEADER_BYTES, io->timeout_ms);
+                           r->c->addr, r->hdr_got,
+                           r->sealed ? WIRE_SEALED_HEADER_BYTES : WIRE_HEADER_BYTES,
+                           io->timeout_ms);
         return err_set(err, PEER_STATUS_TIMEOUT, "peer_timeout", NULL,
                        "peer %s stalled in the middle of a frame (%llu of %llu payload bytes "
                        "after %d ms)",
@@ -373,7 +494,8 @@ int peer_send_io(struct peer_conn *c, struct wire_frame *f, const void *payload,
                  const struct peer_io *io, struct shoal_err *err)
 {
     struct peer_tx t;
-    peer_tx_init(&t, c, f, payload, crc_done);
+    if (peer_tx_init(&t, c, f, payload, crc_done, err) != 0)
+        return -1;
     return peer_exchange(&t, NULL, io, err);
 }
 
@@ -430,8 +552,8 @@ int peer_sendrecv(struct peer_conn *to, struct wire_frame *sf, const void *spayl
     if ((sf && check_conn(to, err) != 0) || (rf && check_conn(from, err) != 0))
         return -1;
     struct peer_io io = peer_io_make(timeout_ms, -1);
-    if (sf)
-        peer_tx_init(&t, to, sf, spayload, 0);
+    if (sf && peer_tx_init(&t, to, sf, spayload, 0, err) != 0)
+        return -1;
     if (rf)
         peer_rx_init(&r, from, rf, rpayload, rcap, 1);
     return peer_exchange(sf ? &t : NULL, rf ? &r : NULL, &io, err);
@@ -444,6 +566,8 @@ void peer_close(struct peer_conn *c)
     if (c->fd >= 0)
         close(c->fd);
     c->fd = -1;
+    peer_seal_free(c->seal);
+    c->seal = NULL;
 }
 
 /* Splits "host:port" or "[v6]:port"; port must be 0..65535 digits. */
@@ -544,25 +668,24 @@ static int dial_hello(struct peer_conn *c, const unsigned char lnonce[WIRE_NONCE
                       const struct peer_auth *auth, const char *want_role,
                       const struct peer_io *io, struct shoal_err *err)
 {
-    unsigned char out[HELLO_PAYLOAD_MAX], in[ERROR_TEXT_MAX], mac[WIRE_MAC_BYTES];
-    unsigned char dnonce[WIRE_NONCE_BYTES];
+    unsigned char out[WIRE_HELLO_MAX], in[ERROR_TEXT_MAX], mac[WIRE_MAC_BYTES];
+    struct wire_hello hello = {.flags = auth->encrypt ? WIRE_HELLO_ENCRYPT : 0}, answer;
     size_t role_len = strnlen(auth->role, PEER_ROLE_MAX);
-    char quoted[160];
+    char quoted[160], why[128];
     struct wire_frame f;
 
-    if (!peer_role_ok(auth->role, role_len) || auth->secret_len > PEER_SECRET_MAX)
+    if (!wire_role_ok(auth->role, role_len) || auth->secret_len > PEER_SECRET_MAX)
         return err_set(err, 500, "peer_auth", NULL,
                        "cannot dial %s: our role or secret is malformed", c->addr);
-    if (peer_random(dnonce, sizeof dnonce, err) != 0)
+    if (peer_random(hello.nonce, sizeof hello.nonce, err) != 0)
         return -1;
-    wire_hello_mac(auth->secret, auth->secret_len, lnonce, auth->job_id, auth->epoch, auth->role,
-                   out);
-    memcpy(out + WIRE_MAC_BYTES, dnonce, WIRE_NONCE_BYTES);
-    memcpy(out + WIRE_MAC_BYTES + WIRE_NONCE_BYTES, auth->role, role_len);
+    memcpy(hello.role, auth->role, role_len + 1);
+    wire_hello_mac(auth->secret, auth->secret_len, lnonce, auth->job_id, auth->epoch,
+                   hello.flags, auth->role, hello.mac);
     c->job_id = auth->job_id;
     c->epoch = auth->epoch;
     f = (struct wire_frame){.kind = WIRE_HELLO, .dtype = WIRE_BYTES,
-                            .payload_len = WIRE_MAC_BYTES + WIRE_NONCE_BYTES + role_len};
+                            .payload_len = wire_hello_encode(&hello, 1, out)};
     if (peer_send_io(c, &f, out, 0, io, err) != 0)
         return -1;
 
@@ -581,25 +704,30 @@ static int dial_hello(struct peer_conn *c, const unsigned char lnonce[WIRE_NONCE
                        (long long)auth->job_id, auth->epoch, quoted);
     }
     if (f.kind != WIRE_HELLO || f.job_id != auth->job_id || f.epoch != auth->epoch ||
-        f.payload_len <= WIRE_MAC_BYTES ||
-        !peer_role_ok(in + WIRE_MAC_BYTES, f.payload_len - WIRE_MAC_BYTES))
+        wire_hello_decode(in, f.payload_len, 0, &answer, why, sizeof why) != 0)
         return err_set(err, PEER_STATUS, "peer_auth", NULL,
                        "peer %s answered our hello for job %lld epoch %u with a malformed frame "
                        "(kind %u job %lld epoch %u, %llu bytes)",
                        c->addr, (long long)auth->job_id, auth->epoch, f.kind,
                        (long long)f.job_id, f.epoch, (unsigned long long)f.payload_len);
-    memcpy(c->role, in + WIRE_MAC_BYTES, f.payload_len - WIRE_MAC_BYTES);
-    c->role[f.payload_len - WIRE_MAC_BYTES] = '\0';
-    wire_hello_mac(auth->secret, auth->secret_len, dnonce, auth->job_id, auth->epoch, c->role,
-                   mac);
-    if (!wire_mac_equal(mac, in))
+    snprintf(c->role, sizeof c->role, "%s", answer.role);
+    wire_hello_mac(auth->secret, auth->secret_len, hello.nonce, auth->job_id, auth->epoch,
+                   answer.flags, answer.role, mac);
+    if (!wire_mac_equal(mac, answer.mac))
         return err_set(err, PEER_STATUS, "peer_auth", NULL,
-                       "peer %s (role '%s') failed to prove the secret of job %lld",
+                       "peer %s (role '%s') failed to prove the secret of job %lld (or its "
+                       "answer was altered on the way)",
                        c->addr, c->role, (long long)auth->job_id);
     if (want_role && strcmp(c->role, want_role) != 0)
         return err_set(err, PEER_STATUS, "peer_auth", NULL,
                        "peer %s proved role '%s', but we dialed it as '%s'", c->addr, c->role,
                        want_role);
+    if ((hello.flags & WIRE_HELLO_ENCRYPT) && !(answer.flags & WIRE_HELLO_ENCRYPT))
+        return err_set(err, PEER_STATUS, "peer_auth", NULL,
+                       "peer %s (role '%s') would not encrypt the connection we asked to "
+                       "encrypt", c->addr, c->role);
+    if (answer.flags & WIRE_HELLO_ENCRYPT)
+        return peer_seal_start(c, auth, lnonce, hello.nonce, auth->role, answer.role, 1, err);
     return 0;
 }
 
@@ -640,8 +768,7 @@ int peer_dial(const char *addr, const struct peer_auth *auth, const char *want_r
     }
     if (auth && dial_hello(&c, lnonce, auth, want_role, &io, err) != 0)
         goto out;
-    *out = c;
-    c.fd = -1;
+    peer_conn_move(out, &c);
     rc = 0;
 out:
     if (rc != 0 && auth && strcmp(err->code, "peer_auth") == 0)

@@ -4,28 +4,42 @@
  *
  * Every connection begins with the listener's HELLO (job 0, payload a fresh
  * 32-byte nonce).  The dialer's first frame then decides what it is:
- *   - HELLO (job J, epoch E): a job connection.  Payload:
- *       mac(32) | dialer nonce(32) | dialer role (1..PEER_ROLE_MAX-1 bytes)
- *     with mac = wire_hello_mac(secret of J, listener nonce, J, E, dialer role).
+ *   - HELLO (job J, epoch E): a job connection.  Payload (common/wire.h):
+ *       mac(32) | dialer nonce(32) | flags(1) | dialer role (1..PEER_ROLE_MAX-1 bytes)
+ *     with mac = wire_hello_mac(secret of J, listener nonce, J, E, flags,
+ *     dialer role) and flags WIRE_HELLO_ENCRYPT when the dialer asks for an
+ *     encrypted connection (struct peer_auth's encrypt).
  *     The listener checks it against the job it was told to expect
  *     (peer_listener_expect) and answers HELLO (J, E) with
- *       mac(32) | listener role
- *     mac = wire_hello_mac(secret, dialer nonce, J, E, listener role); the
- *     dialer checks it and that the role is the one it meant to reach.
- *     A peer that fails either check is dropped and logged with its address.
+ *       mac(32) | flags(1) | listener role
+ *     mac = wire_hello_mac(secret, dialer nonce, J, E, flags, listener role),
+ *     flags WIRE_HELLO_ENCRYPT when the connection is encrypted: when the
+ *     dialer asked, or the listener's expectation or the listener itself
+ *     (peer_listener_set_encryption) wants it.  The dialer checks the MAC,
+ *     that the role is the one it meant to reach, and that an encryption it
+ *     asked for was granted.  Both flags are under the MACs, so a man in
+ *     the middle cannot strip them: a downgrade fails the handshake.
+ *     A peer that fails any check is dropped and logged with its address.
+ *     Encrypted connections then seal every frame both ways with
+ *     AES-256-GCM under per-connection, per-direction keys (wire.h): a frame
+ *     that fails its tag fails the connection with "peer_auth"; nothing of
+ *     its payload is delivered.  Plain connections carry CRC32C only.
  *   - PING / PROBE (job 0): a link-probe session.  The listener answers each
  *     PING with a PONG carrying the same payload (at most 64 bytes), and each
  *     PROBE frame whose micro_batch is 1 (the last of a burst) with an empty
  *     PONG once the frame is read whole.  A session is bounded: at most
  *     PEER_PROBE_MAX_BYTES of PROBE payload, PEER_PROBE_MAX_S seconds, and
- *     PEER_IDLE_S seconds between frames.
+ *     PEER_IDLE_S seconds between frames.  Probe sessions are never
+ *     encrypted: they carry no data, only filler bytes and timings, and
+ *     have no job secret to key them with.
  *   - anything else: dropped, logged.
  *
  * Errors: functions return 0 or -1 with a sentence in err->message that
  * names the peer's address and what was wrong (bad CRC, wrong job, timeout,
  * closed, ...); err->code is one of "peer_timeout", "peer_closed",
  * "peer_protocol" (bad frame, CRC, unexpected kind/job/epoch/step/shape),
- * "peer_auth" (handshake failed), "peer_io" (other socket errors).
+ * "peer_auth" (handshake failed, or a sealed frame failed its tag: the
+ * connection is then dead), "peer_io" (other socket errors).
  * A negative timeout_ms anywhere below means no deadline. */
 #ifndef SHOAL_AGENT_PEER_H
 #define SHOAL_AGENT_PEER_H
@@ -36,7 +50,7 @@
 #include "../common/err.h"
 #include "../common/wire.h"
 
-#define PEER_ROLE_MAX 48                    /* bytes, with the terminating NUL */
+#define PEER_ROLE_MAX WIRE_ROLE_MAX         /* bytes, with the terminating NUL */
 #define PEER_SECRET_MAX 64                  /* bytes */
 #define PEER_PROBE_MAX_BYTES (64u << 20)    /* per probe session */
 #define PEER_PROBE_MAX_S 30
@@ -50,18 +64,23 @@ struct peer_auth {
     int64_t job_id;
     uint32_t epoch;
     char role[PEER_ROLE_MAX];               /* ours, e.g. "stage=1 replica=0" */
+    int encrypt;                            /* 1: ask for an encrypted connection */
 };
+
+struct peer_seal; /* an encrypted connection's keys and frame counters */
 
 /* One connected, authenticated (or probe) socket.  Blocking I/O with
  * deadlines through poll(); not thread-safe except that one thread may send
- * while another receives. */
+ * while another receives.  A peer_conn owns its socket and seal: copy it
+ * only to move it (then forget the source). */
 struct peer_conn {
     int fd;                                 /* -1 when closed */
     char addr[64];                          /* remote host:port, for messages */
     char role[PEER_ROLE_MAX];               /* the remote's proven role; "" for probes */
     int64_t job_id;
     uint32_t epoch;
-    uint64_t bytes_sent, bytes_received;    /* payload and headers */
+    uint64_t bytes_sent, bytes_received;    /* payload, headers and tags */
+    struct peer_seal *seal;                 /* NULL: plain; else encrypted (owned) */
 };
 
 /* Resolves "host:port" and connects within timeout_ms, with TCP_NODELAY
@@ -73,17 +92,22 @@ struct peer_conn {
 int peer_dial(const char *addr, const struct peer_auth *auth, const char *want_role,
               int timeout_ms, struct peer_conn *out, struct shoal_err *err);
 
+/* Closes the socket and frees the seal; the struct may be reused. */
 void peer_close(struct peer_conn *c);
 
 /* Sends one frame: f's header (payload_len set by the caller, payload_crc
- * computed here, job_id and epoch set here to the connection's) then the
- * payload, within timeout_ms. */
+ * and flags computed here, job_id and epoch set here to the connection's)
+ * then the payload, within timeout_ms.  Encrypted connections seal the
+ * payload piece by piece into a buffer of the connection's as it goes out
+ * (the caller's payload is left as it is). */
 int peer_send(struct peer_conn *c, struct wire_frame *f, const void *payload, int timeout_ms,
               struct shoal_err *err);
 
 /* Receives one frame within timeout_ms: checks the header (payload at most
- * payload_cap bytes), reads the payload into `payload` and checks its CRC.
- * The frame's job and epoch must be the connection's (probe sessions: 0). */
+ * payload_cap bytes), reads the payload into `payload` and checks its CRC,
+ * or on an encrypted connection its tags (decrypting in place).  The
+ * frame's job and epoch must be the connection's (probe sessions: 0).  On
+ * error the contents of `payload` are unspecified. */
 int peer_recv(struct peer_conn *c, struct wire_frame *f, void *payload, size_t payload_cap,
               int timeout_ms, struct shoal_err *err);
 
@@ -119,6 +143,14 @@ void peer_listener_expect(struct peer_listener *l, const struct peer_auth *auth)
 int peer_listener_take(struct peer_listener *l, const char *role, int timeout_ms,
                        struct peer_conn *out, struct shoal_err *err);
 
+/* on 1: every job connection this listener accepts is encrypted, whatever
+ * the dialer asks (the agent's --peer-encryption).  Default 0. */
+void peer_listener_set_encryption(struct peer_listener *l, int on);
+
+/* What peer_listener_set_encryption set; the agent's dialers ask for the
+ * same. */
+int peer_listener_encryption(struct peer_listener *l);
+
 /* Probe sessions and job connections refused since start (for logs/tests). */
 void peer_listener_counts(struct peer_listener *l, uint64_t *probe_sessions, uint64_t *refused);
 
@@ -134,8 +166,10 @@ int peer_stream_start(struct peer_conn *c, size_t payload_cap, int queue_frames,
                       struct peer_stream **out, struct shoal_err *err);
 
 /* Queues a frame; the payload (f->payload_len bytes) is copied (and its
- * CRC computed in the same pass); job and epoch are the connection's.  Fails
- * if the stream has failed or the queue stays full for timeout_ms. */
+ * CRC computed in the same pass; on an encrypted connection it is sealed
+ * instead, the encryption doing the copy); job and epoch are the
+ * connection's.  Fails if the stream has failed or the queue stays full for
+ * timeout_ms. */
 int peer_stream_send(struct peer_stream *s, const struct wire_frame *f, const void *payload,
                      int timeout_ms, struct shoal_err *err);
 
@@ -158,6 +192,9 @@ int peer_stream_flush(struct peer_stream *s, int timeout_ms, struct shoal_err *e
 void peer_stream_take_waits(struct peer_stream *s, double *send_wait_s, double *recv_wait_s);
 
 const char *peer_stream_addr(const struct peer_stream *s);
+
+/* 1 when the stream's connection is encrypted. */
+int peer_stream_encrypted(const struct peer_stream *s);
 
 /* Stops both threads, closes the socket, frees everything. NULL is ignored. */
 void peer_stream_stop(struct peer_stream *s);

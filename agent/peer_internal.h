@@ -1,6 +1,7 @@
-/* peer_internal.h - what peer.c, peer_listener.c and peer_stream.c share:
- * deadlines, the non-blocking frame engine and socket set-up.  Not part of
- * the peer API; nothing outside agent/peer*.c includes it.
+/* peer_internal.h - what peer.c, peer_listener.c, peer_stream.c and
+ * peer_seal.c share: deadlines, the non-blocking frame engine, socket
+ * set-up and encrypted connections' state.  Not part of the peer API:
+ * only agent/ (ring.c) and the peer fuzz target and its seed maker use it.
  *
  * Sockets stay in blocking mode (tests and callers may write on them
  * directly); every send and receive here passes MSG_DONTWAIT and waits in
@@ -33,13 +34,37 @@ struct peer_io {
     int cancel_fd;
 };
 
-/* One frame going out: header and payload as two iovecs (no copy). */
+/* peer_send on an encrypted connection seals the payload into a buffer of
+ * the connection's this many bytes at a time, each piece sent while it is
+ * still in cache. */
+#ifndef PEER_SEAL_PIECE
+#define PEER_SEAL_PIECE (256u << 10)
+#endif
+
+/* An encrypted connection's state (common/wire.h, "Sealed connections").
+ * The sending side (tx, tx_frames, scratch) belongs to the one thread that
+ * sends, the receiving side to the one that receives. */
+struct peer_seal {
+    struct aead *tx, *rx;     /* our direction's key, sealing; theirs, opening */
+    uint64_t tx_frames;       /* number of the next frame we send */
+    uint64_t rx_frames;       /* number of the next frame we expect */
+    unsigned char *scratch;   /* PEER_SEAL_PIECE bytes */
+    int rx_failed;            /* a frame failed its tag: nothing more is read */
+};
+
+/* One frame going out: header and payload as iovecs (no copy).  On an
+ * encrypted connection the header carries its tag, and the payload is
+ * either sealed already (a stream's slot) or sealed here piece by piece
+ * into the seal's scratch (`plain` set), followed by the payload tag. */
 struct peer_tx {
     struct peer_conn *c;
-    unsigned char hdr[WIRE_HEADER_BYTES];
-    struct iovec iov[2];
+    unsigned char hdr[WIRE_SEALED_HEADER_BYTES];
+    unsigned char tag[WIRE_TAG_BYTES];
+    struct iovec iov[3];
     int first, iovcnt;        /* iov[first .. first+iovcnt) is still to go */
     int done;
+    const unsigned char *plain; /* payload still to seal from, or NULL */
+    uint64_t plain_len, plain_off; /* bytes: the payload's, sealed so far */
 };
 
 /* One frame coming in: the header first, then (when `payload` is set) the
@@ -58,11 +83,14 @@ struct peer_rx {
     uint64_t pause_at;        /* payload bytes; >0: return early once this many are in */
     size_t discard;           /* bytes of scratch in payload; 0: keep the payload */
     void *payload;
-    unsigned char hdr[WIRE_HEADER_BYTES];
+    unsigned char hdr[WIRE_SEALED_HEADER_BYTES]; /* header, and its tag when sealed */
     size_t hdr_got;
     uint64_t got;             /* payload bytes */
     uint32_t crc;
     int stage;                /* 0 header, 1 payload, 2 done */
+    int sealed;               /* the connection is encrypted: decrypt in place */
+    unsigned char tag[WIRE_TAG_BYTES]; /* the payload's, read after it */
+    size_t tag_got;
 };
 
 #define PEER_NEVER (INT64_MAX / 4) /* a deadline (ms) that never comes */
@@ -89,16 +117,39 @@ void peer_format_addr(const void *sa, unsigned salen, char *out, size_t out_len)
  * truncated with "..." to fit. */
 void peer_quote(const void *p, size_t n, char *out, size_t out_len);
 
-/* 1 when p[0..n) is a valid role: 1..PEER_ROLE_MAX-1 printable ASCII bytes. */
-int peer_role_ok(const void *p, size_t n);
 
 /* Fills buf from getrandom(). */
 int peer_random(void *buf, size_t n, struct shoal_err *err);
 
+/* Wipes and frees a seal; NULL is ignored. */
+void peer_seal_free(struct peer_seal *s);
+
+/* Moves a connection (socket and seal) from src to dst; src is left
+ * closed. */
+void peer_conn_move(struct peer_conn *dst, struct peer_conn *src);
+
+/* Makes c an encrypted connection after a handshake that agreed on it:
+ * derives the session keys from a's secret and job and both nonces and
+ * roles (wire_session_keys); `dialer` says which end we are.  Returns 0 or
+ * -1 with err set ("peer_auth"). */
+int peer_seal_start(struct peer_conn *c, const struct peer_auth *a,
+                    const unsigned char lnonce[WIRE_NONCE_BYTES],
+                    const unsigned char dnonce[WIRE_NONCE_BYTES], const char *dialer_role,
+                    const char *listener_role, int dialer, struct shoal_err *err);
+
 /* Prepares a frame for sending: stamps the connection's job and epoch into
- * *f, computes the payload CRC unless crc_done, encodes the header. */
-void peer_tx_init(struct peer_tx *t, struct peer_conn *c, struct wire_frame *f,
-                  const void *payload, int crc_done);
+ * *f, computes the payload CRC unless crc_done, encodes the header; on an
+ * encrypted connection seals the header instead and the payload as it goes
+ * (crc_done is then ignored).  Returns 0 or -1 with err set. */
+int peer_tx_init(struct peer_tx *t, struct peer_conn *c, struct wire_frame *f,
+                 const void *payload, int crc_done, struct shoal_err *err);
+
+/* Prepares a frame sealed beforehand (wire_seal_begin wrote head, the
+ * payload was encrypted with aead_update and tag came from aead_seal_end). */
+void peer_tx_init_sealed(struct peer_tx *t, struct peer_conn *c,
+                         const unsigned char head[WIRE_SEALED_HEADER_BYTES],
+                         const void *ciphertext, uint64_t len,
+                         const unsigned char tag[WIRE_TAG_BYTES]);
 
 void peer_rx_init(struct peer_rx *r, struct peer_conn *c, struct wire_frame *f, void *payload,
                   uint64_t payload_max, int check_binding);

@@ -25,7 +25,6 @@
 #define PING_PAYLOAD_MAX 64       /* bytes */
 #define PROBE_SCRATCH (256u << 10) /* bytes; probe payloads are read through it and dropped */
 #define REAP_MS 1000              /* the accept thread joins finished handshakes this often */
-#define HELLO_IN_MAX (2 * WIRE_NONCE_BYTES + PEER_ROLE_MAX)
 
 struct handshake {
     struct peer_listener *l;
@@ -42,6 +41,7 @@ struct peer_listener {
     pthread_mutex_t mu;
     pthread_cond_t parked_cv;     /* a connection was parked, or stop */
     int stop;
+    int encrypt;                  /* every job connection is encrypted */
     int expecting;
     struct peer_auth expect;
     struct handshake hs[HANDSHAKE_THREADS];
@@ -91,8 +91,7 @@ static void park(struct peer_listener *l, struct peer_conn *c)
         l->refused++;
         goto out;
     }
-    l->parked[l->n_parked++] = *c;
-    c->fd = -1;
+    peer_conn_move(&l->parked[l->n_parked++], c);
     pthread_cond_broadcast(&l->parked_cv);
 out:
     pthread_mutex_unlock(&l->mu);
@@ -100,25 +99,27 @@ out:
 }
 
 /* A dialer's HELLO (header f already read): check it against the current
- * expectation, prove our role, park. */
+ * expectation, prove our role, agree on encryption, park. */
 static void hello_job(struct peer_listener *l, struct peer_conn *c, struct wire_frame *f,
                       const unsigned char lnonce[WIRE_NONCE_BYTES], const struct peer_io *io)
 {
-    unsigned char in[HELLO_IN_MAX], out[WIRE_MAC_BYTES + PEER_ROLE_MAX], mac[WIRE_MAC_BYTES];
+    unsigned char in[WIRE_HELLO_MAX], out[WIRE_HELLO_MAX], mac[WIRE_MAC_BYTES];
+    struct wire_hello hello = {.role = ""}, answer = {.flags = 0};
     struct peer_auth a;
     struct peer_rx r;
     struct shoal_err err;
     const char *reason = NULL;
-    char role[PEER_ROLE_MAX] = "";
-    int expecting;
+    char why[128];
+    int expecting, encrypt;
 
     pthread_mutex_lock(&l->mu);
     expecting = l->expecting;
+    encrypt = l->encrypt;
     a = l->expect;
     pthread_mutex_unlock(&l->mu);
 
-    if (f->payload_len > sizeof in || f->payload_len <= WIRE_MAC_BYTES + WIRE_NONCE_BYTES) {
-        reason = "malformed hello";
+    if (f->payload_len > sizeof in) {
+        reason = "malformed hello: too long";
         goto out;
     }
     /* The header was read with the probe limit; the payload is small and
@@ -131,43 +132,49 @@ static void hello_job(struct peer_listener *l, struct peer_conn *c, struct wire_
         log_warn("peer: dropped %s during its hello: %s", c->addr, err.message);
         goto out;
     }
-    size_t role_len = f->payload_len - WIRE_MAC_BYTES - WIRE_NONCE_BYTES;
-    const unsigned char *dnonce = in + WIRE_MAC_BYTES;
-    if (!peer_role_ok(in + WIRE_MAC_BYTES + WIRE_NONCE_BYTES, role_len)) {
-        reason = "malformed role in hello";
+    if (wire_hello_decode(in, f->payload_len, 1, &hello, why, sizeof why) != 0) {
+        reason = why;
         goto out;
     }
-    memcpy(role, in + WIRE_MAC_BYTES + WIRE_NONCE_BYTES, role_len);
-    role[role_len] = '\0';
     if (!expecting || f->job_id != a.job_id || f->epoch != a.epoch) {
         reason = "this node expects no connections for that job and epoch";
         goto out;
     }
-    wire_hello_mac(a.secret, a.secret_len, lnonce, a.job_id, a.epoch, role, mac);
-    if (!wire_mac_equal(mac, in)) {
-        reason = "hello MAC does not verify (wrong job secret)";
+    wire_hello_mac(a.secret, a.secret_len, lnonce, a.job_id, a.epoch, hello.flags, hello.role,
+                   mac);
+    if (!wire_mac_equal(mac, hello.mac)) {
+        reason = "hello MAC does not verify (wrong job secret, or the hello was altered)";
         goto out;
     }
 
-    size_t our_len = strnlen(a.role, PEER_ROLE_MAX - 1);
-    wire_hello_mac(a.secret, a.secret_len, dnonce, a.job_id, a.epoch, a.role, out);
-    memcpy(out + WIRE_MAC_BYTES, a.role, our_len);
+    /* Either end asking is enough; the answer's MAC covers the decision. */
+    if ((hello.flags & WIRE_HELLO_ENCRYPT) || a.encrypt || encrypt)
+        answer.flags = WIRE_HELLO_ENCRYPT;
+    snprintf(answer.role, sizeof answer.role, "%s", a.role);
+    wire_hello_mac(a.secret, a.secret_len, hello.nonce, a.job_id, a.epoch, answer.flags,
+                   answer.role, answer.mac);
     c->job_id = a.job_id;
     c->epoch = a.epoch;
-    snprintf(c->role, sizeof c->role, "%s", role);
+    snprintf(c->role, sizeof c->role, "%s", hello.role);
     struct wire_frame reply = {.kind = WIRE_HELLO, .dtype = WIRE_BYTES,
-                               .payload_len = WIRE_MAC_BYTES + our_len};
+                               .payload_len = wire_hello_encode(&answer, 0, out)};
     if (peer_send_io(c, &reply, out, 0, io, &err) != 0) {
-        log_warn("peer: dropped %s (role '%s') answering its hello: %s", c->addr, role,
+        log_warn("peer: dropped %s (role '%s') answering its hello: %s", c->addr, hello.role,
                  err.message);
         goto out;
     }
-    log_debug("peer: accepted %s as '%s' for job %lld epoch %u", c->addr, role,
-              (long long)a.job_id, a.epoch);
+    /* From here on both ends seal (the dialer keys its side from the answer). */
+    if ((answer.flags & WIRE_HELLO_ENCRYPT) &&
+        peer_seal_start(c, &a, lnonce, hello.nonce, hello.role, a.role, 0, &err) != 0) {
+        log_error("peer: dropped %s (role '%s'): %s", c->addr, hello.role, err.message);
+        goto out;
+    }
+    log_debug("peer: accepted %s as '%s' for job %lld epoch %u%s", c->addr, hello.role,
+              (long long)a.job_id, a.epoch, c->seal ? ", encrypted" : "");
     park(l, c);
 out:
     if (reason) {
-        log_warn("peer: refused %s (role '%s', job %lld epoch %u): %s", c->addr, role,
+        log_warn("peer: refused %s (role '%s', job %lld epoch %u): %s", c->addr, hello.role,
                  (long long)f->job_id, f->epoch, reason);
         peer_send_error(c, reason, io);
     }
@@ -520,7 +527,7 @@ int peer_listener_take(struct peer_listener *l, const char *role, int timeout_ms
     for (;;) {
         for (int i = 0; i < l->n_parked; i++) {
             if (strcmp(l->parked[i].role, role) == 0) {
-                *out = l->parked[i];
+                peer_conn_move(out, &l->parked[i]);
                 parked_remove(l, i);
                 rc = 0;
                 goto out;
@@ -541,6 +548,21 @@ int peer_listener_take(struct peer_listener *l, const char *role, int timeout_ms
 out:
     pthread_mutex_unlock(&l->mu);
     return rc;
+}
+
+void peer_listener_set_encryption(struct peer_listener *l, int on)
+{
+    pthread_mutex_lock(&l->mu);
+    l->encrypt = on ? 1 : 0;
+    pthread_mutex_unlock(&l->mu);
+}
+
+int peer_listener_encryption(struct peer_listener *l)
+{
+    pthread_mutex_lock(&l->mu);
+    int on = l->encrypt;
+    pthread_mutex_unlock(&l->mu);
+    return on;
 }
 
 void peer_listener_counts(struct peer_listener *l, uint64_t *probe_sessions, uint64_t *refused)

@@ -2,9 +2,12 @@
  * thread, each behind a bounded queue of frame slots (see peer.h).
  *
  * Copies: peer_stream_send copies the caller's payload into a slot and CRCs
- * it in the same pass, piece by piece while the piece is in cache; the
- * sender thread hands header and slot to the kernel with one sendmsg.
- * The receiver thread reads each payload in pieces, CRC'd as they land.
+ * it in the same pass, piece by piece while the piece is in cache (on an
+ * encrypted connection it seals the payload into the slot instead: the
+ * encryption is the copy); the sender thread hands header and slot to the
+ * kernel with one sendmsg.
+ * The receiver thread reads each payload in pieces, CRC'd (or decrypted in
+ * place) as they land.
  * When the owner is waiting in peer_stream_recv for exactly the frame being
  * read (and it is next in order), the receiver moves what it has into the
  * owner's buffer and reads the rest straight there (a "posted" receive: no
@@ -15,6 +18,7 @@
 
 #include "peer_internal.h"
 
+#include "../common/aead.h"
 #include "../common/crc32c.h"
 #include "../common/log.h"
 
@@ -36,6 +40,9 @@ struct slot {
     struct wire_frame f;
     unsigned char *buf;
     size_t cap; /* bytes allocated */
+    /* a frame to send on an encrypted connection, sealed when queued */
+    unsigned char head[WIRE_SEALED_HEADER_BYTES];
+    unsigned char tag[WIRE_TAG_BYTES];
 };
 
 /* A ring of slots: [head, head+count) are full, in order. The producer
@@ -138,6 +145,34 @@ static uint32_t copy_crc(void *dst, const void *src, size_t n)
     return crc;
 }
 
+/* Seals frame f (job and epoch stamped) into slot sl, copying the
+ * payload by encrypting it piece by piece.  The owner's thread is the only
+ * one that seals on this connection, so the frame numbers follow the queue. */
+static int seal_into(struct peer_stream *s, struct slot *sl, const struct wire_frame *f,
+                     const void *payload, struct shoal_err *err)
+{
+    struct peer_seal *seal = s->c.seal;
+    const unsigned char *src = payload;
+    size_t len = (size_t)f->payload_len;
+
+    sl->f = *f;
+    sl->f.job_id = s->c.job_id;
+    sl->f.epoch = s->c.epoch;
+    if (wire_seal_begin(seal->tx, seal->tx_frames++, &sl->f, sl->head) != 0)
+        goto fail;
+    for (size_t off = 0; off < len; off += COPY_PIECE) {
+        size_t k = len - off < COPY_PIECE ? len - off : COPY_PIECE;
+        if (aead_update(seal->tx, sl->buf + off, src + off, k) != 0)
+            goto fail;
+    }
+    if (len && aead_seal_end(seal->tx, sl->tag) != 0)
+        goto fail;
+    return 0;
+fail:
+    return err_set(err, 500, "peer_io", NULL, "%s failed sealing a frame to peer %s", aead_name(),
+                   s->c.addr);
+}
+
 static void *tx_main(void *arg)
 {
     struct peer_stream *s = arg;
@@ -152,7 +187,14 @@ static void *tx_main(void *arg)
             break;
         struct slot *sl = &s->sq.slots[s->sq.head];
         pthread_mutex_unlock(&s->mu);
-        int rc = peer_send_io(&s->c, &sl->f, sl->buf, 1, &io, &err);
+        int rc;
+        if (s->c.seal) {
+            struct peer_tx t;
+            peer_tx_init_sealed(&t, &s->c, sl->head, sl->buf, sl->f.payload_len, sl->tag);
+            rc = peer_exchange(&t, NULL, &io, &err);
+        } else {
+            rc = peer_send_io(&s->c, &sl->f, sl->buf, 1, &io, &err);
+        }
         pthread_mutex_lock(&s->mu);
         if (rc != 0) {
             if (!s->stop)
@@ -356,8 +398,7 @@ int peer_stream_start(struct peer_conn *c, size_t payload_cap, int queue_frames,
         err_set(err, 500, "peer_io", NULL, "out of memory");
         goto out;
     }
-    s->c = *c;
-    c->fd = -1;
+    peer_conn_move(&s->c, c);
     s->payload_cap = payload_cap;
     s->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     pthread_condattr_init(&ca);
@@ -457,8 +498,18 @@ int peer_stream_send(struct peer_stream *s, const struct wire_frame *f, const vo
                 s->c.addr);
         goto out;
     }
-    sl->f = *f;
-    sl->f.payload_crc = copy_crc(sl->buf, payload, len);
+    if (s->c.seal) {
+        struct shoal_err se;
+        if (seal_into(s, sl, f, payload, &se) != 0) {
+            pthread_mutex_lock(&s->mu);
+            fail_locked(s, &se); /* a frame number is spent: the peer would refuse the next */
+            failed_err(s, err);
+            goto out;
+        }
+    } else {
+        sl->f = *f;
+        sl->f.payload_crc = copy_crc(sl->buf, payload, len);
+    }
 
     pthread_mutex_lock(&s->mu);
     s->sq.count++;
@@ -610,4 +661,9 @@ void peer_stream_take_waits(struct peer_stream *s, double *send_wait_s, double *
 const char *peer_stream_addr(const struct peer_stream *s)
 {
     return s->c.addr;
+}
+
+int peer_stream_encrypted(const struct peer_stream *s)
+{
+    return s->c.seal != NULL;
 }

@@ -11,7 +11,8 @@
  * Frames: kind WIRE_ALLREDUCE, dtype F32, shape {floats}, step = the
  * training step, micro_batch = round * 65536 + chunk index (checked).  A
  * segment of more than 65536 chunks gets larger chunks (both ends compute
- * the same). */
+ * the same).  On encrypted connections peer_sendrecv seals and opens every
+ * chunk; nothing here changes. */
 #ifndef SHOAL_AGENT_RING_H
 #define SHOAL_AGENT_RING_H
 
@@ -39,7 +40,8 @@ int ring_allreduce_sum(struct ring *r, float *data, size_t n, uint64_t step, str
 
 /* Bytes each rank sends for an all-reduce of n floats: 2(size-1)/size * 4n
  * plus frame headers (for reports and the cost model check).  Exact for
- * rank 0; other ranks differ by at most 4 bytes a round (uneven segments). */
+ * rank 0; other ranks differ by at most 4 bytes a round (uneven segments).
+ * Encrypted connections add WIRE_SEAL_OVERHEAD (32 bytes) a frame. */
 uint64_t ring_bytes_per_rank(size_t n, int size, size_t chunk_floats);
 
 #endif

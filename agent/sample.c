@@ -20,6 +20,7 @@
 
 struct sample_config {
     char server_url[512];
+    char ca_file[4096];
     char admin_token[TOKEN_MAX];
     char admin_token_file[PATH_MAX];
     long job;
@@ -35,6 +36,8 @@ struct sample_config {
 #define L(f, lo, hi) OPT_LONG_FIELD(struct sample_config, f, lo, hi)
 static const struct opt sample_opts[] = {
     { "--server", "SHOAL_SERVER_URL", S(server_url), "http://127.0.0.1:8080", "shoal-server's base URL" },
+    { "--ca-file", "SHOAL_CA_FILE", S(ca_file), "",
+      "PEM CA certificate(s) to verify an https --server with; empty: the system's CA store" },
     { "--admin-token", "SHOAL_ADMIN_TOKEN", S(admin_token), "", "the server's admin token" },
     { "--admin-token-file", "SHOAL_ADMIN_TOKEN_FILE", S(admin_token_file), "",
       "file holding the admin token (the server's <data-dir>/admin.token), instead of --admin-token" },
@@ -332,6 +335,7 @@ static int sample_run(const struct sample_config *cfg, FILE *out, struct shoal_e
                        "--admin-token or --admin-token-file (the server's <data-dir>/admin.token)", c.token, err) != 0)
         return err_set(err, 2, err->code, "--admin-token", "%s", err->message);
     snprintf(c.url, sizeof c.url, "%s", cfg->server_url);
+    snprintf(c.ca_file, sizeof c.ca_file, "%s", cfg->ca_file);
     size_t n = strlen(c.url);
     while (n > 0 && c.url[n - 1] == '/')
         c.url[--n] = '\0';

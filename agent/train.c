@@ -430,6 +430,20 @@ static int tasklet_open(struct tasklet *k, struct shoal_err *err)
     return 0;
 }
 
+/* How many of the tasklet's peer connections are encrypted, of *links. */
+static int encrypted_links(const struct tasklet *k, int *links)
+{
+    const struct peer_conn *ring[2] = { &k->ring_prev, &k->ring_next };
+    const struct peer_stream *pipe[2] = { k->prev, k->next };
+    int n = 0;
+    *links = 0;
+    for (int i = 0; i < 2; i++) {
+        *links += (ring[i]->fd >= 0) + (pipe[i] != NULL);
+        n += (ring[i]->fd >= 0 && ring[i]->seal) + (pipe[i] && peer_stream_encrypted(pipe[i]));
+    }
+    return n;
+}
+
 static void tasklet_close(struct tasklet *k)
 {
     peer_stream_stop(k->prev);
@@ -458,11 +472,14 @@ enum train_result train_run(const struct train_env *env, const struct assignment
     k.auth.job_id = as->job_id;
     k.auth.epoch = as->epoch;
     assign_role(as->stage, as->replica, k.auth.role);
+    k.auth.encrypt = peer_listener_encryption(env->listener); /* --peer-encryption */
     peer_listener_expect(env->listener, &k.auth);
     if (tasklet_open(&k, err) != 0 || connect_neighbours(&k, err) != 0 || join_nccl(&k, err) != 0)
         goto out;
-    log_info("tasklet connected job=%lld epoch=%u stage=%d replica=%d layers=%d..%d", (long long)as->job_id,
-             as->epoch, as->stage, as->replica, as->layer_start, as->layer_end);
+    int links, encrypted = encrypted_links(&k, &links);
+    log_info("tasklet connected job=%lld epoch=%u stage=%d replica=%d layers=%d..%d encrypted=%d/%d",
+             (long long)as->job_id, as->epoch, as->stage, as->replica, as->layer_start, as->layer_end, encrypted,
+             links);
     for (uint64_t t = (uint64_t)as->resume_step; t < (uint64_t)as->steps; t++) {
         if (stopping(&k)) {
             res = TRAIN_ABORTED;

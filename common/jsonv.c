@@ -4,13 +4,32 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Writes "prefix.name" (or "name" at the top) into `out`. */
+/* Cuts `s` (valid UTF-8) to at most `max` bytes, at a character boundary,
+ * ending in "..." when it was cut. */
+static void jv_clip(char *s, size_t max)
+{
+    size_t len = strlen(s);
+    if (len <= max)
+        return;
+    size_t cut = max - 3;
+    while (cut > 0 && ((unsigned char)s[cut] & 0xc0) == 0x80)   /* a continuation byte */
+        cut--;
+    memcpy(s + cut, "...", 4);
+}
+
+/* Longest member path in an error, bytes: it must fit struct shoal_err's
+ * field whole, or it would be cut inside a character. */
+#define JV_PATH_MAX 100
+
+/* Writes "prefix.name" (or "name" at the top) into `out`, clipped to
+ * JV_PATH_MAX bytes (a client's unknown member may be any length). */
 static void jv_join(char *out, size_t n, const char *prefix, const char *name)
 {
     if (prefix && prefix[0])
         snprintf(out, n, "%s.%s", prefix, name);
     else
         snprintf(out, n, "%s", name);
+    jv_clip(out, n - 1 < JV_PATH_MAX ? n - 1 : JV_PATH_MAX);
 }
 
 /* Formats a bound the way a person would write it: 8, 0.5, 1e+09. */
@@ -137,6 +156,22 @@ int jv_object(const json_t *obj, const struct jv_field *fields, const char *path
     return 0;
 }
 
+/* Copies `s` into `out` with every byte outside printable ASCII written as
+ * \xNN: jansson's reason quotes the input near the error, cut anywhere, and
+ * the message must stay UTF-8 to be sent back as JSON. */
+static void jv_ascii(char *out, size_t n, const char *s)
+{
+    size_t used = 0;
+    for (; *s && used + 5 <= n; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c >= 0x20 && c < 0x7f)
+            out[used++] = (char)c;
+        else
+            used += (size_t)snprintf(out + used, n - used, "\\x%02x", c);
+    }
+    out[used] = '\0';
+}
+
 json_t *jv_parse_object(const char *data, size_t len, struct shoal_err *err)
 {
     json_error_t je;
@@ -146,8 +181,10 @@ json_t *jv_parse_object(const char *data, size_t len, struct shoal_err *err)
     }
     json_t *root = json_loadb(data, len, JSON_REJECT_DUPLICATES, &je);
     if (!root) {
+        char text[4 * sizeof je.text];
+        jv_ascii(text, sizeof text, je.text);
         err_set(err, 400, "invalid_json", NULL, "malformed JSON at line %d column %d: %s",
-                je.line, je.column, je.text);
+                je.line, je.column, text);
         return NULL;
     }
     if (!json_is_object(root)) {

@@ -1,6 +1,8 @@
-/* wire.c - peer frame headers and the handshake MAC (layout in wire.h). */
+/* wire.c - peer frame headers, the handshake's payloads and MAC, session
+ * keys and sealed frame headers (layout in wire.h). */
 #include "wire.h"
 
+#include "aead.h"
 #include "crc32c.h"
 
 #include <openssl/crypto.h>
@@ -25,7 +27,7 @@
 #define OFF_SHAPE 36
 #define OFF_PLEN 52
 #define OFF_PCRC 60
-#define OFF_RESERVED 64
+#define OFF_FLAGS 64
 #define OFF_HCRC 68
 
 size_t wire_dtype_size(unsigned dtype)
@@ -59,6 +61,7 @@ void wire_header_encode(const struct wire_frame *f, unsigned char out[WIRE_HEADE
         PUT(OFF_SHAPE + 4 * i, i < f->ndim ? f->shape[i] : 0u);
     PUT(OFF_PLEN, f->payload_len);
     PUT(OFF_PCRC, f->payload_crc);
+    PUT(OFF_FLAGS, f->flags);
     PUT(OFF_HCRC, crc32c(0, out, OFF_HCRC));
 }
 
@@ -72,7 +75,7 @@ static int why_set(char *why, size_t why_len, const char *msg)
 int wire_header_decode(const unsigned char in[WIRE_HEADER_BYTES], uint64_t payload_max,
                        struct wire_frame *f, char *why, size_t why_len)
 {
-    uint32_t magic, hcrc, reserved;
+    uint32_t magic, hcrc;
     uint16_t version;
 
     GET(OFF_MAGIC, magic);
@@ -94,15 +97,15 @@ int wire_header_decode(const unsigned char in[WIRE_HEADER_BYTES], uint64_t paylo
     GET(OFF_NDIM, f->ndim);
     GET(OFF_PLEN, f->payload_len);
     GET(OFF_PCRC, f->payload_crc);
-    GET(OFF_RESERVED, reserved);
+    GET(OFF_FLAGS, f->flags);
     if (f->kind < 1 || f->kind > WIRE_KIND_MAX)
         return why_set(why, why_len, "unknown frame kind");
     if (f->dtype > WIRE_DTYPE_MAX)
         return why_set(why, why_len, "unknown dtype");
     if (f->ndim > WIRE_MAX_DIMS)
         return why_set(why, why_len, "more than 4 dimensions");
-    if (reserved)
-        return why_set(why, why_len, "reserved header bytes are not zero");
+    if (f->flags & ~WIRE_FLAG_SEALED)
+        return why_set(why, why_len, "unknown header flags");
     if (f->payload_len > payload_max)
         return why_set(why, why_len, "payload larger than the limit");
     for (int i = 0; i < WIRE_MAX_DIMS; i++) {
@@ -124,19 +127,32 @@ int wire_header_decode(const unsigned char in[WIRE_HEADER_BYTES], uint64_t paylo
     return 0;
 }
 
+int wire_role_ok(const void *p, size_t n)
+{
+    const unsigned char *s = p;
+    if (n < 1 || n > WIRE_ROLE_MAX - 1)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < 0x20 || s[i] >= 0x7f)
+            return 0;
+    return 1;
+}
+
 void wire_hello_mac(const void *secret, size_t secret_len,
                     const unsigned char nonce[WIRE_NONCE_BYTES], int64_t job_id,
-                    uint32_t epoch, const char *role, unsigned char mac[WIRE_MAC_BYTES])
+                    uint32_t epoch, unsigned flags, const char *role,
+                    unsigned char mac[WIRE_MAC_BYTES])
 {
-    static const char label[] = "shoal-hello-v1";
-    unsigned char msg[sizeof label - 1 + WIRE_NONCE_BYTES + 8 + 4 + 128];
-    size_t n = 0, role_len = strnlen(role, 128);
+    static const char label[] = "shoal-hello-v2";
+    unsigned char msg[sizeof label - 1 + WIRE_NONCE_BYTES + 8 + 4 + 1 + WIRE_ROLE_MAX];
+    size_t n = 0, role_len = strnlen(role, WIRE_ROLE_MAX);
     unsigned int mac_len = WIRE_MAC_BYTES;
 
     memcpy(msg + n, label, sizeof label - 1), n += sizeof label - 1;
     memcpy(msg + n, nonce, WIRE_NONCE_BYTES), n += WIRE_NONCE_BYTES;
     memcpy(msg + n, &job_id, 8), n += 8;
     memcpy(msg + n, &epoch, 4), n += 4;
+    msg[n++] = (unsigned char)flags;
     memcpy(msg + n, role, role_len), n += role_len;
     HMAC(EVP_sha256(), secret, (int)secret_len, msg, n, mac, &mac_len);
 }
@@ -144,4 +160,99 @@ void wire_hello_mac(const void *secret, size_t secret_len,
 int wire_mac_equal(const unsigned char a[WIRE_MAC_BYTES], const unsigned char b[WIRE_MAC_BYTES])
 {
     return CRYPTO_memcmp(a, b, WIRE_MAC_BYTES) == 0;
+}
+
+size_t wire_hello_encode(const struct wire_hello *h, int with_nonce,
+                         unsigned char out[WIRE_HELLO_MAX])
+{
+    size_t n = 0, role_len = strnlen(h->role, WIRE_ROLE_MAX - 1);
+    memcpy(out + n, h->mac, WIRE_MAC_BYTES), n += WIRE_MAC_BYTES;
+    if (with_nonce)
+        memcpy(out + n, h->nonce, WIRE_NONCE_BYTES), n += WIRE_NONCE_BYTES;
+    out[n++] = (unsigned char)h->flags;
+    memcpy(out + n, h->role, role_len), n += role_len;
+    return n;
+}
+
+int wire_hello_decode(const void *in, size_t n, int with_nonce, struct wire_hello *h, char *why,
+                      size_t why_len)
+{
+    const unsigned char *p = in;
+    size_t fixed = WIRE_MAC_BYTES + (with_nonce ? WIRE_NONCE_BYTES : 0) + 1;
+    if (n <= fixed || n > fixed + WIRE_ROLE_MAX - 1)
+        return why_set(why, why_len, "hello of the wrong length");
+    memset(h, 0, sizeof *h);
+    memcpy(h->mac, p, WIRE_MAC_BYTES), p += WIRE_MAC_BYTES;
+    if (with_nonce)
+        memcpy(h->nonce, p, WIRE_NONCE_BYTES), p += WIRE_NONCE_BYTES;
+    h->flags = *p++;
+    if (h->flags & ~WIRE_HELLO_ENCRYPT)
+        return why_set(why, why_len, "unknown hello flags");
+    if (!wire_role_ok(p, n - fixed))
+        return why_set(why, why_len, "malformed role in hello");
+    memcpy(h->role, p, n - fixed);
+    h->role[n - fixed] = '\0';
+    return 0;
+}
+
+int wire_session_keys(const void *secret, size_t secret_len,
+                      const unsigned char lnonce[WIRE_NONCE_BYTES],
+                      const unsigned char dnonce[WIRE_NONCE_BYTES], int64_t job_id,
+                      uint32_t epoch, const char *dialer_role, const char *listener_role,
+                      unsigned char d2l[WIRE_KEY_BYTES], unsigned char l2d[WIRE_KEY_BYTES])
+{
+    static const char label[] = "shoal-peer-keys-v2";
+    unsigned char salt[2 * WIRE_NONCE_BYTES], keys[2 * WIRE_KEY_BYTES];
+    unsigned char info[sizeof label - 1 + 8 + 4 + 2 * WIRE_ROLE_MAX];
+    size_t n = 0, dlen = strnlen(dialer_role, WIRE_ROLE_MAX - 1),
+           llen = strnlen(listener_role, WIRE_ROLE_MAX - 1);
+    int rc;
+
+    memcpy(salt, lnonce, WIRE_NONCE_BYTES);
+    memcpy(salt + WIRE_NONCE_BYTES, dnonce, WIRE_NONCE_BYTES);
+    memcpy(info + n, label, sizeof label - 1), n += sizeof label - 1;
+    memcpy(info + n, &job_id, 8), n += 8;
+    memcpy(info + n, &epoch, 4), n += 4;
+    memcpy(info + n, dialer_role, dlen), n += dlen;
+    info[n++] = '\0';
+    memcpy(info + n, listener_role, llen), n += llen;
+    rc = aead_hkdf_sha256(secret, secret_len, salt, sizeof salt, info, n, keys, sizeof keys);
+    if (rc == 0) {
+        memcpy(d2l, keys, WIRE_KEY_BYTES);
+        memcpy(l2d, keys + WIRE_KEY_BYTES, WIRE_KEY_BYTES);
+    }
+    OPENSSL_cleanse(keys, sizeof keys);
+    return rc;
+}
+
+int wire_seal_begin(struct aead *tx, uint64_t counter, struct wire_frame *f,
+                    unsigned char out[WIRE_SEALED_HEADER_BYTES])
+{
+    f->flags = WIRE_FLAG_SEALED;
+    f->payload_crc = 0;
+    wire_header_encode(f, out);
+    if (aead_begin(tx, counter, 0, out, WIRE_HEADER_BYTES) != 0 ||
+        aead_seal_end(tx, out + WIRE_HEADER_BYTES) != 0)
+        return -1;
+    if (f->payload_len && aead_begin(tx, counter, 1, out, WIRE_HEADER_BYTES) != 0)
+        return -1;
+    return 0;
+}
+
+int wire_open_begin(struct aead *rx, uint64_t counter,
+                    const unsigned char in[WIRE_SEALED_HEADER_BYTES], uint64_t payload_max,
+                    struct wire_frame *f, char *why, size_t why_len)
+{
+    if (aead_begin(rx, counter, 0, in, WIRE_HEADER_BYTES) != 0 ||
+        aead_open_end(rx, in + WIRE_HEADER_BYTES) != 0) {
+        why_set(why, why_len, "frame header failed authentication");
+        return WIRE_AUTH_FAILED;
+    }
+    if (wire_header_decode(in, payload_max, f, why, why_len) != 0)
+        return -1;
+    if (!(f->flags & WIRE_FLAG_SEALED))
+        return why_set(why, why_len, "authentic header not marked sealed");
+    if (f->payload_len && aead_begin(rx, counter, 1, in, WIRE_HEADER_BYTES) != 0)
+        return why_set(why, why_len, "cannot begin the payload's decryption");
+    return 0;
 }

@@ -1,21 +1,41 @@
-/* wire.h - the peer wire format: fixed 72-byte little-endian frame headers
- * and the hello handshake's MAC. No sockets here (see the agent's peer code).
+/* wire.h - the peer wire format: fixed 72-byte little-endian frame headers,
+ * the hello handshake's payloads and MAC, and sealed (encrypted) frames.
+ * No sockets here (see the agent's peer code); every parser below is a pure
+ * function over bytes (tests/fuzz/fuzz_peer.c feeds them garbage).
  *
  * Header layout (byte offsets):
- *    0 u32 magic "SHLF"      4 u16 version          6 u16 kind
+ *    0 u32 magic "SHLF"      4 u16 version (2)      6 u16 kind
  *    8 i64 job id           16 u32 plan epoch      20 u32 micro-batch
  *   24 u64 step             32 u16 dtype           34 u16 ndim (0..4)
  *   36 u32 shape[4]         52 u64 payload bytes   60 u32 payload CRC32C
- *   64 u32 reserved (0)     68 u32 CRC32C of bytes 0..67
+ *   64 u32 flags            68 u32 CRC32C of bytes 0..67
  * For tensor dtypes the payload length must equal the product of the shape
  * times the element size; a header is checked completely before a single
- * payload byte is read or trusted.
+ * payload byte is read or trusted.  Flags: WIRE_FLAG_SEALED or 0.
  *
- * Handshake: the listener sends a HELLO whose payload is a fresh 32-byte
- * nonce; the dialer answers with a HELLO whose payload is
- * HMAC-SHA256(job secret, "shoal-hello-v1" | nonce | job id | epoch | role)
- * followed by its own nonce, which the listener answers the same way. A peer
- * that fails is dropped. */
+ * Handshake (version 2): the listener greets with a HELLO whose payload is a
+ * fresh 32-byte nonce; the dialer answers with a HELLO (its job and epoch)
+ *     mac(32) | dialer nonce(32) | flags(1) | dialer role
+ * mac = wire_hello_mac(job secret, listener nonce, job, epoch, flags, role),
+ * flags WIRE_HELLO_ENCRYPT when the dialer asks for encryption; the
+ * listener answers with a HELLO
+ *     mac(32) | flags(1) | listener role
+ * mac = wire_hello_mac(secret, dialer nonce, job, epoch, flags, role), flags
+ * WIRE_HELLO_ENCRYPT when the connection will be sealed (either end asked).
+ * Both choices are under the MACs: a man in the middle who clears one fails
+ * the handshake, and a dialer that asked refuses an answer without it.
+ *
+ * Sealed connections: after the handshake every frame each way is sealed
+ * with AES-256-GCM under that direction's session key (wire_session_keys:
+ * HKDF-SHA256 of the job secret, salted with both nonces).  Frame n of a
+ * direction (n = 0, 1, ... counted by both ends, never sent) travels as
+ *     header(72, flags SEALED, payload CRC 0) | header tag(16)
+ *     [ | payload ciphertext(payload bytes) | payload tag(16) ]  (payload > 0)
+ * The header tag is the GCM tag of an empty message with nonce (n, 0) and
+ * the header as associated data, so a header is authentic before a payload
+ * byte is read; the payload is encrypted with nonce (n, 1) and the header as
+ * associated data.  A replayed, reordered, dropped or altered frame fails
+ * its tag.  The tag replaces the payload CRC. */
 #ifndef SHOAL_WIRE_H
 #define SHOAL_WIRE_H
 
@@ -23,11 +43,27 @@
 #include <stdint.h>
 
 #define WIRE_MAGIC 0x464c4853u /* "SHLF" as little-endian bytes */
-#define WIRE_VERSION 1
+/* 2: header flags, hello flags, sealed frames.  Agents of different
+ * versions cannot talk: the first frame fails with "unsupported frame
+ * version", so upgrade every agent of a cluster together. */
+#define WIRE_VERSION 2
 #define WIRE_HEADER_BYTES 72
 #define WIRE_MAX_DIMS 4
 #define WIRE_NONCE_BYTES 32
 #define WIRE_MAC_BYTES 32
+#define WIRE_ROLE_MAX 48       /* bytes of a role, with the terminating NUL */
+#define WIRE_TAG_BYTES 16
+#define WIRE_KEY_BYTES 32
+#define WIRE_SEALED_HEADER_BYTES (WIRE_HEADER_BYTES + WIRE_TAG_BYTES)
+/* Bytes a sealed frame adds: the header tag, and the payload tag when it
+ * has a payload. */
+#define WIRE_SEAL_OVERHEAD(payload_len) (WIRE_TAG_BYTES + ((payload_len) ? WIRE_TAG_BYTES : 0))
+
+#define WIRE_FLAG_SEALED 1u    /* header flags: the frame is sealed */
+#define WIRE_HELLO_ENCRYPT 1u  /* hello flags: asks for / grants a sealed connection */
+/* The largest hello payload: the dialer's with the longest role. */
+#define WIRE_HELLO_MAX (WIRE_MAC_BYTES + WIRE_NONCE_BYTES + 1 + WIRE_ROLE_MAX - 1)
+#define WIRE_AUTH_FAILED (-2)  /* wire_open_begin: the tag does not verify */
 
 enum wire_kind {
     WIRE_HELLO = 1,
@@ -61,28 +97,86 @@ struct wire_frame {
     uint16_t ndim;
     uint32_t shape[WIRE_MAX_DIMS];
     uint64_t payload_len; /* bytes */
-    uint32_t payload_crc; /* CRC32C of the payload */
+    uint32_t payload_crc; /* CRC32C of the payload; 0 in sealed frames */
+    uint32_t flags;       /* WIRE_FLAG_*; the peer code sets it */
 };
 
 /* Bytes per element of a dtype; 1 for WIRE_BYTES, 0 for an unknown one. */
 size_t wire_dtype_size(unsigned dtype);
 
-/* Writes the header of f (payload_crc as given) into out. */
+/* Writes the header of f (payload_crc and flags as given) into out. */
 void wire_header_encode(const struct wire_frame *f, unsigned char out[WIRE_HEADER_BYTES]);
 
 /* Parses and checks a header: magic, version, header CRC, kind, dtype, ndim,
- * reserved bytes, payload length <= payload_max and consistent with the
- * shape. Returns 0, or -1 with the reason in why (f unspecified). */
+ * flags, payload length <= payload_max and consistent with the shape.
+ * Returns 0, or -1 with the reason in why (f unspecified). */
 int wire_header_decode(const unsigned char in[WIRE_HEADER_BYTES], uint64_t payload_max,
                        struct wire_frame *f, char *why, size_t why_len);
 
-/* The handshake MAC described above; role names the sender's tasklet, e.g.
- * "stage=1 replica=0". */
+/* 1 when p[0..n) is a valid role: 1..WIRE_ROLE_MAX-1 printable ASCII bytes. */
+int wire_role_ok(const void *p, size_t n);
+
+/* The handshake MAC described above: HMAC-SHA256(secret, "shoal-hello-v2" |
+ * nonce | job id(8) | epoch(4) | flags(1) | role); role names the sender's
+ * tasklet, e.g. "stage=1 replica=0". */
 void wire_hello_mac(const void *secret, size_t secret_len,
                     const unsigned char nonce[WIRE_NONCE_BYTES], int64_t job_id,
-                    uint32_t epoch, const char *role, unsigned char mac[WIRE_MAC_BYTES]);
+                    uint32_t epoch, unsigned flags, const char *role,
+                    unsigned char mac[WIRE_MAC_BYTES]);
 
 /* 1 when the two MACs are equal, compared in constant time. */
 int wire_mac_equal(const unsigned char a[WIRE_MAC_BYTES], const unsigned char b[WIRE_MAC_BYTES]);
+
+/* A job hello's payload: the dialer's (with its nonce) or the listener's
+ * answer (without). */
+struct wire_hello {
+    unsigned char mac[WIRE_MAC_BYTES];
+    unsigned char nonce[WIRE_NONCE_BYTES]; /* the dialer's; unused in an answer */
+    unsigned flags;                        /* WIRE_HELLO_ENCRYPT or 0 */
+    char role[WIRE_ROLE_MAX];              /* NUL-terminated */
+};
+
+/* Writes h (role must be wire_role_ok) as a dialer's hello (with_nonce 1)
+ * or a listener's answer (0) into out; returns the payload bytes. */
+size_t wire_hello_encode(const struct wire_hello *h, int with_nonce,
+                         unsigned char out[WIRE_HELLO_MAX]);
+
+/* Parses a hello payload of n bytes written like wire_hello_encode: the
+ * lengths, known flags only, a valid role.  Returns 0, or -1 with the
+ * reason in why (h unspecified).  The MAC is the caller's to check. */
+int wire_hello_decode(const void *in, size_t n, int with_nonce, struct wire_hello *h, char *why,
+                      size_t why_len);
+
+/* The session keys of a job connection whose handshake succeeded: 64 bytes
+ * of HKDF-SHA256(ikm = job secret, salt = listener nonce | dialer nonce,
+ * info = "shoal-peer-keys-v2" | job id(8) | epoch(4) | dialer role | NUL |
+ * listener role): the dialer-to-listener key, then listener-to-dialer.
+ * Returns 0, or -1 when the secret is empty or OpenSSL fails. */
+int wire_session_keys(const void *secret, size_t secret_len,
+                      const unsigned char lnonce[WIRE_NONCE_BYTES],
+                      const unsigned char dnonce[WIRE_NONCE_BYTES], int64_t job_id,
+                      uint32_t epoch, const char *dialer_role, const char *listener_role,
+                      unsigned char d2l[WIRE_KEY_BYTES], unsigned char l2d[WIRE_KEY_BYTES]);
+
+struct aead; /* common/aead.h */
+
+/* Seals frame number `counter` of tx's direction: sets f->flags to
+ * WIRE_FLAG_SEALED and f->payload_crc to 0, writes the header and its tag
+ * into out, and (payload_len > 0) begins the payload message: the caller
+ * passes the payload through aead_update and appends aead_seal_end's tag.
+ * Returns 0 or -1 (OpenSSL failed). */
+int wire_seal_begin(struct aead *tx, uint64_t counter, struct wire_frame *f,
+                    unsigned char out[WIRE_SEALED_HEADER_BYTES]);
+
+/* Opens the sealed header of frame number `counter` of rx's direction:
+ * checks its tag first, then decodes it like wire_header_decode (and that
+ * it is marked sealed), then (payload_len > 0) begins the payload message:
+ * the caller passes the ciphertext through aead_update and checks the
+ * payload tag with aead_open_end before trusting a byte.  Returns 0,
+ * WIRE_AUTH_FAILED when the header tag does not verify, or -1 with the
+ * reason in why for an authentic but bad header. */
+int wire_open_begin(struct aead *rx, uint64_t counter,
+                    const unsigned char in[WIRE_SEALED_HEADER_BYTES], uint64_t payload_max,
+                    struct wire_frame *f, char *why, size_t why_len);
 
 #endif

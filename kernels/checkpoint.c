@@ -123,16 +123,63 @@ static int header_read(FILE *f, struct header *got, unsigned char raw[HEADER_BYT
     return 0;
 }
 
+/* *acc += a * b; -1 when that overflows 64 bits. */
+static int mul_add(uint64_t *acc, uint64_t a, uint64_t b)
+{
+    uint64_t p;
+    return __builtin_mul_overflow(a, b, &p) || __builtin_add_overflow(*acc, p, acc) ? -1 : 0;
+}
+
+/* Floats per buffer that layout.c gives a stage of the header's model and
+ * layers: [wte (V,C), wpe (T,C)] when first, 12C^2 + 13C per block, [lnfw,
+ * lnfb, head (V,C)] when last.  0 when the numbers make no stage or
+ * overflow 64 bits, so that nothing is ever allocated from them. */
+static uint64_t header_stage_floats(const struct header *h)
+{
+    const int32_t *v = h->ints;   /* vocab, context, d_model, heads, layers, layer_start, layer_end, first, last */
+    uint64_t V = (uint64_t)v[0], T = (uint64_t)v[1], C = (uint64_t)v[2], block = 13 * C, n = 0;
+    if (v[0] < 1 || v[1] < 1 || v[2] < 1 || v[3] < 1 || v[4] < 1 || v[5] < 0 || v[6] < v[5] || v[6] > v[4])
+        return 0;
+    if (mul_add(&block, 12 * C, C) || mul_add(&n, block, (uint64_t)(v[6] - v[5])) ||
+        (v[7] && mul_add(&n, V + T, C)) || (v[8] && mul_add(&n, V + 2, C)))
+        return 0;
+    return n;
+}
+
+/* Checks that the header agrees with itself and with the file's size, so
+ * that a stage built from it allocates no more than the file holds: its
+ * model and layers make the floats per buffer it says, and the file is a
+ * header, three buffers of them and a checksum.  Leaves the position at
+ * the start. */
+static int header_check_size(FILE *f, const struct header *h, struct kern_err *err)
+{
+    uint64_t floats = header_stage_floats(h);
+    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;   /* bytes */
+    if (fseek(f, 0, SEEK_SET) != 0 || size < 0)
+        return kern_fail(err, "peek: cannot find the size of the file");
+    if (floats == 0 || floats != h->n)
+        return kern_fail(err, "peek: the header says %llu floats per buffer, but its model (V=%d T=%d C=%d NH=%d "
+                         "L=%d) and layers [%d,%d) make %llu", (unsigned long long)h->n, h->ints[0], h->ints[1],
+                         h->ints[2], h->ints[3], h->ints[4], h->ints[5], h->ints[6], (unsigned long long)floats);
+    /* header, params, adam_m, adam_v (4 bytes a float), checksum */
+    uint64_t want = HEADER_BYTES + 8;
+    if (mul_add(&want, 12, floats) || (uint64_t)size != want)
+        return kern_fail(err, "peek: the header says %llu floats per buffer, and the file is %ld bytes instead of "
+                         "the %llu that makes", (unsigned long long)floats, size, (unsigned long long)want);
+    return 0;
+}
+
 int kern_stage_file_peek(FILE *f, struct kern_model *model, struct kern_stage_spec *spec,
                          struct kern_err *err)
 {
     struct header h;
     unsigned char raw[HEADER_BYTES];
-    int rc = header_read(f, &h, raw, err);
-    if (fseek(f, 0, SEEK_SET) != 0 && rc == 0)
-        rc = kern_fail(err, "peek: cannot seek back to the start of the file");
-    if (rc != 0)
-        return rc;
+    if (header_read(f, &h, raw, err) != 0) {
+        fseek(f, 0, SEEK_SET);
+        return -1;
+    }
+    if (header_check_size(f, &h, err) != 0)
+        return -1;
     *model = (struct kern_model){ .vocab = h.ints[0], .context = h.ints[1], .d_model = h.ints[2],
                                   .heads = h.ints[3], .layers = h.ints[4] };
     spec->layer_start = h.ints[5];

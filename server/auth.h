@@ -30,4 +30,31 @@ int auth_check(struct server *srv, const char *authorization, enum auth_kind nee
  * none, or -1 with `err` set when the database cannot be asked. */
 int64_t auth_node_by_token(struct server *srv, const char *token, struct shoal_err *err);
 
+/* ---- failed-token limiter
+ *
+ * Counts the 401s (missing or unknown token) each client address earns.
+ * After `failures` of them within `window_s` seconds the address is blocked
+ * for one window: every request from it that needs a token is refused
+ * (429) without its token being looked at, valid or not, so a guesser
+ * learns nothing while blocked.  IPv6 addresses count by their /64.  The
+ * table is fixed-size (AUTH_LIMIT_SLOTS addresses); when it is full the
+ * stalest entry is forgotten, so a flood of addresses costs no memory.
+ * One limiter per process; every function is thread-safe. */
+
+#define AUTH_LIMIT_SLOTS 4096   /* client addresses tracked at once */
+
+struct sockaddr;
+
+/* Sets the limit: `failures` 401s per `window_s` seconds (0: no limit),
+ * and forgets every address.  Call before the HTTP daemon starts. */
+void auth_limit_init(long failures, long window_s);
+
+/* 1 if `from` is blocked at monotonic time `now` (s), with the seconds
+ * until it is let through again in `*retry_after_s` (at least 1); else 0.
+ * An address that is not IPv4 or IPv6 (or NULL) is never blocked. */
+int auth_limit_blocked(const struct sockaddr *from, double now, long *retry_after_s);
+
+/* Counts one failed token attempt from `from` at monotonic time `now` (s). */
+void auth_limit_failed(const struct sockaddr *from, double now);
+
 #endif

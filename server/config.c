@@ -38,10 +38,34 @@ static const struct opt opts[] = {
       "times a job is re-planned after a failure or a lost node before it fails for good" },
     { "--max-long-polls", "SHOAL_MAX_LONG_POLLS", LONG(max_long_polls, 0, 1000000), "4096",
       "assignment long-polls this server holds at once; beyond it they are answered without waiting" },
+    { "--max-connections", "SHOAL_MAX_CONNECTIONS", LONG(max_connections, 0, 1000000), "0",
+      "HTTP connections held at once, clipped to the open-file limit; more are closed on accept; "
+      "0: --max-long-polls + 1024" },
+    { "--max-connections-per-address", "SHOAL_MAX_CONNECTIONS_PER_ADDRESS",
+      LONG(max_connections_per_address, 0, 1000000), "4096",
+      "HTTP connections one client address may hold at once (agents behind one NAT share one; each "
+      "agent holds about 2); more are closed on accept; 0: no limit" },
+    { "--idle-timeout", "SHOAL_IDLE_TIMEOUT", LONG(idle_timeout_s, 1, 86400), "60",
+      "seconds a connection may send nothing before it is closed (a waiting long-poll is exempt)" },
+    { "--request-timeout", "SHOAL_REQUEST_TIMEOUT", LONG(request_timeout_s, 1, 86400), "30",
+      "seconds from a request's headers to the end of its body; a body still arriving then is dropped "
+      "(checkpoint uploads are exempt), and so is a connection whose request head is still arriving "
+      "--idle-timeout + this after it opened or its last answer" },
+    { "--connection-memory", "SHOAL_CONNECTION_MEMORY", LONG(connection_memory, 8192, 1L << 24), "32768",
+      "bytes each connection may use for its request line, headers and read buffer; a request head "
+      "that does not fit is answered 431 (a too long URL 414)" },
+    { "--auth-failures", "SHOAL_AUTH_FAILURES", LONG(auth_failures, 0, 1000000), "100",
+      "failed token attempts (401) one address may make in --auth-failure-window; then every request "
+      "needing a token from it is answered 429 for one window; 0: no limit" },
+    { "--auth-failure-window", "SHOAL_AUTH_FAILURE_WINDOW", LONG(auth_failure_window_s, 1, 86400), "60",
+      "seconds over which --auth-failures are counted, and that a blocked address waits" },
     { "--max-checkpoint-bytes", "SHOAL_MAX_CHECKPOINT_BYTES", LONG(max_checkpoint_bytes, 1, 1L << 50),
       "8589934592", "largest checkpoint stage file accepted, bytes (larger: 413)" },
     { "--link-stale", "SHOAL_LINK_STALE", LONG(link_stale_s, 1, 31536000), "600",
       "seconds after which a measured link is handed to its agent to probe again" },
+    { "--tls-cert", "SHOAL_TLS_CERT", STR(tls_cert), "",
+      "PEM certificate (chain) to serve HTTPS with; empty: plain HTTP (put a TLS proxy in front)" },
+    { "--tls-key", "SHOAL_TLS_KEY", STR(tls_key), "", "PEM private key of --tls-cert, unencrypted (chmod 600)" },
 };
 
 #define N_OPTS (sizeof opts / sizeof opts[0])

@@ -28,8 +28,17 @@ struct config {
     long heartbeat_timeout;     /* s without a heartbeat before a node is lost (not offered, its job re-planned) */
     long max_recoveries;        /* re-plans after failures before a job fails */
     long max_long_polls;        /* assignment long-polls held at once; more are answered at once */
+    long max_connections;       /* HTTP connections held at once; 0 = max_long_polls + 1024 */
+    long max_connections_per_address; /* connections one client address may hold; 0 = no limit */
+    long idle_timeout_s;        /* s a connection may send nothing (suspended long-polls exempt) */
+    long request_timeout_s;     /* s from a request's headers to the end of its buffered body */
+    long connection_memory;     /* bytes per connection for request line, headers, read buffer */
+    long auth_failures;         /* 401s one address may earn per window before 429; 0 = no limit */
+    long auth_failure_window_s; /* s over which auth_failures count, and a block lasts */
     long max_checkpoint_bytes;  /* largest checkpoint stage file accepted, bytes */
     long link_stale_s;          /* s after which a measured link is offered for probing again */
+    char tls_cert[PATH_MAX];    /* PEM certificate chain for HTTPS; "" = plain HTTP */
+    char tls_key[PATH_MAX];     /* PEM private key of tls_cert */
 };
 
 /* Fills `cfg` from defaults, the environment and argv.  Returns 0 to run,

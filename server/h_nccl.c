@@ -8,28 +8,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../common/jsonv.h"
+#include "bodies.h"
 #include "http.h"
 #include "routes.h"
-
-#define NCCL_ID_HEX 256   /* hex digits of a 128-byte ncclUniqueId */
-
-struct nccl_put {
-    int64_t job_id, epoch, stage;
-    char unique_id[NCCL_ID_HEX + 1];
-};
-
-#define N(f) offsetof(struct nccl_put, f)
-/* name, type, required, nullable, min, max, offset, size, choices, fields */
-static const struct jv_field nccl_put_fields[] = {
-    { "job_id", JV_INT, 1, 0, 1, 9e18, N(job_id), 0, NULL, NULL },
-    { "epoch", JV_INT, 1, 0, 0, 2147483647, N(epoch), 0, NULL, NULL },
-    { "stage", JV_INT, 1, 0, 0, 1023, N(stage), 0, NULL, NULL },
-    { "unique_id", JV_STR, 1, 0, NCCL_ID_HEX, NCCL_ID_HEX, N(unique_id),
-      sizeof(((struct nccl_put *)0)->unique_id), NULL, NULL },
-    { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
-};
-#undef N
 
 /* The checks both statements share, as CTE v with a verdict: $1 job,
  * $2 epoch, $3 stage, $4 node, $5 true when any replica of the stage may
@@ -87,34 +68,17 @@ static int nccl_verdict(const json_t *res, int64_t job, int64_t epoch, int64_t s
                    (long long)job, state ? state : "?");
 }
 
-/* Lowercases `hex` in place.  Returns 0 if it is all hex digits, else -1. */
-static int nccl_hex_lower(char *hex)
-{
-    for (char *c = hex; *c; c++) {
-        if (*c >= 'A' && *c <= 'F')
-            *c = (char)(*c - 'A' + 'a');
-        else if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f')))
-            return -1;
-    }
-    return 0;
-}
-
 void h_nccl_put(struct request *rq, struct response *rs)
 {
-    struct nccl_put p = { .job_id = 0 };
+    struct body_nccl_put p;
     struct shoal_err e;
     char v[4][24], what[40];
     json_t *res = NULL;
     json_t *body = request_json(rq, rs);
     if (!body)
         goto out;
-    if (jv_object(body, nccl_put_fields, "", &p, &e) != 0) {
+    if (body_nccl_put_parse(body, &p, &e) != 0) {
         reply_error(rs, &e);
-        goto out;
-    }
-    if (nccl_hex_lower(p.unique_id) != 0) {
-        reply_fail(rs, 422, "invalid_field", "unique_id", "unique_id must be %d hex digits (the 128-byte ncclUniqueId)",
-                   NCCL_ID_HEX);
         goto out;
     }
     const char *params[] = { db_param_i64(v[0], p.job_id), db_param_i64(v[1], p.epoch),

@@ -1,64 +1,18 @@
 /* h_nodes.c - agents registering and heartbeating; the fleet for operators. */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/jsonv.h"
+#include "bodies.h"
 #include "http.h"
 #include "queries.h"
 #include "routes.h"
 
-static const char *const node_states_reported[] = { "idle", "busy", NULL };
 static const char *const node_states_all[] = { "idle", "busy", "draining", "lost", NULL };
-
-struct registration {
-    char name[64];
-    char peer_address[262];     /* host:port, [v6]:port */
-    char region[64];
-    char gpu_model[128];
-    int64_t gpu_memory_bytes;
-    int64_t gpu_count;
-    double tflops;              /* measured, dense */
-    int64_t cpu_cores;
-    int64_t ram_bytes;
-};
-
-#define R(f) offsetof(struct registration, f)
-static const struct jv_field hardware_fields[] = {
-    { "gpu_model", JV_STR, 0, 0, 0, 127, R(gpu_model), sizeof(((struct registration *)0)->gpu_model), NULL, NULL },
-    { "gpu_memory_bytes", JV_INT, 0, 0, 0, 1e15, R(gpu_memory_bytes), 0, NULL, NULL },
-    { "gpu_count", JV_INT, 0, 0, 0, 64, R(gpu_count), 0, NULL, NULL },
-    { "tflops", JV_NUM, 1, 0, 1e-6, 1e5, R(tflops), 0, NULL, NULL },
-    { "cpu_cores", JV_INT, 1, 0, 1, 4096, R(cpu_cores), 0, NULL, NULL },
-    { "ram_bytes", JV_INT, 0, 0, 0, 1e15, R(ram_bytes), 0, NULL, NULL },
-    { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
-};
-static const struct jv_field registration_fields[] = {
-    { "name", JV_STR, 1, 0, 1, 63, R(name), sizeof(((struct registration *)0)->name), NULL, NULL },
-    { "peer_address", JV_STR, 1, 0, 3, 261, R(peer_address), sizeof(((struct registration *)0)->peer_address), NULL, NULL },
-    { "region", JV_STR, 0, 0, 0, 63, R(region), sizeof(((struct registration *)0)->region), NULL, NULL },
-    { "hardware", JV_OBJ, 1, 0, 0, 0, 0, 0, NULL, hardware_fields },
-    { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
-};
-#undef R
-
-int node_peer_address_valid(const char *a)
-{
-    const char *colon = strrchr(a, ':');
-    if (!colon || colon == a || strchr(a, ' '))
-        return 0;
-    if (a[0] == '[' && colon[-1] != ']')
-        return 0;
-    char *end;
-    errno = 0;
-    long port = strtol(colon + 1, &end, 10);
-    return !errno && end != colon + 1 && *end == '\0' && port >= 1 && port <= 65535;
-}
 
 void h_register(struct request *rq, struct response *rs)
 {
-    struct registration reg = { .gpu_count = 0 };
+    struct body_registration reg;
     struct shoal_err e;
     char token[TOKEN_MAX], hash[TOKEN_HASH_HEX];
     char p_mem[24], p_cnt[24], p_tf[32], p_cores[24], p_ram[24];
@@ -66,13 +20,8 @@ void h_register(struct request *rq, struct response *rs)
     json_t *body = request_json(rq, rs);
     if (!body)
         goto out;
-    if (jv_object(body, registration_fields, "", &reg, &e) != 0) {
+    if (body_registration_parse(body, &reg, &e) != 0) {
         reply_error(rs, &e);
-        goto out;
-    }
-    if (!node_peer_address_valid(reg.peer_address)) {
-        reply_fail(rs, 422, "invalid_field", "peer_address",
-                   "peer_address must be host:port with a port from 1 to 65535");
         goto out;
     }
     if (token_generate("shoal_node_", token, sizeof token) != 0) {
@@ -102,39 +51,17 @@ out:
     json_decref(body);
 }
 
-struct heartbeat {
-    char state[16];
-    int64_t job_id;     /* 0: none */
-    int64_t step;       /* -1: none */
-    char peer_address[262];   /* "": unchanged; a restarted agent may listen elsewhere */
-};
-
-#define H(f) offsetof(struct heartbeat, f)
-static const struct jv_field heartbeat_fields[] = {
-    { "state", JV_STR, 1, 0, 1, 15, H(state), sizeof(((struct heartbeat *)0)->state), node_states_reported, NULL },
-    { "job_id", JV_INT, 0, 1, 1, 9e18, H(job_id), 0, NULL, NULL },
-    { "step", JV_INT, 0, 1, 0, 9e18, H(step), 0, NULL, NULL },
-    { "peer_address", JV_STR, 0, 1, 3, 261, H(peer_address), sizeof(((struct heartbeat *)0)->peer_address), NULL, NULL },
-    { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
-};
-#undef H
-
 void h_heartbeat(struct request *rq, struct response *rs)
 {
-    struct heartbeat hb = { .job_id = 0, .step = -1 };
+    struct body_heartbeat hb;
     struct shoal_err e;
     char p_id[24], p_job[24], p_step[24];
     json_t *node = NULL;
     json_t *body = request_json(rq, rs);
     if (!body)
         goto out;
-    if (jv_object(body, heartbeat_fields, "", &hb, &e) != 0) {
+    if (body_heartbeat_parse(body, &hb, &e) != 0) {
         reply_error(rs, &e);
-        goto out;
-    }
-    if (hb.peer_address[0] && !node_peer_address_valid(hb.peer_address)) {
-        reply_fail(rs, 422, "invalid_field", "peer_address",
-                   "peer_address must be host:port with a port from 1 to 65535");
         goto out;
     }
     const char *params[] = {

@@ -10,45 +10,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../common/jsonv.h"
+#include "bodies.h"
 #include "http.h"
 #include "queries.h"
 #include "recovery.h"
 #include "routes.h"
-
-#define PROGRESS_MAX_SECONDS 1e7   /* s; a step slower than ~4 months is a bug, not a measurement */
-
-struct progress {
-    int64_t job_id, epoch, step, stage, replica;
-    double loss;                 /* NAN: absent or null */
-    double iteration_s;          /* wall time of the step, s */
-    double compute_s;            /* forward + backward + optimizer, s */
-    double send_s;               /* activations and gradients out, s */
-    double recv_wait_s;          /* waiting for a neighbour's data, s */
-    double allreduce_s;          /* data-parallel gradient reduction, s */
-    double bubble_s;             /* pipeline idle time, s */
-    int64_t tokens;              /* processed by this tasklet in the step */
-};
-
-#define P(f) offsetof(struct progress, f)
-/* name, type, required, nullable, min, max, offset, size, choices, fields */
-static const struct jv_field progress_fields[] = {
-    { "job_id", JV_INT, 1, 0, 1, 9e18, P(job_id), 0, NULL, NULL },
-    { "epoch", JV_INT, 1, 0, 0, 2147483647, P(epoch), 0, NULL, NULL },
-    { "step", JV_INT, 1, 0, 0, 9e18, P(step), 0, NULL, NULL },
-    { "stage", JV_INT, 1, 0, 0, 1023, P(stage), 0, NULL, NULL },
-    { "replica", JV_INT, 1, 0, 0, 4095, P(replica), 0, NULL, NULL },
-    { "loss", JV_NUM, 0, 1, 0, 1e6, P(loss), 0, NULL, NULL },
-    { "iteration_s", JV_NUM, 1, 0, 0, PROGRESS_MAX_SECONDS, P(iteration_s), 0, NULL, NULL },
-    { "compute_s", JV_NUM, 1, 0, 0, PROGRESS_MAX_SECONDS, P(compute_s), 0, NULL, NULL },
-    { "send_s", JV_NUM, 1, 0, 0, PROGRESS_MAX_SECONDS, P(send_s), 0, NULL, NULL },
-    { "recv_wait_s", JV_NUM, 1, 0, 0, PROGRESS_MAX_SECONDS, P(recv_wait_s), 0, NULL, NULL },
-    { "allreduce_s", JV_NUM, 1, 0, 0, PROGRESS_MAX_SECONDS, P(allreduce_s), 0, NULL, NULL },
-    { "bubble_s", JV_NUM, 1, 0, 0, PROGRESS_MAX_SECONDS, P(bubble_s), 0, NULL, NULL },
-    { "tokens", JV_INT, 1, 0, 0, 9e15, P(tokens), 0, NULL, NULL },
-    { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
-};
-#undef P
 
 /* $1 job, $2 epoch, $3 step, $4 stage, $5 replica, $6 node, $7 loss (or
  * NULL), $8 iteration_s, $9 compute_s, $10 send_s, $11 recv_wait_s,
@@ -104,7 +70,7 @@ static const struct jv_field progress_fields[] = {
     "   'total_steps', v.total_steps, 'plan_epoch', v.plan_epoch) FROM v"
 
 /* Turns a verdict other than "ok" into its error.  Returns 0 for "ok". */
-static int progress_verdict(const json_t *res, const struct progress *p, int64_t node, struct shoal_err *e)
+static int progress_verdict(const json_t *res, const struct body_progress *p, int64_t node, struct shoal_err *e)
 {
     const char *verdict = json_string_value(json_object_get(res, "verdict"));
     long long epoch = json_integer_value(json_object_get(res, "plan_epoch"));
@@ -138,14 +104,14 @@ static int progress_verdict(const json_t *res, const struct progress *p, int64_t
 
 void h_progress(struct request *rq, struct response *rs)
 {
-    struct progress p = { .loss = NAN };
+    struct body_progress p;
     struct shoal_err e;
     char v[14][32], what[40];
     json_t *res = NULL;
     json_t *body = request_json(rq, rs);
     if (!body)
         goto out;
-    if (jv_object(body, progress_fields, "", &p, &e) != 0) {
+    if (body_progress_parse(body, &p, &e) != 0) {
         reply_error(rs, &e);
         goto out;
     }
@@ -171,24 +137,6 @@ out:
     json_decref(body);
 }
 
-struct failure {
-    int64_t job_id, epoch, stage, replica;
-    char reason[1001];
-    char peer[262];          /* "": none */
-};
-
-#define F(f) offsetof(struct failure, f)
-static const struct jv_field failure_fields[] = {
-    { "job_id", JV_INT, 1, 0, 1, 9e18, F(job_id), 0, NULL, NULL },
-    { "epoch", JV_INT, 1, 0, 0, 2147483647, F(epoch), 0, NULL, NULL },
-    { "stage", JV_INT, 1, 0, 0, 1023, F(stage), 0, NULL, NULL },
-    { "replica", JV_INT, 1, 0, 0, 4095, F(replica), 0, NULL, NULL },
-    { "reason", JV_STR, 1, 0, 1, 1000, F(reason), sizeof(((struct failure *)0)->reason), NULL, NULL },
-    { "peer", JV_STR, 0, 1, 3, 261, F(peer), sizeof(((struct failure *)0)->peer), NULL, NULL },
-    { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
-};
-#undef F
-
 /* $1 job, $2 epoch, $3 stage, $4 replica, $5 node, $6 reason text,
  * $7 --max-recoveries, $8 s to wait before re-planning.  A report counts
  * only from the node the job's current plan puts at that tasklet while the
@@ -208,19 +156,15 @@ static const struct jv_field failure_fields[] = {
 
 void h_failure(struct request *rq, struct response *rs)
 {
-    struct failure f = { .job_id = 0 };
+    struct body_failure f;
     struct shoal_err e;
     char v[7][24], what[40], reason[1400];
     json_t *res = NULL;
     json_t *body = request_json(rq, rs);
     if (!body)
         goto out;
-    if (jv_object(body, failure_fields, "", &f, &e) != 0) {
+    if (body_failure_parse(body, &f, &e) != 0) {
         reply_error(rs, &e);
-        goto out;
-    }
-    if (f.peer[0] && !node_peer_address_valid(f.peer)) {
-        reply_fail(rs, 422, "invalid_field", "peer", "peer must be host:port with a port from 1 to 65535, or null");
         goto out;
     }
     if (f.peer[0])

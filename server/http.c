@@ -9,25 +9,25 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/resource.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../common/jsonv.h"
 #include "../common/log.h"
 #include "auth.h"
+#include "http_limits.h"
 #include "routes.h"
 
 #define TEXT_BODY_LIMIT (16u << 20)   /* bytes; /metrics and static files stay far below */
-/* A refused upload whose declared body is at most this many bytes is read
- * (and dropped) before the answer goes out: answering first and closing
+/* A refused upload or an over-cap body whose declared length is at most
+ * this many bytes is read (and dropped) before the answer goes out:
+ * answering first and closing
  * with unread bytes makes the kernel reset the connection, and the reset
  * can destroy the answer before the client reads it (RFC 9112, 9.6).
  * Larger bodies are answered at once, and so are clients that wait for
  * "100 Continue" (curl does above 1 MiB): they send nothing to reset. */
 #define REFUSED_DRAIN_MAX (16ull << 20)
-#define HTTP_SPARE_CONNECTIONS 1024   /* connections beyond the long-polls, for ordinary requests */
-#define HTTP_RESERVED_FDS 256         /* descriptors kept for everything but connections */
 
 double http_now(void)
 {
@@ -49,11 +49,67 @@ void reply_json(struct response *rs, int status, json_t *body)
     rs->status = status;
 }
 
+/* Bytes of the well-formed UTF-8 sequence at `p` (RFC 3629: no overlong
+ * forms, surrogates or code points above U+10FFFF), or 0 if there is none. */
+static size_t http_utf8_seq(const unsigned char *p)
+{
+    unsigned char lo = 0x80, hi = 0xbf;
+    size_t n;
+    if (p[0] < 0x80)
+        return 1;
+    if (p[0] >= 0xc2 && p[0] <= 0xdf)
+        n = 2;
+    else if (p[0] >= 0xe0 && p[0] <= 0xef)
+        n = 3;
+    else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+        n = 4;
+    else
+        return 0;
+    if (p[0] == 0xe0)
+        lo = 0xa0;
+    else if (p[0] == 0xed)
+        hi = 0x9f;
+    else if (p[0] == 0xf0)
+        lo = 0x90;
+    else if (p[0] == 0xf4)
+        hi = 0x8f;
+    if (p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (p[i] < 0x80 || p[i] > 0xbf)
+            return 0;
+    return n;
+}
+
+/* Copies `src` into `dst` (n bytes, n > 0) with every byte that is not
+ * part of well-formed UTF-8 replaced by '?': error messages quote what
+ * the client sent (a path, say), and JSON strings must be UTF-8. */
+static void http_utf8_copy(char *dst, size_t n, const char *src)
+{
+    const unsigned char *p = (const unsigned char *)src;
+    size_t used = 0;
+    while (*p && used + 1 < n) {
+        size_t len = http_utf8_seq(p);
+        if (len == 0 || used + len >= n) {
+            dst[used++] = '?';
+            p++;
+            continue;
+        }
+        memcpy(dst + used, p, len);
+        used += len;
+        p += len;
+    }
+    dst[used] = '\0';
+}
+
 void reply_error(struct response *rs, const struct shoal_err *err)
 {
-    json_t *e = json_pack("{s:s, s:s}", "code", err->code, "message", err->message);
-    if (e && err->field[0])
-        json_object_set_new(e, "field", json_string(err->field));
+    char message[sizeof err->message], field[sizeof err->field];
+    http_utf8_copy(message, sizeof message, err->message);
+    http_utf8_copy(field, sizeof field, err->field);
+    json_t *e = json_pack("{s:s, s:s}", "code", err->code, "message", message);
+    if (e && field[0])
+        json_object_set_new(e, "field", json_string(field));
     json_decref(rs->json);
     rs->json = e ? json_pack("{s:o}", "error", e) : NULL;
     rs->status = err->status >= 400 && err->status < 600 ? err->status : 500;
@@ -317,12 +373,44 @@ headers:
     return ok;
 }
 
-/* The checks before a handler runs: route, body size, authentication,
- * content type.  Returns 0 to run the handler, or -1 with the answer in rs. */
-static int http_check(struct request *rq, struct response *rs)
+/* The route's token check, behind the failed-token limiter: an address
+ * that failed too often gets 429 with Retry-After, its token unread.
+ * Returns 0, or -1 with the answer (401, 403, 429, 503) in rs. */
+static int http_authenticate(struct request *rq, struct response *rs)
 {
     struct shoal_err e;
-    if (rq->route_status == 404) {
+    const struct route *r = &routes[rq->match.index];
+    if (r->auth == AUTH_OPEN)
+        return 0;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(rq->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *from = ci ? ci->client_addr : NULL;
+    double now = http_now();
+    long retry_after = 0;   /* s */
+    if (auth_limit_blocked(from, now, &retry_after)) {
+        reply_fail(rs, 429, "too_many_failures", NULL,
+                   "too many failed token attempts from this address; retry in %ld s", retry_after);
+        rs->header_name = "Retry-After";
+        snprintf(rs->header_value, sizeof rs->header_value, "%ld", retry_after);
+        return -1;
+    }
+    const char *authz = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Authorization");
+    if (auth_check(rq->srv, authz, r->auth, &rq->node_id, &e) == 0)
+        return 0;
+    if (e.status == 401)
+        auth_limit_failed(from, now);
+    reply_error(rs, &e);
+    return -1;
+}
+
+/* The checks before a handler runs: framing, route, body size,
+ * authentication, content type.  Returns 0 to run the handler, or -1 with
+ * the answer in rs. */
+static int http_check(struct request *rq, struct response *rs)
+{
+    if (rq->framing_ambiguous) {
+        reply_fail(rs, 400, "ambiguous_length", NULL,
+                   "send one Content-Length, or Transfer-Encoding: chunked without one");
+    } else if (rq->route_status == 404) {
         reply_fail(rs, 404, "not_found", NULL, "no such endpoint: %s %s", rq->method, rq->path);
     } else if (rq->route_status == 405) {
         reply_fail(rs, 405, "method_not_allowed", NULL, "%s is not allowed here; use %s",
@@ -335,12 +423,8 @@ static int http_check(struct request *rq, struct response *rs)
                    rq->srv->cfg.max_body);
     } else if (rq->authed) {
         return 0;
-    } else {
-        const struct route *r = &routes[rq->match.index];
-        const char *authz = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Authorization");
-        if (auth_check(rq->srv, authz, r->auth, &rq->node_id, &e) != 0) {
-            reply_error(rs, &e);
-        } else if (!rq->sink && http_wrong_content_type(rq)) {
+    } else if (http_authenticate(rq, rs) == 0) {
+        if (!rq->sink && http_wrong_content_type(rq)) {
             reply_fail(rs, 415, "unsupported_media_type", NULL,
                        "send the body as JSON with 'Content-Type: application/json'");
         } else {
@@ -381,6 +465,13 @@ static int http_declared_over(struct request *rq, unsigned long long cap)
     return errno != 0 || end == cl || *end || n > cap;
 }
 
+/* 1 if the client asked "Expect: 100-continue": it sends no body until told. */
+static int http_expects_continue(struct request *rq)
+{
+    const char *expect = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Expect");
+    return expect && strcasecmp(expect, "100-continue") == 0;
+}
+
 /* The headers of a streamed upload are in: check them and let the sink
  * start.  If either says no, the answer waits for the (dropped) body when
  * that is small (REFUSED_DRAIN_MAX), else it goes out at once. */
@@ -391,9 +482,7 @@ static enum MHD_Result http_upload_begin(struct request *rq)
     buf_init(&rs.text, TEXT_BODY_LIMIT);
     if (http_check(rq, &rs) == 0 && rq->sink->begin(rq, &rs) == 0)
         goto out;
-    /* A client that asked "Expect: 100-continue" sends no body until told. */
-    const char *expect = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Expect");
-    if (rs.status != 413 && !(expect && strcasecmp(expect, "100-continue") == 0) &&
+    if (rs.status != 413 && !http_expects_continue(rq) &&
         !http_declared_over(rq, REFUSED_DRAIN_MAX) && (rq->refused = malloc(sizeof *rq->refused)) != NULL) {
         *rq->refused = rs;   /* moved: sent by http_access after the body */
         return MHD_YES;
@@ -414,6 +503,23 @@ static enum MHD_Result http_send_kept(struct request *rq, struct response *rs)
     return ok;
 }
 
+/* 1 if the body is still arriving --request-timeout seconds after the
+ * headers, for a buffered body or a refused upload's; an accepted upload
+ * (a checkpoint, from a node with a valid token) may take as long as it
+ * keeps sending.  The idle timeout covers a client that stops instead. */
+static int http_overdue(struct request *rq)
+{
+    if (rq->sink && rq->upload)
+        return 0;
+    double secs = http_now() - rq->started;
+    if (secs <= (double)rq->srv->cfg.request_timeout_s)
+        return 0;
+    log_warn("http dropping a request whose body is still arriving after %.1f s (--request-timeout %ld) "
+             "method=%s route=%s", secs, rq->srv->cfg.request_timeout_s, rq->method,
+             rq->route_status == 0 ? routes[rq->match.index].pattern : "-");
+    return 1;
+}
+
 static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const char *url,
                                    const char *method, const char *version,
                                    const char *upload, size_t *upload_size, void **con_cls)
@@ -429,19 +535,29 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
         rq->method = method;
         rq->path = url;
         rq->started = http_now();
+        http_conn_mark(conn, 1);   /* its head is in */
         buf_init(&rq->body, (size_t)rq->srv->cfg.max_body);
         rq->route_status = router_match(routes, routes_count, method, url, &rq->match, &rq->route_err);
         *con_cls = rq;
+        if (http_framing_ambiguous(rq->conn)) {   /* answered before any body is read */
+            rq->framing_ambiguous = 1;
+            return http_dispatch(rq);
+        }
         if (rq->route_status == 0 && (rq->sink = routes_upload_sink(rq->match.index)) != NULL)
             return http_upload_begin(rq);
-        /* Larger than the cap: answer 413 before reading the body. */
+        /* Larger than the cap: 413.  A client waiting for "100 Continue"
+         * (or declaring a huge body) gets it at once; one already sending
+         * has its body read and dropped first, as a refused upload's. */
         if (http_declared_over(rq, (unsigned long long)rq->srv->cfg.max_body)) {
             rq->body_too_large = 1;
-            return http_dispatch(rq);
+            if (http_expects_continue(rq) || http_declared_over(rq, REFUSED_DRAIN_MAX))
+                return http_dispatch(rq);
         }
         return MHD_YES;
     }
     if (*upload_size) {
+        if (http_overdue(rq))
+            return MHD_NO;   /* closes the connection */
         if (rq->sink) {
             if (rq->upload)   /* else already answered: the rest is dropped */
                 rq->sink->chunk(rq, upload, *upload_size);
@@ -472,11 +588,11 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
 static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                            enum MHD_RequestTerminationCode why)
 {
-    (void)conn;
     struct server *srv = cls;
     struct request *rq = *con_cls;
     if (!rq)
         return;
+    http_conn_mark(conn, 0);   /* waiting for its next head, if it stays open */
     double secs = http_now() - rq->started;
     int route = rq->route_status == 0 ? rq->match.index : -1;
     metrics_observe(srv->metrics, route, rq->status, secs);
@@ -502,31 +618,6 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
     *con_cls = NULL;
 }
 
-/* Connections MHD may hold: every long-poll the config allows plus room
- * for ordinary requests, within the open-file limit (raised to its hard
- * maximum first, since each connection is a descriptor). */
-static unsigned http_connection_limit(struct server *srv)
-{
-    struct rlimit rl;
-    rlim_t want = (rlim_t)srv->cfg.max_long_polls + HTTP_SPARE_CONNECTIONS;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
-        return HTTP_SPARE_CONNECTIONS;
-    if (rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max;
-        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
-            getrlimit(RLIMIT_NOFILE, &rl);
-    }
-    /* Descriptors for Postgres, the checkpoint files and the daemon itself. */
-    rlim_t room = rl.rlim_cur > 2 * HTTP_RESERVED_FDS ? rl.rlim_cur - HTTP_RESERVED_FDS : rl.rlim_cur / 2;
-    if (want > room) {
-        log_warn("open-file limit %llu allows %llu connections, fewer than --max-long-polls %ld + %d",
-                 (unsigned long long)rl.rlim_cur, (unsigned long long)room, srv->cfg.max_long_polls,
-                 HTTP_SPARE_CONNECTIONS);
-        want = room;
-    }
-    return (unsigned)want;
-}
-
 struct MHD_Daemon *http_start(struct server *srv, unsigned *bound_port, struct shoal_err *err)
 {
     struct sockaddr_in6 a6 = { 0 };
@@ -547,20 +638,46 @@ struct MHD_Daemon *http_start(struct server *srv, unsigned *bound_port, struct s
                 srv->cfg.listen_addr);
         return NULL;
     }
+    /* HTTPS when a certificate was loaded (tls.h): TLS 1.2 and 1.3 only. */
+    struct MHD_OptionItem tls_opts[] = {
+        { MHD_OPTION_HTTPS_MEM_KEY, 0, srv->tls.key_pem },
+        { MHD_OPTION_HTTPS_MEM_CERT, 0, srv->tls.cert_pem },
+        { MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)"NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2" },
+        { MHD_OPTION_END, 0, NULL },
+    };
+    if (srv->tls.cert_pem)
+        flags |= MHD_USE_TLS;
+    if (http_conns_start(&srv->cfg, err) != 0)
+        return NULL;
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)srv->cfg.port, NULL, NULL, http_access, srv,
         MHD_OPTION_SOCK_ADDR, addr,
+        MHD_OPTION_ARRAY, srv->tls.cert_pem ? tls_opts : tls_opts + 3,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)srv->cfg.threads,
         MHD_OPTION_NOTIFY_COMPLETED, http_completed, srv,
-        MHD_OPTION_CONNECTION_TIMEOUT, 120u,
-        MHD_OPTION_CONNECTION_LIMIT, http_connection_limit(srv),
+        MHD_OPTION_NOTIFY_CONNECTION, http_conn_notify, NULL,
+        MHD_OPTION_UNESCAPE_CALLBACK, http_unescape, NULL,
+        /* Resets with every byte received; suspended connections (waiting
+         * long-polls, scheduling) do not time out at all (MHD 0.9.75). */
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)srv->cfg.idle_timeout_s,
+        MHD_OPTION_CONNECTION_LIMIT, http_connection_limit(&srv->cfg),
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)srv->cfg.max_connections_per_address,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)srv->cfg.connection_memory,
         MHD_OPTION_END);
     if (!d) {
         err_set(err, 2, "listen_failed", "port", "cannot listen on %s port %ld: %s",
                 srv->cfg.listen_addr, srv->cfg.port, strerror(errno));
+        http_conns_stop();
         return NULL;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     *bound_port = info ? info->port : (unsigned)srv->cfg.port;
     return d;
+}
+
+void http_stop(struct MHD_Daemon *d)
+{
+    if (d)
+        MHD_stop_daemon(d);
+    http_conns_stop();
 }

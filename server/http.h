@@ -6,7 +6,12 @@
  * upload sink (routes_upload_sink) stream their body instead.  A handler
  * may finish later: on a thread of its own (request_defer) or, holding no
  * thread at all, from whoever it hands the request to (request_suspend).
- * Every request is logged and counted once it completes. */
+ * Every request is logged and counted once it completes.
+ *
+ * Limits (config.h, README "Limits"): connections in all and per client
+ * address, an idle timeout, a deadline for buffered bodies, memory per
+ * connection for the request head, the body cap, and the failed-token
+ * limiter (auth.h) in front of every route that needs a token. */
 #ifndef SHOAL_HTTP_H
 #define SHOAL_HTTP_H
 
@@ -47,6 +52,7 @@ struct request {
     struct shoal_err route_err;
     struct buf body;              /* raw request body, capped */
     int body_too_large;
+    int framing_ambiguous;        /* two Content-Lengths, or one with Transfer-Encoding: 400 */
     int64_t node_id;              /* the caller's node, for AUTH_NODE routes (0: the admin) */
     int authed;                   /* authentication already passed (streamed uploads) */
     const struct upload_sink *sink; /* set for routes whose body is streamed */
@@ -140,6 +146,10 @@ void http_wait_suspended(struct server *srv, int ms);
 /* Starts the HTTP daemon on cfg's address and port.  Writes the bound port
  * into `bound_port`.  Returns the daemon, or NULL with `err` set. */
 struct MHD_Daemon *http_start(struct server *srv, unsigned *bound_port, struct shoal_err *err);
+
+/* Stops the daemon started by http_start (NULL: none) and the thread
+ * that enforces the request-head deadline. */
+void http_stop(struct MHD_Daemon *d);
 
 /* Monotonic clock in seconds. */
 double http_now(void);

@@ -100,6 +100,12 @@ int jobspec_parse(const json_t *body, struct job_spec *spec, struct shoal_err *e
     return 0;
 }
 
+int jobspec_from_document(const json_t *doc, struct job_spec *spec, struct shoal_err *err)
+{
+    const json_t *inner = json_object_get(doc, "spec");
+    return jobspec_parse(inner ? inner : doc, spec, err);
+}
+
 json_t *jobspec_to_json(const struct job_spec *s)
 {
     json_t *resume = s->resume_job_id > 0

@@ -52,6 +52,10 @@ struct job_spec {
  * checkpoint) is checked by the caller. */
 int jobspec_parse(const json_t *body, struct job_spec *spec, struct shoal_err *err);
 
+/* A job file as shoal-sched reads it: a POST /v1/jobs body, or GET
+ * /v1/jobs/{id} output with the spec under "spec".  As jobspec_parse. */
+int jobspec_from_document(const json_t *doc, struct job_spec *spec, struct shoal_err *err);
+
 /* The normalised spec as JSON (every field present, defaults filled), as
  * stored in jobs.spec.  New reference; NULL if memory is short. */
 json_t *jobspec_to_json(const struct job_spec *spec);

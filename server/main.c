@@ -105,7 +105,8 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if (make_dirs(srv.cfg.data_dir, &err) != 0 || auth_load_tokens(&srv, &err) != 0)
+    if (make_dirs(srv.cfg.data_dir, &err) != 0 || auth_load_tokens(&srv, &err) != 0 ||
+        tls_load(srv.cfg.tls_cert, srv.cfg.tls_key, &srv.tls, &err) != 0)
         goto fail;
     srv.metrics = metrics_new(routes_count);
     if (!srv.metrics) {
@@ -134,12 +135,13 @@ int main(int argc, char **argv)
     if (!recovery)
         goto fail;
     unsigned port = 0;
+    auth_limit_init(srv.cfg.auth_failures, srv.cfg.auth_failure_window_s);
     httpd = http_start(&srv, &port, &err);
     if (!httpd)
         goto fail;
     write_port_file(srv.cfg.data_dir, port);
-    log_info("listening addr=%s port=%u database=%s", srv.cfg.listen_addr, port,
-             srv.cfg.database_url[0] ? "external" : "embedded");
+    log_info("listening addr=%s port=%u scheme=%s database=%s", srv.cfg.listen_addr, port,
+             srv.tls.cert_pem ? "https" : "http", srv.cfg.database_url[0] ? "external" : "embedded");
 
     int sig = 0;
     sigwait(&stop_signals, &sig);
@@ -153,8 +155,8 @@ out:
     http_wait_deferred(&srv, 150000);   /* a search runs at most 120 s */
     longpoll_stop(srv.longpoll);        /* resumes every waiting long-poll: MHD must find none suspended */
     http_wait_suspended(&srv, 3000);    /* and lets their answers go out */
-    if (httpd)
-        MHD_stop_daemon(httpd);
+    http_stop(httpd);
+    tls_free(&srv.tls);
     recovery_stop(recovery);
     longpoll_free(srv.longpoll);
     db_pool_close(srv.db);

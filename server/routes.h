@@ -38,9 +38,6 @@ void h_heartbeat(struct request *rq, struct response *rs);
 void h_nodes_list(struct request *rq, struct response *rs);
 void h_node_get(struct request *rq, struct response *rs);
 void h_node_drain(struct request *rq, struct response *rs);
-/* 1 if `a` is "host:port": a non-empty host without spaces ("[v6]" with
- * brackets) and a port 1..65535; else 0. */
-int node_peer_address_valid(const char *a);
 
 /* h_links.c: the measured link matrix */
 void h_links_put(struct request *rq, struct response *rs);

@@ -8,6 +8,7 @@
 #include "config.h"
 #include "db.h"
 #include "metrics.h"
+#include "tls.h"
 
 struct longpoll;
 
@@ -20,6 +21,7 @@ struct server {
     atomic_int deferred;        /* requests finishing on threads of their own (scheduling) */
     struct longpoll *longpoll;  /* assignment long-polls and the database listener */
     atomic_int suspended;       /* requests suspended by request_suspend and not yet completed */
+    struct tls_files tls;       /* HTTPS certificate and key; cert_pem NULL: plain HTTP */
 };
 
 /* At most this many deferred requests at once; more get 503 (2 cores here). */

@@ -289,6 +289,8 @@ static double shoal_layers(const struct sched_ctx *cx, const int *node, int *lay
                 best = s;
             }
         }
+        if (best < 0)   /* every stage infinitely slow: cannot happen past sched_problem_check */
+            best = P - 1;
         layers[best]++;
     }
     return shortfall;

@@ -40,7 +40,7 @@ int sched_problem_check(const struct sched_problem *pb, struct shoal_err *err)
                        "the job needs %d nodes (%d stages x %d replicas) and %d are available",
                        P * D, P, D, n);
     for (int i = 0; i < n; i++) {
-        if (!(pb->nodes[i].tflops > 0) && pb->cost == SCHED_COST_SHOAL)
+        if (!(pb->nodes[i].tflops >= 1e-6) && pb->cost == SCHED_COST_SHOAL)
             return err_set(err, 422, "invalid_field", "tflops", "node %lld has no measured speed",
                            (long long)pb->nodes[i].id);
         for (int j = 0; j < n; j++) {

@@ -256,8 +256,7 @@ static int load_job(const struct cli *c, const struct scenario *net, struct sche
         json_t *doc = load_json_file(c->job_file, err);
         if (!doc)
             return -1;
-        json_t *body = json_object_get(doc, "spec") ? json_object_get(doc, "spec") : doc;
-        int rc = jobspec_parse(body, &spec, err);
+        int rc = jobspec_from_document(doc, &spec, err);
         json_decref(doc);
         if (rc != 0)
             return -1;

@@ -69,3 +69,50 @@ job_losses() {
 }
 
 trap 'stop_all_agents; cleanup' EXIT
+
+# check_no_secrets SERVER_NAME: no secret of the run appears in any log under
+# $WORK (server, agents) nor in what an operator can see: /metrics, the
+# dashboard's files and the admin API's answers.  The secrets: the admin and
+# join tokens, every node token (the agents' node.json), every job's peer
+# secret.  One check per kind of secret.
+check_no_secrets() {
+    local server=$1 url admin kind secret where f j seen
+    url=$(eval echo "\$URL_$server")
+    admin=$(cat "$WORK/$server/admin.token")
+    mkdir -p "$WORK/seen"
+    seen="$WORK/seen"
+    for p in /metrics / /app.js /v1/nodes /v1/jobs /v1/links; do
+        curl -s ${SERVER_CA:+--cacert "$SERVER_CA"} -H "Authorization: Bearer $admin" "$url$p" \
+            > "$seen/$(printf '%s' "$p" | tr -c 'a-z0-9\n' _).answer"
+    done
+    for j in $(sql "$server" "SELECT id FROM jobs"); do
+        for p in "" /checkpoints; do
+            curl -s ${SERVER_CA:+--cacert "$SERVER_CA"} -H "Authorization: Bearer $admin" \
+                "$url/v1/jobs/$j$p" > "$seen/job$j$(printf '%s' "$p" | tr / _).answer"
+        done
+    done
+    for j in $(sql "$server" "SELECT id FROM nodes"); do
+        curl -s ${SERVER_CA:+--cacert "$SERVER_CA"} -H "Authorization: Bearer $admin" \
+            "$url/v1/nodes/$j" > "$seen/node$j.answer"
+    done
+    {
+        printf 'admin token\t%s\n' "$admin"
+        printf 'join token\t%s\n' "$(cat "$WORK/$server/join.token")"
+        for f in "$WORK"/agent-*/node.json; do
+            [ -f "$f" ] && printf 'node token\t%s\n' "$(jq -r .token "$f")"
+        done
+        sql "$server" "SELECT 'peer secret', peer_secret FROM jobs" | tr '|' '\t'
+    } > "$WORK/secrets"
+    for kind in "admin token" "join token" "node token" "peer secret"; do
+        where=""
+        n=0
+        while IFS=$'\t' read -r k secret; do
+            [ "$k" = "$kind" ] && [ -n "$secret" ] || continue
+            n=$((n + 1))
+            where="$where$(grep -l -F -- "$secret" "$WORK"/*.log "$seen"/*.answer 2>/dev/null | tr '\n' ' ')"
+        done < "$WORK/secrets"
+        if [ "$n" -eq 0 ]; then fail "no $kind in logs, metrics, dashboard or API answers" "none found to look for"
+        elif [ -z "$where" ]; then ok "no $kind in logs, metrics, dashboard or API answers ($n looked for)"
+        else fail "no $kind in logs, metrics, dashboard or API answers" "found in: $where"; fi
+    done
+}

@@ -36,6 +36,7 @@ fail() { echo "not ok - $1${2:+: $2}"; FAILS=$((FAILS + 1)); }
 # start_server NAME [ARGS...]: starts a server with data dir $WORK/NAME, on a
 # free port, and waits until /readyz answers 200.  Sets URL_<NAME> and leaves
 # its log in $WORK/NAME.log.  Extra args go to shoal-server.
+# With SERVER_SCHEME=https and SERVER_CA=<ca.pem> it waits for an HTTPS server.
 start_server() {
     local name=$1 dir port; shift
     dir="$WORK/$name"
@@ -47,8 +48,9 @@ start_server() {
     for _ in $(seq 1 300); do
         if [ -s "$dir/server.port" ]; then
             port=$(cat "$dir/server.port")
-            if curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/readyz" | grep -q 200; then
-                eval "URL_$name=http://127.0.0.1:$port"
+            if curl -s ${SERVER_CA:+--cacert "$SERVER_CA"} -o /dev/null -w '%{http_code}' \
+                    "${SERVER_SCHEME:-http}://127.0.0.1:$port/readyz" | grep -q 200; then
+                eval "URL_$name=${SERVER_SCHEME:-http}://127.0.0.1:$port"
                 return 0
             fi
         fi

@@ -14,7 +14,11 @@ ADMIN=$(cat "$WORK/s/admin.token")
 CORPUS=/usr/share/common-licenses/GPL-3
 [ -r "$CORPUS" ] || CORPUS=$(cd "$(dirname "$0")/../.." && pwd)/README.md
 
-for n in a0 a1 a2 a3; do start_agent "$n" s; done
+# a1 and a3 ask for encrypted peer connections (--peer-encryption on): every
+# connection that touches them is sealed, the others stay plain, so the jobs
+# below train over both kinds and must still match the 1x1 losses
+for n in a0 a2; do start_agent "$n" s; done
+for n in a1 a3; do start_agent "$n" s --peer-encryption on; done
 
 nodes_up() { [ "$(sql s "SELECT count(*) FROM nodes WHERE tflops > 0")" = 4 ]; }
 if wait_for 60 nodes_up; then ok "four agents register with a measured throughput"
@@ -66,6 +70,8 @@ fell=$(awk 'NR <= 3 { a += $2 } NR > 27 { b += $2 } END { print (b / 3 < a / 3 -
 check "the loss falls over the run" "$fell" yes
 check "checkpoints 10, 20 and 30 are complete" \
     "$(curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$MAIN/checkpoints" | jq -c '[.checkpoints[] | select(.complete) | .step] | sort')" "[10,20,30]"
+check "a1 and a3 (--peer-encryption on) train the 2x2 job over encrypted connections only" \
+    "$(cat "$WORK"/agent-a1.log "$WORK"/agent-a3.log | grep "tasklet connected job=$MAIN " | grep -c 'encrypted=\([1-9][0-9]*\)/\1$')" 2
 
 # ---- the same global batch (4 micro-batches of 2) on other layouts
 run_job "a 1x1 job (the same batch in one process)" "$(job one 1 1 4 1f1b 30 30)"
@@ -167,4 +173,5 @@ for a in a0 a1 a2 a3; do
     stop_agent "$a"
     check "agent $a exits cleanly on SIGTERM" "$AGENT_RC" 0
 done
+check_no_secrets s
 exit 0

@@ -143,6 +143,36 @@ static void test_bad_files(void **state)
     assert_non_null(strstr(err.message, "fewer than one sequence"));
 }
 
+/* data_check is data_open's checks on bytes in memory (what
+ * tests/fuzz/fuzz_dataset feeds): the same answers, and `out` points into
+ * the caller's bytes. */
+static void test_check_in_memory(void **state)
+{
+    (void)state;
+    struct data_source src;
+    struct shoal_err err;
+    const unsigned char *bytes = (const unsigned char *)text;
+    assert_int_equal(data_check(bytes, sizeof text - 1, DATA_TEXT, 256, 8, "mem", &src, &err), 0);
+    assert_ptr_equal(src.tokens, bytes);
+    assert_int_equal(src.n_tokens, sizeof text - 1);
+    assert_int_equal(data_check(bytes, 0, DATA_TEXT, 256, 8, "mem", &src, &err), -1);
+    assert_non_null(strstr(err.message, "dataset 'mem': the file is empty"));
+    assert_null(src.map);
+    assert_int_equal(data_check(bytes, sizeof text - 1, DATA_TEXT, 100, 8, "mem", &src, &err), -1);
+    assert_non_null(strstr(err.message, "outside the vocabulary of 100"));
+    int32_t header[DATA_LLMC_HEADER_INTS] = { DATA_LLMC_MAGIC, DATA_LLMC_VERSION, 3 };
+    unsigned char shard[sizeof header + 6];
+    uint16_t tokens[3] = { 1, 2, 3 };
+    memcpy(shard, header, sizeof header);
+    memcpy(shard + sizeof header, tokens, sizeof tokens);
+    assert_int_equal(data_check(shard, sizeof shard, DATA_LLMC, 4, 2, "mem", &src, &err), 0);
+    assert_int_equal(src.n_tokens, 3);
+    assert_int_equal(data_check(shard, sizeof shard - 1, DATA_LLMC, 4, 2, "mem", &src, &err), -1);
+    assert_non_null(strstr(err.message, "promises 3 tokens"));
+    assert_int_equal(data_check(shard, 100, DATA_LLMC, 4, 2, "mem", &src, &err), -1);
+    assert_non_null(strstr(err.message, "shorter than an llm.c shard header"));
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -163,6 +193,7 @@ int main(void)
         cmocka_unit_test(test_text_batches),
         cmocka_unit_test(test_llmc_shard),
         cmocka_unit_test(test_bad_files),
+        cmocka_unit_test(test_check_in_memory),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -147,6 +147,49 @@ static void test_parse_deep_nesting_does_not_crash(void **state)
     free(s);
 }
 
+/* An error goes back to the client as JSON, so its message and field must
+ * stay UTF-8: jansson quotes the bytes near a syntax error cut anywhere
+ * (found by tests/fuzz/fuzz_bodies: the server answered 400 with an empty
+ * body), and a client's unknown member may be long and multi-byte. */
+static void test_errors_stay_utf8(void **state)
+{
+    (void)state;
+    struct shoal_err err;
+    /* "\u0" then U+041C (two bytes): jansson's reason cuts after its first byte. */
+    const char *body = "{\"\\u0\xd0\x9c" "9report\\id\":\"\"}";
+    err_clear(&err);
+    assert_null(jv_parse_object(body, strlen(body), &err));
+    json_t *j = json_string(err.message);
+    if (!j)
+        fail_msg("the message is not UTF-8: %s", err.message);
+    json_decref(j);
+    assert_non_null(strstr(err.message, "\\xd0"));
+
+    /* 200 two-byte characters in an unknown member's name. */
+    char key[402], doc[440];
+    for (int i = 0; i < 200; i++)
+        memcpy(key + 2 * i, "\xc3\xa9", 2);
+    key[400] = '\0';
+    snprintf(doc, sizeof doc, "{\"%s\":1}", key);
+    json_t *obj = jv_parse_object(doc, strlen(doc), &err);
+    assert_non_null(obj);
+    struct { int64_t n; } out;
+    static const struct jv_field fields[] = {
+        { "n", JV_INT, 0, 0, 0, 1, 0, 0, NULL, NULL },
+        { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
+    };
+    assert_int_equal(jv_object(obj, fields, "", &out, &err), -1);
+    assert_string_equal(err.code, "unknown_field");
+    assert_true(strlen(err.field) <= 100);
+    assert_non_null(strstr(err.field, "..."));
+    json_t *f = json_string(err.field), *m = json_string(err.message);
+    if (!f || !m)
+        fail_msg("field or message is not UTF-8: %s / %s", err.field, err.message);
+    json_decref(f);
+    json_decref(m);
+    json_decref(obj);
+}
+
 /* ---- jv_object ---- */
 
 struct thing {
@@ -419,6 +462,7 @@ int main(void)
         cmocka_unit_test(test_parse_error_names_line_and_column),
         cmocka_unit_test(test_parse_accepts_objects_and_respects_len),
         cmocka_unit_test(test_parse_deep_nesting_does_not_crash),
+        cmocka_unit_test(test_errors_stay_utf8),
         cmocka_unit_test(test_object_unknown_and_missing),
         cmocka_unit_test(test_object_wrong_types),
         cmocka_unit_test(test_object_ranges_and_choices),

@@ -632,6 +632,66 @@ static void test_file_peek(void **state)
     kern_stage_free(s1), kern_stage_free(copy);
 }
 
+/* A header cannot make the agent allocate more than the file holds: a
+ * header whose model makes another float count, or a file of another size
+ * than its header says, is refused by the peek (before a stage is built
+ * from it).  tests/fuzz/regress/fuzz_checkpoint/header-claims-3gb-model. */
+static void test_file_peek_bounds(void **state)
+{
+    (void)state;
+    struct kern_err err;
+    struct kern_model m;
+    struct kern_stage_spec sp = {.micro_batch = 1, .seq_len = 1, .in_flight = 1};
+    struct kern_stage *s1 = stage_new(&small, 1, 2, 4, 32, 2, 11);
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    save_to(s1, f);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    unsigned char *raw = malloc((size_t)len);
+    assert_non_null(raw);
+    rewind(f);
+    assert_int_equal(fread(raw, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    struct {
+        const char *why;
+        long keep;          /* bytes of the file kept */
+        int d_model;        /* written into the header; 0: as saved */
+        uint64_t n;         /* floats per buffer written into the header; 0: as saved */
+        const char *msg;
+    } bad[] = {
+        {"a 3 GB model in a small file", 72, 1024, 0, "bytes instead of"},
+        {"n that the model does not make", len, 0, 12345, "make"},
+        {"n that fits the model, a truncated file", len - 4, 0, 0, "bytes instead of"},
+        {"n that would overflow", len, 0, UINT64_MAX / 4, "make"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        unsigned char *copy = malloc((size_t)len);
+        assert_non_null(copy);
+        memcpy(copy, raw, (size_t)len);
+        if (bad[i].d_model) {
+            int32_t C = bad[i].d_model, L = 64, ints[9];
+            memcpy(ints, copy + 12, sizeof ints);
+            ints[2] = C, ints[4] = L, ints[5] = 0, ints[6] = L, ints[7] = 1, ints[8] = 1;
+            memcpy(copy + 12, ints, sizeof ints);
+            uint64_t n = (uint64_t)(ints[0] + ints[1]) * C + (uint64_t)L * (12u * C * C + 13u * C) +
+                         (uint64_t)(ints[0] + 2) * C;   /* what that model makes: the header agrees */
+            memcpy(copy + 56, &n, 8);
+        }
+        if (bad[i].n)
+            memcpy(copy + 56, &bad[i].n, 8);
+        FILE *g = fmemopen(copy, (size_t)bad[i].keep, "rb");
+        assert_non_null(g);
+        if (kern_stage_file_peek(g, &m, &sp, &err) != -1 || !strstr(err.msg, bad[i].msg))
+            fail_msg("%s: peek said '%s'", bad[i].why, err.msg);
+        assert_int_equal(ftell(g), 0);
+        fclose(g);
+        free(copy);
+    }
+    free(raw);
+    kern_stage_free(s1);
+}
+
 static void test_bad_input(void **state)
 {
     (void)state;
@@ -715,6 +775,7 @@ int main(void)
         cmocka_unit_test(test_save_load_continue),
         cmocka_unit_test(test_logits),
         cmocka_unit_test(test_file_peek),
+        cmocka_unit_test(test_file_peek_bounds),
         cmocka_unit_test(test_assemble_other_split),
         cmocka_unit_test(test_bad_input),
     };

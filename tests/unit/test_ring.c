@@ -3,7 +3,8 @@
  * end with the sum taken in the ring's fixed order (so exactly equal to a
  * reference summed the same way) and all ranks bit-identical, for sizes
  * that leave segments empty, uneven chunk counts, and more chunks than a
- * round can number.  Wrong frames fail with peer_protocol. */
+ * round can number, over plain and encrypted connections.  Wrong frames
+ * fail with peer_protocol. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -31,16 +32,18 @@ struct ring_set {
     struct ring r[RANKS_MAX];
 };
 
-static struct peer_auth auth_for(int rank)
+static struct peer_auth auth_for(int rank, int encrypt)
 {
-    struct peer_auth a = {.job_id = JOB, .epoch = EPOCH, .secret_len = 6};
+    struct peer_auth a = {.job_id = JOB, .epoch = EPOCH, .secret_len = 6, .encrypt = encrypt};
     memcpy(a.secret, "secret", 6);
     snprintf(a.role, sizeof a.role, "rank=%d", rank);
     return a;
 }
 
-/* Rank k dials rank k+1's listener; k+1 takes that connection as prev. */
-static void ring_form(struct ring_set *rs, int size, size_t chunk_floats, int timeout_ms)
+/* Rank k dials rank k+1's listener; k+1 takes that connection as prev.
+ * encrypt: the dialers ask for encrypted connections. */
+static void ring_form_opt(struct ring_set *rs, int size, size_t chunk_floats, int timeout_ms,
+                          int encrypt)
 {
     struct shoal_err err;
     unsigned port[RANKS_MAX];
@@ -51,24 +54,31 @@ static void ring_form(struct ring_set *rs, int size, size_t chunk_floats, int ti
         if (size == 1)
             continue;
         assert_int_equal(peer_listener_start("127.0.0.1:0", &rs->l[k], &port[k], &err), 0);
-        struct peer_auth a = auth_for(k);
+        struct peer_auth a = auth_for(k, 0);
         peer_listener_expect(rs->l[k], &a);
     }
     for (int k = 0; k < size && size > 1; k++) {
         int to = (k + 1) % size;
         char addr[32], want[PEER_ROLE_MAX];
-        struct peer_auth a = auth_for(k);
+        struct peer_auth a = auth_for(k, encrypt);
         snprintf(addr, sizeof addr, "127.0.0.1:%u", port[to]);
         snprintf(want, sizeof want, "rank=%d", to);
         if (peer_dial(addr, &a, want, TIMEOUT_MS, &rs->next[k], &err) != 0)
             fail_msg("dial: %s", err.message);
         if (peer_listener_take(rs->l[to], a.role, TIMEOUT_MS, &rs->prev[to], &err) != 0)
             fail_msg("take: %s", err.message);
+        assert_true((rs->next[k].seal != NULL) == encrypt);
+        assert_true((rs->prev[to].seal != NULL) == encrypt);
     }
     for (int k = 0; k < size; k++)
         rs->r[k] = (struct ring){.next = &rs->next[k], .prev = &rs->prev[k], .rank = k,
                                  .size = size, .chunk_floats = chunk_floats,
                                  .timeout_ms = timeout_ms};
+}
+
+static void ring_form(struct ring_set *rs, int size, size_t chunk_floats, int timeout_ms)
+{
+    ring_form_opt(rs, size, chunk_floats, timeout_ms, 0);
 }
 
 static void ring_free(struct ring_set *rs)
@@ -228,6 +238,43 @@ static void test_ring_wrong_step(void **state)
     ring_free(&rs);
 }
 
+static void test_ring_encrypted(void **state)
+{
+    (void)state;
+    for (int p = 2; p <= 4; p++) {
+        struct ring_set rs;
+        ring_form_opt(&rs, p, 0, TIMEOUT_MS, 1);
+        size_t ns[] = {1, (size_t)p - 1, 1000, 1u << 20};
+        uint64_t step = 1;
+        for (size_t c = 0; c < sizeof ns / sizeof ns[0]; c++)
+            check_allreduce(&rs, ns[c], step++);
+        for (int k = 0; k < p; k++)
+            rs.r[k].chunk_floats = 7;
+        check_allreduce(&rs, 1001, step++);
+        ring_free(&rs);
+    }
+    /* an authentic frame for the wrong step is still a protocol error */
+    struct ring_set rs;
+    ring_form_opt(&rs, 2, 0, 3000, 1);
+    struct rank_job jobs[2];
+    pthread_t t[2];
+    float *data[2];
+    for (int k = 0; k < 2; k++) {
+        data[k] = calloc(3000, sizeof(float));
+        jobs[k] = (struct rank_job){.r = &rs.r[k], .data = data[k], .n = 3000, .step = 5 + k};
+        pthread_create(&t[k], NULL, rank_main, &jobs[k]);
+    }
+    for (int k = 0; k < 2; k++)
+        pthread_join(t[k], NULL);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(jobs[k].rc, -1);
+        free(data[k]);
+    }
+    assert_true(strcmp(jobs[0].err.code, "peer_protocol") == 0 ||
+                strcmp(jobs[1].err.code, "peer_protocol") == 0);
+    ring_free(&rs);
+}
+
 static void test_ring_error_frame(void **state)
 {
     (void)state;
@@ -254,6 +301,7 @@ int main(void)
         cmocka_unit_test(test_ring_bytes),
         cmocka_unit_test(test_ring_wrong_step),
         cmocka_unit_test(test_ring_error_frame),
+        cmocka_unit_test(test_ring_encrypted),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -285,6 +285,50 @@ static void test_input_non_integer_link_id(void **state)
         fail_msg("link 0<->5 measured at 10 ms read as %g / %g ms (from the row of id \"x\")", l05, l50);
 }
 
+/* Numbers the cost models divide by are held to the API's ranges: a node
+ * of 1e-320 TFLOP/s made every stage's time infinite, and the shoal
+ * model's layer split then wrote before its array (found by
+ * tests/fuzz/fuzz_sched_files; its input is in regress/). */
+static void test_input_out_of_range_values(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *why, *nodes, *links, *says;
+    } bad[] = {
+        {"a denormal speed", "{\"nodes\":[{\"id\":1,\"hardware\":{\"tflops\":1e-320}},{\"id\":2,\"hardware\":{\"tflops\":1}}]}",
+         "{\"nodes\":[1,2],\"latency_ms\":[[null,1],[1,null]],\"bandwidth_gbps\":[[null,1],[1,null]]}",
+         "node 1's hardware.tflops"},
+        {"a speed past the API's", "{\"nodes\":[{\"id\":1,\"hardware\":{\"tflops\":1e6}},{\"id\":2,\"hardware\":{\"tflops\":1}}]}",
+         "{\"nodes\":[1,2],\"latency_ms\":[[null,1],[1,null]],\"bandwidth_gbps\":[[null,1],[1,null]]}",
+         "node 1's hardware.tflops"},
+        {"a negative latency", "{\"nodes\":[{\"id\":1,\"hardware\":{\"tflops\":1}},{\"id\":2,\"hardware\":{\"tflops\":1}}]}",
+         "{\"nodes\":[1,2],\"latency_ms\":[[null,1],[-1,null]],\"bandwidth_gbps\":[[null,1],[1,null]]}",
+         "link 2->1"},
+        {"a denormal bandwidth", "{\"nodes\":[{\"id\":1,\"hardware\":{\"tflops\":1}},{\"id\":2,\"hardware\":{\"tflops\":1}}]}",
+         "{\"nodes\":[1,2],\"latency_ms\":[[null,1],[1,null]],\"bandwidth_gbps\":[[null,1e-310],[1,null]]}",
+         "link 1->2"},
+        {"a node twice", "{\"nodes\":[{\"id\":1,\"hardware\":{\"tflops\":1}},{\"id\":1,\"hardware\":{\"tflops\":1}}]}",
+         "{\"nodes\":[1],\"latency_ms\":[[null]],\"bandwidth_gbps\":[[null]]}",
+         "lists node 1 twice"},
+        {"a links row twice", "{\"nodes\":[{\"id\":1,\"hardware\":{\"tflops\":1}},{\"id\":2,\"hardware\":{\"tflops\":1}}]}",
+         "{\"nodes\":[1,2,1],\"latency_ms\":[[null,1,null],[1,null,1],[null,1,null]],"
+         "\"bandwidth_gbps\":[[null,1,null],[1,null,1],[null,1,null]]}",
+         "lists node 1 twice"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        json_t *nodes = parse(bad[k].nodes), *links = parse(bad[k].links);
+        struct scenario net;
+        struct shoal_err err;
+        memset(&err, 0, sizeof err);
+        if (input_network(nodes, links, 5, 1, &net, &err) != -1 || err.status != 422 ||
+            !strstr(err.message, bad[k].says))
+            fail_msg("%s: got %d '%s', want 422 naming '%s'", bad[k].why, err.status, err.message, bad[k].says);
+        assert_null(net.nodes);
+        json_decref(nodes);
+        json_decref(links);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -294,6 +338,7 @@ int main(void)
         cmocka_unit_test(test_input_node_without_links),
         cmocka_unit_test(test_input_bad_documents),
         cmocka_unit_test(test_input_non_integer_link_id),
+        cmocka_unit_test(test_input_out_of_range_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

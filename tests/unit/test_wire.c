@@ -1,16 +1,20 @@
-/* test_wire.c - common/crc32c.h and common/wire.h: the CRC against known
- * values and the portable table, frame headers round-tripping, every kind of
- * bad header refused with its reason, garbage never accepted, and the
- * handshake MAC's sensitivity to each input. */
+/* test_wire.c - common/crc32c.h, common/aead.h and common/wire.h: the CRC
+ * against known values and the portable table, frame headers round-tripping,
+ * every kind of bad header refused with its reason, garbage never accepted,
+ * the handshake MAC's sensitivity to each input, hello payloads, AES-256-GCM
+ * and HKDF against published vectors, session keys, and sealed frames
+ * refusing every altered byte, a wrong frame number and a wrong key. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../common/aead.h"
 #include "../../common/crc32c.h"
 #include "../../common/wire.h"
 
@@ -103,14 +107,16 @@ static void test_bad_headers(void **state)
         const char *msg;
     } bad[] = {
         {"magic", 0, 0x12345678, 4, 1, "bad magic"},
-        {"version", 4, 2, 2, 1, "version"},
+        {"version 1", 4, 1, 2, 1, "version"},
+        {"version 3", 4, 3, 2, 1, "version"},
         {"header crc", 8, 43, 1, 0, "CRC"},
         {"kind 0", 6, 0, 2, 1, "kind"},
         {"kind 99", 6, 99, 2, 1, "kind"},
         {"dtype", 32, 9, 2, 1, "dtype"},
         {"ndim", 34, 5, 2, 1, "dimensions"},
         {"shape beyond ndim", 48, 1, 4, 1, "beyond ndim"},
-        {"reserved", 64, 1, 4, 1, "reserved"},
+        {"unknown flag", 64, 2, 4, 1, "flags"},
+        {"high flag", 64, 0x80000000u, 4, 1, "flags"},
         {"length vs shape", 52, 8191, 4, 1, "does not match"},
         {"huge shape", 36, 0xffffffffu, 4, 1, "limit"},
         {"payload over limit", 56, 1, 4, 1, "limit"},
@@ -158,20 +164,261 @@ static void test_hello_mac(void **state)
     unsigned char nonce[WIRE_NONCE_BYTES], mac[WIRE_MAC_BYTES], other[WIRE_MAC_BYTES];
     for (int i = 0; i < WIRE_NONCE_BYTES; i++)
         nonce[i] = (unsigned char)i;
-    wire_hello_mac("secret", 6, nonce, 7, 1, "stage=1 replica=0", mac);
-    wire_hello_mac("secret", 6, nonce, 7, 1, "stage=1 replica=0", other);
+    wire_hello_mac("secret", 6, nonce, 7, 1, 0, "stage=1 replica=0", mac);
+    wire_hello_mac("secret", 6, nonce, 7, 1, 0, "stage=1 replica=0", other);
     assert_true(wire_mac_equal(mac, other));
-    wire_hello_mac("secreT", 6, nonce, 7, 1, "stage=1 replica=0", other);
+    wire_hello_mac("secreT", 6, nonce, 7, 1, 0, "stage=1 replica=0", other);
     assert_false(wire_mac_equal(mac, other));
-    wire_hello_mac("secret", 6, nonce, 8, 1, "stage=1 replica=0", other);
+    wire_hello_mac("secret", 6, nonce, 8, 1, 0, "stage=1 replica=0", other);
     assert_false(wire_mac_equal(mac, other));
-    wire_hello_mac("secret", 6, nonce, 7, 2, "stage=1 replica=0", other);
+    wire_hello_mac("secret", 6, nonce, 7, 2, 0, "stage=1 replica=0", other);
     assert_false(wire_mac_equal(mac, other));
-    wire_hello_mac("secret", 6, nonce, 7, 1, "stage=0 replica=1", other);
+    wire_hello_mac("secret", 6, nonce, 7, 1, 0, "stage=0 replica=1", other);
+    assert_false(wire_mac_equal(mac, other));
+    /* the encryption flag is under the MAC: clearing it is noticed */
+    wire_hello_mac("secret", 6, nonce, 7, 1, WIRE_HELLO_ENCRYPT, "stage=1 replica=0", other);
     assert_false(wire_mac_equal(mac, other));
     nonce[31] ^= 1;
-    wire_hello_mac("secret", 6, nonce, 7, 1, "stage=1 replica=0", other);
+    wire_hello_mac("secret", 6, nonce, 7, 1, 0, "stage=1 replica=0", other);
     assert_false(wire_mac_equal(mac, other));
+}
+
+static void test_hello_payloads(void **state)
+{
+    (void)state;
+    unsigned char buf[WIRE_HELLO_MAX + 8];
+    struct wire_hello h = {.flags = WIRE_HELLO_ENCRYPT, .role = "stage=3 replica=12"}, g;
+    char why[128];
+    for (int i = 0; i < WIRE_MAC_BYTES; i++)
+        h.mac[i] = (unsigned char)(i * 7), h.nonce[i] = (unsigned char)(255 - i);
+    for (int with_nonce = 0; with_nonce <= 1; with_nonce++) {
+        size_t n = wire_hello_encode(&h, with_nonce, buf);
+        assert_int_equal(n, WIRE_MAC_BYTES + (with_nonce ? WIRE_NONCE_BYTES : 0) + 1 + 18);
+        assert_int_equal(wire_hello_decode(buf, n, with_nonce, &g, why, sizeof why), 0);
+        assert_memory_equal(g.mac, h.mac, WIRE_MAC_BYTES);
+        if (with_nonce)
+            assert_memory_equal(g.nonce, h.nonce, WIRE_NONCE_BYTES);
+        assert_int_equal(g.flags, WIRE_HELLO_ENCRYPT);
+        assert_string_equal(g.role, h.role);
+        /* read as the other kind, the role starts in the wrong place or the
+         * length is wrong */
+        assert_int_equal(wire_hello_decode(buf, n, !with_nonce, &g, why, sizeof why), -1);
+        /* too short for any role, one byte of role, unknown flags, a bad role byte */
+        size_t fixed = n - 18;
+        assert_int_equal(wire_hello_decode(buf, fixed, with_nonce, &g, why, sizeof why), -1);
+        assert_non_null(strstr(why, "length"));
+        assert_int_equal(wire_hello_decode(buf, fixed + 1, with_nonce, &g, why, sizeof why), 0);
+        assert_string_equal(g.role, "s");
+        buf[fixed - 1] = 2;
+        assert_int_equal(wire_hello_decode(buf, n, with_nonce, &g, why, sizeof why), -1);
+        assert_non_null(strstr(why, "flags"));
+        buf[fixed - 1] = 1;
+        buf[fixed + 3] = '\n';
+        assert_int_equal(wire_hello_decode(buf, n, with_nonce, &g, why, sizeof why), -1);
+        assert_non_null(strstr(why, "role"));
+    }
+    /* the longest role fits WIRE_HELLO_MAX; one more byte does not decode */
+    memset(h.role, 'r', WIRE_ROLE_MAX - 1);
+    h.role[WIRE_ROLE_MAX - 1] = '\0';
+    size_t n = wire_hello_encode(&h, 1, buf);
+    assert_int_equal(n, WIRE_HELLO_MAX);
+    assert_int_equal(wire_hello_decode(buf, n, 1, &g, why, sizeof why), 0);
+    buf[n] = 'r';
+    assert_int_equal(wire_hello_decode(buf, n + 1, 1, &g, why, sizeof why), -1);
+}
+
+static void hex(const char *s, unsigned char *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned v;
+        assert_int_equal(sscanf(s + 2 * i, "%2x", &v), 1);
+        out[i] = (unsigned char)v;
+    }
+}
+
+/* The GCM specification's test case 16 (AES-256, 60 bytes, 20 bytes of
+ * associated data), through counter/part nonces, sealed in uneven pieces
+ * and opened in place. */
+static void test_aead_gcm_vector(void **state)
+{
+    (void)state;
+    unsigned char key[32], iv[12], p[60], a[20], c[60], t[16], out[60], tag[16];
+    hex("feffe9928665731c6d6a8f9467308308feffe9928665731c6d6a8f9467308308", key, 32);
+    hex("cafebabefacedbaddecaf888", iv, 12);
+    hex("d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a72"
+        "1c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b39", p, 60);
+    hex("feedfacedeadbeeffeedfacedeadbeefabaddad2", a, 20);
+    hex("522dc1f099567d07f47f37a32a84427d643a8cdcbfe5c0c97598a2bd2555d1aa"
+        "8cb08e48590dbb3da7b08b1056828838c5f61e6393ba7a0abcc9f662", c, 60);
+    hex("76fc6ece0f4e1768cddf8853bb2d551b", t, 16);
+    uint64_t counter;
+    uint32_t part;
+    memcpy(&counter, iv, 8);
+    memcpy(&part, iv + 8, 4);
+
+    struct aead *s = aead_new(key, 1), *o = aead_new(key, 0);
+    assert_non_null(s);
+    assert_non_null(o);
+    assert_int_equal(aead_begin(s, counter, part, a, sizeof a), 0);
+    assert_int_equal(aead_update(s, out, p, 7), 0);
+    assert_int_equal(aead_update(s, out + 7, p + 7, 33), 0);
+    assert_int_equal(aead_update(s, out + 40, p + 40, 20), 0);
+    assert_int_equal(aead_seal_end(s, tag), 0);
+    assert_memory_equal(out, c, 60);
+    assert_memory_equal(tag, t, 16);
+
+    assert_int_equal(aead_begin(o, counter, part, a, sizeof a), 0);
+    assert_int_equal(aead_update(o, out, out, 60), 0);
+    assert_int_equal(aead_open_end(o, t), 0);
+    assert_memory_equal(out, p, 60);
+    /* one bit of ciphertext, associated data or tag, or another nonce: refused */
+    for (int what = 0; what < 4; what++) {
+        memcpy(out, c, 60);
+        memcpy(tag, t, 16);
+        a[3] ^= what == 1;
+        out[59] ^= what == 0;
+        tag[0] ^= what == 2;
+        assert_int_equal(aead_begin(o, counter + (what == 3), part, a, sizeof a), 0);
+        assert_int_equal(aead_update(o, out, out, 60), 0);
+        assert_int_equal(aead_open_end(o, tag), -1);
+        a[3] ^= what == 1;
+    }
+    /* an opener cannot seal nor a sealer open */
+    assert_int_equal(aead_seal_end(o, tag), -1);
+    assert_int_equal(aead_open_end(s, tag), -1);
+    aead_free(s);
+    aead_free(o);
+    aead_free(NULL);
+    assert_string_equal(aead_name(), "AES-256-GCM");
+}
+
+/* RFC 5869 test case 1 (SHA-256). */
+static void test_hkdf_vector(void **state)
+{
+    (void)state;
+    unsigned char ikm[22], salt[13], info[10], okm[42], want[42];
+    memset(ikm, 0x0b, sizeof ikm);
+    for (int i = 0; i < 13; i++)
+        salt[i] = (unsigned char)i;
+    for (int i = 0; i < 10; i++)
+        info[i] = (unsigned char)(0xf0 + i);
+    hex("3cb25f25faacd57a90434f64d0362f2a2d2d0a90cf1a5a4c5db02d56ecc4c5bf"
+        "34007208d5b887185865", want, 42);
+    assert_int_equal(aead_hkdf_sha256(ikm, sizeof ikm, salt, sizeof salt, info, sizeof info, okm,
+                                      sizeof okm), 0);
+    assert_memory_equal(okm, want, 42);
+    assert_int_equal(aead_hkdf_sha256(ikm, 0, salt, sizeof salt, info, sizeof info, okm,
+                                      sizeof okm), -1);
+}
+
+static void test_session_keys(void **state)
+{
+    (void)state;
+    unsigned char ln[WIRE_NONCE_BYTES] = {1}, dn[WIRE_NONCE_BYTES] = {2};
+    unsigned char d2l[WIRE_KEY_BYTES], l2d[WIRE_KEY_BYTES], a[WIRE_KEY_BYTES], b[WIRE_KEY_BYTES];
+    assert_int_equal(wire_session_keys("s3cret", 6, ln, dn, 7, 1, "stage=0", "stage=1", d2l, l2d),
+                     0);
+    assert_memory_not_equal(d2l, l2d, WIRE_KEY_BYTES); /* one key per direction */
+    assert_int_equal(wire_session_keys("s3cret", 6, ln, dn, 7, 1, "stage=0", "stage=1", a, b), 0);
+    assert_memory_equal(a, d2l, WIRE_KEY_BYTES); /* both ends derive the same */
+    assert_memory_equal(b, l2d, WIRE_KEY_BYTES);
+    /* every input changes both keys: nonces (a new connection), secret, job,
+     * epoch, roles */
+    for (int what = 0; what < 7; what++) {
+        unsigned char ln2[WIRE_NONCE_BYTES], dn2[WIRE_NONCE_BYTES];
+        memcpy(ln2, ln, sizeof ln2);
+        memcpy(dn2, dn, sizeof dn2);
+        ln2[5] ^= what == 0;
+        dn2[31] ^= what == 1;
+        assert_int_equal(wire_session_keys(what == 2 ? "s3creT" : "s3cret", 6, ln2, dn2,
+                                           what == 3 ? 8 : 7, what == 4 ? 2 : 1,
+                                           what == 5 ? "stage=2" : "stage=0",
+                                           what == 6 ? "stage=2" : "stage=1", a, b), 0);
+        assert_memory_not_equal(a, d2l, WIRE_KEY_BYTES);
+        assert_memory_not_equal(b, l2d, WIRE_KEY_BYTES);
+    }
+    assert_int_equal(wire_session_keys("", 0, ln, dn, 7, 1, "stage=0", "stage=1", a, b), -1);
+}
+
+/* Seals frame `n` of f with payload p into out (header | tag | ct | tag);
+ * returns the bytes written. */
+static size_t seal_frame(struct aead *tx, uint64_t n, struct wire_frame f, const void *p,
+                         unsigned char *out)
+{
+    assert_int_equal(wire_seal_begin(tx, n, &f, out), 0);
+    assert_int_equal(f.flags, WIRE_FLAG_SEALED);
+    assert_int_equal(f.payload_crc, 0);
+    size_t len = (size_t)f.payload_len, at = WIRE_SEALED_HEADER_BYTES;
+    if (!len)
+        return at;
+    assert_int_equal(aead_update(tx, out + at, p, len), 0);
+    assert_int_equal(aead_seal_end(tx, out + at + len), 0);
+    return at + len + WIRE_TAG_BYTES;
+}
+
+/* Opens frame n from in (n bytes); 0 with the payload in out, -1 bad
+ * header, WIRE_AUTH_FAILED header or payload tag. */
+static int open_frame(struct aead *rx, uint64_t n, unsigned char *in, struct wire_frame *f,
+                      unsigned char *out)
+{
+    char why[128];
+    int rc = wire_open_begin(rx, n, in, 1 << 20, f, why, sizeof why);
+    if (rc != 0 || !f->payload_len)
+        return rc;
+    size_t len = (size_t)f->payload_len;
+    assert_int_equal(aead_update(rx, out, in + WIRE_SEALED_HEADER_BYTES, len), 0);
+    return aead_open_end(rx, in + WIRE_SEALED_HEADER_BYTES + len) == 0 ? 0 : WIRE_AUTH_FAILED;
+}
+
+static void test_sealed_frames(void **state)
+{
+    (void)state;
+    unsigned char key[WIRE_KEY_BYTES] = {9, 8, 7}, other[WIRE_KEY_BYTES] = {9, 8, 6};
+    struct aead *tx = aead_new(key, 1), *rx = aead_new(key, 0), *wrong = aead_new(other, 0);
+    enum { LEN = 2 * 16 * 64 * 4 };
+    static unsigned char p[LEN], frame[WIRE_SEALED_HEADER_BYTES + LEN + WIRE_TAG_BYTES], got[LEN],
+        copy[sizeof frame];
+    struct wire_frame f = sample(), g;
+    for (size_t i = 0; i < LEN; i++)
+        p[i] = (unsigned char)next();
+
+    size_t n = seal_frame(tx, 5, f, p, frame);
+    assert_int_equal(n, sizeof frame);
+    assert_memory_not_equal(frame + WIRE_SEALED_HEADER_BYTES, p, 64); /* encrypted */
+    assert_int_equal(open_frame(rx, 5, frame, &g, got), 0);
+    assert_memory_equal(got, p, LEN);
+    assert_int_equal(g.step, f.step);
+    assert_int_equal(g.flags, WIRE_FLAG_SEALED);
+    /* another frame number (a replay or reorder) or another key: refused at the header */
+    assert_int_equal(open_frame(rx, 6, frame, &g, got), WIRE_AUTH_FAILED);
+    assert_int_equal(open_frame(rx, 4, frame, &g, got), WIRE_AUTH_FAILED);
+    assert_int_equal(open_frame(wrong, 5, frame, &g, got), WIRE_AUTH_FAILED);
+    /* any flipped bit anywhere: the header's before its CRC or fields are
+     * believed, the payload's or a tag's at the end */
+    for (size_t bit = 0; bit < sizeof frame * 8; bit += 1 + bit / 64) {
+        memcpy(copy, frame, sizeof frame);
+        copy[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+        assert_int_equal(open_frame(rx, 5, copy, &g, got), WIRE_AUTH_FAILED);
+    }
+    /* an empty payload has no payload part; the header tag covers it */
+    struct wire_frame e = {.kind = WIRE_GRAD_NORM, .dtype = WIRE_BYTES, .step = 3};
+    n = seal_frame(tx, 0, e, NULL, frame);
+    assert_int_equal(n, WIRE_SEALED_HEADER_BYTES);
+    assert_int_equal(open_frame(rx, 0, frame, &g, got), 0);
+    assert_int_equal(g.payload_len, 0);
+    frame[24] ^= 1; /* the step */
+    assert_int_equal(open_frame(rx, 0, frame, &g, got), WIRE_AUTH_FAILED);
+    /* an authentic header that is bad is still refused as bad (not sealed) */
+    unsigned char plain[WIRE_SEALED_HEADER_BYTES];
+    wire_header_encode(&e, plain);
+    assert_int_equal(aead_begin(tx, 1, 0, plain, WIRE_HEADER_BYTES), 0);
+    assert_int_equal(aead_seal_end(tx, plain + WIRE_HEADER_BYTES), 0);
+    char why[128];
+    assert_int_equal(wire_open_begin(rx, 1, plain, 1 << 20, &g, why, sizeof why), -1);
+    assert_non_null(strstr(why, "sealed"));
+    aead_free(tx);
+    aead_free(rx);
+    aead_free(wrong);
 }
 
 int main(void)
@@ -183,6 +430,11 @@ int main(void)
         cmocka_unit_test(test_bad_headers),
         cmocka_unit_test(test_garbage_never_accepted),
         cmocka_unit_test(test_hello_mac),
+        cmocka_unit_test(test_hello_payloads),
+        cmocka_unit_test(test_aead_gcm_vector),
+        cmocka_unit_test(test_hkdf_vector),
+        cmocka_unit_test(test_session_keys),
+        cmocka_unit_test(test_sealed_frames),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

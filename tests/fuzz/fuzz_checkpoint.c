@@ -1,0 +1,117 @@
+/* fuzz_checkpoint.c - the stage file reader (kernels/checkpoint.c) as the
+ * agent uses it on a checkpoint it downloaded: read from memory (fmemopen),
+ *
+ *   1. kern_stage_file_peek, then a CPU stage built from the header, then
+ *      kern_stage_load into it (agent/ckpt.c, load_source);
+ *   2. kern_stage_load into a stage that exists already (load_same), the
+ *      small model of the seed corpus;
+ *
+ * and both again with the checksum set right where the header puts it, so
+ * that what lies behind the checksum is reached too.  What a header may
+ * make the agent allocate is bounded by the file's size (the peek checks
+ * it), which libFuzzer's -max_len bounds here. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../kernels/kernels.h"
+
+#define HEADER_BYTES 64   /* magic 8, version 4, 9 int32, step 8, n 8 (kernels/checkpoint.c) */
+
+/* The seed corpus's model (tests/fuzz/README.md says how the seeds are made). */
+static const struct kern_model seed_model = { .vocab = 8, .context = 4, .d_model = 4, .heads = 2, .layers = 2 };
+
+static void expect(int ok, const char *what)
+{
+    if (!ok) {
+        fprintf(stderr, "fuzz_checkpoint: broken promise: %s\n", what);
+        abort();
+    }
+}
+
+/* Stage 0 of two of the seed model, built once and loaded into again and again. */
+static struct kern_stage *seed_stage(void)
+{
+    static struct kern_stage *st;
+    struct kern_device cpu = { KERN_CPU, 0 };
+    struct kern_stage_spec sp = { .layer_start = 0, .layer_end = 1, .first = 1, .last = 0,
+                                  .micro_batch = 1, .seq_len = 1, .in_flight = 1, .seed = 1 };
+    struct kern_err err;
+    if (!st && kern_stage_new(&cpu, &seed_model, &sp, &st, &err) != 0) {
+        fprintf(stderr, "fuzz_checkpoint: cannot build the seed stage: %s\n", err.msg);
+        abort();
+    }
+    return st;
+}
+
+/* load_source: a stage from the header, then the file into it. */
+static void load_as_source(const uint8_t *data, size_t size)
+{
+    struct kern_device cpu = { KERN_CPU, 0 };
+    struct kern_stage_spec sp = { .micro_batch = 1, .seq_len = 1, .in_flight = 1 };
+    struct kern_model m;
+    struct kern_err err;
+    struct kern_stage *st = NULL;
+    FILE *f = fmemopen((void *)data, size, "rb");
+    if (!f)
+        return;
+    if (kern_stage_file_peek(f, &m, &sp, &err) == 0) {
+        expect(ftell(f) == 0, "peek leaves the file at its start");
+        if (kern_stage_new(&cpu, &m, &sp, &st, &err) == 0) {
+            expect(kern_stage_param_count(st) * 12 + HEADER_BYTES + 8 == size,
+                   "a stage built from a peeked header holds what the file holds");
+            kern_stage_load(st, f, &err);
+        }
+    }
+    kern_stage_free(st);
+    fclose(f);
+}
+
+/* load_same: the file into the seed stage. */
+static void load_into_seed(const uint8_t *data, size_t size)
+{
+    struct kern_err err;
+    FILE *f = fmemopen((void *)data, size, "rb");
+    if (!f)
+        return;
+    kern_stage_load(seed_stage(), f, &err);
+    fclose(f);
+}
+
+/* A copy with the FNV-1a checksum where the header's float count puts it
+ * (the file's tail when that lies past it); NULL when it cannot be. */
+static uint8_t *with_checksum(const uint8_t *data, size_t size)
+{
+    uint64_t n;
+    if (size < HEADER_BYTES + 8)
+        return NULL;
+    memcpy(&n, data + HEADER_BYTES - 8, 8);
+    size_t at = n <= (size - HEADER_BYTES - 8) / 12 ? HEADER_BYTES + 12 * (size_t)n : size - 8;
+    uint8_t *copy = malloc(size);
+    if (!copy)
+        return NULL;
+    memcpy(copy, data, size);
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < at; i++) {
+        h ^= copy[i];
+        h *= 0x100000001b3ull;
+    }
+    memcpy(copy + at, &h, 8);
+    return copy;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size == 0)
+        return 0;
+    load_as_source(data, size);
+    load_into_seed(data, size);
+    uint8_t *fixed = with_checksum(data, size);
+    if (fixed) {
+        load_as_source(fixed, size);
+        load_into_seed(fixed, size);
+        free(fixed);
+    }
+    return 0;
+}
