@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../common/hex.h"
 #include "../common/log.h"
 #include "control.h"
 
@@ -96,17 +97,6 @@ static void id_to_hex(const ncclUniqueId *id, char hex[2 * NCCL_UNIQUE_ID_BYTES 
         hex[2 * i + 1] = hex_digits[b & 15];
     }
     hex[2 * NCCL_UNIQUE_ID_BYTES] = '\0';
-}
-
-static int hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
 }
 
 /* Returns 0 when `hex` is exactly 2 * NCCL_UNIQUE_ID_BYTES hex digits. */

@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "../common/hex.h"
 #include "../common/log.h"
 #include "http.h"
 
@@ -194,17 +195,6 @@ unsigned http_connection_limit(const struct config *cfg)
     return (unsigned)want;
 }
 
-static int http_hex(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* ---- URL decoding */
 
 size_t http_unescape(void *cls, struct MHD_Connection *conn, char *s)
@@ -215,7 +205,7 @@ size_t http_unescape(void *cls, struct MHD_Connection *conn, char *s)
     const char *in = s;
     while (*in) {
         int hi, lo;
-        if (in[0] == '%' && (hi = http_hex(in[1])) >= 0 && (lo = http_hex(in[2])) >= 0 && hi + lo > 0) {
+        if (in[0] == '%' && (hi = hex_value(in[1])) >= 0 && (lo = hex_value(in[2])) >= 0 && hi + lo > 0) {
             *out++ = (char)(hi * 16 + lo);
             in += 3;
         } else {
