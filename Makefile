@@ -10,6 +10,7 @@
 #   make test-gpu     CUDA kernels against the CPU oracle (needs a GPU)
 #   make bench-kernels  stage forward+backward speed, MFU, vs PyTorch (needs a GPU)
 #   make bench-peer   peer frames vs plain TCP, ring all-reduce, a 2x2 step's time split
+#   make bench-load   simulated agents in steps (heartbeats, long-polls, progress) + wrk: latency, knee
 #   make testbed      hosts in network namespaces on shaped links: measured links and four
 #                     plans' predicted vs measured iteration times (needs root)
 #   make CUDA=0       build without the CUDA backend even where nvcc exists
@@ -78,7 +79,7 @@ DEB_COMMANDS := npm
 # The browser test's playwright-core, from package-lock.json.
 NPM_DIRS     := tests/browser
 
-.PHONY: all deps test test-gpu demo bench-sched bench-kernels bench-peer testbed fuzz clean
+.PHONY: all deps test test-gpu demo bench-sched bench-kernels bench-peer bench-load testbed fuzz clean
 all: $(BINDIR)/shoal-server $(BINDIR)/shoal-sched $(BINDIR)/shoal-agent
 
 $(BINDIR)/shoal-server: $(BUILD)/server/main.o $(SERVER_OBJ) $(COMMON_OBJ)
@@ -170,6 +171,19 @@ testbed: deps all
 
 bench-sched: all
 	@sh tests/bench/bench_sched.sh bin/shoal-sched
+
+# bench-load: simulated agents (tests/load/) in steps against a release server on an
+# embedded Postgres, then wrk heartbeats at full rate beside 1,000 of them.
+# LOAD_STEPS="1000" LOAD_WRK_S=0 and the other LOAD_* variables narrow it (tests/load/README.md).
+LOADGEN_SRC := $(wildcard tests/load/*.c)
+
+$(BUILD)/bench/loadgen: $(LOADGEN_SRC) $(wildcard tests/load/*.h)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(LOADGEN_SRC) -ljansson -lm
+
+bench-load: deps all
+	@$(MAKE) --no-print-directory build/rel/bench/loadgen
+	@bash tests/bench/bench_load.sh bin/shoal-server build/rel/bench/loadgen
 
 # libFuzzer targets, tests/fuzz/fuzz_*.c (see tests/fuzz/README.md), built with
 # clang by a sub-make (FUZZ=1) into $(FUZZ_BUILD)/bin: every object coverage-
