@@ -70,12 +70,17 @@ void h_heartbeat(struct request *rq, struct response *rs)
         hb.step >= 0 ? db_param_i64(p_step, hb.step) : NULL,
         hb.peer_address[0] ? hb.peer_address : NULL,
     };
-    /* A draining node keeps draining whatever it reports: the operator said so. */
+    /* A draining node keeps draining whatever it reports: the operator said
+     * so.  The commit does not wait for the WAL flush (synchronous_commit
+     * off for this transaction only): a heartbeat is rewritten every few
+     * seconds, so a database crash can lose at most the last fraction of a
+     * second of them, and not waiting is most of a heartbeat's cost. */
     node = db_query_json(rq->srv->db,
-        "UPDATE nodes SET last_heartbeat_at = now(),"
+        "WITH async AS (SELECT set_config('synchronous_commit', 'off', true))"
+        " UPDATE nodes SET last_heartbeat_at = now(),"
         " state = CASE WHEN state = 'draining' THEN 'draining' ELSE $2 END,"
         " current_job_id = $3, current_step = $4, peer_address = coalesce($5, peer_address)"
-        " WHERE id = $1 RETURNING " NODE_JSON, 5, params, "node", &e);
+        " FROM async WHERE id = $1 RETURNING " NODE_JSON, 5, params, "node", &e);
     if (!node) {
         if (e.status == 409)   /* the foreign key on current_job_id */
             err_set(&e, 422, "invalid_field", "job_id", "job %s does not exist", p_job);

@@ -5,10 +5,11 @@
  * the job's next epoch (or only shows it, for a dry run); planner.h does
  * the work.
  *
- * The schedule handler checks everything that can be checked quickly
- * (body, job, nodes, links, enough nodes) on the HTTP thread; the search
- * itself runs on a thread of its own (request_defer), so it holds no HTTP
- * worker.  A forced plan needs no search and is answered at once. */
+ * The handlers check the body on the HTTP thread; everything else (the
+ * job, the live nodes, their link matrix, which grows with the square of
+ * the fleet, then the search or the forced plan's checks) runs on a thread
+ * of its own (request_defer), so a large fleet's planning holds no HTTP
+ * worker and the heartbeats on it go on. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,73 +19,85 @@
 #include "planner.h"
 #include "routes.h"
 
-/* The scheduling thread: search, baselines, store, answer; then count the
- * run and its time (metrics.h) before the answer goes out. */
-static void schedule_run(struct request *rq, struct response *rs, void *arg)
+/* One planning request, owned by its thread: the job, what was asked, and
+ * for a forced plan the operator's assignment (freed by body_plan_free). */
+struct plan_call {
+    int64_t job_id;
+    struct plan_request req;
+    struct plan_force force;
+    int forced;
+};
+
+static void plan_call_free(struct plan_call *c)
 {
-    struct plan_work *w = arg;
+    if (!c)
+        return;
+    body_plan_free(&c->force);
+    free(c);
+}
+
+/* The planning thread: the live nodes and their link matrix (which grows
+ * with the square of the fleet), then the search, baselines and store, or
+ * the forced plan's checks and store; then count a search's run and its
+ * time (metrics.h) before the answer goes out. */
+static void plan_run(struct request *rq, struct response *rs, void *arg)
+{
+    struct plan_call *c = arg;
+    struct plan_work *w = NULL;
     struct shoal_err e;
-    if (!rq) {
-        planner_free(w);
+    json_t *detail = NULL;
+    if (!rq)   /* the thread did not start: only free */
+        goto out;
+    double started = http_now();   /* monotonic s */
+    if (planner_prepare(rq->srv, c->job_id, &c->req, &w, &e) == 0)
+        detail = c->forced ? planner_force(rq->srv, w, &c->force, &e) : planner_run(rq->srv, w, &e);
+    if (detail)
+        reply_json(rs, c->req.dry_run ? 200 : 201, detail);
+    else
+        reply_error(rs, &e);
+    if (w && !c->forced)
+        metrics_schedule_observe(rq->srv->metrics, planner_cost(w),
+                                 !detail ? METRICS_SCHEDULE_ERROR
+                                 : c->req.dry_run ? METRICS_SCHEDULE_DRY_RUN : METRICS_SCHEDULE_STORED,
+                                 http_now() - started);
+out:
+    planner_free(w);
+    plan_call_free(c);
+}
+
+/* Parses the body (an empty one means every default for a schedule) and
+ * hands the rest to a planning thread.  Returns with the answer in rs, or
+ * with the request deferred. */
+static void plan_start(struct request *rq, struct response *rs, int forced)
+{
+    struct shoal_err e;
+    json_t *body = NULL;
+    struct plan_call *c = calloc(1, sizeof *c);
+    if (!c) {
+        reply_fail(rs, 500, "internal", NULL, "out of memory");
         return;
     }
-    double started = http_now();   /* monotonic s */
-    enum metrics_schedule_result result = METRICS_SCHEDULE_ERROR;
-    json_t *detail = planner_run(rq->srv, w, &e);
-    if (detail) {
-        int dry = json_is_true(json_object_get(detail, "dry_run"));
-        result = dry ? METRICS_SCHEDULE_DRY_RUN : METRICS_SCHEDULE_STORED;
-        reply_json(rs, dry ? 200 : 201, detail);
-    } else {
+    c->job_id = rq->match.ids[0];
+    c->forced = forced;
+    if ((forced || rq->body.len > 0) && !(body = request_json(rq, rs)))
+        goto out;
+    if ((forced ? body_plan_parse(body, &c->req, &c->force, &e) : body_schedule_parse(body, &c->req, &e)) != 0) {
         reply_error(rs, &e);
+        goto out;
     }
-    metrics_schedule_observe(rq->srv->metrics, planner_cost(w), result, http_now() - started);
-    planner_free(w);
+    if (request_defer(rq, rs, plan_run, c) == 0)
+        c = NULL;   /* the thread owns it now */
+out:
+    plan_call_free(c);
+    json_decref(body);
 }
 
 void h_job_schedule(struct request *rq, struct response *rs)
 {
-    struct shoal_err e;
-    struct plan_request req;
-    struct plan_work *w = NULL;
-    json_t *body = NULL;
-    /* An empty body means every default. */
-    if (rq->body.len > 0 && !(body = request_json(rq, rs)))
-        goto out;
-    if (body_schedule_parse(body, &req, &e) != 0) {
-        reply_error(rs, &e);
-        goto out;
-    }
-    if (planner_prepare(rq->srv, rq->match.ids[0], &req, &w, &e) != 0) {
-        reply_error(rs, &e);
-        goto out;
-    }
-    if (request_defer(rq, rs, schedule_run, w) == 0)
-        w = NULL;   /* the thread owns it now */
-out:
-    planner_free(w);
-    json_decref(body);
+    plan_start(rq, rs, 0);
 }
 
 void h_job_plan(struct request *rq, struct response *rs)
 {
-    struct shoal_err e;
-    struct plan_request req;
-    struct plan_force f = { 0 };
-    struct plan_work *w = NULL;
-    json_t *detail = NULL;
-    json_t *body = request_json(rq, rs);
-    if (!body)
-        goto out;
-    if (body_plan_parse(body, &req, &f, &e) != 0 ||
-        planner_prepare(rq->srv, rq->match.ids[0], &req, &w, &e) != 0 ||
-        !(detail = planner_force(rq->srv, w, &f, &e))) {
-        reply_error(rs, &e);
-        goto out;
-    }
-    reply_json(rs, req.dry_run ? 200 : 201, detail);
-out:
-    planner_free(w);
-    body_plan_free(&f);
-    json_decref(body);
+    plan_start(rq, rs, 1);
 }

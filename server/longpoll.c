@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -365,7 +366,13 @@ int longpoll_wait(struct longpoll *lp, struct request *rq, int64_t node_id, int6
     w->job_id = job_id;
     w->epoch = epoch;
     w->recovering = recovering;
-    w->deadline = http_now() + wait_s;
+    /* Held 80-100% of wait_s, drawn per request: a fleet that started
+     * together would otherwise come back together every wait_s, and each
+     * wave of re-polls is a burst of queries beside the heartbeats. */
+    uint32_t r = 0;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
+        r = (uint32_t)(node_id * 2654435761u);
+    w->deadline = http_now() + wait_s * (1.0 - LONGPOLL_JITTER * (double)r / 4294967296.0);
     w->seq = seq;
     request_suspend(rq, longpoll_enter, w);
     return 0;

@@ -22,6 +22,7 @@
 
 #define LONGPOLL_TICK_S 0.5       /* s between deadline sweeps */
 #define LONGPOLL_MAX_WAIT_S 60    /* s, the longest wait a request may ask for */
+#define LONGPOLL_JITTER 0.2       /* a wait ends after (1 - up to this) of what was asked */
 
 struct longpoll;
 
@@ -39,7 +40,7 @@ unsigned long longpoll_seq(struct longpoll *lp);
 /* Parks `rq` (whose handler has filled its response with the node's
  * current assignment) until the node's assignment differs from (job_id,
  * epoch, recovering) (job_id 0: none; recovering: the job's state is) or
- * `wait_s` seconds pass; it is then answered 200 with the assignment as it
+ * 80-100% of `wait_s` seconds pass (drawn per request, LONGPOLL_JITTER); it is then answered 200 with the assignment as it
  * is then.  Returns 0 if parked, or -1 when `max_waiters` are already
  * waiting or the server is stopping: the handler answers at once. */
 int longpoll_wait(struct longpoll *lp, struct request *rq, int64_t node_id, int64_t job_id,
