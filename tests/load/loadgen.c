@@ -31,85 +31,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "lg_http.h"
-#include "lg_options.h"
-#include "lg_stats.h"
-#include "lg_timer.h"
-
-#define HEARTBEAT_TIMEOUT_S 10.0   /* the agent's heartbeat call timeout */
-#define POLL_GRACE_S 15.0          /* the agent waits wait + 15 s for a long-poll's answer */
-#define PROGRESS_TIMEOUT_S 10.0
-#define REGISTER_TIMEOUT_S 30.0
-#define ADMIN_TIMEOUT_S 120.0
-#define POLL_RETRY_S 1.0           /* the agent's pause after a failed poll */
-#define REGISTER_DEADLINE_S 300.0  /* the whole registration phase */
-#define STEPS 1000000              /* training.steps of the load's jobs: they never finish */
-#define EVENTS 256
-
-enum role { R_REGISTER, R_HEARTBEAT, R_POLL, R_PROGRESS, R_ADMIN };
-enum kind { K_REGISTER, K_HEARTBEAT, K_ASSIGNMENT, K_LONGPOLL, K_WAKE, K_PROGRESS, K_N };
-enum timer_what { T_HEARTBEAT, T_POLL, T_PROGRESS, T_ADMIN, T_DEADLINE };
-
-
-struct agent {
-    int index;
-    int64_t node_id;
-    char token[160];
-    struct sockaddr_in source;
-    struct lg_conn hb, poll, prog;
-    unsigned long hb_gen, poll_gen, prog_gen;   /* a timer is live while its gen matches */
-    unsigned long posted_gen;   /* prog_gen when the progress post in flight was sent */
-    /* the assignment as the agent knows it; known = 0 before the first answer */
-    int known;
-    int64_t job;
-    long epoch;
-    int recovering;
-    int stage, replica, stages;
-    int training;           /* posting progress for (job, epoch) */
-    long long step;         /* the next step to report */
-    int64_t wake_job;       /* the wake job's node: its id; 0: another node */
-    double woke_at;         /* monotonic s the long-poll told it the job was cancelled; 0: not yet */
-};
-
-
-struct job {
-    int64_t id;
-    int first_agent;        /* plans name agents first_agent .. first_agent + tasklets - 1 */
-    double plan_sent;       /* monotonic s; 0: not yet */
-    double plan_ms;         /* how long the plan POST took */
-    double cancel_sent, cancel_ms;   /* the wake job: its cancel, while the agents run */
-    double answered_at;     /* monotonic s the cancel's answer came */
-    int planned;
-};
-
-struct loadgen {
-    struct lg_options o;
-    int epfd;
-    struct agent *agents;
-    struct lg_timers timers;
-    struct lg_kind kinds[K_N];      /* the measured window (and every registration and wake) */
-    struct lg_kind warm[K_N];       /* the warm-up: agents starting, plans going out */
-    enum { PH_SETUP, PH_WARMUP, PH_WINDOW, PH_DONE } phase;
-    double t_start;         /* monotonic s the agents began starting */
-    double t0, t_end;       /* the measured window, monotonic s */
-    double cpu0, cpu1;      /* this process's CPU s when it opened and closed */
-    double admin_done_at;   /* monotonic s the wake job's cancel was answered (or failed) */
-    struct lg_hist second;  /* --timeline: this second's heartbeats */
-    double second_start;
-    long long second_errors;
-    long long reconnects;   /* requests sent again after a kept-alive connection died */
-    /* registration */
-    struct lg_conn *reg;
-    int *reg_agent;         /* the agent each registration connection is registering */
-    int n_reg;              /* registration connections */
-    int next_register, registered, register_until;   /* agents [0, register_until) are wanted */
-    /* the operator's side: jobs and their plans */
-    struct lg_conn admin;
-    struct job *jobs;
-    int n_jobs, tasklets;   /* jobs made, the wake job included; tasklets of each */
-    int admin_done, admin_failed;
-    struct sockaddr_in admin_source;
-};
+#include "loadgen.h"
 
 static volatile sig_atomic_t interrupted;
 
@@ -119,8 +41,7 @@ static void on_signal(int sig)
     interrupted = 1;
 }
 
-/* CPU time this process has used, s. */
-static double cpu_s(void)
+double cpu_s(void)
 {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
@@ -128,7 +49,7 @@ static double cpu_s(void)
            (double)ru.ru_stime.tv_usec / 1e6;
 }
 
-static double now_s(void)
+double now_s(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -710,83 +631,6 @@ static int write_tokens(const struct loadgen *lg)
     return 0;
 }
 
-/* ---- report ------------------------------------------------------------------------- */
-
-static const char *const kind_names[K_N] = { "register", "heartbeat", "assignment", "longpoll", "wake",
-                                              "progress" };
-
-/* The table of one set of kinds; `only_agent` leaves out register and wake. */
-static void report_table(struct lg_kind *set, int only_agent, double register_s, double secs)
-{
-    lg_kind_header(stdout);
-    for (int k = 0; k < K_N; k++) {
-        set[k].name = kind_names[k];
-        if (!only_agent || (k != K_REGISTER && k != K_WAKE))
-            lg_kind_row(stdout, &set[k], k == K_REGISTER ? register_s : secs);
-    }
-    for (int k = 0; k < K_N; k++)
-        if (set[k].first_error[0] && (!only_agent || (k != K_REGISTER && k != K_WAKE)))
-            printf("first %s error: %s\n", kind_names[k], set[k].first_error);
-}
-
-static void report_json(struct lg_kind *set, int only_agent, double register_s, double secs)
-{
-    const char *sep = "";
-    for (int k = 0; k < K_N; k++) {
-        if (only_agent && (k == K_REGISTER || k == K_WAKE))
-            continue;
-        printf("%s", sep);
-        lg_kind_json(stdout, &set[k], k == K_REGISTER ? register_s : secs);
-        sep = ",";
-    }
-}
-
-static void report(struct loadgen *lg, double register_s, double warmup_s)
-{
-    double cpu = cpu_s(), window_cpu = (lg->cpu1 > 0 ? lg->cpu1 : cpu) - lg->cpu0;
-    int open = 0, training = 0;
-    for (int i = 0; i < lg->o.agents; i++) {
-        struct agent *ag = &lg->agents[i];
-        open += (ag->hb.fd >= 0) + (ag->poll.fd >= 0) + (ag->prog.fd >= 0);
-        training += ag->training;
-    }
-    double window = lg->o.duration_s > 0 ? lg->o.duration_s : 1e-9;
-    const struct job *wj = lg->o.wake && lg->n_jobs ? &lg->jobs[lg->n_jobs - 1] : NULL;
-    printf("\nloadgen: %d agents, heartbeat every %.1f s, long-poll wait %d s, %d jobs x %d tasklets posting "
-           "progress every %.1f s (%d training)%s\n",
-           lg->o.agents, lg->o.heartbeat_s, lg->o.poll_wait_s, lg->n_jobs - (wj != NULL), lg->tasklets,
-           lg->o.progress_s, training, wj ? ", one more job cancelled during the warm-up" : "");
-    printf("plans (ms, made before the other agents registered):");
-    for (int j = 0; j < lg->n_jobs; j++)
-        printf(" %.0f", lg->jobs[j].plan_ms);
-    printf("%s", lg->n_jobs ? "" : " none");
-    if (wj)
-        printf("; cancel: %.0f ms", wj->cancel_ms);
-    printf("\nwarm-up, %.1f s (agents starting over %.1f s, the cancel):\n", warmup_s, lg->o.ramp_s);
-    report_table(lg->warm, 1, register_s, warmup_s);
-    printf("measured window, %.1f s (register: all %d in %.1f s; longpoll: held time incl. the wait;\n"
-           "wake: the cancel's answer -> its nodes' long-polls bringing it, during the warm-up):\n",
-           lg->o.duration_s, lg->o.agents, register_s);
-    report_table(lg->kinds, 0, register_s, window);
-    printf("connections open at the end: %d; re-sent on a fresh connection: %lld; loadgen CPU: %.1f s "
-           "(%.1f s in the window)\n", open, lg->reconnects, cpu, window_cpu);
-    printf("{\"bench\":\"load\",\"label\":\"%s\",\"agents\":%d,\"duration_s\":%.1f,\"warmup_s\":%.1f,"
-           "\"ramp_s\":%.1f,\"heartbeat_interval_s\":%.2f,\"poll_wait_s\":%d,\"jobs\":%d,\"tasklets_per_job\":%d,"
-           "\"training_agents\":%d,\"progress_interval_s\":%.2f,\"register_s\":%.2f,\"connections\":%d,"
-           "\"reconnects\":%lld,\"loadgen_cpu_s\":%.2f,\"loadgen_window_cpu_s\":%.2f,\"cancel_ms\":%.1f,\"plan_ms\":[",
-           lg->o.label, lg->o.agents, lg->o.duration_s, warmup_s, lg->o.ramp_s, lg->o.heartbeat_s, lg->o.poll_wait_s,
-           lg->n_jobs - (wj != NULL), lg->tasklets, training, lg->o.progress_s, register_s, open, lg->reconnects, cpu,
-           window_cpu, wj ? wj->cancel_ms : 0.0);
-    for (int j = 0; j < lg->n_jobs; j++)
-        printf("%s%.1f", j ? "," : "", lg->jobs[j].plan_ms);
-    printf("],\"kinds\":{");
-    report_json(lg->kinds, 0, register_s, window);
-    printf("},\"warmup\":{");
-    report_json(lg->warm, 1, register_s, warmup_s);
-    printf("}}\n");
-    fflush(stdout);
-}
-
 /* The wake job's nodes whose long-poll never told them of the cancel:
  * failures of "wake". */
 static void wake_missed(struct loadgen *lg)
@@ -917,6 +761,6 @@ int main(int argc, char **argv)
     if (interrupted)
         lg.o.duration_s = lg.t0 > 0 ? now_s() - lg.t0 : 0;
     lg.phase = PH_DONE;
-    report(&lg, register_s, warmup_s);
+    lg_report(&lg, register_s, warmup_s);
     return 0;
 }

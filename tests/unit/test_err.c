@@ -33,11 +33,12 @@ static void test_cut_never_splits_a_character(void **state)
     static const char *const chars[] = { "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9D\x84\x9E" };
     for (size_t c = 0; c < 3; c++) {
         for (size_t pad = 0; pad < 4; pad++) {
-            char text[1200] = "";
+            char text[1200];
+            size_t len = pad, clen = strlen(chars[c]);
             memset(text, 'a', pad);
-            text[pad] = '\0';
-            while (strlen(text) + 4 < sizeof text)
-                strcat(text, chars[c]);
+            for (; len + clen < sizeof text; len += clen)
+                memcpy(text + len, chars[c], clen);
+            text[len] = '\0';
             struct shoal_err e;
             err_set(&e, 400, "invalid_field", text, "%s", text);
             assert_true(utf8_whole(e.message));
