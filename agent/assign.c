@@ -60,6 +60,66 @@ static int resume_layers(const json_t *files, struct assignment *o, struct shoal
     return 0;
 }
 
+/* The spec's "communication" object; absent (a spec from before it): f32
+ * stage links, every step. */
+static int parse_communication(const json_t *c, struct assignment *o, struct shoal_err *err)
+{
+    const char *link = "f32", *sync = "every_step", *sync_dtype = "f32";
+    json_int_t H = 1;
+    double lr = 1, mu = 0;
+    json_error_t je;
+    if (c && json_unpack_ex((json_t *)c, &je, 0, "{s?s, s?s, s?I, s?F, s?F, s?s}", "stage_link", &link, "sync", &sync,
+                            "inner_steps", &H, "outer_learning_rate", &lr, "outer_momentum", &mu,
+                            "sync_dtype", &sync_dtype) != 0)
+        return err_set(err, 502, "bad_assignment", "spec.communication", "the job's communication is malformed: %s",
+                       je.text);
+    const struct codec *lc = codec_by_name(link), *sc = codec_by_name(sync_dtype);
+    if (!lc || !sc)
+        return err_set(err, 502, "bad_assignment", "spec.communication", "unknown wire type '%s': this agent knows "
+                       "f32, bf16 and int8; upgrade it", lc ? sync_dtype : link);
+    if (strcmp(sync, "every_step") == 0)
+        o->sync = ASSIGN_SYNC_EVERY_STEP;
+    else if (strcmp(sync, "diloco") == 0)
+        o->sync = ASSIGN_SYNC_DILOCO;
+    else
+        return err_set(err, 502, "bad_assignment", "spec.communication", "unknown sync mode '%s'", sync);
+    if (H < 1 || (o->sync == ASSIGN_SYNC_EVERY_STEP && H != 1) || !(lr > 0) || !(mu >= 0 && mu < 1))
+        return err_set(err, 502, "bad_assignment", "spec.communication", "the job's communication is inconsistent");
+    o->stage_link = lc->id;
+    o->sync_codec = sc->id;
+    o->inner_steps = H;
+    o->outer_lr = lr;
+    o->outer_momentum = mu;
+    return 0;
+}
+
+/* The spec's "validation" object, or null. */
+static int parse_validation(const json_t *v, struct assignment *o, struct shoal_err *err)
+{
+    const char *format = o->data_format;
+    json_int_t n = 0, every = 0;
+    json_t *pv = NULL, *hv = NULL;
+    json_error_t je;
+    if (!v || json_is_null(v))
+        return 0;
+    if (json_unpack_ex((json_t *)v, &je, 0, "{s?o, s?s, s?o, s:I, s:I}", "path", &pv, "format", &format,
+                       "holdout", &hv, "sequences", &n, "eval_interval", &every) != 0)
+        return err_set(err, 502, "bad_assignment", "spec.validation", "the job's validation is malformed: %s",
+                       je.text);
+    const char *path = json_string_value(pv);   /* NULL when null or absent */
+    double holdout = json_is_number(hv) ? json_number_value(hv) : 0;
+    if (n < 1 || n % o->micro_batch_size || n > 1 << 20 || every < 1 || !path == !(holdout > 0) ||
+        holdout > 0.5 || (path && strlen(path) >= sizeof o->val_path) || strlen(format) >= sizeof o->val_format)
+        return err_set(err, 502, "bad_assignment", "spec.validation", "the job's validation is inconsistent");
+    o->has_validation = 1;
+    snprintf(o->val_path, sizeof o->val_path, "%s", path ? path : "");
+    snprintf(o->val_format, sizeof o->val_format, "%s", format);
+    o->val_holdout = holdout;
+    o->val_sequences = (int)n;
+    o->eval_interval = every;
+    return 0;
+}
+
 int assign_parse(const json_t *a, struct assignment *o, struct shoal_err *err)
 {
     json_t *spec, *pipeline, *group, *resume = NULL;
@@ -110,6 +170,9 @@ int assign_parse(const json_t *a, struct assignment *o, struct shoal_err *err)
     o->checkpoint_interval = ckpt;
     snprintf(o->data_path, sizeof o->data_path, "%s", path);
     snprintf(o->data_format, sizeof o->data_format, "%s", format);
+    if (parse_communication(json_object_get(spec, "communication"), o, err) != 0 ||
+        parse_validation(json_object_get(spec, "validation"), o, err) != 0)
+        return -1;
     if (stage > 0 && address_at(pipeline, "stage", o->stage - 1, o->prev_stage, err) != 0)
         return -1;
     if (stage < stages - 1 && address_at(pipeline, "stage", o->stage + 1, o->next_stage, err) != 0)
@@ -123,6 +186,11 @@ int assign_parse(const json_t *a, struct assignment *o, struct shoal_err *err)
         if (json_unpack(resume, "{s:I, s:I}", "job_id", &rj, "step", &rs) != 0 || rj < 1 || rs < 0 || rs >= steps)
             return err_set(err, 502, "bad_assignment", "resume", "the assignment's resume point is malformed");
         o->resume_job = rj, o->resume_step = rs;
+        json_t *rr = json_object_get(resume, "replicas");   /* absent from an older server: 1 */
+        o->resume_replicas = json_is_integer(rr) ? (int)json_integer_value(rr) : 1;
+        if (o->resume_replicas < 1 || o->resume_replicas > 65536)
+            return err_set(err, 502, "bad_assignment", "resume", "the resume point has %d files a stage",
+                           o->resume_replicas);
         return resume_layers(json_object_get(resume, "stages"), o, err);
     }
     return 0;

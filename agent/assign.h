@@ -6,6 +6,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "../common/codec.h"
 #include "../common/err.h"
 #include "../kernels/kernels.h"
 #include "peer.h"
@@ -19,6 +20,12 @@
 enum assign_allreduce {
     ASSIGN_ALLREDUCE_RING,   /* the TCP ring (ring.h), on host memory */
     ASSIGN_ALLREDUCE_NCCL,   /* one NCCL communicator (nccl.h), on the GPUs */
+};
+
+/* How a stage's replicas stay together (sync.h has what each does). */
+enum assign_sync {
+    ASSIGN_SYNC_EVERY_STEP,  /* gradients summed every step */
+    ASSIGN_SYNC_DILOCO,      /* inner_steps local steps, then an outer step */
 };
 
 struct assignment {
@@ -43,6 +50,19 @@ struct assignment {
     char data_path[512];
     char data_format[16];
     int64_t checkpoint_interval;    /* steps; 0: only at the end */
+    /* communication (a spec from before it: f32, every step) */
+    enum codec_id stage_link;       /* activations and their gradients */
+    enum assign_sync sync;
+    int64_t inner_steps;            /* H; 1 under every_step */
+    double outer_lr, outer_momentum;
+    enum codec_id sync_codec;       /* diloco's pseudo-gradients */
+    /* validation: has_validation 0 when the job names none */
+    int has_validation;
+    char val_path[512];             /* "" with a holdout */
+    char val_format[16];
+    double val_holdout;             /* fraction of data_path's tail */
+    int val_sequences;
+    int64_t eval_interval;
     enum assign_allreduce allreduce;
     /* neighbours; "" where there is none (the ring's too under NCCL) */
     char prev_stage[ASSIGN_ADDR_MAX], next_stage[ASSIGN_ADDR_MAX];
@@ -53,6 +73,9 @@ struct assignment {
      * resume_stages 0 (or a start of -1) when the server did not say */
     int resume_stages;
     struct { int layer_start, layer_end; } resume_layers[ASSIGN_STAGES_MAX];
+    /* files per stage at the resume point: 1, or under diloco one per
+     * replica of the job that saved it */
+    int resume_replicas;
 };
 
 /* Reads the "assignment" object.  Returns 0, or -1 with err naming what is

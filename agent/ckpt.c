@@ -11,24 +11,26 @@
 
 #define CKPT_DEADLINE_S 600.0   /* retrying an upload or download at most this long */
 
-static void ckpt_paths(const char *data_dir, int64_t job_id, int64_t step, int stage, const char *what,
-                       char *file, size_t file_len, char *path, size_t path_len)
+/* The local file and the server path (with its query, "?replica=R" for a
+ * replica's own file) of one stage file. */
+static void ckpt_paths(const char *data_dir, int64_t job_id, int64_t step, int stage, int replica,
+                       const char *what, char *file, size_t file_len, char *path, size_t path_len)
 {
-    snprintf(file, file_len, "%s/%s-job%lld-step%lld-stage%d.tmp", data_dir, what, (long long)job_id,
-             (long long)step, stage);
-    snprintf(path, path_len, "/v1/jobs/%lld/checkpoints/%lld/stages/%d", (long long)job_id, (long long)step,
-             stage);
+    snprintf(file, file_len, "%s/%s-job%lld-step%lld-stage%d-replica%d.tmp", data_dir, what, (long long)job_id,
+             (long long)step, stage, replica);
+    snprintf(path, path_len, "/v1/jobs/%lld/checkpoints/%lld/stages/%d?replica=%d", (long long)job_id,
+             (long long)step, stage, replica);
 }
 
 int ckpt_queue_upload(struct reporter *r, const char *data_dir, struct kern_stage *st, int64_t job_id,
-                      int64_t step, int stage, struct shoal_err *err)
+                      int64_t step, int stage, int replica, struct shoal_err *err)
 {
-    char file[4200], path[128], sha[SHA256_HEX], key[48];
+    char file[4200], path[160], sha[SHA256_HEX], key[64];
     struct kern_err ke = {{0}};
     int fd, rc = -1;
     FILE *f = NULL;
-    ckpt_paths(data_dir, job_id, step, stage, "upload", file, sizeof file, path, sizeof path);
-    snprintf(path + strlen(path), sizeof path - strlen(path), "?layer_start=%d&layer_end=%d",
+    ckpt_paths(data_dir, job_id, step, stage, replica, "upload", file, sizeof file, path, sizeof path);
+    snprintf(path + strlen(path), sizeof path - strlen(path), "&layer_start=%d&layer_end=%d",
              kern_stage_spec(st)->layer_start, kern_stage_spec(st)->layer_end);
     /* Unique: a step trained again after a re-plan may be saved while its
      * first save still waits in the queue. */
@@ -47,7 +49,7 @@ int ckpt_queue_upload(struct reporter *r, const char *data_dir, struct kern_stag
     }
     if (sha256_file_hex(file, sha, err) != 0)
         goto out;
-    snprintf(key, sizeof key, "job=%lld stage=%d", (long long)job_id, stage);
+    snprintf(key, sizeof key, "job=%lld stage=%d replica=%d", (long long)job_id, stage, replica);
     report_put_file(r, path, file, sha, key);
     return 0;   /* the queue owns the file now */
 out:
@@ -56,12 +58,13 @@ out:
     return rc;
 }
 
-/* Fetches stage file `stage` of checkpoint `step` of job `job_id` (SHA-256
- * checked) and opens it; *file gets the local path (the caller unlinks). */
+/* Fetches stage file `stage` (of `replica`) of checkpoint `step` of job
+ * `job_id` (SHA-256 checked) and opens it; *file gets the local path (the
+ * caller unlinks). */
 static FILE *fetch(const struct ctl *ctl, const char *data_dir, int64_t job_id, int64_t step, int stage,
-                   char file[4200], char path[128], struct shoal_err *err)
+                   int replica, char file[4200], char path[160], struct shoal_err *err)
 {
-    ckpt_paths(data_dir, job_id, step, stage, "download", file, 4200, path, 128);
+    ckpt_paths(data_dir, job_id, step, stage, replica, "download", file, 4200, path, 160);
     if (ctl_get_file(ctl, path, file, CKPT_DEADLINE_S, err) != 0)
         return NULL;
     FILE *f = fopen(file, "rb");
@@ -72,12 +75,12 @@ static FILE *fetch(const struct ctl *ctl, const char *data_dir, int64_t job_id, 
 
 /* Loads stage file `stage` into `st`, which holds the same layers. */
 static int load_same(const struct ctl *ctl, const char *data_dir, struct kern_stage *st, int64_t job_id,
-                     int64_t step, int stage, struct shoal_err *err)
+                     int64_t step, int stage, int replica, struct shoal_err *err)
 {
-    char file[4200], path[128];
+    char file[4200], path[160];
     struct kern_err ke = {{0}};
     int rc = -1;
-    FILE *f = fetch(ctl, data_dir, job_id, step, stage, file, path, err);
+    FILE *f = fetch(ctl, data_dir, job_id, step, stage, replica, file, path, err);
     if (!f)
         goto out;
     rc = kern_stage_load(st, f, &ke);
@@ -92,16 +95,16 @@ out:
 /* Loads stage file `stage` into a new cpu stage built from its header, as
  * a source for kern_stage_assemble; *out NULL on error. */
 static int load_source(const struct ctl *ctl, const char *data_dir, int64_t job_id, int64_t step, int stage,
-                       struct kern_stage **out, struct shoal_err *err)
+                       int replica, struct kern_stage **out, struct shoal_err *err)
 {
-    char file[4200], path[128];
+    char file[4200], path[160];
     struct kern_err ke = {{0}};
     struct kern_model m;
     struct kern_device cpu = { KERN_CPU, 0 };
     struct kern_stage_spec sp = { .micro_batch = 1, .seq_len = 1, .in_flight = 1 };
     int rc = -1;
     *out = NULL;
-    FILE *f = fetch(ctl, data_dir, job_id, step, stage, file, path, err);
+    FILE *f = fetch(ctl, data_dir, job_id, step, stage, replica, file, path, err);
     if (!f)
         goto out;
     rc = kern_stage_file_peek(f, &m, &sp, &ke) || kern_stage_new(&cpu, &m, &sp, out, &ke) ||
@@ -133,6 +136,7 @@ int ckpt_restore(const struct ctl *ctl, const char *data_dir, struct kern_stage 
     struct kern_stage *src[ASSIGN_STAGES_MAX];
     struct kern_err ke = {{0}};
     int n = 0, rc = -1, P = as->resume_stages, known = P > 0;
+    int replica = as->replica < as->resume_replicas ? as->replica : 0;   /* whose files */
     for (int s = 0; s < P; s++)
         known = known && as->resume_layers[s].layer_start >= 0;
     if (!known && P != as->stages)
@@ -141,13 +145,13 @@ int ckpt_restore(const struct ctl *ctl, const char *data_dir, struct kern_stage 
                        (long long)as->resume_step, P, as->stages);
     if (!known || (P == as->stages && as->resume_layers[as->stage].layer_start == sp->layer_start &&
                    as->resume_layers[as->stage].layer_end == sp->layer_end)) {
-        if (load_same(ctl, data_dir, st, as->resume_job, as->resume_step, as->stage, err) != 0)
+        if (load_same(ctl, data_dir, st, as->resume_job, as->resume_step, as->stage, replica, err) != 0)
             return -1;
     } else {
         for (int s = 0; s < P; s++) {
             if (!file_needed(as, s, sp))
                 continue;
-            if (load_source(ctl, data_dir, as->resume_job, as->resume_step, s, &src[n], err) != 0)
+            if (load_source(ctl, data_dir, as->resume_job, as->resume_step, s, replica, &src[n], err) != 0)
                 goto out;
             n++;
         }

@@ -139,6 +139,38 @@ static int32_t token_at(const struct data_source *src, size_t i)
     return tok;
 }
 
+int data_holdout(const struct data_source *src, double fraction, int seq_len, struct data_source *train,
+                 struct data_source *val, struct shoal_err *err)
+{
+    size_t tail = (size_t)((double)src->n_tokens * fraction);
+    size_t head = src->n_tokens - tail;
+    size_t bytes = src->format == DATA_TEXT ? 1 : 2;   /* per token */
+    if (tail < (size_t)seq_len + 1 || head < (size_t)seq_len + 1)
+        return err_set(err, 422, "invalid_dataset", "validation.holdout",
+                       "dataset of %zu tokens: a holdout of %g leaves %zu for training and %zu for validation; "
+                       "each needs at least %d (a sequence and its target)", src->n_tokens, fraction, head, tail,
+                       seq_len + 1);
+    *train = (struct data_source){ .format = src->format, .tokens = src->tokens, .n_tokens = head };
+    *val = (struct data_source){ .format = src->format, .tokens = (const unsigned char *)src->tokens + head * bytes,
+                                 .n_tokens = tail };
+    return 0;
+}
+
+void data_eval_batch(const struct data_source *src, uint64_t total, uint64_t first, int n, int T,
+                     int32_t *tokens, int32_t *targets)
+{
+    uint64_t starts = src->n_tokens - (size_t)T;   /* valid start offsets: [0, starts) */
+    for (int s = 0; s < n; s++) {
+        uint64_t g = first + (uint64_t)s;
+        /* g < total <= 2^20 and starts < 2^44 or so: the product fits */
+        size_t start = (size_t)((unsigned __int128)g * starts / total);
+        for (int t = 0; t < T; t++) {
+            tokens[(size_t)s * T + t] = token_at(src, start + t);
+            targets[(size_t)s * T + t] = token_at(src, start + t + 1);
+        }
+    }
+}
+
 void data_batch(const struct data_source *src, uint64_t seed, uint64_t step, uint64_t first,
                 int n, int T, int32_t *tokens, int32_t *targets)
 {

@@ -45,9 +45,22 @@ void data_close(struct data_source *src);
 int data_check(const unsigned char *bytes, size_t len, enum data_format format, int vocab, int seq_len,
                const char *name, struct data_source *out, struct shoal_err *err);
 
+/* Splits src into its first tokens and the last `fraction` of them (a
+ * held-out tail for validation): two views into src's mapping (data_close
+ * the owner only).  Each part must hold a sequence of seq_len plus its
+ * target: else -1 with err (422, field "validation.holdout"). */
+int data_holdout(const struct data_source *src, double fraction, int seq_len, struct data_source *train,
+                 struct data_source *val, struct shoal_err *err);
+
 /* Fills tokens and targets (n sequences of T each, int32) with sequences
  * first .. first+n-1 of step `step`; targets are the tokens shifted by one. */
 void data_batch(const struct data_source *src, uint64_t seed, uint64_t step, uint64_t first,
                 int n, int T, int32_t *tokens, int32_t *targets);
+
+/* The validation sequences: sequence g of `total` starts at token
+ * floor(g * (n_tokens - T) / total), evenly over the source, the same
+ * whatever the layout and the step.  Fills sequences first .. first+n-1. */
+void data_eval_batch(const struct data_source *src, uint64_t total, uint64_t first, int n, int T,
+                     int32_t *tokens, int32_t *targets);
 
 #endif

@@ -174,15 +174,18 @@ int peer_stream_send(struct peer_stream *s, const struct wire_frame *f, const vo
                      int timeout_ms, struct shoal_err *err);
 
 /* Waits up to timeout_ms for the next received frame and checks it is
- * `kind` for `step` and `micro_batch` with exactly payload_len bytes; copies
+ * `kind` of `dtype` for `step` and `micro_batch` with exactly payload_len
+ * bytes (what the job's assignment makes of them: a frame of another wire
+ * type or length is refused, whatever its header says); copies
  * the payload into `payload`.  Any other frame is a "peer_protocol" error
  * (a WIRE_ERROR frame's text is quoted in the message) and fails the
  * stream.  Frames received before a failure are still delivered; the
  * failure comes once the queue is empty.  On error the contents of
  * `payload` are unspecified (a frame may have been arriving straight into
  * it; after a timeout it is kept and delivered by the next call). */
-int peer_stream_recv(struct peer_stream *s, uint16_t kind, uint64_t step, uint32_t micro_batch,
-                     void *payload, size_t payload_len, int timeout_ms, struct shoal_err *err);
+int peer_stream_recv(struct peer_stream *s, uint16_t kind, uint16_t dtype, uint64_t step,
+                     uint32_t micro_batch, void *payload, size_t payload_len, int timeout_ms,
+                     struct shoal_err *err);
 
 /* Waits up to timeout_ms until every queued frame has been written. */
 int peer_stream_flush(struct peer_stream *s, int timeout_ms, struct shoal_err *err);
@@ -190,6 +193,11 @@ int peer_stream_flush(struct peer_stream *s, int timeout_ms, struct shoal_err *e
 /* Seconds the owner spent blocked in peer_stream_send and peer_stream_recv
  * since the last call, and resets them. */
 void peer_stream_take_waits(struct peer_stream *s, double *send_wait_s, double *recv_wait_s);
+
+/* Bytes of every frame queued so far (headers, payloads, and on an
+ * encrypted connection the tags): what goes on the wire, counted as the
+ * agent reports it per step. */
+uint64_t peer_stream_queued_bytes(struct peer_stream *s);
 
 const char *peer_stream_addr(const struct peer_stream *s);
 

@@ -57,7 +57,7 @@ struct queue {
  * thread sets claimed (it is reading a payload into buf) and filled. */
 struct post {
     int active, claimed, filled;
-    uint16_t kind;
+    uint16_t kind, dtype;
     uint64_t step;
     uint32_t micro_batch;
     size_t len;               /* bytes */
@@ -90,6 +90,7 @@ struct peer_stream {
     int rx_closed;
     struct shoal_err rx_close;
     double send_wait_s, recv_wait_s;
+    uint64_t queued_bytes;      /* headers, payloads and tags of every frame queued */
 };
 
 static double now_s(void)
@@ -215,8 +216,8 @@ static int claim_post(struct peer_stream *s, const struct wire_frame *f)
 {
     struct post *p = &s->post;
     int ok = p->active && !p->claimed && !p->filled && s->rq.count == 0 &&
-             f->kind == p->kind && f->step == p->step && f->micro_batch == p->micro_batch &&
-             f->payload_len == p->len;
+             f->kind == p->kind && f->dtype == p->dtype && f->step == p->step &&
+             f->micro_batch == p->micro_batch && f->payload_len == p->len;
     if (ok)
         p->claimed = 1;
     return ok;
@@ -513,6 +514,7 @@ int peer_stream_send(struct peer_stream *s, const struct wire_frame *f, const vo
 
     pthread_mutex_lock(&s->mu);
     s->sq.count++;
+    s->queued_bytes += WIRE_HEADER_BYTES + len + (s->c.seal ? WIRE_SEAL_OVERHEAD(len) : 0);
     pthread_cond_signal(&s->tx_cv);
     rc = 0;
 out:
@@ -524,8 +526,8 @@ out:
  * for; on a match copies it out when it is in a slot. Returns 0 or -1 with
  * *bad set. */
 static int frame_check(struct peer_stream *s, const struct wire_frame *f, const void *buf,
-                       uint16_t kind, uint64_t step, uint32_t micro_batch, void *payload,
-                       size_t payload_len, struct shoal_err *bad)
+                       uint16_t kind, uint16_t dtype, uint64_t step, uint32_t micro_batch,
+                       void *payload, size_t payload_len, struct shoal_err *bad)
 {
     char quoted[200];
     if (f->kind == WIRE_ERROR) {
@@ -535,21 +537,22 @@ static int frame_check(struct peer_stream *s, const struct wire_frame *f, const 
                        "micro-batch %u: %s",
                        s->c.addr, kind, (unsigned long long)step, micro_batch, quoted);
     }
-    if (f->kind != kind || f->step != step || f->micro_batch != micro_batch ||
-        f->payload_len != payload_len)
+    if (f->kind != kind || f->dtype != dtype || f->step != step ||
+        f->micro_batch != micro_batch || f->payload_len != payload_len)
         return err_set(bad, PEER_STATUS, "peer_protocol", NULL,
-                       "peer %s sent frame kind %u step %llu micro-batch %u with %llu bytes; "
-                       "expected kind %u step %llu micro-batch %u with %zu bytes",
-                       s->c.addr, f->kind, (unsigned long long)f->step, f->micro_batch,
-                       (unsigned long long)f->payload_len, kind, (unsigned long long)step,
-                       micro_batch, payload_len);
+                       "peer %s sent frame kind %u dtype %u step %llu micro-batch %u with %llu "
+                       "bytes; expected kind %u dtype %u step %llu micro-batch %u with %zu bytes",
+                       s->c.addr, f->kind, f->dtype, (unsigned long long)f->step,
+                       f->micro_batch, (unsigned long long)f->payload_len, kind, dtype,
+                       (unsigned long long)step, micro_batch, payload_len);
     if (buf != payload && payload_len)
         memcpy(payload, buf, payload_len);
     return 0;
 }
 
-int peer_stream_recv(struct peer_stream *s, uint16_t kind, uint64_t step, uint32_t micro_batch,
-                     void *payload, size_t payload_len, int timeout_ms, struct shoal_err *err)
+int peer_stream_recv(struct peer_stream *s, uint16_t kind, uint16_t dtype, uint64_t step,
+                     uint32_t micro_batch, void *payload, size_t payload_len, int timeout_ms,
+                     struct shoal_err *err)
 {
     int64_t deadline = peer_deadline(timeout_ms);
     struct timespec ts = abs_ms(deadline);
@@ -563,7 +566,8 @@ int peer_stream_recv(struct peer_stream *s, uint16_t kind, uint64_t step, uint32
     pthread_mutex_lock(&s->mu);
     /* Frames that arrived before a failure are still delivered. */
     if (!s->failed && !s->rx_closed && s->rq.count == 0) {
-        *p = (struct post){.active = 1, .kind = kind, .step = step, .micro_batch = micro_batch,
+        *p = (struct post){.active = 1, .kind = kind, .dtype = dtype, .step = step,
+                           .micro_batch = micro_batch,
                            .len = payload_len, .buf = payload, .deadline_ms = deadline};
         waited_from = now_s();
     }
@@ -600,7 +604,7 @@ int peer_stream_recv(struct peer_stream *s, uint16_t kind, uint64_t step, uint32
     }
     pthread_mutex_unlock(&s->mu);
 
-    check = frame_check(s, &f, sl ? sl->buf : payload, kind, step, micro_batch, payload,
+    check = frame_check(s, &f, sl ? sl->buf : payload, kind, dtype, step, micro_batch, payload,
                         payload_len, &bad);
 
     pthread_mutex_lock(&s->mu);
@@ -656,6 +660,14 @@ void peer_stream_take_waits(struct peer_stream *s, double *send_wait_s, double *
         *recv_wait_s = s->recv_wait_s;
     s->send_wait_s = s->recv_wait_s = 0;
     pthread_mutex_unlock(&s->mu);
+}
+
+uint64_t peer_stream_queued_bytes(struct peer_stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    uint64_t n = s->queued_bytes;
+    pthread_mutex_unlock(&s->mu);
+    return n;
 }
 
 const char *peer_stream_addr(const struct peer_stream *s)

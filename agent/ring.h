@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../common/codec.h"
 #include "../common/err.h"
 #include "peer.h"
 
@@ -37,6 +38,20 @@ struct ring {
  * failed, timed out, sent a wrong frame) returns -1 with err set; data is
  * then unspecified and the step must be aborted. */
 int ring_allreduce_sum(struct ring *r, float *data, size_t n, uint64_t step, struct shoal_err *err);
+
+/* ring_allreduce_sum with the chunks packed by `codec` (common/codec.h):
+ * every rank packs what it sends in the reduce-scatter; the owner of a
+ * finished segment packs it once and keeps what it unpacks to, and the
+ * all-gather forwards those bytes unchanged, so every rank still ends with
+ * the same bits.  Frames: dtype the codec's; int8 chunks are shape {rows,
+ * CODEC_BLOCK} with the last row padded with zeros.  With `feedback` (n
+ * floats) it is first added into data (what earlier calls lost) and then
+ * holds what this rank's packing lost in this call: error feedback, so a
+ * compressed sum drops nothing for good (summed over ranks, the feedback is
+ * the exact sum minus the delivered one).  CODEC_F32 without feedback is
+ * ring_allreduce_sum, bit for bit. */
+int ring_allreduce_codec(struct ring *r, float *data, size_t n, uint64_t step, enum codec_id codec,
+                         float *feedback, struct shoal_err *err);
 
 /* Bytes each rank sends for an all-reduce of n floats: 2(size-1)/size * 4n
  * plus frame headers (for reports and the cost model check).  Exact for

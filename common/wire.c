@@ -38,8 +38,30 @@ size_t wire_dtype_size(unsigned dtype)
     case WIRE_BF16: return 2;
     case WIRE_F16: return 2;
     case WIRE_I32: return 4;
+    case WIRE_Q8: return 1;
     }
     return 0;
+}
+
+uint64_t wire_payload_bytes(unsigned dtype, unsigned ndim, const uint32_t *shape, uint64_t max)
+{
+    /* every factor is < 2^32 and the running product stays <= max */
+    uint64_t bytes = wire_dtype_size(dtype), rows = 1;
+    if (bytes == 0 || ndim > WIRE_MAX_DIMS || (dtype == WIRE_Q8 && ndim == 0))
+        return UINT64_MAX;
+    for (unsigned i = 0; i < ndim; i++) {
+        if (shape[i] && bytes > max / shape[i])
+            return UINT64_MAX;
+        bytes *= shape[i];
+        if (i + 1 < ndim)
+            rows *= shape[i];   /* <= bytes */
+    }
+    if (dtype == WIRE_Q8) {   /* a f32 scale per row */
+        if (rows > (max - bytes) / 4)
+            return UINT64_MAX;
+        bytes += 4 * rows;
+    }
+    return bytes;
 }
 
 #define PUT(off, v) do { __typeof__(v) put_v_ = (v); memcpy(out + (off), &put_v_, sizeof put_v_); } while (0)
@@ -82,8 +104,12 @@ int wire_header_decode(const unsigned char in[WIRE_HEADER_BYTES], uint64_t paylo
     if (magic != WIRE_MAGIC)
         return why_set(why, why_len, "not a shoal frame (bad magic)");
     GET(OFF_VERSION, version);
-    if (version != WIRE_VERSION)
-        return why_set(why, why_len, "unsupported frame version");
+    if (version != WIRE_VERSION) {
+        if (why && why_len)
+            snprintf(why, why_len, "unsupported frame version: the peer speaks wire version %u, this agent %d; "
+                     "run the same shoal release on every agent of a job", version, WIRE_VERSION);
+        return -1;
+    }
     GET(OFF_HCRC, hcrc);
     if (hcrc != crc32c(0, in, OFF_HCRC))
         return why_set(why, why_len, "frame header CRC mismatch");
@@ -113,14 +139,12 @@ int wire_header_decode(const unsigned char in[WIRE_HEADER_BYTES], uint64_t paylo
         if (i >= f->ndim && f->shape[i])
             return why_set(why, why_len, "shape beyond ndim is not zero");
     }
+    if (f->dtype == WIRE_Q8 && f->ndim == 0)
+        return why_set(why, why_len, "an int8 frame needs a shape (rows of values)");
     if (f->dtype != WIRE_BYTES) {
-        /* every factor is < 2^32 and the running product stays <= payload_max */
-        uint64_t bytes = wire_dtype_size(f->dtype);
-        for (int i = 0; i < f->ndim; i++) {
-            if (f->shape[i] && bytes > payload_max / f->shape[i])
-                return why_set(why, why_len, "shape larger than the limit");
-            bytes *= f->shape[i];
-        }
+        uint64_t bytes = wire_payload_bytes(f->dtype, f->ndim, f->shape, payload_max);
+        if (bytes == UINT64_MAX)
+            return why_set(why, why_len, "shape larger than the limit");
         if (bytes != f->payload_len)
             return why_set(why, why_len, "payload length does not match dtype and shape");
     }

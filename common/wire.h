@@ -4,14 +4,16 @@
  * function over bytes (tests/fuzz/fuzz_peer.c feeds them garbage).
  *
  * Header layout (byte offsets):
- *    0 u32 magic "SHLF"      4 u16 version (2)      6 u16 kind
+ *    0 u32 magic "SHLF"      4 u16 version (3)      6 u16 kind
  *    8 i64 job id           16 u32 plan epoch      20 u32 micro-batch
  *   24 u64 step             32 u16 dtype           34 u16 ndim (0..4)
  *   36 u32 shape[4]         52 u64 payload bytes   60 u32 payload CRC32C
  *   64 u32 flags            68 u32 CRC32C of bytes 0..67
- * For tensor dtypes the payload length must equal the product of the shape
- * times the element size; a header is checked completely before a single
- * payload byte is read or trusted.  Flags: WIRE_FLAG_SEALED or 0.
+ * For tensor dtypes the payload length must be what the dtype makes of the
+ * shape (wire_payload_bytes: the product of the shape times the element
+ * size; for WIRE_Q8 also a 4-byte scale per row of shape[ndim-1] values,
+ * common/codec.h); a header is checked completely before a single payload
+ * byte is read or trusted.  Flags: WIRE_FLAG_SEALED or 0.
  *
  * Handshake (version 2): the listener greets with a HELLO whose payload is a
  * fresh 32-byte nonce; the dialer answers with a HELLO (its job and epoch)
@@ -43,10 +45,12 @@
 #include <stdint.h>
 
 #define WIRE_MAGIC 0x464c4853u /* "SHLF" as little-endian bytes */
-/* 2: header flags, hello flags, sealed frames.  Agents of different
- * versions cannot talk: the first frame fails with "unsupported frame
- * version", so upgrade every agent of a cluster together. */
-#define WIRE_VERSION 2
+/* 2: header flags, hello flags, sealed frames.  3: the WIRE_Q8 dtype,
+ * bf16 and int8 tensors on stage links and in all-reduce chunks, WIRE_EVAL
+ * frames.  Agents of different versions cannot talk: the first frame
+ * (the listener's hello) fails with "peer speaks wire version N, this
+ * agent V", so upgrade every agent of a job together. */
+#define WIRE_VERSION 3
 #define WIRE_HEADER_BYTES 72
 #define WIRE_MAX_DIMS 4
 #define WIRE_NONCE_BYTES 32
@@ -75,7 +79,8 @@ enum wire_kind {
     WIRE_PROBE = 7,           /* bandwidth probe bytes */
     WIRE_ERROR = 8,           /* payload: a UTF-8 reason */
     WIRE_GRAD_NORM = 9,       /* payload: one little-endian double, a sum of squared gradients */
-    WIRE_KIND_MAX = 9
+    WIRE_EVAL = 10,           /* forward: residual stream of a validation micro-batch (no backward) */
+    WIRE_KIND_MAX = 10
 };
 
 enum wire_dtype {
@@ -84,7 +89,8 @@ enum wire_dtype {
     WIRE_BF16 = 2,
     WIRE_F16 = 3,
     WIRE_I32 = 4,
-    WIRE_DTYPE_MAX = 4
+    WIRE_Q8 = 5,    /* int8 rows of shape[ndim-1] values, a f32 scale each (common/codec.h) */
+    WIRE_DTYPE_MAX = 5
 };
 
 struct wire_frame {
@@ -103,6 +109,11 @@ struct wire_frame {
 
 /* Bytes per element of a dtype; 1 for WIRE_BYTES, 0 for an unknown one. */
 size_t wire_dtype_size(unsigned dtype);
+
+/* The payload bytes a tensor frame of `dtype` and shape[0..ndim) carries,
+ * or UINT64_MAX when that is over `max` (or no such tensor: WIRE_Q8 of no
+ * dimension).  WIRE_BYTES frames have no rule: their length is their own. */
+uint64_t wire_payload_bytes(unsigned dtype, unsigned ndim, const uint32_t *shape, uint64_t max);
 
 /* Writes the header of f (payload_crc and flags as given) into out. */
 void wire_header_encode(const struct wire_frame *f, unsigned char out[WIRE_HEADER_BYTES]);

@@ -1,13 +1,15 @@
-/* checkpoint.c - stage files: one stage's parameters and AdamW state.
+/* checkpoint.c - stage files: one stage's parameters, AdamW state and
+ * extra per-parameter state (kern_stage_extra).
  *
  * Layout, little-endian:
  *   char     magic[8]      "SHOALSTG"
- *   uint32   version       KERN_STAGE_FILE_VERSION
+ *   uint32   version       KERN_STAGE_FILE_VERSION (2; 1 is read too)
  *   int32    vocab, context, d_model, heads, layers
  *   int32    layer_start, layer_end, first, last
+ *   int32    extras        bit i set: extra buffer i follows (version 2 only)
  *   uint64   step          AdamW steps taken
  *   uint64   n             floats per buffer
- *   float32  params[n], adam_m[n], adam_v[n]
+ *   float32  params[n], adam_m[n], adam_v[n], then each extra[n] in order
  *   uint64   checksum      FNV-1a 64 of every byte before it
  */
 #include "stage.h"
@@ -20,7 +22,8 @@
 #endif
 
 #define STAGE_MAGIC "SHOALSTG"
-#define HEADER_INTS 9
+#define HEADER_INTS 10         /* version 2; version 1 has the first 9 */
+#define EXTRAS (HEADER_INTS - 1) /* the index of the extras mask */
 
 struct header {
     char magic[8];
@@ -30,7 +33,19 @@ struct header {
     uint64_t n;
 };
 
-#define HEADER_BYTES (8 + 4 + 4 * HEADER_INTS + 8 + 8)
+/* Bytes of the header of a file of `version`. */
+static size_t header_bytes(uint32_t version)
+{
+    return 8 + 4 + 4 * (size_t)(version == 1 ? HEADER_INTS - 1 : HEADER_INTS) + 8 + 8;
+}
+#define HEADER_BYTES_MAX (8 + 4 + 4 * HEADER_INTS + 8 + 8)
+#define EXTRAS_ALL ((1 << KERN_EXTRA_COUNT) - 1)
+
+/* Buffers a file of header h holds: params, both moments, the extras. */
+static int header_buffers(const struct header *h)
+{
+    return 3 + __builtin_popcount((unsigned)h->ints[EXTRAS] & EXTRAS_ALL);
+}
 
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
 {
@@ -43,13 +58,15 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
 }
 #define FNV_START 0xcbf29ce484222325ull
 
-static void header_pack(const struct header *h, unsigned char *out)
+/* Packs a version 2 header; returns its bytes. */
+static size_t header_pack(const struct header *h, unsigned char *out)
 {
     memcpy(out, h->magic, 8);
     memcpy(out + 8, &h->version, 4);
     memcpy(out + 12, h->ints, 4 * HEADER_INTS);
     memcpy(out + 12 + 4 * HEADER_INTS, &h->step, 8);
     memcpy(out + 20 + 4 * HEADER_INTS, &h->n, 8);
+    return HEADER_BYTES_MAX;
 }
 
 static void header_of_stage(const struct kern_stage *st, struct header *h)
@@ -58,8 +75,11 @@ static void header_of_stage(const struct kern_stage *st, struct header *h)
     const struct kern_stage_spec *s = &st->spec;
     memcpy(h->magic, STAGE_MAGIC, 8);
     h->version = KERN_STAGE_FILE_VERSION;
+    int32_t extras = 0;
+    for (int i = 0; i < KERN_EXTRA_COUNT; i++)
+        extras |= st->extra[i] ? 1 << i : 0;
     int32_t v[HEADER_INTS] = {m->vocab, m->context, m->d_model, m->heads, m->layers,
-                              s->layer_start, s->layer_end, !!s->first, !!s->last};
+                              s->layer_start, s->layer_end, !!s->first, !!s->last, extras};
     memcpy(h->ints, v, sizeof v);
     h->step = st->step;
     h->n = st->n_params;
@@ -69,7 +89,7 @@ int kern_stage_save(struct kern_stage *st, FILE *f, struct kern_err *err)
 {
     static const enum kern_buffer order[3] = {KERN_PARAMS, KERN_ADAM_M, KERN_ADAM_V};
     struct header h;
-    unsigned char raw[HEADER_BYTES];
+    unsigned char raw[HEADER_BYTES_MAX];
     float *buf = malloc(st->n_params * sizeof *buf);
     uint64_t sum = FNV_START;
     int rc = -1;
@@ -79,17 +99,20 @@ int kern_stage_save(struct kern_stage *st, FILE *f, struct kern_err *err)
         goto out;
     }
     header_of_stage(st, &h);
-    header_pack(&h, raw);
-    sum = fnv1a(sum, raw, sizeof raw);
-    if (fwrite(raw, 1, sizeof raw, f) != sizeof raw) {
+    size_t hb = header_pack(&h, raw);
+    sum = fnv1a(sum, raw, hb);
+    if (fwrite(raw, 1, hb, f) != hb) {
         kern_fail(err, "save: write failed");
         goto out;
     }
-    for (int i = 0; i < 3; i++) {
-        if (st->ops->read(st, order[i], buf, err))
+    for (int i = 0; i < 3 + KERN_EXTRA_COUNT; i++) {
+        const float *b = buf;
+        if (i >= 3 && !(b = st->extra[i - 3]))
+            continue;
+        if (i < 3 && st->ops->read(st, order[i], buf, err))
             goto out;
-        sum = fnv1a(sum, buf, st->n_params * sizeof *buf);
-        if (fwrite(buf, sizeof *buf, st->n_params, f) != st->n_params) {
+        sum = fnv1a(sum, b, st->n_params * sizeof *b);
+        if (fwrite(b, sizeof *b, st->n_params, f) != st->n_params) {
             kern_fail(err, "save: write failed");
             goto out;
         }
@@ -104,22 +127,31 @@ out:
     return rc;
 }
 
-/* Reads and unpacks a header; checks its magic and version. */
-static int header_read(FILE *f, struct header *got, unsigned char raw[HEADER_BYTES],
+/* Reads and unpacks a header (version 1: no extras); checks its magic,
+ * version and extras.  *raw_len gets its bytes. */
+static int header_read(FILE *f, struct header *got, unsigned char raw[HEADER_BYTES_MAX], size_t *raw_len,
                        struct kern_err *err)
 {
-    if (fread(raw, 1, HEADER_BYTES, f) != HEADER_BYTES)
+    if (fread(raw, 1, 12, f) != 12)
         return kern_fail(err, "load: file is shorter than a stage file header");
     memcpy(got->magic, raw, 8);
     memcpy(&got->version, raw + 8, 4);
-    memcpy(got->ints, raw + 12, 4 * HEADER_INTS);
-    memcpy(&got->step, raw + 12 + 4 * HEADER_INTS, 8);
-    memcpy(&got->n, raw + 20 + 4 * HEADER_INTS, 8);
     if (memcmp(got->magic, STAGE_MAGIC, 8))
         return kern_fail(err, "load: not a shoal stage file (bad magic)");
-    if (got->version != KERN_STAGE_FILE_VERSION)
-        return kern_fail(err, "load: stage file version %u, this build reads %d", got->version,
+    if (got->version < 1 || got->version > KERN_STAGE_FILE_VERSION)
+        return kern_fail(err, "load: stage file version %u, this build reads 1 to %d", got->version,
                          KERN_STAGE_FILE_VERSION);
+    size_t ints = got->version == 1 ? HEADER_INTS - 1 : HEADER_INTS;
+    *raw_len = header_bytes(got->version);
+    if (fread(raw + 12, 1, *raw_len - 12, f) != *raw_len - 12)
+        return kern_fail(err, "load: file is shorter than a stage file header");
+    memset(got->ints, 0, sizeof got->ints);
+    memcpy(got->ints, raw + 12, 4 * ints);
+    memcpy(&got->step, raw + 12 + 4 * ints, 8);
+    memcpy(&got->n, raw + 20 + 4 * ints, 8);
+    if (got->ints[EXTRAS] & ~EXTRAS_ALL)
+        return kern_fail(err, "load: the stage file holds extra state this build does not know (mask %#x)",
+                         (unsigned)got->ints[EXTRAS]);
     return 0;
 }
 
@@ -161,9 +193,9 @@ static int header_check_size(FILE *f, const struct header *h, struct kern_err *e
         return kern_fail(err, "peek: the header says %llu floats per buffer, but its model (V=%d T=%d C=%d NH=%d "
                          "L=%d) and layers [%d,%d) make %llu", (unsigned long long)h->n, h->ints[0], h->ints[1],
                          h->ints[2], h->ints[3], h->ints[4], h->ints[5], h->ints[6], (unsigned long long)floats);
-    /* header, params, adam_m, adam_v (4 bytes a float), checksum */
-    uint64_t want = HEADER_BYTES + 8;
-    if (mul_add(&want, 12, floats) || (uint64_t)size != want)
+    /* header, params, adam_m, adam_v, extras (4 bytes a float), checksum */
+    uint64_t want = header_bytes(h->version) + 8;
+    if (mul_add(&want, 4 * (uint64_t)header_buffers(h), floats) || (uint64_t)size != want)
         return kern_fail(err, "peek: the header says %llu floats per buffer, and the file is %ld bytes instead of "
                          "the %llu that makes", (unsigned long long)floats, size, (unsigned long long)want);
     return 0;
@@ -173,8 +205,9 @@ int kern_stage_file_peek(FILE *f, struct kern_model *model, struct kern_stage_sp
                          struct kern_err *err)
 {
     struct header h;
-    unsigned char raw[HEADER_BYTES];
-    if (header_read(f, &h, raw, err) != 0) {
+    unsigned char raw[HEADER_BYTES_MAX];
+    size_t raw_len;
+    if (header_read(f, &h, raw, &raw_len, err) != 0) {
         fseek(f, 0, SEEK_SET);
         return -1;
     }
@@ -192,16 +225,18 @@ int kern_stage_file_peek(FILE *f, struct kern_model *model, struct kern_stage_sp
 int kern_stage_load(struct kern_stage *st, FILE *f, struct kern_err *err)
 {
     struct header want, got;
-    unsigned char raw[HEADER_BYTES];
-    float *buf[3] = {NULL, NULL, NULL};
+    unsigned char raw[HEADER_BYTES_MAX];
+    size_t raw_len;
+    float *buf[3 + KERN_EXTRA_COUNT] = {NULL};
     uint64_t sum = FNV_START, stored;
     int rc = -1;
 
-    if (header_read(f, &got, raw, err))
+    if (header_read(f, &got, raw, &raw_len, err))
         goto out;
-    sum = fnv1a(sum, raw, sizeof raw);
+    sum = fnv1a(sum, raw, raw_len);
     header_of_stage(st, &want);
-    if (memcmp(got.ints, want.ints, sizeof got.ints) || got.n != want.n) {
+    /* the model and layers must match; the extras are the file's to say */
+    if (memcmp(got.ints, want.ints, sizeof got.ints[0] * EXTRAS) || got.n != want.n) {
         kern_fail(err, "load: the file holds layers [%d,%d) of a model (V=%d T=%d C=%d "
                   "NH=%d L=%d); this stage is layers [%d,%d) of (V=%d T=%d C=%d NH=%d L=%d)",
                   got.ints[5], got.ints[6], got.ints[0], got.ints[1], got.ints[2],
@@ -209,7 +244,9 @@ int kern_stage_load(struct kern_stage *st, FILE *f, struct kern_err *err)
                   want.ints[1], want.ints[2], want.ints[3], want.ints[4]);
         goto out;
     }
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 3 + KERN_EXTRA_COUNT; i++) {
+        if (i >= 3 && !(got.ints[EXTRAS] & (1 << (i - 3))))
+            continue;
         buf[i] = malloc(st->n_params * sizeof *buf[i]);
         if (!buf[i]) {
             kern_fail(err, "load: out of memory");
@@ -237,11 +274,16 @@ int kern_stage_load(struct kern_stage *st, FILE *f, struct kern_err *err)
         st->ops->write(st, KERN_ADAM_M, buf[1], err) ||
         st->ops->write(st, KERN_ADAM_V, buf[2], err))
         goto out;
+    for (int i = 0; i < KERN_EXTRA_COUNT; i++) {   /* the stage takes the file's buffers */
+        free(st->extra[i]);
+        st->extra[i] = buf[3 + i];
+        buf[3 + i] = NULL;
+    }
     st->step = got.step;
     kern_stage_drop_in_flight(st);
     rc = 0;
 out:
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 3 + KERN_EXTRA_COUNT; i++)
         free(buf[i]);
     return rc;
 }
@@ -259,11 +301,26 @@ int kern_stage_assemble(struct kern_stage *st, struct kern_stage *const *sources
                         struct kern_err *err)
 {
     static const enum kern_buffer order[3] = {KERN_PARAMS, KERN_ADAM_M, KERN_ADAM_V};
-    float *dst[3] = {NULL, NULL, NULL}, *src[3] = {NULL, NULL, NULL};
+    enum { NB = 3 + KERN_EXTRA_COUNT };
+    float *dst[NB] = {NULL}, *src[NB] = {NULL};
     char *filled = calloc((size_t)st->n_tensors + 1, 1);
     int rc = -1, have = 0;
-    for (int b = 0; b < 3; b++)
-        dst[b] = malloc(st->n_params * sizeof(float));
+    /* the extras the sources hold: all of them, or none */
+    for (int e = 0; e < KERN_EXTRA_COUNT; e++) {
+        int with = 0;
+        for (int k = 0; k < n_sources; k++)
+            with += sources[k]->extra[e] != NULL;
+        if (with != 0 && with != n_sources) {
+            kern_fail(err, "assemble: %d of %d sources hold extra state %d", with, n_sources, e);
+            goto out;
+        }
+    }
+    for (int b = 0; b < NB; b++)
+        if (b < 3 || (n_sources > 0 && sources[0]->extra[b - 3]))
+            if (!(dst[b] = malloc(st->n_params * sizeof(float)))) {
+                kern_fail(err, "assemble: out of memory");
+                goto out;
+            }
     if (!filled || !dst[0] || !dst[1] || !dst[2]) {
         kern_fail(err, "assemble: out of memory");
         goto out;
@@ -288,6 +345,8 @@ int kern_stage_assemble(struct kern_stage *st, struct kern_stage *const *sources
             if (from->ops->read((struct kern_stage *)from, order[b], src[b], err))
                 goto out;
         }
+        for (int b = 3; b < NB; b++)
+            src[b] = from->extra[b - 3];   /* borrowed */
         for (int i = 0; i < st->n_tensors; i++) {
             const struct kern_tensor *t = &st->tensors[i];
             int j = filled[i] ? -1 : tensor_index(from, t->name);
@@ -298,11 +357,14 @@ int kern_stage_assemble(struct kern_stage *st, struct kern_stage *const *sources
                           from->tensors[j].count, k, t->count);
                 goto out;
             }
-            for (int b = 0; b < 3; b++)
-                memcpy(dst[b] + t->offset, src[b] + from->tensors[j].offset, t->count * sizeof(float));
+            for (int b = 0; b < NB; b++)
+                if (dst[b])
+                    memcpy(dst[b] + t->offset, src[b] + from->tensors[j].offset, t->count * sizeof(float));
             filled[i] = 1;
             have++;
         }
+        for (int b = 3; b < NB; b++)
+            src[b] = NULL;
     }
     for (int i = 0; have < st->n_tensors && i < st->n_tensors; i++) {
         if (!filled[i]) {
@@ -313,13 +375,19 @@ int kern_stage_assemble(struct kern_stage *st, struct kern_stage *const *sources
     for (int b = 0; b < 3; b++)
         if (st->ops->write(st, order[b], dst[b], err))
             goto out;
+    for (int e = 0; e < KERN_EXTRA_COUNT; e++) {   /* the stage takes the assembled extras */
+        free(st->extra[e]);
+        st->extra[e] = dst[3 + e];
+        dst[3 + e] = NULL;
+    }
     st->step = n_sources > 0 ? sources[0]->step : 0;
     kern_stage_drop_in_flight(st);
     rc = 0;
 out:
-    for (int b = 0; b < 3; b++) {
+    for (int b = 0; b < NB; b++) {
         free(dst[b]);
-        free(src[b]);
+        if (b < 3)
+            free(src[b]);
     }
     free(filled);
     return rc;

@@ -156,11 +156,31 @@ int kern_stage_read(struct kern_stage *st, enum kern_buffer which, float *dst,
 int kern_stage_write(struct kern_stage *st, enum kern_buffer which, const float *src,
                      struct kern_err *err);
 
-/* Stage files: magic "SHOALSTG", version, model, layer range, AdamW step,
- * parameters and both AdamW moments, and a checksum. Load checks that the
- * file belongs to the same model and layer range and is whole before it
- * changes anything. */
-#define KERN_STAGE_FILE_VERSION 1
+/* Per-parameter state a caller keeps with a stage beside AdamW's: host
+ * memory, kern_stage_param_count floats each, zeroed when first asked for.
+ * Stage files carry the ones that exist (after the AdamW moments); load and
+ * assemble restore them tensor by tensor like the moments, and a file
+ * without one leaves it absent (NULL) in the stage it loads into. */
+enum kern_extra {
+    KERN_EXTRA_OUTER_MOMENTUM,   /* DiLoCo's outer Nesterov momentum */
+    KERN_EXTRA_SYNC_FEEDBACK,    /* what a compressed sync has not yet delivered (error feedback) */
+    KERN_EXTRA_COUNT
+};
+
+/* The extra buffer `which`, created zeroed on first use.  Owned by the
+ * stage until kern_stage_free.  NULL when memory is short or `which` is
+ * not one. */
+float *kern_stage_extra(struct kern_stage *st, enum kern_extra which);
+
+/* The extra buffer if the stage has it, else NULL. */
+float *kern_stage_extra_if(const struct kern_stage *st, enum kern_extra which);
+
+/* Stage files: magic "SHOALSTG", version, model, layer range, which extras
+ * it holds, AdamW step, parameters, both AdamW moments and the extras, and
+ * a checksum. Load checks that the file belongs to the same model and layer
+ * range and is whole before it changes anything.  Version 1 files (no
+ * extras) load too. */
+#define KERN_STAGE_FILE_VERSION 2
 int kern_stage_save(struct kern_stage *st, FILE *f, struct kern_err *err);
 int kern_stage_load(struct kern_stage *st, FILE *f, struct kern_err *err);
 

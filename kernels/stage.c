@@ -152,7 +152,23 @@ void kern_stage_free(struct kern_stage *st)
         st->ops->release(st);
     free(st->tensors);
     free(st->slot_mb);
+    for (int i = 0; i < KERN_EXTRA_COUNT; i++)
+        free(st->extra[i]);
     free(st);
+}
+
+float *kern_stage_extra(struct kern_stage *st, enum kern_extra which)
+{
+    if ((unsigned)which >= KERN_EXTRA_COUNT)
+        return NULL;
+    if (!st->extra[which])
+        st->extra[which] = calloc(st->n_params ? st->n_params : 1, sizeof(float));
+    return st->extra[which];
+}
+
+float *kern_stage_extra_if(const struct kern_stage *st, enum kern_extra which)
+{
+    return (unsigned)which < KERN_EXTRA_COUNT ? st->extra[which] : NULL;
 }
 
 const struct kern_model *kern_stage_model(const struct kern_stage *st) { return &st->model; }

@@ -60,6 +60,7 @@ struct kern_stage {
 
     int *slot_mb;               /* in_flight: micro-batch in the slot, -1 when free */
     uint64_t step;              /* AdamW steps taken */
+    float *extra[KERN_EXTRA_COUNT]; /* host, n_params each, or NULL (kern_stage_extra) */
 };
 
 /* Offset (floats, from the start of a block) of tensor t of a block with C

@@ -12,11 +12,14 @@
  * claim it, the newer job wins.  "pipeline" is the node's replica across
  * all stages, "group" its stage across all replicas.  "allreduce" is how the
  * group sums its gradients: "nccl" when every member registered a GPU (an
- * agent built with CUDA has NCCL), else "ring" (TCP, on host memory), so
- * that every member of a group decides the same way.  "resume" is the
+ * agent built with CUDA has NCCL) and the job syncs every step, else
+ * "ring" (TCP, on host memory: diloco's outer steps always take the ring,
+ * whose chunks carry its compressed pseudo-gradients), so that every
+ * member of a group decides the same way.  "resume" is the
  * checkpoint the epoch starts from: the job's own (a re-plan, planner.h),
  * else its spec's resume_from, else null (step 0); with the layers each of
- * its stage files holds, since a re-plan may split the layers otherwise. */
+ * its stage files holds, since a re-plan may split the layers otherwise,
+ * and how many files a stage it has (one per replica under diloco). */
 #define ASSIGNMENT_SQL \
     "WITH me AS (SELECT node_id, ord FROM unnest($1::bigint[]) WITH ORDINALITY AS t(node_id, ord))," \
     " cur AS (SELECT DISTINCT ON (a.node_id) a.node_id, j.id AS job_id, j.plan_epoch AS epoch, j.state," \
@@ -42,13 +45,16 @@
     "       'peer_address', n.peer_address) ORDER BY a.replica)" \
     "     FROM assignments a JOIN nodes n ON n.id = a.node_id" \
     "     WHERE a.plan_id = c.plan_id AND a.stage = c.stage)," \
-    "   'allreduce', (SELECT CASE WHEN bool_and(n.gpu_count > 0) THEN 'nccl' ELSE 'ring' END" \
+    "   'allreduce', (SELECT CASE WHEN bool_and(n.gpu_count > 0)" \
+    "       AND coalesce(c.spec->'communication'->>'sync', 'every_step') = 'every_step' THEN 'nccl' ELSE 'ring' END" \
     "     FROM assignments a JOIN nodes n ON n.id = a.node_id" \
     "     WHERE a.plan_id = c.plan_id AND a.stage = c.stage)," \
     "   'resume', (SELECT json_build_object('job_id', r.job_id, 'step', r.step, 'stages'," \
     "       (SELECT coalesce(json_agg(json_build_object('stage', k.stage, 'layer_start', k.layer_start," \
     "         'layer_end', k.layer_end) ORDER BY k.stage), '[]') FROM checkpoints k" \
-    "        WHERE k.job_id = r.job_id AND k.step = r.step))" \
+    "        WHERE k.job_id = r.job_id AND k.step = r.step AND k.replica = 0)," \
+    "       'replicas', (SELECT count(*) FROM checkpoints k" \
+    "        WHERE k.job_id = r.job_id AND k.step = r.step AND k.stage = 0))" \
     "     FROM (SELECT CASE WHEN c.resume_step IS NOT NULL THEN c.job_id" \
     "         ELSE (c.spec->'resume_from'->>'job_id')::bigint END AS job_id," \
     "       coalesce(c.resume_step, (c.spec->'resume_from'->>'step')::bigint) AS step" \

@@ -219,6 +219,11 @@ static const struct jv_field progress_fields[] = {
     { "allreduce_s", JV_NUM, 1, 0, 0, PROGRESS_MAX_SECONDS, P(allreduce_s), 0, NULL, NULL },
     { "bubble_s", JV_NUM, 1, 0, 0, PROGRESS_MAX_SECONDS, P(bubble_s), 0, NULL, NULL },
     { "tokens", JV_INT, 1, 0, 0, 9e15, P(tokens), 0, NULL, NULL },
+    { "eval_s", JV_NUM, 0, 0, 0, PROGRESS_MAX_SECONDS, P(eval_s), 0, NULL, NULL },
+    { "val_loss", JV_NUM, 0, 1, 0, 1e6, P(val_loss), 0, NULL, NULL },
+    { "val_micro_batches", JV_INT, 0, 0, 0, 1 << 20, P(val_micro_batches), 0, NULL, NULL },
+    { "stage_link_bytes", JV_INT, 0, 0, 0, 9e15, P(stage_link_bytes), 0, NULL, NULL },
+    { "sync_bytes", JV_INT, 0, 0, 0, 9e15, P(sync_bytes), 0, NULL, NULL },
     { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
 };
 #undef P
@@ -226,8 +231,14 @@ static const struct jv_field progress_fields[] = {
 int body_progress_parse(const json_t *body, struct body_progress *out, struct shoal_err *e)
 {
     memset(out, 0, sizeof *out);
-    out->loss = NAN;
-    return jv_object(body, progress_fields, "", out, e);
+    out->loss = out->val_loss = NAN;
+    out->val_micro_batches = out->stage_link_bytes = out->sync_bytes = -1;
+    if (jv_object(body, progress_fields, "", out, e) != 0)
+        return -1;
+    if ((out->val_micro_batches > 0) != !isnan(out->val_loss))
+        return err_set(e, 422, "invalid_field", "val_loss", "val_loss comes with val_micro_batches > 0, the "
+                       "validation micro-batches it is the mean of");
+    return 0;
 }
 
 #define F(f) offsetof(struct body_failure, f)

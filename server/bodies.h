@@ -77,6 +77,11 @@ struct body_progress {
     double allreduce_s;          /* data-parallel gradient reduction, s */
     double bubble_s;             /* pipeline idle time, s */
     int64_t tokens;              /* processed by this tasklet in the step */
+    double eval_s;               /* the validation pass after the step, s; 0: none */
+    double val_loss;             /* last stage: mean of its validation micro-batches; NAN: none */
+    int64_t val_micro_batches;   /* how many it ran; -1: absent */
+    int64_t stage_link_bytes;    /* sent on pipeline links in the step; -1: absent (an older agent) */
+    int64_t sync_bytes;          /* sent to the data-parallel group in the step; -1: absent */
 };
 int body_progress_parse(const json_t *body, struct body_progress *out, struct shoal_err *e);
 

@@ -1,9 +1,12 @@
-/* h_checkpoints.c - the checkpoint store: one file per (job, step, stage).
+/* h_checkpoints.c - the checkpoint store: one file per (job, step, stage),
+ * or under sync "diloco" per (job, step, stage, replica).
  *
- * Replica 0 of each stage uploads its stage file; the body is streamed to
- * a temporary file under <data-dir>/checkpoints/job<id>/ while it is hashed
- * (SHA-256), never held in memory whole, then fsync'ed and renamed to
- * step<step>/stage<s>.bin, and the row in `checkpoints` is written.  A
+ * Replica 0 of each stage uploads its stage file (under diloco every
+ * replica its own: `?replica=R`); the body is streamed to a temporary file
+ * under <data-dir>/checkpoints/job<id>/ while it is hashed (SHA-256), never
+ * held in memory whole, then fsync'ed and renamed to
+ * step<step>/stage<s>.bin (stage<s>-replica<r>.bin for r > 0), and the row
+ * in `checkpoints` is written.  A
  * re-upload replaces the file and the row.  Downloads are served from the
  * file descriptor.  The files live on the server that received them: with
  * several servers on one database, their data directories must be shared. */
@@ -26,6 +29,10 @@
 #include "routes.h"
 
 #define CKPT_SHA256_HEADER "X-Shoal-SHA256"
+/* Files a complete checkpoint holds per stage, for job row j: one per
+ * replica under diloco, else replica 0's. */
+#define CKPT_FILES_PER_STAGE_SQL \
+    "(CASE WHEN j.spec->'communication'->>'sync' = 'diloco' THEN j.replicas ELSE 1 END)"
 /* Room for the data directory (up to PATH_MAX) and what we add under it;
  * the kernel refuses paths over PATH_MAX itself. */
 #define CKPT_PATH_MAX (PATH_MAX + 256)
@@ -38,13 +45,15 @@ struct upload {
     uint64_t bytes;               /* received so far */
     uint64_t cap;                 /* --max-checkpoint-bytes */
     long long layer_start, layer_end; /* the layers the file holds, as the uploader says; -1: not said */
+    long long replica;            /* whose file: 0, or a diloco replica's own */
     int too_large;
     int write_errno;              /* first write error, 0 if none */
     char want_sha256[TOKEN_HASH_HEX]; /* from the header, lowercase; "" if none */
 };
 
 /* Serialises rename + row per server, so that two uploads of the same
- * (job, step, stage) cannot leave the file of one and the row of the other. */
+ * (job, step, stage, replica) cannot leave the file of one and the row of
+ * the other. */
 static pthread_mutex_t ckpt_commit_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Creates `dir` and its missing parents (mode 0700). */
@@ -125,11 +134,12 @@ static int ckpt_begin(struct request *rq, struct response *rs)
     struct upload *u = NULL;
     json_t *res = NULL;
     int64_t job = rq->match.ids[0], step = rq->match.ids[1], stage = rq->match.ids[2];
-    char want[TOKEN_HASH_HEX];
-    long long ls = -1, le = -1;
+    char want[TOKEN_HASH_HEX], p_replica[24];
+    long long ls = -1, le = -1, replica = 0;
     int has_ls, has_le;
     if ((has_ls = request_query_int(rq, rs, "layer_start", 0, 1 << 20, &ls)) < 0 ||
-        (has_le = request_query_int(rq, rs, "layer_end", 1, 1 << 20, &le)) < 0)
+        (has_le = request_query_int(rq, rs, "layer_end", 1, 1 << 20, &le)) < 0 ||
+        request_query_int(rq, rs, "replica", 0, 65535, &replica) < 0)
         return -1;   /* answered */
     if (has_ls != has_le || (has_ls && le <= ls)) {
         err_set(&e, 400, "invalid_field", "layer_end", "layer_start and layer_end go together, with "
@@ -150,23 +160,31 @@ static int ckpt_begin(struct request *rq, struct response *rs)
         }
     }
     const char *params[] = { db_param_i64(p_job, job), db_param_i64(p_stage, stage),
-                             db_param_i64(p_node, rq->node_id) };
-    /* Only replica 0 of the stage, in the job's current plan, writes its file. */
+                             db_param_i64(p_node, rq->node_id), db_param_i64(p_replica, replica) };
+    /* Only the tasklet (stage, replica) of the job's current plan writes
+     * its file, and a replica other than 0 only under diloco. */
     res = db_query_json(srv->db,
         "SELECT json_build_object('total_steps', j.total_steps, 'layers', (j.spec->'model'->>'layers')::int,"
+        " 'diloco', j.spec->'communication'->>'sync' = 'diloco',"
         " 'assigned', EXISTS (SELECT 1"
         "   FROM assignments a JOIN plans p ON p.id = a.plan_id"
-        "   WHERE p.job_id = j.id AND p.epoch = j.plan_epoch AND a.stage = $2::int AND a.replica = 0"
+        "   WHERE p.job_id = j.id AND p.epoch = j.plan_epoch AND a.stage = $2::int AND a.replica = $4::int"
         "     AND a.node_id = $3::bigint))"
-        " FROM jobs j WHERE j.id = $1::bigint", 3, params, "job", &e);
+        " FROM jobs j WHERE j.id = $1::bigint", 4, params, "job", &e);
     if (!res) {
         if (e.status == 404)
             err_set(&e, 404, "not_found", NULL, "job %s does not exist", p_job);
         goto fail;
     }
+    if (replica > 0 && !json_is_true(json_object_get(res, "diloco"))) {
+        err_set(&e, 422, "invalid_field", "replica", "job %s keeps one checkpoint file a stage, replica 0's; "
+                "only sync \"diloco\" keeps one a replica", p_job);
+        goto fail;
+    }
     if (!json_is_true(json_object_get(res, "assigned"))) {
-        err_set(&e, 403, "forbidden", NULL, "node %lld is not replica 0 of stage %lld in job %s's current plan; "
-                "only that node uploads the stage's checkpoint", (long long)rq->node_id, (long long)stage, p_job);
+        err_set(&e, 403, "forbidden", NULL, "node %lld is not replica %lld of stage %lld in job %s's current plan; "
+                "only that node uploads its checkpoint file", (long long)rq->node_id, replica, (long long)stage,
+                p_job);
         goto fail;
     }
     if (step > json_integer_value(json_object_get(res, "total_steps"))) {
@@ -191,6 +209,7 @@ static int ckpt_begin(struct request *rq, struct response *rs)
     u->cap = (uint64_t)srv->cfg.max_checkpoint_bytes;
     u->layer_start = ls;
     u->layer_end = le;
+    u->replica = replica;
     snprintf(u->want_sha256, sizeof u->want_sha256, "%s", want);
     snprintf(u->tmp, sizeof u->tmp, "%s/.upload-XXXXXX", dir);
     u->fd = mkostemp(u->tmp, O_CLOEXEC);
@@ -244,15 +263,18 @@ static json_t *ckpt_commit(struct request *rq, struct upload *u, const char *sha
 {
     struct server *srv = rq->srv;
     int64_t job = rq->match.ids[0], step = rq->match.ids[1], stage = rq->match.ids[2];
-    char rel[128], dir[CKPT_PATH_MAX], path[CKPT_PATH_MAX];
-    char p_job[24], p_step[24], p_stage[24], p_node[24], p_bytes[24], p_ls[24], p_le[24];
+    char rel[160], dir[CKPT_PATH_MAX], path[CKPT_PATH_MAX], name[48];
+    char p_job[24], p_step[24], p_stage[24], p_node[24], p_bytes[24], p_ls[24], p_le[24], p_replica[24];
     json_t *res = NULL;
     if (fsync(u->fd) != 0) {
         err_set(e, 500, "storage", NULL, "cannot write the checkpoint to disk: %s", strerror(errno));
         return NULL;
     }
-    snprintf(rel, sizeof rel, "checkpoints/job%lld/step%lld/stage%lld.bin", (long long)job, (long long)step,
-             (long long)stage);
+    if (u->replica > 0)
+        snprintf(name, sizeof name, "stage%lld-replica%lld.bin", (long long)stage, u->replica);
+    else
+        snprintf(name, sizeof name, "stage%lld.bin", (long long)stage);
+    snprintf(rel, sizeof rel, "checkpoints/job%lld/step%lld/%s", (long long)job, (long long)step, name);
     snprintf(dir, sizeof dir, "%s/checkpoints/job%lld/step%lld", srv->cfg.data_dir, (long long)job,
              (long long)step);
     snprintf(path, sizeof path, "%s/%s", srv->cfg.data_dir, rel);
@@ -261,7 +283,8 @@ static json_t *ckpt_commit(struct request *rq, struct upload *u, const char *sha
     const char *params[] = { db_param_i64(p_job, job), db_param_i64(p_step, step), db_param_i64(p_stage, stage),
                              db_param_i64(p_node, rq->node_id), db_param_i64(p_bytes, (long long)u->bytes),
                              sha256, rel, u->layer_start >= 0 ? db_param_i64(p_ls, u->layer_start) : NULL,
-                             u->layer_end >= 0 ? db_param_i64(p_le, u->layer_end) : NULL };
+                             u->layer_end >= 0 ? db_param_i64(p_le, u->layer_end) : NULL,
+                             db_param_i64(p_replica, u->replica) };
     pthread_mutex_lock(&ckpt_commit_lock);
     if (rename(u->tmp, path) != 0) {
         err_set(e, 500, "storage", NULL, "cannot move the checkpoint into place: %s", strerror(errno));
@@ -270,19 +293,22 @@ static json_t *ckpt_commit(struct request *rq, struct upload *u, const char *sha
     close(u->fd);
     u->fd = -1;   /* the file is in place: nothing to remove any more */
     ckpt_sync_dir(dir);
-    /* "complete" counts the other stages' rows plus this one (the statement
+    /* "complete" counts the other files' rows plus this one (the statement
      * does not see its own insert). */
     res = db_query_json(srv->db,
         "WITH up AS (INSERT INTO checkpoints (job_id, step, stage, node_id, bytes, sha256, path, layer_start,"
-        "     layer_end)"
-        "   VALUES ($1::bigint, $2::bigint, $3::int, $4::bigint, $5::bigint, $6, $7, $8::int, $9::int)"
-        "   ON CONFLICT (job_id, step, stage) DO UPDATE SET node_id = EXCLUDED.node_id, bytes = EXCLUDED.bytes,"
-        "     sha256 = EXCLUDED.sha256, path = EXCLUDED.path, layer_start = EXCLUDED.layer_start,"
-        "     layer_end = EXCLUDED.layer_end, created_at = now() RETURNING stage)"
+        "     layer_end, replica)"
+        "   VALUES ($1::bigint, $2::bigint, $3::int, $4::bigint, $5::bigint, $6, $7, $8::int, $9::int, $10::int)"
+        "   ON CONFLICT (job_id, step, stage, replica) DO UPDATE SET node_id = EXCLUDED.node_id,"
+        "     bytes = EXCLUDED.bytes, sha256 = EXCLUDED.sha256, path = EXCLUDED.path,"
+        "     layer_start = EXCLUDED.layer_start, layer_end = EXCLUDED.layer_end, created_at = now()"
+        "   RETURNING stage, replica)"
         " SELECT json_build_object('job_id', j.id, 'step', $2::bigint, 'stage', (SELECT stage FROM up),"
-        "   'bytes', $5::bigint, 'sha256', $6::text, 'complete', 1 + (SELECT count(*) FROM checkpoints c"
-        "     WHERE c.job_id = j.id AND c.step = $2::bigint AND c.stage <> $3::int) >= j.stages)"
-        " FROM jobs j WHERE j.id = $1::bigint", 9, params, "job", e);
+        "   'replica', (SELECT replica FROM up), 'bytes', $5::bigint, 'sha256', $6::text,"
+        "   'complete', 1 + (SELECT count(*) FROM checkpoints c WHERE c.job_id = j.id AND c.step = $2::bigint"
+        "     AND c.stage < j.stages AND c.replica < " CKPT_FILES_PER_STAGE_SQL
+        "     AND (c.stage, c.replica) <> ($3::int, $10::int)) >= j.stages * " CKPT_FILES_PER_STAGE_SQL ")"
+        " FROM jobs j WHERE j.id = $1::bigint", 10, params, "job", e);
 out:
     pthread_mutex_unlock(&ckpt_commit_lock);
     return res;
@@ -326,8 +352,8 @@ void h_checkpoint_put(struct request *rq, struct response *rs)
         reply_error(rs, &e);
         goto out;
     }
-    log_info("checkpoint stored job=%lld step=%lld stage=%lld bytes=%llu", (long long)rq->match.ids[0],
-             (long long)rq->match.ids[1], (long long)rq->match.ids[2], (unsigned long long)u->bytes);
+    log_info("checkpoint stored job=%lld step=%lld stage=%lld replica=%lld bytes=%llu", (long long)rq->match.ids[0],
+             (long long)rq->match.ids[1], (long long)rq->match.ids[2], u->replica, (unsigned long long)u->bytes);
     reply_json(rs, 201, res);
 out:
     ckpt_upload_free(u);
@@ -341,10 +367,11 @@ void h_checkpoints_list(struct request *rq, struct response *rs)
     snprintf(what, sizeof what, "job %s", p_id);
     json_t *res = db_query_json(rq->srv->db,
         "SELECT json_build_object('checkpoints', coalesce((SELECT json_agg(json_build_object('step', s.step,"
-        "   'stages', s.stages, 'complete', s.n >= j.stages) ORDER BY s.step DESC)"
-        "  FROM (SELECT step, count(*) AS n, json_agg(json_build_object('stage', stage, 'bytes', bytes,"
+        "   'stages', s.stages, 'complete', s.n >= j.stages * " CKPT_FILES_PER_STAGE_SQL ") ORDER BY s.step DESC)"
+        "  FROM (SELECT step, count(*) FILTER (WHERE c.stage < j.stages AND c.replica < " CKPT_FILES_PER_STAGE_SQL
+        "     ) AS n, json_agg(json_build_object('stage', stage, 'replica', replica, 'bytes', bytes,"
         "     'sha256', sha256, 'node_id', node_id, 'layer_start', layer_start, 'layer_end', layer_end,"
-        "     'created_at', created_at) ORDER BY stage) AS stages"
+        "     'created_at', created_at) ORDER BY stage, replica) AS stages"
         "   FROM checkpoints c WHERE c.job_id = j.id GROUP BY step) s), '[]'))"
         " FROM jobs j WHERE j.id = $1::bigint", 1, params, what, &e);
     if (res)
@@ -357,11 +384,15 @@ void h_checkpoint_get(struct request *rq, struct response *rs)
 {
     struct server *srv = rq->srv;
     struct shoal_err e;
-    char p_job[24], p_step[24], p_stage[24], p_node[24], path[CKPT_PATH_MAX];
+    char p_job[24], p_step[24], p_stage[24], p_node[24], p_replica[24], path[CKPT_PATH_MAX];
     struct stat st;
+    long long replica = 0;
     int fd = -1;
+    if (request_query_int(rq, rs, "replica", 0, 65535, &replica) < 0)
+        return;   /* answered */
     const char *params[] = { db_param_i64(p_job, rq->match.ids[0]), db_param_i64(p_step, rq->match.ids[1]),
-                             db_param_i64(p_stage, rq->match.ids[2]), db_param_i64(p_node, rq->node_id) };
+                             db_param_i64(p_stage, rq->match.ids[2]), db_param_i64(p_node, rq->node_id),
+                             db_param_i64(p_replica, replica) };
     /* The admin (node 0), a node the job ever planned, or a node of a job
      * that resumes from this one may read it. */
     json_t *res = db_query_json(srv->db,
@@ -370,8 +401,9 @@ void h_checkpoint_get(struct request *rq, struct response *rs)
         "   WHERE a.node_id = $4::bigint AND (j.id = $1::bigint"
         "     OR (jsonb_typeof(j.spec->'resume_from') = 'object' AND j.spec->'resume_from'->>'job_id' = $1::text))),"
         "  'file', (SELECT json_build_object('bytes', c.bytes, 'sha256', c.sha256, 'path', c.path)"
-        "   FROM checkpoints c WHERE c.job_id = $1::bigint AND c.step = $2::bigint AND c.stage = $3::int))",
-        4, params, "checkpoint", &e);
+        "   FROM checkpoints c WHERE c.job_id = $1::bigint AND c.step = $2::bigint AND c.stage = $3::int"
+        "     AND c.replica = $5::int))",
+        5, params, "checkpoint", &e);
     if (!res) {
         reply_error(rs, &e);
         return;
@@ -380,8 +412,8 @@ void h_checkpoint_get(struct request *rq, struct response *rs)
     if (!json_is_true(json_object_get(res, "allowed"))) {
         reply_fail(rs, 403, "forbidden", NULL, "node %s has no part in job %s", p_node, p_job);
     } else if (!json_is_object(file)) {
-        reply_fail(rs, 404, "not_found", NULL, "job %s has no checkpoint of stage %s at step %s", p_job, p_stage,
-                   p_step);
+        reply_fail(rs, 404, "not_found", NULL, "job %s has no checkpoint of stage %s (replica %s) at step %s", p_job,
+                   p_stage, p_replica, p_step);
     } else {
         int w = snprintf(path, sizeof path, "%s/%s", srv->cfg.data_dir,
                          json_string_value(json_object_get(file, "path")));
@@ -432,21 +464,25 @@ int checkpoints_latest_valid(struct server *srv, int64_t job_id, int64_t below, 
 {
     char p_job[24], p_below[24];
     const char *params[] = { db_param_i64(p_job, job_id), db_param_i64(p_below, below) };
-    /* Complete steps, newest first, each with its stage files. */
+    /* Complete steps, newest first, each with its stage files (and under
+     * diloco every replica's). */
     json_t *res = db_query_json(srv->db,
         "SELECT coalesce(json_agg(json_build_object('step', s.step, 'files', s.files) ORDER BY s.step DESC), '[]')"
         " FROM (SELECT c.step, count(*) AS n, json_agg(json_build_object('path', c.path, 'bytes', c.bytes,"
         "   'sha256', c.sha256)) AS files FROM checkpoints c JOIN jobs j ON j.id = c.job_id"
         "   WHERE c.job_id = $1::bigint AND c.step < $2::bigint AND c.stage < j.stages"
-        "   GROUP BY c.step, j.stages, j.spec HAVING count(*) >= j.stages"
+        "     AND c.replica < " CKPT_FILES_PER_STAGE_SQL
+        "   GROUP BY c.step, j.stages, j.replicas, j.spec HAVING count(*) >= j.stages * " CKPT_FILES_PER_STAGE_SQL
         /* The files' layers, where said, must tile the model: a step whose
          * stages came from two different splits (a re-plan that failed
-         * before it re-uploaded every stage) cannot be assembled. */
+         * before it re-uploaded every stage) cannot be assembled.  Every
+         * replica's files split the layers alike: replica 0's are checked. */
         "     AND (bool_or(c.layer_start IS NULL) OR (min(c.layer_start) = 0"
         "       AND max(c.layer_end) = (j.spec->'model'->>'layers')::int"
-        "       AND sum(c.layer_end - c.layer_start) = max(c.layer_end)"
+        "       AND sum(c.layer_end - c.layer_start) FILTER (WHERE c.replica = 0) = max(c.layer_end)"
         "       AND bool_and(c.layer_start = 0 OR EXISTS (SELECT 1 FROM checkpoints d WHERE d.job_id = c.job_id"
-        "         AND d.step = c.step AND d.layer_end = c.layer_start))))) s", 2, params, "checkpoints", e);
+        "         AND d.step = c.step AND d.replica = c.replica AND d.layer_end = c.layer_start))))) s",
+        2, params, "checkpoints", e);
     if (!res)
         return -1;
     size_t i, k;

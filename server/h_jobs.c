@@ -28,7 +28,8 @@
     "   'replica', w.replica, 'node_id', w.node_id, 'steps', w.steps, 'last_step', w.last_step," \
     "   'iteration_s', w.iteration_s, 'compute_s', w.compute_s, 'send_s', w.send_s," \
     "   'recv_wait_s', w.recv_wait_s, 'allreduce_s', w.allreduce_s, 'bubble_s', w.bubble_s," \
-    "   'tokens', w.tokens, 'predicted_compute_s', w.predicted_compute_s, 'slowdown', w.slowdown," \
+    "   'tokens', w.tokens, 'stage_link_bytes', w.stage_link_bytes, 'sync_bytes', w.sync_bytes," \
+    "   'predicted_compute_s', w.predicted_compute_s, 'slowdown', w.slowdown," \
     "   'straggler', w.straggler) ORDER BY w.stage, w.replica), '[]')," \
     "  'stragglers', coalesce(json_agg(json_build_object('stage', w.stage, 'replica', w.replica," \
     "   'node_id', w.node_id, 'slowdown', w.slowdown) ORDER BY w.stage, w.replica)" \
@@ -48,8 +49,14 @@
     "     'layer_end', a.layer_end) ORDER BY a.stage, a.replica), '[]')" \
     "     FROM assignments a WHERE a.plan_id = p.id))" \
     "   FROM plans p WHERE p.job_id = j.id ORDER BY p.epoch DESC LIMIT 1)," \
+    " 'traffic', " JOB_TRAFFIC_SQL("j") "," \
     " 'progress', (SELECT json_build_object('step', t.step, 'loss', t.loss, 'iteration_s', t.iteration_s," \
-    "   'reported_at', t.reported_at, 'losses', (SELECT coalesce(json_agg(json_build_array(h.step, h.loss)" \
+    "   'reported_at', t.reported_at," \
+    "   'val_step', (SELECT v.step FROM " VAL_LOSSES_SQL("j") " v ORDER BY v.step DESC LIMIT 1)," \
+    "   'val_loss', (SELECT v.val_loss FROM " VAL_LOSSES_SQL("j") " v ORDER BY v.step DESC LIMIT 1)," \
+    "   'val_losses', (SELECT coalesce(json_agg(json_build_array(v.step, v.val_loss) ORDER BY v.step), '[]')" \
+    "     FROM " VAL_LOSSES_SQL("j") " v)," \
+    "   'losses', (SELECT coalesce(json_agg(json_build_array(h.step, h.loss)" \
     "     ORDER BY h.step), '[]') FROM (SELECT s.step, avg(s.loss) AS loss FROM job_steps s" \
     "     WHERE s.job_id = j.id AND s.stage = j.stages - 1 AND s.loss IS NOT NULL" \
     "       AND s.step > t.step - " PROGRESS_LIMIT_TEXT \
@@ -79,9 +86,9 @@ static int job_check_resume(struct server *srv, const struct job_spec *spec, str
     const char *params[] = { db_param_i64(p_job, spec->resume_job_id), db_param_i64(p_step, spec->resume_step) };
     json_t *res = db_query_json(srv->db,
         "SELECT json_build_object('spec', j.spec, 'stored', (SELECT count(*) FROM checkpoints c"
-        "   WHERE c.job_id = j.id AND c.step = $2::bigint AND c.stage < j.stages),"
+        "   WHERE c.job_id = j.id AND c.step = $2::bigint AND c.stage < j.stages AND c.replica = 0),"
         "  'layered', (SELECT count(*) FROM checkpoints c WHERE c.job_id = j.id AND c.step = $2::bigint"
-        "   AND c.stage < j.stages AND c.layer_start IS NOT NULL))"
+        "   AND c.stage < j.stages AND c.replica = 0 AND c.layer_start IS NOT NULL))"
         " FROM jobs j WHERE j.id = $1::bigint", 2, params, "job", e);
     if (!res) {
         if (e->status == 404)

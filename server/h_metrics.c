@@ -132,15 +132,19 @@ static int h_metrics_nodes(PGconn *c, struct buf *out, long heartbeat_timeout)
  *    replicas, each replica's largest count over its stages, over the
  *    slowest iteration);
  *  4 the mean loss of the latest last-stage rows that have one;
- *  5-9 the means over every tasklet of that same complete step of
+ *  5 the validation loss of the latest step whose validation every replica
+ *    reported (VAL_LOSSES_SQL);
+ *  6-10 the means over every tasklet of that same complete step of
  *    compute_s, send_s, recv_wait_s, allreduce_s and bubble_s (s).  The
  *    complete step, not the latest: a step some stages have not reported
  *    yet would give a mean over whichever stages came first, and stages
- *    differ most in exactly these parts (the first waits, the last idles).
+ *    differ most in exactly these parts (the first waits, the last idles);
+ *  11-12 bytes sent per step on stage links and to the data-parallel
+ *    groups (JOB_TRAFFIC_SQL).
  * A NULL cell (no complete step among the last 16, no loss yet) has no
  * sample. */
 #define JOB_GAUGES_SQL \
-    "WITH l AS (SELECT j.id, j.stages, j.replicas," \
+    "WITH l AS (SELECT j.id, j.stages, j.replicas, j.spec," \
     "   (SELECT max(s.step) FROM job_steps s WHERE s.job_id = j.id) AS step" \
     "   FROM jobs j WHERE j.state IN ('running', 'recovering'))," \
     " k AS (SELECT l.*, (SELECT c.step FROM job_steps c" \
@@ -154,14 +158,17 @@ static int h_metrics_nodes(PGconn *c, struct buf *out, long heartbeat_timeout)
     "  (SELECT avg(s.loss) FROM job_steps s WHERE s.job_id = k.id AND s.stage = k.stages - 1" \
     "     AND s.step = (SELECT max(m.step) FROM job_steps m WHERE m.job_id = k.id" \
     "       AND m.stage = k.stages - 1 AND m.loss IS NOT NULL))," \
-    "  b.compute, b.send, b.recv_wait, b.allreduce, b.bubble" \
+    "  (SELECT v.val_loss FROM " VAL_LOSSES_SQL("k") " v ORDER BY v.step DESC LIMIT 1)," \
+    "  b.compute, b.send, b.recv_wait, b.allreduce, b.bubble," \
+    "  (" JOB_TRAFFIC_SQL("k") ")->>'stage_link_bytes_per_step', (" JOB_TRAFFIC_SQL("k") ")->>'sync_bytes_per_step'" \
     " FROM k LEFT JOIN LATERAL (SELECT avg(s.compute_s) AS compute, avg(s.send_s) AS send," \
     "   avg(s.recv_wait_s) AS recv_wait, avg(s.allreduce_s) AS allreduce, avg(s.bubble_s) AS bubble" \
     "   FROM job_steps s WHERE s.job_id = k.id AND s.step = k.complete) b ON true" \
     " ORDER BY k.id"
-#define JOB_COL_PARTS 5   /* the first part's column */
+#define JOB_COL_PARTS 6   /* the first part's column */
+#define JOB_COL_BYTES 11  /* stage link bytes, then sync bytes */
 
-/* Writes the job gauges of columns 1-4 above, one family per column.
+/* Writes the job gauges of columns 1-5 above, one family per column.
  * Returns 0 or METRICS_FULL. */
 static int h_metrics_job_gauges(PGresult *r, struct buf *out)
 {
@@ -170,8 +177,9 @@ static int h_metrics_job_gauges(PGresult *r, struct buf *out)
         { "shoal_job_step_seconds", "Mean iteration time of the latest step's reports, seconds." },
         { "shoal_job_tokens_per_second", "Tokens of the latest complete step over its slowest iteration." },
         { "shoal_job_loss", "Mean training loss of the latest step the last stage reported." },
+        { "shoal_job_validation_loss", "Mean loss over the job's validation sequences at its latest evaluation." },
     };
-    for (int f = 0; f < 4; f++) {
+    for (int f = 0; f < 5; f++) {
         if (prom_family(out, fam[f].name, "gauge", fam[f].help) != 0)
             return METRICS_FULL;
         for (int i = 0; i < PQntuples(r); i++) {
@@ -211,6 +219,30 @@ static int h_metrics_job_parts(PGresult *r, struct buf *out)
     return 0;
 }
 
+/* Writes shoal_job_sent_bytes_per_step from columns 11-12 above, with a
+ * `link` label: "stage" (pipeline links) and "sync" (the data-parallel
+ * groups).  Returns 0 or METRICS_FULL. */
+static int h_metrics_job_bytes(PGresult *r, struct buf *out)
+{
+    static const char *const links[] = { "stage", "sync" };
+    if (prom_family(out, "shoal_job_sent_bytes_per_step", "gauge",
+                    "Bytes the job's tasklets sent per step, on stage links (activations and their gradients) "
+                    "and to their data-parallel groups (gradients, or DiLoCo's pseudo-gradients averaged over "
+                    "the steps), over every step reported.") != 0)
+        return METRICS_FULL;
+    for (int i = 0; i < PQntuples(r); i++) {
+        for (int l = 0; l < 2; l++) {
+            if (PQgetisnull(r, i, JOB_COL_BYTES + l))
+                continue;
+            const char *labels[] = { "job", PQgetvalue(r, i, 0), "link", links[l], NULL };
+            if (prom_sample(out, "shoal_job_sent_bytes_per_step", labels,
+                            strtod(PQgetvalue(r, i, JOB_COL_BYTES + l), NULL)) != 0)
+                return METRICS_FULL;
+        }
+    }
+    return 0;
+}
+
 /* The per-job families.  Returns 0, METRICS_DB_FAILED or METRICS_FULL. */
 static int h_metrics_jobs(PGconn *c, struct buf *out)
 {
@@ -221,6 +253,8 @@ static int h_metrics_jobs(PGconn *c, struct buf *out)
     int rc = h_metrics_job_gauges(r, out);
     if (rc == 0)
         rc = h_metrics_job_parts(r, out);
+    if (rc == 0)
+        rc = h_metrics_job_bytes(r, out);
     PQclear(r);
     return rc;
 }

@@ -8,6 +8,8 @@
 
 static const char *const schedules[] = { "gpipe", "1f1b", NULL };
 static const char *const data_formats[] = { "llmc", "text", NULL };
+static const char *const codecs[] = { "f32", "bf16", "int8", NULL };   /* common/codec.h */
+static const char *const syncs[] = { "every_step", "diloco", NULL };
 #define TEXT_VOCAB 256   /* "text" data is read byte by byte */
 
 #define F(f) offsetof(struct job_spec, f)
@@ -48,6 +50,23 @@ static const struct jv_field resume_fields[] = {
     { "step", JV_INT, 1, 0, 0, 1e9, F(resume_step), 0, NULL, NULL },
     { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
 };
+static const struct jv_field communication_fields[] = {
+    { "stage_link", JV_STR, 0, 0, 1, 7, F(stage_link), SZ(stage_link), codecs, NULL },
+    { "sync", JV_STR, 0, 0, 1, 15, F(sync), SZ(sync), syncs, NULL },
+    { "inner_steps", JV_INT, 0, 0, 1, 1e9, F(inner_steps), 0, NULL, NULL },
+    { "outer_learning_rate", JV_NUM, 0, 0, 1e-6, 10, F(outer_learning_rate), 0, NULL, NULL },
+    { "outer_momentum", JV_NUM, 0, 0, 0, 0.999, F(outer_momentum), 0, NULL, NULL },
+    { "sync_dtype", JV_STR, 0, 0, 1, 7, F(sync_dtype), SZ(sync_dtype), codecs, NULL },
+    { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
+};
+static const struct jv_field validation_fields[] = {
+    { "path", JV_STR, 0, 1, 1, 511, F(val_path), SZ(val_path), NULL, NULL },
+    { "format", JV_STR, 0, 0, 1, 15, F(val_format), SZ(val_format), data_formats, NULL },
+    { "holdout", JV_NUM, 0, 1, 1e-6, 0.5, F(val_holdout), 0, NULL, NULL },
+    { "sequences", JV_INT, 0, 0, 1, 65536, F(val_sequences), 0, NULL, NULL },
+    { "eval_interval", JV_INT, 0, 0, 1, 1e9, F(eval_interval), 0, NULL, NULL },
+    { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
+};
 static const struct jv_field job_fields[] = {
     { "name", JV_STR, 0, 0, 1, 63, F(name), SZ(name), NULL, NULL },
     { "model", JV_OBJ, 1, 0, 0, 0, 0, 0, NULL, model_fields },
@@ -56,10 +75,95 @@ static const struct jv_field job_fields[] = {
     { "data", JV_OBJ, 1, 0, 0, 0, 0, 0, NULL, data_fields },
     { "checkpoint_interval", JV_INT, 0, 0, 0, 1e9, F(checkpoint_interval), 0, NULL, NULL },
     { "resume_from", JV_OBJ, 0, 1, 0, 0, 0, 0, NULL, resume_fields },
+    { "communication", JV_OBJ, 0, 0, 0, 0, 0, 0, NULL, communication_fields },
+    { "validation", JV_OBJ, 0, 1, 0, 0, 0, 0, NULL, validation_fields },
     { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
 };
 #undef F
 #undef SZ
+
+/* The smallest multiple of `every` at or above min(100, steps), or steps
+ * when that is past the end: the default of an interval that must fall on
+ * an outer step (the last step always is one). */
+static int64_t default_interval(int64_t steps, int64_t every)
+{
+    int64_t want = steps < 100 ? steps : 100;
+    int64_t at = (want + every - 1) / every * every;
+    return at > steps ? steps : at;
+}
+
+/* communication: defaults and the relations between its fields. */
+static int check_communication(struct job_spec *s, struct shoal_err *err)
+{
+    int diloco = strcmp(s->sync, "diloco") == 0;
+    if (s->inner_steps < 0)
+        s->inner_steps = diloco ? (s->steps < JOBSPEC_INNER_STEPS_DEFAULT ? s->steps : JOBSPEC_INNER_STEPS_DEFAULT) : 1;
+    if (!diloco && s->inner_steps != 1)
+        return err_set(err, 422, "invalid_field", "communication.inner_steps",
+                       "communication.inner_steps applies to sync \"diloco\"; \"every_step\" syncs every step (1)");
+    if (!diloco && strcmp(s->sync_dtype, "f32") != 0)
+        return err_set(err, 422, "invalid_field", "communication.sync_dtype",
+                       "communication.sync_dtype applies to sync \"diloco\"'s pseudo-gradients; \"every_step\" "
+                       "sums f32 gradients");
+    if (s->inner_steps > s->steps)
+        return err_set(err, 422, "invalid_field", "communication.inner_steps",
+                       "communication.inner_steps (%lld) must not exceed training.steps (%lld)",
+                       (long long)s->inner_steps, (long long)s->steps);
+    if (s->checkpoint_interval < 0)
+        s->checkpoint_interval = default_interval(s->steps, s->inner_steps);
+    if (diloco && s->checkpoint_interval % s->inner_steps != 0 && s->checkpoint_interval != s->steps)
+        return err_set(err, 422, "invalid_field", "checkpoint_interval",
+                       "under sync \"diloco\" checkpoints are taken at outer steps: checkpoint_interval (%lld) must "
+                       "be a multiple of communication.inner_steps (%lld), training.steps, or 0",
+                       (long long)s->checkpoint_interval, (long long)s->inner_steps);
+    return 0;
+}
+
+/* validation: one source, its format, and intervals that fall on steps
+ * whose weights all replicas share. */
+static int check_validation(const json_t *body, struct job_spec *s, struct shoal_err *err)
+{
+    const json_t *v = json_object_get(body, "validation");
+    s->has_validation = v && !json_is_null(v);
+    if (!s->has_validation) {
+        s->val_path[0] = s->val_format[0] = '\0';
+        s->val_holdout = 0;
+        s->val_sequences = s->eval_interval = 0;
+        return 0;
+    }
+    if (!s->val_path[0] == !(s->val_holdout > 0))
+        return err_set(err, 422, "invalid_field", "validation",
+                       "validation needs exactly one of path (a second file) and holdout (the last fraction of "
+                       "data.path, 0 < holdout <= 0.5)");
+    if (!s->val_format[0])
+        snprintf(s->val_format, sizeof s->val_format, "%s", s->data_format);
+    if (s->val_holdout > 0 && strcmp(s->val_format, s->data_format) != 0)
+        return err_set(err, 422, "invalid_field", "validation.format",
+                       "validation.holdout is a part of data.path: its format is data.format (\"%s\")",
+                       s->data_format);
+    if (strcmp(s->val_format, "text") == 0 && s->vocab_size != TEXT_VOCAB)
+        return err_set(err, 422, "invalid_field", "validation.format",
+                       "validation.format \"text\" is read as bytes: model.vocab_size must be %d", TEXT_VOCAB);
+    int64_t B = s->micro_batch_size;
+    if (s->val_sequences < 0)
+        s->val_sequences = (JOBSPEC_VAL_SEQUENCES_DEFAULT + B - 1) / B * B;
+    if (s->val_sequences % B != 0)
+        return err_set(err, 422, "invalid_field", "validation.sequences",
+                       "validation.sequences (%lld) must be a multiple of parallelism.micro_batch_size (%lld): "
+                       "they are evaluated in whole micro-batches", (long long)s->val_sequences, (long long)B);
+    if (s->eval_interval < 0)
+        s->eval_interval = default_interval(s->steps, s->inner_steps);
+    if (s->eval_interval > s->steps)
+        return err_set(err, 422, "invalid_field", "validation.eval_interval",
+                       "validation.eval_interval must not exceed training.steps");
+    if (s->eval_interval % s->inner_steps != 0 && s->eval_interval != s->steps)
+        return err_set(err, 422, "invalid_field", "validation.eval_interval",
+                       "under sync \"diloco\" replicas share their weights only after an outer step: "
+                       "validation.eval_interval (%lld) must be a multiple of communication.inner_steps (%lld) or "
+                       "training.steps",
+                       (long long)s->eval_interval, (long long)s->inner_steps);
+    return 0;
+}
 
 int jobspec_parse(const json_t *body, struct job_spec *spec, struct shoal_err *err)
 {
@@ -67,12 +171,19 @@ int jobspec_parse(const json_t *body, struct job_spec *spec, struct shoal_err *e
     snprintf(spec->name, sizeof spec->name, "job");
     snprintf(spec->schedule, sizeof spec->schedule, "1f1b");
     snprintf(spec->data_format, sizeof spec->data_format, "llmc");
+    snprintf(spec->stage_link, sizeof spec->stage_link, "%s", JOBSPEC_STAGE_LINK_DEFAULT);
+    snprintf(spec->sync, sizeof spec->sync, "every_step");
+    snprintf(spec->sync_dtype, sizeof spec->sync_dtype, "f32");
     spec->grad_clip = 1.0;
-    spec->checkpoint_interval = -1;   /* absent: min(100, steps), below */
+    spec->checkpoint_interval = -1;   /* absent: a default, in check_communication */
+    spec->inner_steps = -1;           /* absent: by sync mode */
+    spec->outer_learning_rate = JOBSPEC_OUTER_LR_DEFAULT;
+    spec->outer_momentum = JOBSPEC_OUTER_MOMENTUM_DEFAULT;
+    spec->val_sequences = spec->eval_interval = -1;
     if (jv_object(body, job_fields, "", spec, err) != 0)
         return -1;
-    if (spec->checkpoint_interval < 0)
-        spec->checkpoint_interval = spec->steps < 100 ? spec->steps : 100;
+    if (check_communication(spec, err) != 0 || check_validation(body, spec, err) != 0)
+        return -1;
     if (spec->d_model % spec->heads != 0)
         return err_set(err, 422, "invalid_field", "model.d_model",
                        "model.d_model (%lld) must be divisible by model.heads (%lld)",
@@ -111,9 +222,15 @@ json_t *jobspec_to_json(const struct job_spec *s)
     json_t *resume = s->resume_job_id > 0
         ? json_pack("{s:I, s:I}", "job_id", (json_int_t)s->resume_job_id, "step", (json_int_t)s->resume_step)
         : json_null();
+    json_t *validation = s->has_validation
+        ? json_pack("{s:o, s:s, s:o, s:I, s:I}", "path", s->val_path[0] ? json_string(s->val_path) : json_null(),
+                    "format", s->val_format, "holdout", s->val_holdout > 0 ? json_real(s->val_holdout) : json_null(),
+                    "sequences", (json_int_t)s->val_sequences, "eval_interval", (json_int_t)s->eval_interval)
+        : json_null();
     return json_pack(
         "{s:s, s:{s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:I, s:I, s:s},"
-        " s:{s:I, s:f, s:I, s:f, s:f, s:I}, s:{s:s, s:s}, s:I, s:o}",
+        " s:{s:I, s:f, s:I, s:f, s:f, s:I}, s:{s:s, s:s}, s:I, s:o,"
+        " s:{s:s, s:s, s:I, s:f, s:f, s:s}, s:o}",
         "name", s->name,
         "model", "vocab_size", (json_int_t)s->vocab_size, "context_length", (json_int_t)s->context_length,
         "d_model", (json_int_t)s->d_model, "heads", (json_int_t)s->heads, "layers", (json_int_t)s->layers,
@@ -125,7 +242,11 @@ json_t *jobspec_to_json(const struct job_spec *s)
         "grad_clip", s->grad_clip, "seed", (json_int_t)s->seed,
         "data", "path", s->data_path, "format", s->data_format,
         "checkpoint_interval", (json_int_t)s->checkpoint_interval,
-        "resume_from", resume);
+        "resume_from", resume,
+        "communication", "stage_link", s->stage_link, "sync", s->sync, "inner_steps", (json_int_t)s->inner_steps,
+        "outer_learning_rate", s->outer_learning_rate, "outer_momentum", s->outer_momentum,
+        "sync_dtype", s->sync_dtype,
+        "validation", validation);
 }
 
 void jobspec_sched_model(const struct job_spec *spec, struct sched_problem *pb)

@@ -38,7 +38,22 @@ struct job_spec {
     /* data */
     char data_path[512];        /* as the agents see it */
     char data_format[16];       /* "llmc": llm.c token shards; "text": bytes, vocabulary 256 */
-    int64_t checkpoint_interval; /* steps; 0 = only at the end; default min(100, steps) */
+    int64_t checkpoint_interval; /* steps; 0 = only at the end; default min(100, steps)
+                                    (under diloco: a multiple of inner_steps) */
+    /* communication: what crosses the links (common/codec.h names) */
+    char stage_link[8];         /* activations and their gradients: "f32", "bf16", "int8" */
+    char sync[16];              /* data-parallel groups: "every_step" or "diloco" */
+    int64_t inner_steps;        /* diloco: steps between outer steps (H); every_step: 1 */
+    double outer_learning_rate; /* diloco's outer Nesterov SGD step */
+    double outer_momentum;
+    char sync_dtype[8];         /* diloco's pseudo-gradients on the wire (every_step: "f32") */
+    /* validation: fixed sequences evaluated every eval_interval steps */
+    int has_validation;         /* 0: none */
+    char val_path[512];         /* a second file; "" when val_holdout is used */
+    char val_format[16];        /* its format; default data.format */
+    double val_holdout;         /* the last fraction of data.path instead; 0 with a path */
+    int64_t val_sequences;      /* a multiple of micro_batch_size */
+    int64_t eval_interval;      /* steps; the last step is always evaluated */
     /* start from a complete checkpoint of another job (checked against that
      * job when this one is created, see h_jobs.c) */
     int64_t resume_job_id;      /* 0: from scratch */
@@ -59,6 +74,14 @@ int jobspec_from_document(const json_t *doc, struct job_spec *spec, struct shoal
 /* The normalised spec as JSON (every field present, defaults filled), as
  * stored in jobs.spec.  New reference; NULL if memory is short. */
 json_t *jobspec_to_json(const struct job_spec *spec);
+
+/* The defaults a spec gets for what it leaves out (a changed default is a
+ * changed row here and in openapi.yaml). */
+#define JOBSPEC_STAGE_LINK_DEFAULT "bf16"
+#define JOBSPEC_INNER_STEPS_DEFAULT 100
+#define JOBSPEC_OUTER_LR_DEFAULT 0.7
+#define JOBSPEC_OUTER_MOMENTUM_DEFAULT 0.9
+#define JOBSPEC_VAL_SEQUENCES_DEFAULT 32   /* rounded up to a multiple of micro_batch_size */
 
 /* Fills the job's shape, model and batch into a scheduling problem
  * (stages, replicas, model, and dtfm's c_dp/c_pp derived from them). */

@@ -43,6 +43,31 @@
     " recovery_reason = " reason ", recovery_waiting = NULL, recover_after = " after "," \
     " recoveries = recoveries + (recoveries < " max ")::int, updated_at = now()"
 
+/* ---- validation and traffic (agent/eval.h, agent/sync.h) */
+
+/* A subquery over the jobs row aliased `j` (a C string literal naming it):
+ * one row (step, val_loss) per step whose validation every replica has
+ * reported: the mean over every validation sequence, each replica's mean
+ * weighed by the micro-batches it ran.  A job without validation has none. */
+#define VAL_LOSSES_SQL(j) \
+    "(SELECT s.step, sum(s.val_loss * s.val_micro_batches) / sum(s.val_micro_batches) AS val_loss" \
+    " FROM job_steps s WHERE s.job_id = " j ".id AND s.stage = " j ".stages - 1" \
+    "   AND s.val_micro_batches IS NOT NULL" \
+    " GROUP BY s.step HAVING sum(s.val_micro_batches) >= (" j ".spec #>> '{validation,sequences}')::int" \
+    "   / (" j ".spec #>> '{parallelism,micro_batch_size}')::int)"
+
+/* Bytes the job's tasklets sent per step, over every step reported with
+ * byte counts (all of them, summed over tasklets): on pipeline links
+ * (activations and their gradients, the global norm) and to the data-
+ * parallel groups (every_step: gradients each step; diloco: the outer
+ * steps' pseudo-gradients, averaged over every step).  A json object over
+ * the jobs row `j`. */
+#define JOB_TRAFFIC_SQL(j) \
+    "(SELECT json_build_object('steps', count(DISTINCT s.step)," \
+    "   'stage_link_bytes_per_step', round(sum(s.stage_link_bytes) / nullif(count(DISTINCT s.step), 0))::bigint," \
+    "   'sync_bytes_per_step', round(sum(s.sync_bytes) / nullif(count(DISTINCT s.step), 0))::bigint)" \
+    " FROM job_steps s WHERE s.job_id = " j ".id AND s.stage_link_bytes IS NOT NULL)"
+
 /* ---- a job's measured tasklets and its stragglers (README.md, Recovery) */
 
 /* Steps per tasklet a measured summary covers: the current plan epoch's
@@ -88,7 +113,9 @@
  * scalar subquery, or after LATERAL): one row per tasklet that reported in
  * the job's current plan epoch, with its medians over the epoch's latest
  * MEASURED_WINDOW steps (seconds per step, tokens per step; medians, so one
- * slow step, a checkpoint or a retry, does not move them), node_id (the
+ * slow step, a checkpoint or a retry, does not move them), the mean bytes
+ * per step it sent on stage links and to its group (means: diloco sends
+ * only every inner_steps steps), node_id (the
  * node of its latest report), predicted_compute_s (above, for the plan's
  * node and layers; null if the plan lacks the tasklet), slowdown (compute_s
  * over predicted_compute_s once the tasklet has STRAGGLER_MIN_STEPS
@@ -108,7 +135,8 @@
     "   percentile_cont(0.5) WITHIN GROUP (ORDER BY s.recv_wait_s) AS recv_wait_s," \
     "   percentile_cont(0.5) WITHIN GROUP (ORDER BY s.allreduce_s) AS allreduce_s," \
     "   percentile_cont(0.5) WITHIN GROUP (ORDER BY s.bubble_s) AS bubble_s," \
-    "   percentile_cont(0.5) WITHIN GROUP (ORDER BY s.tokens) AS tokens" \
+    "   percentile_cont(0.5) WITHIN GROUP (ORDER BY s.tokens) AS tokens," \
+    "   avg(s.stage_link_bytes)::float8 AS stage_link_bytes, avg(s.sync_bytes)::float8 AS sync_bytes" \
     "   FROM job_steps s WHERE s.job_id = j.id AND s.epoch = j.plan_epoch" \
     "     AND s.step > (SELECT max(m.step) FROM job_steps m WHERE m.job_id = j.id" \
     "       AND m.epoch = j.plan_epoch) - " MEASURED_WINDOW_TEXT \

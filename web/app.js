@@ -599,20 +599,25 @@ function partsLegend(names) {
   return el('div', { class: 'legend' }, names.map((n, k) => [el('span', { class: 'swatch ' + PART_CLASSES[k] }), el('span', {}, n)]));
 }
 
-// The loss curve: losses [[step, loss]...] as a line with a point per step
-// (points drawn as circles up to 400 steps; the polyline has every step).
-function lossChart(losses) {
+// The loss curves on one chart: training losses [[step, loss]...] as a
+// line with a point per step (points drawn as circles up to 400 steps; the
+// polyline has every step), and validation losses [[step, loss]...] (the
+// job's fixed validation sequences, every eval_interval steps) as a second
+// line with every point.
+function lossChart(losses, vals = []) {
   const W = 960, H = 300, m = { l: 56, r: 16, t: 14, b: 40 };
   const g = svg('svg', { id: 'loss-chart', width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: 'img',
-    'aria-label': 'training loss by step', dataset: { points: losses.length } });
-  if (!losses.length) return g;
-  const xs = losses.map((p) => p[0]), ys = losses.map((p) => p[1]);
+    'aria-label': 'training and validation loss by step', dataset: { points: losses.length, valPoints: vals.length } });
+  const all = losses.concat(vals);
+  if (!all.length) return g;
+  const xs = all.map((p) => p[0]), ys = all.map((p) => p[1]);
   let x0 = Math.min(...xs), x1 = Math.max(...xs), y0 = Math.min(...ys), y1 = Math.max(...ys);
   if (x1 === x0) { x0 -= 1; x1 += 1; }
   const pad = (y1 - y0) * 0.08 || Math.abs(y0) * 0.05 || 1;
   y0 -= pad; y1 += pad;
   const X = (v) => m.l + ((v - x0) / (x1 - x0)) * (W - m.l - m.r);
   const Y = (v) => H - m.b - ((v - y0) / (y1 - y0)) * (H - m.t - m.b);
+  const line = (pts) => pts.map((p) => `${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join(' ');
   for (const t of ticks(y0, y1, 5)) {
     g.append(svg('line', { x1: m.l, x2: W - m.r, y1: Y(t), y2: Y(t), class: 'grid' }),
       svg('text', { x: m.l - 6, y: Y(t), 'text-anchor': 'end', 'dominant-baseline': 'middle', class: 'tick' }, fmtNum(t, 4)));
@@ -625,15 +630,34 @@ function lossChart(losses) {
     svg('line', { x1: m.l, x2: m.l, y1: m.t, y2: H - m.b, class: 'axis' }),
     svg('text', { x: (m.l + W - m.r) / 2, y: H - 6, 'text-anchor': 'middle', class: 'axis-title' }, 'step'),
     svg('text', { x: 14, y: (m.t + H - m.b) / 2, 'text-anchor': 'middle', class: 'axis-title',
-      transform: `rotate(-90 14 ${(m.t + H - m.b) / 2})` }, 'loss'),
-    svg('polyline', { class: 'loss-line', points: losses.map((p) => `${X(p[0]).toFixed(1)},${Y(p[1]).toFixed(1)}`).join(' ') }));
+      transform: `rotate(-90 14 ${(m.t + H - m.b) / 2})` }, 'loss'));
+  if (losses.length) g.append(svg('polyline', { class: 'loss-line', points: line(losses) }));
+  if (vals.length) g.append(svg('polyline', { class: 'val-line', points: line(vals) }));
   if (losses.length <= 400) {
     for (const [s, l] of losses) {
       g.append(svg('circle', { cx: X(s), cy: Y(l), r: 3, class: 'loss-point', dataset: { step: s, loss: l } },
         svg('title', {}, `step ${s}: loss ${fmtNum(l, 5)}`)));
     }
   }
+  for (const [s, l] of vals) {
+    g.append(svg('rect', { x: X(s) - 4, y: Y(l) - 4, width: 8, height: 8, class: 'val-point', dataset: { step: s, loss: l } },
+      svg('title', {}, `step ${s}: validation loss ${fmtNum(l, 5)}`)));
+  }
   return g;
+}
+
+// What the job sends on its links: " · stage links bf16 · sync diloco
+// (H=100, int8)"; "" for a job from before these options.
+function commText(sp) {
+  const c = sp.communication;
+  if (!c) return '';
+  return ` · stage links ${c.stage_link} · sync ${c.sync}` +
+    (c.sync === 'diloco' ? ` (H=${c.inner_steps}, ${c.sync_dtype}, outer lr ${c.outer_learning_rate}, momentum ${c.outer_momentum})` : '');
+}
+
+function lossLegend() {
+  return el('div', { id: 'loss-legend', class: 'legend' }, el('span', { class: 'swatch train' }), el('span', {}, 'training loss (the step\'s batch)'),
+    el('span', { class: 'swatch val' }), el('span', {}, 'validation loss (the fixed validation sequences)'));
 }
 
 // Job-level measured numbers from the per-tasklet medians: the step takes
@@ -774,13 +798,20 @@ function viewJob(root, id) {
   function drawLoss(job) {
     const pr = job.progress;
     const losses = pr ? pr.losses : [];
+    const vals = pr && pr.val_losses ? pr.val_losses : [];
     const lastLoss = losses.length ? losses[losses.length - 1] : null;
+    const lastVal = vals.length ? vals[vals.length - 1] : null;
     fill(lossBox, el('h2', {}, 'Loss'),
       losses.length
         ? el('p', { id: 'loss-caption', class: 'lede', dataset: { points: losses.length, lastStep: lastLoss[0], lastLoss: lastLoss[1] } },
           `${fmtCount(losses.length)} steps with a loss; at step ${fmtCount(lastLoss[0])} the loss is ${fmtNum(lastLoss[1], 5)}.`)
         : el('p', { class: 'empty' }, 'No loss reported yet.'),
-      losses.length ? lossChart(losses) : null);
+      lastVal
+        ? el('p', { id: 'val-caption', class: 'lede', dataset: { points: vals.length, lastStep: lastVal[0], lastLoss: lastVal[1] } },
+          `${fmtCount(vals.length)} validation ${vals.length === 1 ? 'pass' : 'passes'}; after step ${fmtCount(lastVal[0])} the validation loss is ${fmtNum(lastVal[1], 5)}.`)
+        : null,
+      losses.length || vals.length ? lossChart(losses, vals) : null,
+      vals.length ? lossLegend() : null);
   }
 
   function drawCards(job) {
@@ -789,6 +820,14 @@ function viewJob(root, id) {
     fill(cards,
       el('div', { class: 'card wide', dataset: { card: 'progress' } }, el('div', { class: 'card-label' }, 'progress'), jobProgress(job)),
       card('loss', pr && pr.loss !== null ? fmtNum(pr.loss, 5) : '—', pr ? `step ${fmtCount(pr.step)}` : 'no step yet'),
+      job.spec.validation
+        ? card('validation loss', pr && pr.val_loss != null ? fmtNum(pr.val_loss, 5) : '—',
+          pr && pr.val_step != null ? `after step ${fmtCount(pr.val_step)}` : `every ${fmtCount(job.spec.validation.eval_interval)} steps`)
+        : null,
+      job.traffic && job.traffic.steps
+        ? card('sent per step', fmtBytes(job.traffic.stage_link_bytes_per_step + job.traffic.sync_bytes_per_step),
+          `stage links ${fmtBytes(job.traffic.stage_link_bytes_per_step)} · sync ${fmtBytes(job.traffic.sync_bytes_per_step)}`)
+        : null,
       card('tokens/s', m && m.tokensPerS !== null ? fmtNum(m.tokensPerS, 4) : '—', 'median of the latest 20 steps'),
       card('step time', m ? fmtSeconds(m.iteration) : '—',
         job.plan && job.plan.cost_model === 'shoal' ? 'predicted ' + fmtSeconds(job.plan.predicted_iteration_s) : 'measured'));
@@ -799,7 +838,8 @@ function viewJob(root, id) {
     fill(head, el('h1', {}, job.name, ' ', el('span', { class: 'muted' }, '#' + job.id)), badge(job.state),
       el('span', { class: 'muted' }, `${sp.parallelism.stages} stages × ${sp.parallelism.replicas} replicas · ` +
         `${sp.model.layers} layers, d_model ${sp.model.d_model} · ${sp.parallelism.micro_batches} micro-batches of ` +
-        `${sp.parallelism.micro_batch_size} · ${sp.parallelism.schedule} · data ${sp.data.path} (${sp.data.format})`),
+        `${sp.parallelism.micro_batch_size} · ${sp.parallelism.schedule} · data ${sp.data.path} (${sp.data.format})` +
+        commText(sp)),
       LIVE_JOB_STATES.includes(job.state)
         ? el('button', { type: 'button', class: 'danger', on: { click: () => cancel(job) } }, 'Cancel job') : null);
     fill(failure, job.failure_reason ? el('div', { class: 'error' }, 'Failed: ' + job.failure_reason) : null);

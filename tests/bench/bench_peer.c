@@ -255,7 +255,7 @@ static double bench_stream(struct peer_stream *sa, struct peer_stream *sb, uint6
     double t0 = now_s();
     pthread_create(&t, NULL, stream_send_main, &w);
     for (uint64_t i = 0; i < frames; i++)
-        if (peer_stream_recv(sb, WIRE_ACTIVATION, 1, (uint32_t)i, dst, frame_bytes, TIMEOUT_MS,
+        if (peer_stream_recv(sb, WIRE_ACTIVATION, WIRE_F32, 1, (uint32_t)i, dst, frame_bytes, TIMEOUT_MS,
                              &err) != 0)
             die("peer_stream_recv", &err);
     double dt = now_s() - t0;

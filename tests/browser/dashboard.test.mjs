@@ -239,6 +239,18 @@ try {
     check('the last point is the last step\'s loss',
       [Number(await lastPoint.getAttribute('data-step')), Number(await lastPoint.getAttribute('data-loss'))], last);
     near('and the caption says so', Number((await text('#loss-caption')).match(/the loss is (\d+(?:\.\d+)?(?:e[+-]?\d+)?)/)[1]), last[1], 1e-4);
+    const vals = job.progress.val_losses;
+    check('the fixture has validation losses', vals.length > 0, true);
+    check('validation: a point per evaluation on the same chart', await page.locator('#loss-chart rect.val-point').count(), vals.length);
+    check('and a line through them', (await attr('#loss-chart polyline.val-line', 'points')).split(' ').length, vals.length);
+    const lastVal = page.locator('#loss-chart rect.val-point').last();
+    check('the last validation point is the latest evaluation',
+      [Number(await lastVal.getAttribute('data-step')), Number(await lastVal.getAttribute('data-loss'))], vals[vals.length - 1]);
+    check('a legend tells the two lines apart', (await text('#loss-legend')).includes('validation loss'), true);
+    near('the validation card shows the latest validation loss',
+      Number(await text('.card[data-card="validation loss"] .card-value')), job.progress.val_loss, 1e-4);
+    check('the sent-per-step card splits stage links and sync',
+      (await text('.card[data-card="sent per step"] .card-note')).includes('stage links'), true);
 
     near('the predicted iteration time is the plan\'s',
       seconds(await text('#time-table tr[data-row="iteration"] td[data-col="predicted"]')), job.plan.predicted_iteration_s, 1e-2);

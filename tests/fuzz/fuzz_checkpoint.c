@@ -17,7 +17,25 @@
 
 #include "../../kernels/kernels.h"
 
-#define HEADER_BYTES 64   /* magic 8, version 4, 9 int32, step 8, n 8 (kernels/checkpoint.c) */
+/* magic 8, version 4, 9 (version 1) or 10 int32, step 8, n 8 (kernels/checkpoint.c) */
+#define HEADER_BYTES_V1 64
+#define HEADER_BYTES_V2 68
+#define EXTRAS_AT 48      /* version 2: the extras mask, after 9 int32 */
+
+/* The header bytes of the file's version and the float buffers it says it
+ * holds (params, both moments, its extras); 0 when it is too short. */
+static size_t file_layout(const uint8_t *data, size_t size, int *buffers)
+{
+    uint32_t version;
+    int32_t extras = 0;
+    if (size < HEADER_BYTES_V2)
+        return 0;
+    memcpy(&version, data + 8, 4);
+    if (version != 1)
+        memcpy(&extras, data + EXTRAS_AT, 4);
+    *buffers = 3 + __builtin_popcount((unsigned)extras & 3u);
+    return version == 1 ? HEADER_BYTES_V1 : HEADER_BYTES_V2;
+}
 
 /* The seed corpus's model (tests/fuzz/README.md says how the seeds are made). */
 static const struct kern_model seed_model = { .vocab = 8, .context = 4, .d_model = 4, .heads = 2, .layers = 2 };
@@ -58,8 +76,10 @@ static void load_as_source(const uint8_t *data, size_t size)
         return;
     if (kern_stage_file_peek(f, &m, &sp, &err) == 0) {
         expect(ftell(f) == 0, "peek leaves the file at its start");
+        int buffers = 3;
+        size_t header = file_layout(data, size, &buffers);
         if (kern_stage_new(&cpu, &m, &sp, &st, &err) == 0) {
-            expect(kern_stage_param_count(st) * 12 + HEADER_BYTES + 8 == size,
+            expect(kern_stage_param_count(st) * 4 * (size_t)buffers + header + 8 == size,
                    "a stage built from a peeked header holds what the file holds");
             kern_stage_load(st, f, &err);
         }
@@ -84,10 +104,13 @@ static void load_into_seed(const uint8_t *data, size_t size)
 static uint8_t *with_checksum(const uint8_t *data, size_t size)
 {
     uint64_t n;
-    if (size < HEADER_BYTES + 8)
+    int buffers = 3;
+    size_t header = file_layout(data, size, &buffers);
+    if (header == 0 || size < header + 8)
         return NULL;
-    memcpy(&n, data + HEADER_BYTES - 8, 8);
-    size_t at = n <= (size - HEADER_BYTES - 8) / 12 ? HEADER_BYTES + 12 * (size_t)n : size - 8;
+    memcpy(&n, data + header - 8, 8);
+    size_t per = 4 * (size_t)buffers;
+    size_t at = n <= (size - header - 8) / per ? header + per * (size_t)n : size - 8;
     uint8_t *copy = malloc(size);
     if (!copy)
         return NULL;

@@ -104,8 +104,8 @@ static void decode_header(const unsigned char h[WIRE_HEADER_BYTES])
     expect(f.payload_len <= PAYLOAD_CAP, "an accepted header stays within the limit");
     expect(f.ndim <= WIRE_MAX_DIMS && f.kind >= 1 && f.kind <= WIRE_KIND_MAX,
            "an accepted header has a known kind and at most 4 dimensions");
-    expect(f.dtype == WIRE_BYTES || f.payload_len % wire_dtype_size(f.dtype) == 0,
-           "an accepted tensor's length is whole elements");
+    expect(f.dtype == WIRE_BYTES || f.payload_len == wire_payload_bytes(f.dtype, f.ndim, f.shape, PAYLOAD_CAP),
+           "an accepted tensor's length is what its dtype makes of its shape");
     wire_header_encode(&f, back);
     expect(memcmp(h, back, sizeof back) == 0, "an accepted header encodes back to its bytes");
 }

@@ -278,8 +278,9 @@ check "metric: the job's loss" "$(grep "^shoal_job_loss{job=\"$J\"}" "$WORK/metr
 check "metric: mean step time" "$(grep "^shoal_job_step_seconds{job=\"$J\"}" "$WORK/metrics" | awk '{printf "%.2f", $2}')" 0.55
 # tokens: 256 per replica, 2 replicas, over the slowest iteration 0.6 s
 check "metric: tokens per second" "$(grep "^shoal_job_tokens_per_second{job=\"$J\"}" "$WORK/metrics" | awk '{printf "%.1f", $2}')" 853.3
-# step, step time, tokens per second, loss, the step's parts, and stragglers
-check "metric: families have HELP and TYPE" "$(grep -c '^# TYPE shoal_job_[a-z_]* gauge$' "$WORK/metrics")" 6
+# step, step time, tokens per second, loss, validation loss, the step's
+# parts, bytes sent per step, and stragglers
+check "metric: families have HELP and TYPE" "$(grep -c '^# TYPE shoal_job_[a-z_]* gauge$' "$WORK/metrics")" 8
 check "metric: the listener is up" "$(grep '^shoal_assignment_listener_up ' "$WORK/metrics")" "shoal_assignment_listener_up 1"
 
 # ---- checkpoints

@@ -33,7 +33,9 @@ job() {
     printf '{"name":"%s","model":{"vocab_size":256,"context_length":32,"d_model":32,"heads":2,"layers":4},' "$1"
     printf '"parallelism":{"stages":%d,"replicas":%d,"micro_batches":%d,"micro_batch_size":2,"schedule":"%s"},' "$2" "$3" "$4" "$5"
     printf '"training":{"steps":%d,"learning_rate":0.003,"warmup_steps":3,"weight_decay":0.1,"grad_clip":1.0,"seed":7},' "$6"
-    printf '"data":{"path":"%s","format":"text"},"checkpoint_interval":%d%s}' "$CORPUS" "$7" "${8-}"
+    printf '"data":{"path":"%s","format":"text"},"checkpoint_interval":%d,' "$CORPUS" "$7"
+    # f32 stage links: the layouts below must give the same losses to 1e-5
+    printf '"communication":{"stage_link":"f32"}%s}' "${8-}"
 }
 
 finished() { case $(job_state "$S" "$ADMIN" "$1") in succeeded|failed|cancelled) return 0;; esac; return 1; }

@@ -83,7 +83,7 @@ check "the link matrix has every measured pair" \
       "$(printf '%s' "$BODY" | jq '[.bandwidth_gbps[][] | select(. != null)] | length')" 30
 
 # ---- a 2x2 job, scheduled, with five steps of every tasklet
-JOB='{"name":"train-2x2","model":{"vocab_size":256,"context_length":64,"d_model":64,"heads":4,"layers":4},"parallelism":{"stages":2,"replicas":2,"micro_batches":2,"micro_batch_size":2},"training":{"steps":10,"learning_rate":0.001},"data":{"path":"corpus.txt","format":"text"}}'
+JOB='{"name":"train-2x2","model":{"vocab_size":256,"context_length":64,"d_model":64,"heads":4,"layers":4},"parallelism":{"stages":2,"replicas":2,"micro_batches":2,"micro_batch_size":2},"training":{"steps":10,"learning_rate":0.001},"data":{"path":"corpus.txt","format":"text"},"validation":{"holdout":0.1,"sequences":4,"eval_interval":2}}'
 req POST "$S/v1/jobs" "$ADMIN" "$JOB"
 expect "create a 2x2 job" 201 '[.state, .latest_step] | tostring' '["pending",null]'
 J=$(printf '%s' "$BODY" | jq -r .id)
@@ -112,19 +112,26 @@ expect "GET /v1/nodes/{id} shows the role too" 200 '[.role.job_id, .role.stage, 
 # progress STEP [COMPUTE]: every tasklet's report of STEP.  Tasklet (s, r)
 # takes 0.4 + 0.1 s + 0.02 STEP seconds; the last stage's loss is
 # 5 - 0.25 STEP + 0.1 r; its compute_s is COMPUTE["s,r"] (a JSON object),
-# or 0.2 + 0.05 s without one.
+# or 0.2 + 0.05 s without one.  After odd steps (eval_interval 2) each
+# replica's last stage reports one validation micro-batch of loss
+# 4 - 0.2 STEP + 0.1 r.  Every tasklet sends 1000 + 100 s bytes on stage
+# links and 500 to its group.
 progress() {
-    local step=$1 compute=${2-'{}'} a s r n loss
+    local step=$1 compute=${2-'{}'} a s r n loss val
     for a in $(printf '%s' "$PLAN" | jq -r '.[] | "\(.stage),\(.replica),\(.node_id)"'); do
         IFS=, read -r s r n <<<"$a"
         loss=null
+        val='{}'
         [ "$s" = 1 ] && loss=$(echo "5 - 0.25 * $step + 0.1 * $r" | bc)
+        [ "$s" = 1 ] && [ $((step % 2)) = 1 ] &&
+            val=$(jq -nc --argjson v "$(echo "4 - 0.2 * $step + 0.1 * $r" | bc)" '{val_loss: $v, val_micro_batches: 1, eval_s: 0.05}')
         req POST "$S/v1/agent/progress" "$(tok_of "$n")" "$(jq -nc --argjson j "$J" --argjson st "$step" \
-            --argjson s "$s" --argjson r "$r" --argjson loss "$loss" --argjson c "$compute" \
+            --argjson s "$s" --argjson r "$r" --argjson loss "$loss" --argjson c "$compute" --argjson val "$val" \
             '{job_id: $j, epoch: 1, step: $st, stage: $s, replica: $r, loss: $loss,
               iteration_s: (0.4 + 0.1 * $s + 0.02 * $st), compute_s: ($c["\($s),\($r)"] // (0.2 + 0.05 * $s)),
               send_s: (0.01 * ($s + 1)),
-              recv_wait_s: 0.02, allreduce_s: (0.03 + 0.01 * $r), bubble_s: 0.05, tokens: 256}')"
+              recv_wait_s: 0.02, allreduce_s: (0.03 + 0.01 * $r), bubble_s: 0.05, tokens: 256,
+              stage_link_bytes: (1000 + 100 * $s), sync_bytes: 500} + $val')"
         [ "$STATUS" = 201 ] || fail "progress step $step of tasklet ($s,$r)" "status $STATUS: $BODY"
     done
 }
@@ -154,6 +161,13 @@ check "measured: slowdowns 1.25, and 5 for tasklet (1, 0)" \
 check "stragglers: tasklet (1, 0) alone" \
       "$(printf '%s' "$BODY" | jq -c '[.stragglers[] | [.stage, .replica, .node_id == $n]]' --argjson n "$(printf '%s' "$PLAN" | jq '.[2].node_id')")" \
       '[[1,0,true]]'
+check "validation: the replicas' means weighed into the job's, after steps 1 and 3" \
+      "$(printf '%s' "$BODY" | jq -c '[.progress.val_losses[] | [.[0], (.[1] * 1000 | round)]], .progress.val_step, (.progress.val_loss * 1000 | round)' | tr '\n' ' ')" \
+      '[[1,3850],[3,3450]] 3 3450 '
+check "traffic: bytes per step summed over the tasklets" \
+      "$(printf '%s' "$BODY" | jq -c '.traffic | [.steps, .stage_link_bytes_per_step, .sync_bytes_per_step]')" '[5,4200,2000]'
+check "measured: each tasklet's mean bytes per step" \
+      "$(printf '%s' "$BODY" | jq -c '[.measured[] | [.stage_link_bytes, .sync_bytes]]')" '[[1000,500],[1000,500],[1100,500],[1100,500]]'
 check "measured: the node of each tasklet's latest report" \
       "$(printf '%s' "$BODY" | jq -c '[.measured[] | .node_id]')" "$(printf '%s' "$PLAN" | jq -c '[.[] | .node_id]')"
 req GET "$S/v1/jobs" "$ADMIN"

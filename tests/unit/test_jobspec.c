@@ -23,7 +23,11 @@ static const char full_spec[] =
     "               \"weight_decay\":0.1,\"grad_clip\":0.5,\"seed\":1337},"
     " \"data\":{\"path\":\"/data/fineweb10B\",\"format\":\"llmc\"},"
     " \"checkpoint_interval\":250,"
-    " \"resume_from\":{\"job_id\":3,\"step\":200}}";
+    " \"resume_from\":{\"job_id\":3,\"step\":200},"
+    " \"communication\":{\"stage_link\":\"int8\",\"sync\":\"diloco\",\"inner_steps\":50,"
+    "                    \"outer_learning_rate\":0.5,\"outer_momentum\":0.8,\"sync_dtype\":\"bf16\"},"
+    " \"validation\":{\"path\":\"/data/val.bin\",\"format\":\"llmc\",\"holdout\":null,"
+    "                 \"sequences\":64,\"eval_interval\":500}}";
 
 /* Only the required fields. */
 static const char minimal_spec[] =
@@ -89,6 +93,18 @@ static void test_jobspec_full_spec_parses(void **state)
     assert_int_equal(s.checkpoint_interval, 250);
     assert_int_equal(s.resume_job_id, 3);
     assert_int_equal(s.resume_step, 200);
+    assert_string_equal(s.stage_link, "int8");
+    assert_string_equal(s.sync, "diloco");
+    assert_int_equal(s.inner_steps, 50);
+    assert_true(s.outer_learning_rate == 0.5);
+    assert_true(s.outer_momentum == 0.8);
+    assert_string_equal(s.sync_dtype, "bf16");
+    assert_int_equal(s.has_validation, 1);
+    assert_string_equal(s.val_path, "/data/val.bin");
+    assert_string_equal(s.val_format, "llmc");
+    assert_true(s.val_holdout == 0);
+    assert_int_equal(s.val_sequences, 64);
+    assert_int_equal(s.eval_interval, 500);
 
     /* The normalised JSON carries the same values ... */
     json_t *out = jobspec_to_json(&s);
@@ -134,7 +150,11 @@ static void test_jobspec_defaults_filled(void **state)
         " \"training\":{\"steps\":5000,\"learning_rate\":0.0006,\"warmup_steps\":0,"
         "               \"weight_decay\":0.0,\"grad_clip\":1.0,\"seed\":0},"
         " \"data\":{\"path\":\"/data/fineweb10B\",\"format\":\"llmc\"},"
-        " \"checkpoint_interval\":100, \"resume_from\":null}");
+        " \"checkpoint_interval\":100, \"resume_from\":null,"
+        " \"communication\":{\"stage_link\":\"" JOBSPEC_STAGE_LINK_DEFAULT "\",\"sync\":\"every_step\","
+        "                    \"inner_steps\":1,\"outer_learning_rate\":0.7,\"outer_momentum\":0.9,"
+        "                    \"sync_dtype\":\"f32\"},"
+        " \"validation\":null}");
     json_decref(out);
     json_decref(body);
 }
@@ -243,6 +263,37 @@ static void test_jobspec_relations(void **state)
         { "resume_from.step == steps - 1", { { "resume_from.step", "4999" } }, 0, NULL, NULL },
         { "resume_from.step 0", { { "resume_from.step", "0" } }, 0, NULL, NULL },
         { "resume_from null", { { "resume_from", "null" } }, 0, NULL, NULL },
+        /* communication: what applies to which sync mode */
+        { "every_step with inner_steps", { { "communication.sync", "\"every_step\"" } },
+          422, "invalid_field", "communication.inner_steps" },
+        { "every_step with inner_steps 1",
+          { { "communication.sync", "\"every_step\"" }, { "communication.inner_steps", "1" },
+            { "communication.sync_dtype", "\"f32\"" } }, 0, NULL, NULL },
+        { "every_step with a compressed sync",
+          { { "communication.sync", "\"every_step\"" }, { "communication.inner_steps", "1" } },
+          422, "invalid_field", "communication.sync_dtype" },
+        { "inner_steps > steps", { { "communication.inner_steps", "5001" } },
+          422, "invalid_field", "communication.inner_steps" },
+        { "diloco checkpoint between outer steps", { { "checkpoint_interval", "260" } },
+          422, "invalid_field", "checkpoint_interval" },
+        { "diloco checkpoint only at the end", { { "checkpoint_interval", "0" } }, 0, NULL, NULL },
+        { "diloco evaluation between outer steps", { { "validation.eval_interval", "510" } },
+          422, "invalid_field", "validation.eval_interval" },
+        { "eval_interval > steps", { { "validation.eval_interval", "5050" } },
+          422, "invalid_field", "validation.eval_interval" },
+        /* validation: one source, whole micro-batches */
+        { "validation with a path and a holdout", { { "validation.holdout", "0.1" } },
+          422, "invalid_field", "validation" },
+        { "validation with neither", { { "validation.path", "null" } }, 422, "invalid_field", "validation" },
+        { "validation holdout", { { "validation.path", "null" }, { "validation.holdout", "0.05" } }, 0, NULL, NULL },
+        { "a holdout in another format than its file",
+          { { "validation.path", "null" }, { "validation.holdout", "0.05" }, { "validation.format", "\"text\"" } },
+          422, "invalid_field", "validation.format" },
+        { "a text validation file with 50257 tokens", { { "validation.format", "\"text\"" } },
+          422, "invalid_field", "validation.format" },
+        { "validation sequences not whole micro-batches", { { "validation.sequences", "66" } },
+          422, "invalid_field", "validation.sequences" },
+        { "validation null", { { "validation", "null" } }, 0, NULL, NULL },
     };
     run_spec_cases(cases, sizeof cases / sizeof cases[0]);
 }
@@ -304,6 +355,26 @@ static void test_jobspec_fields(void **state)
         { "resume_from negative step", { { "resume_from.step", "-1" } }, 422, "invalid_field", "resume_from.step" },
         { "resume_from not an object", { { "resume_from", "5" } }, 400, "invalid_field", "resume_from" },
         { "resume_from unknown member", { { "resume_from.epoch", "1" } }, 400, "unknown_field", "resume_from.epoch" },
+        { "unknown stage link", { { "communication.stage_link", "\"fp8\"" } },
+          422, "invalid_field", "communication.stage_link" },
+        { "unknown sync mode", { { "communication.sync", "\"gossip\"" } },
+          422, "invalid_field", "communication.sync" },
+        { "unknown sync dtype", { { "communication.sync_dtype", "\"int4\"" } },
+          422, "invalid_field", "communication.sync_dtype" },
+        { "outer momentum 1", { { "communication.outer_momentum", "1" } },
+          422, "invalid_field", "communication.outer_momentum" },
+        { "outer learning rate 0", { { "communication.outer_learning_rate", "0" } },
+          422, "invalid_field", "communication.outer_learning_rate" },
+        { "communication not an object", { { "communication", "\"diloco\"" } },
+          400, "invalid_field", "communication" },
+        { "unknown communication member", { { "communication.h", "1" } },
+          400, "unknown_field", "communication.h" },
+        { "validation holdout over 0.5", { { "validation.path", "null" }, { "validation.holdout", "0.6" } },
+          422, "invalid_field", "validation.holdout" },
+        { "validation sequences 0", { { "validation.sequences", "0" } },
+          422, "invalid_field", "validation.sequences" },
+        { "unknown validation member", { { "validation.every", "5" } },
+          400, "unknown_field", "validation.every" },
     };
     run_spec_cases(cases, sizeof cases / sizeof cases[0]);
 }
@@ -352,6 +423,42 @@ static void test_jobspec_short_job_checkpoint_default(void **state)
     json_decref(body);
 }
 
+/* Defaults that depend on the sync mode: DiLoCo's H, and checkpoint and
+ * evaluation intervals on outer steps; validation sequences in whole
+ * micro-batches. */
+static void test_jobspec_sync_defaults(void **state)
+{
+    (void)state;
+    json_t *body = load(minimal_spec);
+    apply_edit(body, &(struct edit){ "communication", "{\"sync\":\"diloco\"}" });
+    apply_edit(body, &(struct edit){ "validation", "{\"holdout\":0.1}" });
+    struct job_spec s;
+    struct shoal_err err;
+    err_clear(&err);
+    assert_int_equal(jobspec_parse(body, &s, &err), 0);
+    assert_int_equal(s.inner_steps, 100);
+    assert_int_equal(s.checkpoint_interval, 100);
+    assert_int_equal(s.eval_interval, 100);
+    assert_int_equal(s.val_sequences, 32);
+    assert_string_equal(s.val_format, "llmc");
+    assert_true(s.outer_learning_rate == 0.7 && s.outer_momentum == 0.9);
+    apply_edit(body, &(struct edit){ "communication", "{\"sync\":\"diloco\",\"inner_steps\":30}" });
+    apply_edit(body, &(struct edit){ "parallelism.micro_batch_size", "5" });
+    assert_int_equal(jobspec_parse(body, &s, &err), 0);
+    assert_int_equal(s.checkpoint_interval, 120);
+    assert_int_equal(s.eval_interval, 120);
+    assert_int_equal(s.val_sequences, 35);
+    /* a short job: once, at the end */
+    apply_edit(body, &(struct edit){ "training.steps", "40" });
+    assert_int_equal(jobspec_parse(body, &s, &err), 0);
+    assert_int_equal(s.checkpoint_interval, 40);
+    assert_int_equal(s.eval_interval, 40);
+    apply_edit(body, &(struct edit){ "communication", "{\"sync\":\"diloco\"}" });
+    assert_int_equal(jobspec_parse(body, &s, &err), 0);
+    assert_int_equal(s.inner_steps, 40);
+    json_decref(body);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -361,6 +468,7 @@ int main(void)
         cmocka_unit_test(test_jobspec_fields),
         cmocka_unit_test(test_jobspec_body_not_object),
         cmocka_unit_test(test_jobspec_short_job_checkpoint_default),
+        cmocka_unit_test(test_jobspec_sync_defaults),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -600,6 +600,94 @@ static void test_assemble_other_split(void **state)
     kern_stage_free(a0), kern_stage_free(a1), kern_stage_free(b0), kern_stage_free(b1), kern_stage_free(fresh);
 }
 
+/* Extra state (DiLoCo's outer momentum, a sync's error feedback) travels
+ * with the stage: saved after the moments, loaded (a file without it
+ * leaves the stage without it), assembled under another split, and a
+ * version 1 file (no extras) still loads. */
+static void test_extra_state(void **state)
+{
+    (void)state;
+    struct kern_err err;
+    struct kern_model three = small;
+    three.layers = 3;
+    struct kern_stage *a0 = stage_new(&three, 0, 1, 4, 32, 2, 11), *a1 = stage_new(&three, 1, 3, 4, 32, 2, 11);
+    struct kern_stage *old[2] = {a0, a1};
+    for (int k = 0; k < 2; k++) {
+        float *u = kern_stage_extra(old[k], KERN_EXTRA_OUTER_MOMENTUM);
+        assert_non_null(u);
+        assert_ptr_equal(kern_stage_extra(old[k], KERN_EXTRA_OUTER_MOMENTUM), u);   /* made once */
+        assert_null(kern_stage_extra_if(old[k], KERN_EXTRA_SYNC_FEEDBACK));
+        for (size_t i = 0; i < kern_stage_param_count(old[k]); i++) {
+            assert_true(u[i] == 0);   /* zeroed */
+            u[i] = (float)(k + 1) * 1e-3f * (float)(i % 101);
+        }
+    }
+    assert_null(kern_stage_extra(a0, KERN_EXTRA_COUNT));
+    /* save and load: the momentum comes back, the feedback stays absent */
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    save_to(a1, f);
+    struct kern_stage *r1 = stage_new(&three, 1, 3, 4, 32, 2, 5);
+    kern_stage_extra(r1, KERN_EXTRA_SYNC_FEEDBACK)[0] = 7;
+    assert_int_equal(kern_stage_load(r1, f, &err), 0);
+    assert_non_null(kern_stage_extra_if(r1, KERN_EXTRA_OUTER_MOMENTUM));
+    assert_memory_equal(kern_stage_extra_if(r1, KERN_EXTRA_OUTER_MOMENTUM), kern_stage_extra_if(a1, KERN_EXTRA_OUTER_MOMENTUM),
+                        kern_stage_param_count(a1) * sizeof(float));
+    assert_null(kern_stage_extra_if(r1, KERN_EXTRA_SYNC_FEEDBACK));
+    /* its size: header (68), params, moments and one extra, checksum */
+    fseek(f, 0, SEEK_END);
+    assert_int_equal(ftell(f), 68 + 4 * 4 * (long)kern_stage_param_count(a1) + 8);
+    /* a version 1 file: the same without the extras word and buffers */
+    long len = ftell(f);
+    unsigned char *raw = malloc((size_t)len);
+    rewind(f);
+    assert_int_equal(fread(raw, 1, (size_t)len, f), (size_t)len);
+    size_t n = kern_stage_param_count(a1), v1_len = 64 + 12 * n + 8;
+    unsigned char *v1 = malloc(v1_len);
+    uint32_t one = 1;
+    memcpy(v1, raw, 8);
+    memcpy(v1 + 8, &one, 4);
+    memcpy(v1 + 12, raw + 12, 36);            /* 9 ints */
+    memcpy(v1 + 48, raw + 52, 16);            /* step, n */
+    memcpy(v1 + 64, raw + 68, 12 * n);        /* params and moments */
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < v1_len - 8; i++) {
+        h ^= v1[i];
+        h *= 0x100000001b3ull;
+    }
+    memcpy(v1 + v1_len - 8, &h, 8);
+    FILE *g = fmemopen(v1, v1_len, "rb");
+    struct kern_model pm;
+    struct kern_stage_spec psp = {.micro_batch = 1, .seq_len = 1, .in_flight = 1};
+    assert_int_equal(kern_stage_file_peek(g, &pm, &psp, &err), 0);
+    assert_int_equal(kern_stage_load(r1, g, &err), 0);
+    assert_null(kern_stage_extra_if(r1, KERN_EXTRA_OUTER_MOMENTUM));
+    fclose(g);
+    free(v1), free(raw);
+    fclose(f);
+    /* assembled under another split, tensor by tensor */
+    struct kern_stage *b0 = stage_new(&three, 0, 2, 4, 32, 2, 99);
+    assert_int_equal(kern_stage_assemble(b0, old, 2, &err), 0);
+    const float *bu = kern_stage_extra_if(b0, KERN_EXTRA_OUTER_MOMENTUM);
+    assert_non_null(bu);
+    for (int t = 0; t < kern_stage_tensor_count(b0); t++) {
+        const struct kern_tensor *bt = kern_stage_tensor(b0, t);
+        for (int k = 0; k < 2; k++)
+            for (int j = 0; j < kern_stage_tensor_count(old[k]); j++) {
+                const struct kern_tensor *ot = kern_stage_tensor(old[k], j);
+                if (strcmp(ot->name, bt->name) == 0)
+                    assert_memory_equal(bu + bt->offset, kern_stage_extra_if(old[k], KERN_EXTRA_OUTER_MOMENTUM) + ot->offset,
+                                        bt->count * sizeof(float));
+            }
+    }
+    /* sources that disagree on their extras are refused */
+    struct kern_stage *plain = stage_new(&three, 1, 3, 4, 32, 2, 11);
+    struct kern_stage *mixed[2] = {a0, plain};
+    assert_int_equal(kern_stage_assemble(b0, mixed, 2, &err), -1);
+    assert_non_null(strstr(err.msg, "extra state"));
+    kern_stage_free(a0), kern_stage_free(a1), kern_stage_free(r1), kern_stage_free(b0), kern_stage_free(plain);
+}
+
 /* A stage file says which stage can load it, and peeking leaves it loadable. */
 static void test_file_peek(void **state)
 {
@@ -676,10 +764,10 @@ static void test_file_peek_bounds(void **state)
             memcpy(copy + 12, ints, sizeof ints);
             uint64_t n = (uint64_t)(ints[0] + ints[1]) * C + (uint64_t)L * (12u * C * C + 13u * C) +
                          (uint64_t)(ints[0] + 2) * C;   /* what that model makes: the header agrees */
-            memcpy(copy + 56, &n, 8);
+            memcpy(copy + 60, &n, 8);   /* version 2: 10 ints, the step, then n */
         }
         if (bad[i].n)
-            memcpy(copy + 56, &bad[i].n, 8);
+            memcpy(copy + 60, &bad[i].n, 8);
         FILE *g = fmemopen(copy, (size_t)bad[i].keep, "rb");
         assert_non_null(g);
         if (kern_stage_file_peek(g, &m, &sp, &err) != -1 || !strstr(err.msg, bad[i].msg))
@@ -774,6 +862,7 @@ int main(void)
         cmocka_unit_test(test_overfits_fixed_text),
         cmocka_unit_test(test_save_load_continue),
         cmocka_unit_test(test_logits),
+        cmocka_unit_test(test_extra_state),
         cmocka_unit_test(test_file_peek),
         cmocka_unit_test(test_file_peek_bounds),
         cmocka_unit_test(test_assemble_other_split),

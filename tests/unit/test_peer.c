@@ -444,7 +444,7 @@ static void *stream_recv_main(void *arg)
     for (int i = 0; i < STREAM_FRAMES; i++) {
         size_t n = frame_floats(i);
         fill(want, n, i);
-        if (peer_stream_recv(j->s, j->kind, 1, (uint32_t)i, x, n * 4, TIMEOUT_MS, &err) != 0 ||
+        if (peer_stream_recv(j->s, j->kind, WIRE_F32, 1, (uint32_t)i, x, n * 4, TIMEOUT_MS, &err) != 0 ||
             memcmp(x, want, n * 4) != 0)
             j->failures++;
     }
@@ -481,27 +481,29 @@ static void test_stream_wrong_frame(void **state)
     struct fixture *fx = *state;
     struct shoal_err err;
     float x[16] = {0}, y[16];
-    /* expected: ACTIVATION step 5 micro-batch 2, 64 bytes; each case
-     * changes one thing about what is waited for */
+    /* expected: ACTIVATION F32 step 5 micro-batch 2, 64 bytes; each case
+     * changes one thing about what is waited for (a receiver that expects
+     * bf16 or int8 from its assignment refuses an f32 frame, and so on) */
     struct {
-        uint16_t kind;
+        uint16_t kind, dtype;
         uint64_t step;
         uint32_t mb;
         size_t len;
-    } cases[] = {{WIRE_ACTIVATION_GRAD, 5, 2, 64}, {WIRE_ACTIVATION, 6, 2, 64},
-                 {WIRE_ACTIVATION, 5, 3, 64}, {WIRE_ACTIVATION, 5, 2, 60}};
+    } cases[] = {{WIRE_ACTIVATION_GRAD, WIRE_F32, 5, 2, 64}, {WIRE_ACTIVATION, WIRE_F32, 6, 2, 64},
+                 {WIRE_ACTIVATION, WIRE_F32, 5, 3, 64}, {WIRE_ACTIVATION, WIRE_F32, 5, 2, 60},
+                 {WIRE_ACTIVATION, WIRE_BF16, 5, 2, 64}, {WIRE_ACTIVATION, WIRE_Q8, 5, 2, 64}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         struct peer_stream *sa, *sb;
         streams(fx, &sa, &sb, 2);
         struct wire_frame f = {.kind = WIRE_ACTIVATION, .dtype = WIRE_F32, .step = 5,
                                .micro_batch = 2, .ndim = 2, .shape = {4, 4}, .payload_len = 64};
         assert_int_equal(peer_stream_send(sa, &f, x, TIMEOUT_MS, &err), 0);
-        assert_int_equal(peer_stream_recv(sb, cases[i].kind, cases[i].step, cases[i].mb, y,
-                                          cases[i].len, TIMEOUT_MS, &err), -1);
+        assert_int_equal(peer_stream_recv(sb, cases[i].kind, cases[i].dtype, cases[i].step,
+                                          cases[i].mb, y, cases[i].len, TIMEOUT_MS, &err), -1);
         assert_string_equal(err.code, "peer_protocol");
         assert_non_null(strstr(err.message, "127.0.0.1:"));
         /* the stream stays failed */
-        assert_int_equal(peer_stream_recv(sb, WIRE_ACTIVATION, 5, 2, y, 64, 100, &err), -1);
+        assert_int_equal(peer_stream_recv(sb, WIRE_ACTIVATION, WIRE_F32, 5, 2, y, 64, 100, &err), -1);
         assert_string_equal(err.code, "peer_protocol");
         assert_int_equal(peer_stream_send(sb, &f, x, 100, &err), -1);
         peer_stream_stop(sa);
@@ -520,7 +522,7 @@ static void test_stream_error_frame_quoted(void **state)
                            .payload_len = sizeof reason - 1};
     assert_int_equal(peer_stream_send(sa, &f, reason, TIMEOUT_MS, &err), 0);
     float y[4];
-    assert_int_equal(peer_stream_recv(sb, WIRE_ACTIVATION, 1, 0, y, sizeof y, TIMEOUT_MS, &err),
+    assert_int_equal(peer_stream_recv(sb, WIRE_ACTIVATION, WIRE_F32, 1, 0, y, sizeof y, TIMEOUT_MS, &err),
                      -1);
     assert_string_equal(err.code, "peer_protocol");
     assert_non_null(strstr(err.message, "'stage 2 ran out of memory'"));
@@ -541,11 +543,11 @@ static void test_stream_peer_closes(void **state)
     assert_int_equal(peer_stream_flush(sa, TIMEOUT_MS, &err), 0);
     peer_stream_stop(sa);
     /* the frame sent before the close still arrives, then the close */
-    assert_int_equal(peer_stream_recv(sb, WIRE_ACTIVATION, 3, 0, y, sizeof y, TIMEOUT_MS, &err),
+    assert_int_equal(peer_stream_recv(sb, WIRE_ACTIVATION, WIRE_F32, 3, 0, y, sizeof y, TIMEOUT_MS, &err),
                      0);
     assert_memory_equal(x, y, sizeof x);
     /* no deadline (-1): the close ends the wait */
-    assert_int_equal(peer_stream_recv(sb, WIRE_ACTIVATION, 3, 1, y, sizeof y, -1, &err), -1);
+    assert_int_equal(peer_stream_recv(sb, WIRE_ACTIVATION, WIRE_F32, 3, 1, y, sizeof y, -1, &err), -1);
     assert_string_equal(err.code, "peer_closed");
     assert_non_null(strstr(err.message, peer_stream_addr(sb)));
     /* a neighbour that finished closes: nothing of ours was left to send */
@@ -565,7 +567,7 @@ static void test_stream_stall_times_out(void **state)
     assert_int_equal(peer_stream_start(&b, STREAM_CAP, 2, &sb, &err), 0);
     float y[4];
     double t0 = now_s();
-    assert_int_equal(peer_stream_recv(sb, WIRE_ACTIVATION, 1, 0, y, sizeof y, 300, &err), -1);
+    assert_int_equal(peer_stream_recv(sb, WIRE_ACTIVATION, WIRE_F32, 1, 0, y, sizeof y, 300, &err), -1);
     double dt = now_s() - t0;
     assert_string_equal(err.code, "peer_timeout");
     assert_true(dt >= 0.29 && dt < 2.0);
@@ -611,7 +613,7 @@ static void test_stream_bad_crc(void **state)
     write_all(a.fd, hdr, sizeof hdr);
     write_all(a.fd, x, sizeof x);
     float y[64];
-    assert_int_equal(peer_stream_recv(sb, WIRE_ACTIVATION, 1, 0, y, sizeof y, TIMEOUT_MS, &err),
+    assert_int_equal(peer_stream_recv(sb, WIRE_ACTIVATION, WIRE_F32, 1, 0, y, sizeof y, TIMEOUT_MS, &err),
                      -1);
     assert_string_equal(err.code, "peer_protocol");
     assert_non_null(strstr(err.message, "CRC"));
@@ -666,10 +668,10 @@ static void test_stream_timeout_mid_frame_keeps_frame(void **state)
                             .pause1_ms = 50, .pause2_ms = 400};
     pthread_t t;
     pthread_create(&t, NULL, slow_writer_main, &w);
-    assert_int_equal(peer_stream_recv(sb, WIRE_PROBE, 2, 1, y, n, 250, &err), -1);
+    assert_int_equal(peer_stream_recv(sb, WIRE_PROBE, WIRE_BYTES, 2, 1, y, n, 250, &err), -1);
     assert_string_equal(err.code, "peer_timeout");
     memset(y, 0, n);
-    assert_int_equal(peer_stream_recv(sb, WIRE_PROBE, 2, 1, y, n, TIMEOUT_MS, &err), 0);
+    assert_int_equal(peer_stream_recv(sb, WIRE_PROBE, WIRE_BYTES, 2, 1, y, n, TIMEOUT_MS, &err), 0);
     assert_memory_equal(y, frame + WIRE_HEADER_BYTES, n);
     pthread_join(t, NULL);
     free(frame);

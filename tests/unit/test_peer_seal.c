@@ -293,7 +293,7 @@ static void *stream_recv_main(void *arg)
     for (int i = 0; i < STREAM_FRAMES; i++) {
         size_t n = frame_bytes(i);
         fill_bytes(want, n, (unsigned)i + j->kind);
-        if (peer_stream_recv(j->s, j->kind, 1, (uint32_t)i, x, n, TIMEOUT_MS, &j->err) != 0 ||
+        if (peer_stream_recv(j->s, j->kind, WIRE_BYTES, 1, (uint32_t)i, x, n, TIMEOUT_MS, &j->err) != 0 ||
             memcmp(x, want, n) != 0)
             j->failures++;
         /* now and then the owner is late, so frames wait in slots */
@@ -335,7 +335,7 @@ static void test_streams_both_ways(void **state)
                            .payload_len = sizeof reason - 1};
     assert_int_equal(peer_stream_send(sa, &f, reason, TIMEOUT_MS, &err), 0);
     unsigned char y[4];
-    assert_int_equal(peer_stream_recv(sb, WIRE_ACTIVATION, 2, 0, y, sizeof y, TIMEOUT_MS, &err),
+    assert_int_equal(peer_stream_recv(sb, WIRE_ACTIVATION, WIRE_BYTES, 2, 0, y, sizeof y, TIMEOUT_MS, &err),
                      -1);
     assert_string_equal(err.code, "peer_protocol");
     assert_non_null(strstr(err.message, "'stage 2 ran out of memory'"));
@@ -749,15 +749,15 @@ static void test_stream_tampered_and_slow(void **state)
         assert_int_equal(peer_stream_send(sa, &f, x, TIMEOUT_MS, &err), 0);
         memset(y, 0, n);
         if (tamper) {
-            assert_int_equal(peer_stream_recv(sb, WIRE_ACTIVATION, 2, 0, y, n, TIMEOUT_MS, &err),
+            assert_int_equal(peer_stream_recv(sb, WIRE_ACTIVATION, WIRE_BYTES, 2, 0, y, n, TIMEOUT_MS, &err),
                              -1);
             assert_string_equal(err.code, "peer_auth");
             assert_non_null(strstr(err.message, peer_stream_addr(sb)));
         } else {
-            assert_int_equal(peer_stream_recv(sb, WIRE_ACTIVATION, 2, 0, y, n, 250, &err), -1);
+            assert_int_equal(peer_stream_recv(sb, WIRE_ACTIVATION, WIRE_BYTES, 2, 0, y, n, 250, &err), -1);
             assert_string_equal(err.code, "peer_timeout");
             memset(y, 0, n);
-            if (peer_stream_recv(sb, WIRE_ACTIVATION, 2, 0, y, n, TIMEOUT_MS, &err) != 0)
+            if (peer_stream_recv(sb, WIRE_ACTIVATION, WIRE_BYTES, 2, 0, y, n, TIMEOUT_MS, &err) != 0)
                 fail_msg("slow frame: %s", err.message);
             assert_memory_equal(x, y, n);
         }

@@ -11,6 +11,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,6 +96,8 @@ struct rank_job {
     float *data;
     size_t n;
     uint64_t step;
+    enum codec_id codec;   /* CODEC_F32 (0): ring_allreduce_sum */
+    float *feedback;
     int rc;
     struct shoal_err err;
 };
@@ -102,7 +105,9 @@ struct rank_job {
 static void *rank_main(void *arg)
 {
     struct rank_job *j = arg;
-    j->rc = ring_allreduce_sum(j->r, j->data, j->n, j->step, &j->err);
+    j->rc = j->codec == CODEC_F32 && !j->feedback
+        ? ring_allreduce_sum(j->r, j->data, j->n, j->step, &j->err)
+        : ring_allreduce_codec(j->r, j->data, j->n, j->step, j->codec, j->feedback, &j->err);
     if (j->rc != 0) {
         /* Tell the neighbours now rather than after their timeouts. */
         if (j->r->next->fd >= 0)
@@ -292,6 +297,125 @@ static void test_ring_error_frame(void **state)
     ring_free(&rs);
 }
 
+/* Gentle values for the packed sums: rank k's in [-1, 1) times 2^(k%3-1). */
+static float gentle(int rank, size_t i)
+{
+    uint64_t h = ((uint64_t)rank + 1) * 0x9e3779b97f4a7c15ull ^ (i + 7) * 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 29;
+    h *= 0x94d049bb133111ebull;
+    h ^= h >> 32;
+    return ((float)(h % 20001) / 10000.0f - 1.0f) * (float)(1 << (rank % 3)) / 2.0f;
+}
+
+/* Runs `calls` packed all-reduces of the same inputs on every rank at once,
+ * with or without error feedback; every rank must end each call with the
+ * same bits, and (with feedback) the delivered sum plus every rank's
+ * feedback must be the exact sum.  Returns the worst error of the
+ * delivered sums added up over the calls against calls x the exact sum. */
+static double packed_allreduce(struct ring_set *rs, size_t n, enum codec_id codec, int with_feedback, int calls)
+{
+    int p = rs->size;
+    float *data[RANKS_MAX], *fb[RANKS_MAX];
+    double *cum = calloc(n, sizeof *cum), worst = 0;
+    struct rank_job jobs[RANKS_MAX];
+    pthread_t t[RANKS_MAX];
+    assert_non_null(cum);
+    for (int k = 0; k < p; k++) {
+        data[k] = malloc(n * sizeof(float));
+        fb[k] = calloc(n, sizeof(float));
+        assert_true(data[k] && fb[k]);
+    }
+    for (int c = 0; c < calls; c++) {
+        for (int k = 0; k < p; k++) {
+            for (size_t i = 0; i < n; i++)
+                data[k][i] = gentle(k, i);
+            jobs[k] = (struct rank_job){.r = &rs->r[k], .data = data[k], .n = n, .step = (uint64_t)c + 1,
+                                        .codec = codec, .feedback = with_feedback ? fb[k] : NULL};
+            pthread_create(&t[k], NULL, rank_main, &jobs[k]);
+        }
+        for (int k = 0; k < p; k++)
+            pthread_join(t[k], NULL);
+        for (int k = 0; k < p; k++)
+            if (jobs[k].rc != 0)
+                fail_msg("%s size %d n %zu rank %d: %s", codec_get(codec)->name, p, n, k, jobs[k].err.message);
+        for (int k = 1; k < p; k++)
+            assert_memory_equal(data[k], data[0], n * sizeof(float));
+        for (size_t i = 0; i < n; i++) {
+            double exact = 0, kept = 0;
+            for (int k = 0; k < p; k++) {
+                exact += gentle(k, i);
+                kept += fb[k][i];
+            }
+            cum[i] += data[0][i];
+            /* the delivered sum and what the ranks kept back make the exact
+             * sum of this call's inputs and the feedback they started with */
+            if (with_feedback && c == 0 && fabs(data[0][i] + kept - exact) > 1e-5)
+                fail_msg("%s size %d element %zu: delivered %.9g + kept %.9g != exact %.9g", codec_get(codec)->name,
+                         p, i, data[0][i], kept, exact);
+            if (c == calls - 1 && fabs(cum[i] - calls * exact) > worst)
+                worst = fabs(cum[i] - calls * exact);
+        }
+    }
+    for (int k = 0; k < p; k++) {
+        free(data[k]);
+        free(fb[k]);
+    }
+    free(cum);
+    return worst;
+}
+
+static void test_ring_packed(void **state)
+{
+    (void)state;
+    for (int p = 2; p <= RANKS_MAX; p++) {
+        struct ring_set rs;
+        ring_form(&rs, p, 0, TIMEOUT_MS);
+        for (int k = 0; k < p; k++)
+            rs.r[k].chunk_floats = 1000;   /* several chunks a segment, partial int8 rows */
+        for (enum codec_id c = CODEC_BF16; c <= CODEC_INT8; c++) {
+            /* one sum: within the codec's error of the exact sum, on every rank alike */
+            double one = packed_allreduce(&rs, 5003, c, 0, 1);
+            /* each of p packings loses at most 2^-8 (bf16) or 1/254 (int8)
+             * of a partial sum of at most k values of magnitude <= 2 */
+            double bound = p * (p + 1) / 254.0;
+            if (one > bound)
+                fail_msg("%s size %d: one sum is off by %g (bound %g)", codec_get(c)->name, p, one, bound);
+            /* twenty sums of the same inputs: with error feedback the total
+             * stays within about one sum's error; without, it drifts */
+            double with = packed_allreduce(&rs, 5003, c, 1, 20);
+            double without = packed_allreduce(&rs, 5003, c, 0, 20);
+            if (!(with <= 2 * bound && without > 4 * with))
+                fail_msg("%s size %d: error after 20 sums %g with feedback, %g without", codec_get(c)->name, p,
+                         with, without);
+        }
+        ring_free(&rs);
+    }
+}
+
+/* Two ends that disagree on the sync dtype: the frame is refused. */
+static void test_ring_packed_mismatch(void **state)
+{
+    (void)state;
+    struct ring_set rs;
+    ring_form(&rs, 2, 0, 3000);
+    struct rank_job jobs[2];
+    pthread_t t[2];
+    float *data[2];
+    for (int k = 0; k < 2; k++) {
+        data[k] = calloc(3000, sizeof(float));
+        jobs[k] = (struct rank_job){.r = &rs.r[k], .data = data[k], .n = 3000, .step = 4,
+                                    .codec = k ? CODEC_INT8 : CODEC_BF16};
+        pthread_create(&t[k], NULL, rank_main, &jobs[k]);
+    }
+    for (int k = 0; k < 2; k++) {
+        pthread_join(t[k], NULL);
+        assert_int_equal(jobs[k].rc, -1);
+        free(data[k]);
+    }
+    assert_true(strstr(jobs[0].err.message, "dtype") || strstr(jobs[1].err.message, "dtype"));
+    ring_free(&rs);
+}
+
 int main(void)
 {
     log_threshold = LOG_LEVEL_ERROR;
@@ -302,6 +426,8 @@ int main(void)
         cmocka_unit_test(test_ring_wrong_step),
         cmocka_unit_test(test_ring_error_frame),
         cmocka_unit_test(test_ring_encrypted),
+        cmocka_unit_test(test_ring_packed),
+        cmocka_unit_test(test_ring_packed_mismatch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -108,7 +108,7 @@ static void test_bad_headers(void **state)
     } bad[] = {
         {"magic", 0, 0x12345678, 4, 1, "bad magic"},
         {"version 1", 4, 1, 2, 1, "version"},
-        {"version 3", 4, 3, 2, 1, "version"},
+        {"version 4", 4, 4, 2, 1, "version 4, this agent 3"},
         {"header crc", 8, 43, 1, 0, "CRC"},
         {"kind 0", 6, 0, 2, 1, "kind"},
         {"kind 99", 6, 99, 2, 1, "kind"},
@@ -133,6 +133,39 @@ static void test_bad_headers(void **state)
             !strstr(why, bad[i].msg))
             fail_msg("%s: decode said '%s'", bad[i].why, why);
     }
+}
+
+/* WIRE_Q8 frames (version 3): a f32 scale per row of shape[ndim-1]
+ * int8 values, and nothing else, is a valid length. */
+static void test_int8_frames(void **state)
+{
+    (void)state;
+    unsigned char h[WIRE_HEADER_BYTES];
+    struct wire_frame f = sample(), g;
+    char why[160] = "";
+    f.dtype = WIRE_Q8;
+    f.payload_len = 2 * 16 * 64 + 4 * 2 * 16;
+    wire_header_encode(&f, h);
+    assert_int_equal(wire_header_decode(h, 1 << 20, &g, why, sizeof why), 0);
+    assert_int_equal(g.dtype, WIRE_Q8);
+    assert_int_equal(wire_payload_bytes(WIRE_Q8, 3, f.shape, 1 << 20), f.payload_len);
+    assert_int_equal(wire_payload_bytes(WIRE_BF16, 3, f.shape, 1 << 20), 2 * 16 * 64 * 2);
+    uint64_t wrong[] = { 2 * 16 * 64, 2 * 16 * 64 * 4, f.payload_len + 1, f.payload_len - 4 };
+    for (size_t i = 0; i < sizeof wrong / sizeof wrong[0]; i++) {
+        f.payload_len = wrong[i];
+        wire_header_encode(&f, h);
+        assert_int_equal(wire_header_decode(h, 1 << 20, &g, why, sizeof why), -1);
+        assert_non_null(strstr(why, "does not match"));
+    }
+    f.ndim = 0;
+    memset(f.shape, 0, sizeof f.shape);
+    f.payload_len = 0;
+    wire_header_encode(&f, h);
+    assert_int_equal(wire_header_decode(h, 1 << 20, &g, why, sizeof why), -1);
+    assert_non_null(strstr(why, "needs a shape"));
+    /* a huge row count cannot overflow the length check */
+    uint32_t huge[3] = { 0xffffffffu, 0xffffffffu, 1 };
+    assert_true(wire_payload_bytes(WIRE_Q8, 3, huge, UINT64_MAX / 2) == UINT64_MAX);
 }
 
 static void test_garbage_never_accepted(void **state)
@@ -428,6 +461,7 @@ int main(void)
         cmocka_unit_test(test_crc32c_fast_equals_portable),
         cmocka_unit_test(test_header_round_trip),
         cmocka_unit_test(test_bad_headers),
+        cmocka_unit_test(test_int8_frames),
         cmocka_unit_test(test_garbage_never_accepted),
         cmocka_unit_test(test_hello_mac),
         cmocka_unit_test(test_hello_payloads),

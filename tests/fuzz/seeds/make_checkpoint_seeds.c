@@ -17,8 +17,9 @@
 
 static const struct kern_model model = { .vocab = 8, .context = 4, .d_model = 4, .heads = 2, .layers = 2 };
 
-/* Saves layers [start, end) after one AdamW step, so the moments are not zero. */
-static int save_stage(const char *dir, const char *name, int start, int end)
+/* Saves layers [start, end) after one AdamW step, so the moments are not
+ * zero; with_extras: with both extra buffers (DiLoCo's state). */
+static int save_stage(const char *dir, const char *name, int start, int end, int with_extras)
 {
     struct kern_device cpu = { KERN_CPU, 0 };
     struct kern_stage_spec sp = { .layer_start = start, .layer_end = end, .first = start == 0,
@@ -33,6 +34,11 @@ static int save_stage(const char *dir, const char *name, int start, int end)
     FILE *f = fopen(path, "wb");
     int rc = !f || kern_stage_new(&cpu, &model, &sp, &st, &err) != 0 ? -1 : 0;
     if (rc == 0) {
+        for (int e = 0; with_extras && e < KERN_EXTRA_COUNT; e++) {
+            float *x = kern_stage_extra(st, (enum kern_extra)e);
+            for (size_t i = 0; x && i < kern_stage_param_count(st); i++)
+                x[i] = 0.001f * (float)(i % 17) - 0.008f * (float)e;
+        }
         rc = kern_stage_adamw(st, &h, &err) || kern_stage_save(st, f, &err) ? -1 : 0;
         kern_stage_free(st);
     }
@@ -49,6 +55,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: make_checkpoint_seeds DIR\n");
         return 2;
     }
-    return save_stage(argv[1], "stage-0-of-2", 0, 1) || save_stage(argv[1], "stage-1-of-2", 1, 2) ||
-           save_stage(argv[1], "whole-model", 0, 2) ? 1 : 0;
+    return save_stage(argv[1], "stage-0-of-2", 0, 1, 0) || save_stage(argv[1], "stage-1-of-2", 1, 2, 0) ||
+           save_stage(argv[1], "whole-model", 0, 2, 0) || save_stage(argv[1], "stage-0-of-2-diloco", 0, 1, 1)
+           ? 1 : 0;
 }

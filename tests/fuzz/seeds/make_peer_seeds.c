@@ -7,8 +7,8 @@
  *   build (from the repository root):
  *     cc -std=c11 -D_GNU_SOURCE -pthread -o /tmp/make_peer_seeds \
  *        tests/fuzz/seeds/make_peer_seeds.c agent/peer.c agent/peer_seal.c \
- *        agent/peer_listener.c agent/peer_stream.c common/aead.c common/crc32c.c \
- *        common/err.c common/log.c common/wire.c -lcrypto
+ *        agent/peer_listener.c agent/peer_stream.c common/aead.c common/codec.c common/crc32c.c \
+ *        common/err.c common/log.c common/wire.c -lcrypto -lm
  *     /tmp/make_peer_seeds tests/fuzz/corpus/fuzz_peer
  *
  * The job, secret, nonces and roles are fuzz_peer.c's: keep them equal. */
@@ -20,6 +20,7 @@
 
 #include "../../../agent/peer.h"
 #include "../../../agent/peer_internal.h"
+#include "../../../common/codec.h"
 #include "../../../common/log.h"
 
 #define FUZZ_JOB 7
@@ -73,11 +74,13 @@ static int engine_frames(const char *name, int sealed)
     struct shoal_err err;
     static unsigned char wire[16384];
     float act[2 * 4 * 8];
+    unsigned char q8[2 * 4 * (8 + 4)];   /* int8 rows of 8, a scale each */
     double norm = 2.5;
     const char reason[] = "stage 1 failed";
     conn_pair(sealed, &tx, &rx);
     for (size_t i = 0; i < sizeof act / sizeof act[0]; i++)
         act[i] = (float)i * 0.25f;
+    codec_encode(CODEC_INT8, act, sizeof act / sizeof act[0], 8, q8, NULL);
     struct wire_frame frames[] = {
         {.kind = WIRE_ACTIVATION, .dtype = WIRE_F32, .step = 1, .micro_batch = 0, .ndim = 3,
          .shape = {2, 4, 8}, .payload_len = sizeof act},
@@ -85,8 +88,12 @@ static int engine_frames(const char *name, int sealed)
         {.kind = WIRE_ALLREDUCE, .dtype = WIRE_F32, .step = 1, .micro_batch = 65536, .ndim = 1,
          .shape = {0}, .payload_len = 0},
         {.kind = WIRE_ERROR, .dtype = WIRE_BYTES, .payload_len = sizeof reason - 1},
+        {.kind = WIRE_EVAL, .dtype = WIRE_Q8, .step = 1, .micro_batch = 0, .ndim = 3,
+         .shape = {2, 4, 8}, .payload_len = sizeof q8},
+        {.kind = WIRE_ALLREDUCE, .dtype = WIRE_BF16, .step = 1, .micro_batch = 1, .ndim = 1,
+         .shape = {16}, .payload_len = 32},
     };
-    const void *payloads[] = {act, &norm, NULL, reason};
+    const void *payloads[] = {act, &norm, NULL, reason, q8, act};
     for (size_t i = 0; i < sizeof frames / sizeof frames[0]; i++)
         if (peer_send(&tx, &frames[i], payloads[i], 1000, &err) != 0) {
             fprintf(stderr, "make_peer_seeds: %s\n", err.message);
@@ -136,6 +143,10 @@ static int headers(void)
     int rc = 0;
     wire_header_encode(&f, h);
     rc |= put("header-activation", 0, h, sizeof h);
+    f.dtype = WIRE_Q8;
+    f.payload_len = 2 * 16 * (64 + 4);
+    wire_header_encode(&f, h);
+    rc |= put("header-activation-int8", 0, h, sizeof h);
     f = (struct wire_frame){.kind = WIRE_GRAD_NORM, .dtype = WIRE_BYTES, .job_id = FUZZ_JOB,
                             .epoch = FUZZ_EPOCH, .payload_len = 8, .flags = WIRE_FLAG_SEALED};
     wire_header_encode(&f, h);
