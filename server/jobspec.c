@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../common/codec.h"
 #include "../common/jsonv.h"
 
 static const char *const schedules[] = { "gpipe", "1f1b", NULL };
@@ -251,6 +252,7 @@ json_t *jobspec_to_json(const struct job_spec *s)
 
 void jobspec_sched_model(const struct job_spec *spec, struct sched_problem *pb)
 {
+    const struct codec *link = codec_by_name(spec->stage_link), *sync = codec_by_name(spec->sync_dtype);
     pb->stages = (int)spec->stages;
     pb->replicas = (int)spec->replicas;
     pb->model = (struct sched_model){
@@ -258,8 +260,12 @@ void jobspec_sched_model(const struct job_spec *spec, struct sched_problem *pb)
         .heads = spec->heads, .layers = spec->layers, .micro_batches = spec->micro_batches,
         .micro_batch_size = spec->micro_batch_size,
         .schedule = strcmp(spec->schedule, "gpipe") == 0 ? SCHED_GPIPE : SCHED_1F1B, .act_bytes = 2,
-        /* The agents send activations and their gradients as f32 frames
-         * (agent/train.c), on the CPU and the CUDA backend alike. */
-        .wire_bytes = 4 };
+        /* What the agents send, on the CPU and the CUDA backend alike:
+         * activations and their gradients in the stage link's codec (int8:
+         * a scale per token of C values), and the sync's parameters. */
+        .wire_bytes = (double)codec_bytes(link ? link->id : CODEC_F32, (uint64_t)spec->d_model,
+                                          (uint64_t)spec->d_model) / (double)spec->d_model,
+        .sync_bytes = (double)codec_bytes(sync ? sync->id : CODEC_F32, CODEC_BLOCK, CODEC_BLOCK) / CODEC_BLOCK,
+        .sync_every = (int)spec->inner_steps };
     sched_dtfm_sizes(pb);
 }

@@ -40,6 +40,8 @@ int ctx_init(struct sched_ctx *cx, const struct sched_problem *pb)
     cx->layer_act_bytes = tokens * C * (34.0 + 5.0 * (double)m->heads * T / (C > 0 ? C : 1)) * m->act_bytes / 2.0;
     cx->last_act_bytes = tokens * V * 4.0 * 2.0;
     cx->boundary_bytes = tokens * C * (m->wire_bytes > 0 ? m->wire_bytes : m->act_bytes);
+    cx->sync_bytes = m->sync_bytes > 0 ? m->sync_bytes : 4.0;
+    cx->sync_every = m->sync_every > 0 ? m->sync_every : 1;
 
     cx->pp = malloc(sizeof(double) * (size_t)n * (size_t)n);
     cx->dp = malloc(sizeof(double) * (size_t)n * (size_t)n);
@@ -355,7 +357,9 @@ static double shoal_cost(const struct sched_ctx *cx, const int *node, const doub
     for (int s = 0; s < P; s++) {
         double params = layers[s] * cx->layer_params + (s == 0 ? cx->first_params : 0) + (s == P - 1 ? cx->last_params : 0);
         if (D > 1) {
-            double ar = 2.0 * (D - 1) / D * params * 4.0 * 8.0 / (ring_bw[s] * 1e9) + 2.0 * (D - 1) * ring_lat[s] / 1000.0;
+            /* the ring's bytes and hops, once every sync_every steps (diloco's H) */
+            double ar = (2.0 * (D - 1) / D * params * cx->sync_bytes * 8.0 / (ring_bw[s] * 1e9)
+                         + 2.0 * (D - 1) * ring_lat[s] / 1000.0) / cx->sync_every;
             if (ar > allreduce) allreduce = ar;
         }
         for (int r = 0; r < D; r++) {

@@ -28,6 +28,8 @@ struct sched_ctx {
     double layer_act_bytes;   /* activations one block keeps for backward, bytes */
     double last_act_bytes;    /* logits and their gradient on the last stage, bytes */
     double boundary_bytes;    /* hidden state crossing a stage boundary, bytes */
+    double sync_bytes;        /* bytes per parameter a sync sends (4: f32) */
+    double sync_every;        /* steps per sync, its cost spread over them */
     struct match_work *mw;
     struct path_work *pw;
     double *wbuf;             /* D*D scratch for matchings */

@@ -189,7 +189,8 @@ void sched_paper_job(struct sched_problem *pb)
     pb->c_pp_gb = SCHED_PAPER_C_PP_GB;
     pb->model = (struct sched_model){ .vocab_size = 50257, .context_length = 2048, .d_model = 2048,
                                       .heads = 16, .layers = 24, .micro_batches = 32,
-                                      .micro_batch_size = 1, .schedule = SCHED_1F1B, .act_bytes = 2 };
+                                      .micro_batch_size = 1, .schedule = SCHED_1F1B, .act_bytes = 2,
+                                      .wire_bytes = 2 };
 }
 
 void sched_dtfm_sizes(struct sched_problem *pb)

@@ -40,7 +40,11 @@ struct sched_model {
     int64_t micro_batch_size;   /* B, sequences */
     enum sched_schedule schedule;
     int act_bytes;              /* bytes per activation element kept for backward (2: bf16/fp16) */
-    int wire_bytes;             /* bytes per activation element sent between stages; 0: act_bytes */
+    /* What crosses the links (the job's communication, common/codec.h):
+     * bytes per value with any scales, codec_bytes / values. */
+    double wire_bytes;          /* an activation value between stages; 0: act_bytes */
+    double sync_bytes;          /* a parameter value in a data-parallel sync; 0: 4 (f32) */
+    int sync_every;             /* steps between syncs: 1 every step, diloco's inner_steps; 0: 1 */
 };
 
 struct sched_problem {

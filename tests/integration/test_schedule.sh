@@ -27,6 +27,25 @@ req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"dry_run":true,"seed":7,"candidates
 req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"dry_run":true,"seed":7,"candidates":300,"budget_ms":60000}'
 check "the same seed gives the same plan" "$(printf '%s' "$BODY" | jq -c .stages)" "$first"
 
+# ---- the job's communication prices its plans: one plan (pipelines inside
+# the regions, the all-reduce across), costed for jobs that differ only in
+# what they send
+ROWS="[{\"nodes\":[${ID[0]},${ID[2]}]},{\"nodes\":[${ID[1]},${ID[3]}]}]"
+# cost COMMUNICATION: the shoal prediction's "dp_s pipeline_s" for it.
+cost() {
+    req POST "$S/v1/jobs" "$ADMIN" "$(printf '%s' "$JOB" | jq -c ".communication = $1")"
+    req POST "$S/v1/jobs/$(printf '%s' "$BODY" | jq -r .id)/plan" "$ADMIN" "{\"stages\":$ROWS,\"dry_run\":true}"
+    printf '%s' "$BODY" | jq -r '"\(.predictions.shoal.dp_s) \(.predictions.shoal.pipeline_s)"'
+}
+read -r dp_every pipe_f32 <<<"$(cost '{"stage_link":"f32"}')"
+read -r dp_dl pipe_bf16 <<<"$(cost '{"stage_link":"bf16","sync":"diloco","inner_steps":100}')"
+read -r dp_q8 _ <<<"$(cost '{"stage_link":"bf16","sync":"diloco","inner_steps":100,"sync_dtype":"int8"}')"
+check "diloco (H=100) prices the plan's all-reduce at a hundredth" \
+    "$(awk -v a="$dp_every" -v b="$dp_dl" 'BEGIN { r = a / b; print (r > 99.999 && r < 100.001) ? "yes" : "no: " r }')" yes
+check "int8 pseudo-gradients cheaper still" "$(awk -v a="$dp_dl" -v b="$dp_q8" 'BEGIN { print (b < a / 3) ? "yes" : "no: " a " " b }')" yes
+check "bf16 stage links make the pipeline cheaper than f32" \
+    "$(awk -v a="$pipe_f32" -v b="$pipe_bf16" 'BEGIN { print (b < a) ? "yes" : "no: " a " " b }')" yes
+
 # ---- schedule for real
 req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":300,"cost_model":"dtfm"}'
 expect "scheduling stores epoch 1" 201 '[.epoch, .cost_model] | tostring' '[1,"dtfm"]'

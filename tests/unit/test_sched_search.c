@@ -585,6 +585,81 @@ static void test_search_baselines(void **state)
     sched_plan_free(&b);
 }
 
+/* Two sites of two nodes: 10 Gbit/s and 1 ms inside, 0.05 Gbit/s and
+ * 50 ms across.  A job whose gradients (about 2M parameters a stage) far
+ * outweigh its activations (one sequence of 64 tokens a micro-batch):
+ * synced every step, the all-reduce must stay inside a site and the
+ * pipelines cross; under DiLoCo with H = 100 the all-reduce costs a
+ * hundredth and the search puts each pipeline inside a site instead, the
+ * data-parallel groups across.  int8 pseudo-gradients make it cheaper
+ * still; the all-reduce term scales exactly with bytes and 1/H. */
+static int spans_sites(const struct sched_plan *plan, int stage)
+{
+    int D = plan->replicas, site0 = plan->node[stage * D] / 2;
+    for (int r = 1; r < D; r++)
+        if (plan->node[stage * D + r] / 2 != site0)
+            return 1;
+    return 0;
+}
+
+static void test_search_sync_mode_moves_the_plan(void **state)
+{
+    (void)state;
+    struct net w = { .n = 4 };
+    for (int i = 0; i < 4; i++) {
+        w.nodes[i] = (struct sched_node){ .id = 10 + i, .tflops = 50, .mem_bytes = 1e12 };
+        for (int j = 0; j < 4; j++) {
+            int same = i / 2 == j / 2;
+            w.lat[i * 4 + j] = i == j ? 0 : same ? 1 : 50;
+            w.bw[i * 4 + j] = i == j ? 1 : same ? 10 : 0.05;
+        }
+    }
+    struct sched_problem pb = net_problem(&w, 2, 2, SCHED_COST_SHOAL);
+    pb.model = (struct sched_model){ .vocab_size = 1000, .context_length = 64, .d_model = 256, .heads = 4,
+                                     .layers = 8, .micro_batches = 2, .micro_batch_size = 1,
+                                     .schedule = SCHED_1F1B, .act_bytes = 2, .wire_bytes = 2,
+                                     .sync_bytes = 4, .sync_every = 1 };
+    struct sched_options opt = { .seed = 1, .candidates = 2000 };
+    struct sched_plan every, diloco, q8;
+    struct shoal_err err;
+    assert_int_equal(sched_plan_init(&every, 2, 2), 0);
+    assert_int_equal(sched_plan_init(&diloco, 2, 2), 0);
+    assert_int_equal(sched_plan_init(&q8, 2, 2), 0);
+    assert_int_equal(sched_search(&pb, &opt, &every, &err), 0);
+    pb.model.sync_every = 100;
+    assert_int_equal(sched_search(&pb, &opt, &diloco, &err), 0);
+    pb.model.sync_bytes = 1.0 + 4.0 / 256;   /* int8 in blocks of 256 with a scale each */
+    assert_int_equal(sched_search(&pb, &opt, &q8, &err), 0);
+    for (int s = 0; s < 2; s++) {
+        assert_false(spans_sites(&every, s));   /* every step: groups inside a site */
+        assert_true(spans_sites(&diloco, s));   /* diloco: groups across, pipelines inside */
+        assert_true(spans_sites(&q8, s));
+    }
+    print_message("every step %.3f s (all-reduce %.3f), diloco H=100 %.3f s (%.4f), int8 %.3f s (%.5f)\n",
+                  every.cost.total_s, every.cost.dp_s, diloco.cost.total_s, diloco.cost.dp_s, q8.cost.total_s,
+                  q8.cost.dp_s);
+    assert_true(diloco.cost.total_s < every.cost.total_s);
+    assert_true(q8.cost.dp_s < diloco.cost.dp_s);
+    /* the same plan costed under each sync: the ring's time over H, and its
+     * bytes term in proportion to the bytes (latency terms alike) */
+    struct sched_plan fixed;
+    assert_int_equal(sched_plan_init(&fixed, 2, 2), 0);
+    memcpy(fixed.node, diloco.node, sizeof(int) * 4);
+    double dp[3];
+    struct { double bytes; int every; } modes[3] = { { 4, 1 }, { 4, 100 }, { 2, 100 } };
+    for (int k = 0; k < 3; k++) {
+        pb.model.sync_bytes = modes[k].bytes;
+        pb.model.sync_every = modes[k].every;
+        assert_int_equal(sched_evaluate(&pb, &fixed, &err), 0);
+        dp[k] = fixed.cost.dp_s;
+    }
+    assert_near(dp[1], dp[0] / 100, 1e-12);
+    /* each hop 50 ms across: 2(D-1) hops; the rest is bytes */
+    double lat = 2 * 0.050 / 100;
+    assert_near(dp[2] - lat, (dp[1] - lat) / 2, 1e-9);
+    sched_plan_free(&every), sched_plan_free(&diloco), sched_plan_free(&q8), sched_plan_free(&fixed);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -598,6 +673,7 @@ int main(void)
         cmocka_unit_test(test_search_memory_nothing_fits),
         cmocka_unit_test(test_search_problem_checks),
         cmocka_unit_test(test_search_baselines),
+        cmocka_unit_test(test_search_sync_mode_moves_the_plan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
