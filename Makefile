@@ -13,6 +13,8 @@
 #   make bench-load   simulated agents in steps (heartbeats, long-polls, progress) + wrk: latency, knee
 #   make testbed      hosts in network namespaces on shaped links: measured links and four
 #                     plans' predicted vs measured iteration times (needs root)
+#   make bench-wan    one job on two sites over a slow link under every stage-link and sync
+#                     mode: bytes, step time, validation loss, time to the baseline's (root)
 #   make CUDA=0       build without the CUDA backend even where nvcc exists
 #   make clean
 
@@ -79,7 +81,7 @@ DEB_COMMANDS := npm
 # The browser test's playwright-core, from package-lock.json.
 NPM_DIRS     := tests/browser
 
-.PHONY: all deps test test-gpu demo bench-sched bench-kernels bench-peer bench-load testbed fuzz clean
+.PHONY: all deps test test-gpu demo bench-sched bench-kernels bench-peer bench-load bench-wan testbed fuzz clean
 all: $(BINDIR)/shoal-server $(BINDIR)/shoal-sched $(BINDIR)/shoal-agent
 
 $(BINDIR)/shoal-server: $(BUILD)/server/main.o $(SERVER_OBJ) $(COMMON_OBJ)
@@ -168,6 +170,10 @@ bench-peer: deps all
 TESTBED_NETS ?= tests/net/two-region.json tests/net/three-region.json
 testbed: deps all
 	@bash tests/net/testbed.sh $(TESTBED_ARGS) $(TESTBED_NETS)
+
+# WAN_ARGS="--steps 64 --modes baseline,diloco-h8" narrows it (tests/net/README.md).
+bench-wan: deps all
+	@bash tests/net/wan.sh $(WAN_ARGS)
 
 bench-sched: all
 	@sh tests/bench/bench_sched.sh bin/shoal-sched

@@ -110,12 +110,17 @@ echo "corpus: $(wc -c < "$corpus") bytes of English from $fortunes"
 d_model=${DEMO_D_MODEL:-128} context=${DEMO_CONTEXT:-64} batch=${DEMO_BATCH:-8}
 # a step is 2 replicas x 4 micro-batches x batch sequences x context bytes
 tokens_per_step=$((2 * 4 * batch * context))
+# validation: 32 fixed sequences from the last 5% of the corpus, which
+# training never sees, every 50 steps (a short run: a third of its steps)
+eval_every=$((steps >= 150 ? 50 : (steps / 3 > 0 ? steps / 3 : 1)))
 job=$(api POST /v1/jobs "$(printf '{"name":"demo-fortunes",
   "model":{"vocab_size":256,"context_length":%d,"d_model":%d,"heads":4,"layers":4},
   "parallelism":{"stages":2,"replicas":2,"micro_batches":4,"micro_batch_size":%d,"schedule":"1f1b"},
   "training":{"steps":%d,"learning_rate":0.003,"warmup_steps":%d,"weight_decay":0.1,"grad_clip":1.0,"seed":1337},
-  "data":{"path":"%s","format":"text"},"checkpoint_interval":%d}' \
-  "$context" "$d_model" "$batch" "$steps" $((steps < 100 ? steps / 10 + 1 : 10)) "$corpus" $((steps < 50 ? steps : 50)))")
+  "data":{"path":"%s","format":"text"},"checkpoint_interval":%d,
+  "validation":{"holdout":0.05,"sequences":%d,"eval_interval":%d}}' \
+  "$context" "$d_model" "$batch" "$steps" $((steps < 100 ? steps / 10 + 1 : 10)) "$corpus" $((steps < 50 ? steps : 50)) \
+  $((32 / batch > 0 ? 32 / batch * batch : batch)) "$eval_every")")
 J=$(printf '%s' "$job" | jq -r '.id // empty')
 [ -n "$J" ] || die "the server refused the job: $job"
 plan=$(api POST "/v1/jobs/$J/schedule" '{"budget_ms":500}')
@@ -135,9 +140,10 @@ last_line=-1
 while :; do
     detail=$(api GET "/v1/jobs/$J")
     state=$(printf '%s' "$detail" | jq -r .state)
-    read -r step loss it < <(printf '%s' "$detail" | jq -r '[(.progress.step // -1) + 1, (.progress.loss // 0), (.progress.iteration_s // 0)] | @tsv')
+    read -r step loss it val < <(printf '%s' "$detail" | jq -r '[(.progress.step // -1) + 1, (.progress.loss // 0), (.progress.iteration_s // 0), (.progress.val_loss // "-")] | @tsv')
     rate=$(awk -v t="$tokens_per_step" -v s="$it" 'BEGIN { printf "%.0f", (s > 0 ? t / s : 0) }')
-    line=$(printf '[%s] step %d/%d  loss %.3f  %s tokens/s  (%s)' "$(bar "$step" "$steps" 30)" "$step" "$steps" "$loss" "$rate" "$state")
+    [ "$val" = - ] || val=$(printf '%.3f' "$val")
+    line=$(printf '[%s] step %d/%d  loss %.3f  validation %s  %s tokens/s  (%s)' "$(bar "$step" "$steps" 30)" "$step" "$steps" "$loss" "$val" "$rate" "$state")
     if [ "$tty" = 1 ]; then printf '\r%s\033[K' "$line"
     elif [ $((step / 10)) != "$last_line" ] || [ "$step" = "$steps" ]; then echo "$line"; last_line=$((step / 10)); fi
     case $state in succeeded|failed|cancelled) break;; esac
@@ -151,6 +157,8 @@ if [ "$state" != succeeded ]; then
 fi
 first_loss=$(printf '%s' "$detail" | jq -r '.progress.losses[0][1]')
 printf 'loss went from %.3f to %.3f over %d steps\n' "$first_loss" "$loss" "$steps"
+printf '%s' "$detail" | jq -r '.progress.val_losses | "validation loss (32 sequences the training never saw): " +
+    (map("\(.[1] * 1000 | round / 1000) after step \(.[0] + 1)") | join(", "))'
 
 # ---- text from the trained model
 say "text sampled from the trained model (shoal-agent sample, temperature 0.8)"

@@ -28,6 +28,8 @@ check "it prints the dashboard URL and the admin token" \
     "$(grep -cE '^dashboard: +http://127\.0\.0\.1:[0-9]+/$' "$WORK/demo.log") $(grep -cE '^admin token: shoal_admin_[0-9a-f]{64}' "$WORK/demo.log")" "1 1"
 check "the job trains all 12 steps" "$(grep -c 'step 12/12 .*(succeeded)' "$WORK/demo.log")" 1
 check "and reports the loss falling" "$(grep -cE '^loss went from [0-9.]+ to [0-9.]+ over 12 steps' "$WORK/demo.log")" 1
+check "and the validation loss after steps 4, 8 and 12" \
+    "$(grep -cE '^validation loss .*: [0-9.]+ after step 4, [0-9.]+ after step 8, [0-9.]+ after step 12$' "$WORK/demo.log")" 1
 text=$(sed -n '/text sampled from the trained model/,/^demo done/p' "$WORK/demo.log" | sed '1d;$d')
 check "it prints text sampled from the trained model" "$(( $(printf '%s' "$text" | wc -c) >= 80 ))" 1
 check "the demo names its work directory" "$([ -n "$D" ] && echo yes)" yes

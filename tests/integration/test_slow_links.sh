@@ -163,5 +163,12 @@ check "steps of the interrupted phase were trained twice" "$(awk -v n="$retraine
 losses "$J" > "$WORK/replanned"
 same "its losses equal the uninterrupted run's" "$WORK/replanned" "$WORK/straight" 1e-6
 
+# ---- the README's example, as written
+TOP=$(cd "$(dirname "$0")/../.." && pwd)
+sed -n '/<!-- example: slow-links/,/^```$/p' "$TOP/README.md" | sed '1,2d;$d' > "$WORK/example.sh"
+want=$(sed -n 's/^# -> //p' "$WORK/example.sh")
+got=$(S=$S ADMIN=$ADMIN bash "$WORK/example.sh" 2>&1)
+check "the README's slow-links example answers as it says" "$got" "$want"
+
 check_no_secrets s
 exit 0

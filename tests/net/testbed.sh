@@ -26,112 +26,50 @@
 #   sequential  POST /v1/jobs/{id}/plan, host i at tasklet i, stage-major
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-top=$(cd "$here/../.." && pwd)
 . "$here/net.sh"
+. "$here/fleet.sh"
 
-server_bin=$top/bin/shoal-server
-agent_bin=$top/bin/shoal-agent
-steps_opt="" plans_opt="" json_out="" keep=""
+steps_opt="" plans_opt="" keep=""
 configs=()
 while [ $# -gt 0 ]; do
     case $1 in
-        --server) server_bin=$2; shift 2 ;;
-        --agent) agent_bin=$2; shift 2 ;;
+        --server) FLEET_SERVER=$2; shift 2 ;;
+        --agent) FLEET_AGENT=$2; shift 2 ;;
         --steps) steps_opt=$2; shift 2 ;;
         --plans) plans_opt=$2; shift 2 ;;
-        --json) json_out=$2; shift 2 ;;
+        --json) FLEET_JSON=$2; shift 2 ;;
         --keep) keep=$2; shift 2 ;;
         -*) echo "testbed: unknown option $1" >&2; exit 2 ;;
         *) configs+=("$1"); shift ;;
     esac
 done
 [ ${#configs[@]} -gt 0 ] || { echo "usage: $0 [options] CONFIG.json..." >&2; exit 2; }
-for b in "$server_bin" "$agent_bin"; do
-    [ -x "$b" ] || { echo "testbed: $b is not built (make)" >&2; exit 2; }
-done
-
-skip() { echo "testbed: skipped: $*"; exit 77; }
-[ "$(id -u)" = 0 ] || skip "needs root for network namespaces, tc and cgroups"
-for c in ip tc jq curl awk; do command -v "$c" >/dev/null || skip "needs $c"; done
-ip netns add "stb$$-probe" 2>/dev/null || skip "this machine does not allow network namespaces (ip netns add failed)"
-ip netns del "stb$$-probe"
+fleet_check testbed
 
 work=${keep:-$(mktemp -d /tmp/shoal-testbed.XXXXXX)}
 mkdir -p "$work"
 chmod 711 "$work"
-server_pid=""
 finish() {
-    [ -n "$server_pid" ] && kill -TERM "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
-    net_down
+    fleet_down
     [ -z "$keep" ] && rm -rf "$work"
 }
 trap finish EXIT
 trap 'exit 130' INT TERM
 net_sweep
 
-emit() {   # a JSON line to stdout and the --json file
-    echo "$1"
-    [ -n "$json_out" ] && echo "$1" >> "$json_out"
-    return 0
-}
-api() {    # METHOD PATH [BODY]: prints the body; fails on a non-2xx answer
-    local out code
-    out=$(curl -s -w '\n%{http_code}' -X "$1" -H "Authorization: Bearer $ADMIN" \
-        ${3:+-H 'Content-Type: application/json' --data-binary "$3"} "$S$2")
-    code=${out##*$'\n'}
-    printf '%s' "${out%$'\n'*}"
-    case $code in 2??) return 0 ;; *) echo " (HTTP $code on $1 $2)" >&2; return 1 ;; esac
-}
-wait_until() {   # SECONDS COMMAND...
-    local end=$((SECONDS + $1)); shift
-    until "$@"; do
-        [ $SECONDS -ge $end ] && return 1
-        sleep 1
-    done
-}
-
 # A corpus every plan reads the same: the project's own text.
 corpus=$work/corpus.txt
-cat "$top"/README.md "$top"/server/*.c "$top"/agent/*.c "$top"/kernels/*.c > "$corpus"
+fleet_corpus "$corpus"
 
 # ---- one network
 run_network() {
-    local config=$1 name n port i j
+    local config=$1 name n
     name=$(jq -r .name "$config")
     n=$(jq '.nodes | length' "$config")
     echo "== network $name: $n hosts, namespaces $NET_BR-0..$((n - 1)) ($(jq -r '.about // ""' "$config"))"
-    net_up "$config" || { echo "testbed: could not build network $name" >&2; return 1; }
-    [ -n "$NET_CG_ROOT" ] || echo "   (no cpu cgroup here: the hosts share the cores without quotas)"
-
-    # The server in the root namespace, on the bridge's address.
-    mkdir -p "$work/$name/server"
-    "$server_bin" --data-dir "$work/$name/server" --listen "$NET_GW" --port 0 --heartbeat-timeout 30 \
-        --link-stale 86400 > "$work/$name/server.log" 2>&1 &
-    server_pid=$!
-    wait_until 60 test -s "$work/$name/server/server.port" || { echo "testbed: the server did not start" >&2; return 1; }
-    port=$(cat "$work/$name/server/server.port")
-    S=http://$NET_GW:$port
-    ADMIN=$(cat "$work/$name/server/admin.token")
-    wait_until 60 curl -sf -o /dev/null "$S/readyz" || { echo "testbed: the server is not ready" >&2; return 1; }
-
-    # One agent per host: one BLAS thread each, its host's CPU share.
-    for i in $(seq 0 $((n - 1))); do
-        mkdir -p "$work/$name/agent-$i"
-        net_run "$i" env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$agent_bin" --server "$S" \
-            --join-token-file "$work/$name/server/join.token" --listen "${NET_IP[$i]}:7070" \
-            --data-dir "$work/$name/agent-$i" --name "$(jq -r ".nodes[$i].name" "$config")" \
-            --region "$(jq -r ".nodes[$i].region // \"\"" "$config")" --heartbeat-interval 1 \
-            --probe-interval 2 --measure-ms 2000 --peer-timeout 120 --connect-timeout 120 \
-            > "$work/$name/agent-$i.log" 2>&1
-    done
-    all_registered() { [ "$(api GET /v1/nodes | jq '.nodes | length')" = "$n" ]; }
-    wait_until 120 all_registered || { echo "testbed: not every agent registered" >&2; return 1; }
-    local nodes ids
+    fleet_up "$config" "$work/$name" || return 1
+    local nodes ids=$FLEET_IDS
     nodes=$(api GET /v1/nodes)
-    # Host index -> node id, by name.
-    ids=$(jq -c --argjson nodes "$nodes" '[.nodes[].name as $h | $nodes.nodes[] | select(.name == $h) | .id]' "$config")
-    links_done() { [ "$(api GET /v1/links | jq '[.bandwidth_gbps[][] | select(. == null)] | length')" = "$n" ]; }
-    wait_until $((60 + 20 * n)) links_done || { echo "testbed: the link matrix did not fill" >&2; return 1; }
 
     # ---- the links: configured against measured
     local links
@@ -156,7 +94,8 @@ run_network() {
         job=$(jq -c --arg kind "$kind" --arg data "$corpus" --argjson steps "$steps" '.job
             | {name: "testbed-\($kind)", model, parallelism,
                training: {steps: $steps, learning_rate: 0.001, seed: 1},
-               data: {path: $data, format: "text"}, checkpoint_interval: 0}' "$config")
+               data: {path: $data, format: "text"}, checkpoint_interval: 0,
+               communication: {stage_link: "f32"}}' "$config")
         J=$(api POST /v1/jobs "$job" | jq -r .id) || return 1
         case $kind in
             shoal|dtfm) answer=$(api POST "/v1/jobs/$J/schedule" "{\"cost_model\":\"$kind\",\"budget_ms\":1000}") ;;
@@ -212,10 +151,7 @@ run_network() {
            link_max_abs_error: ($links | map(.error | fabs) | max),
            link_median_abs_error: ($links | map(.error | fabs) | sort | .[length / 2 | floor])}')"
 
-    kill -TERM "$server_pid" 2>/dev/null
-    wait "$server_pid" 2>/dev/null
-    server_pid=""
-    net_down
+    fleet_down
 }
 
 rc=0

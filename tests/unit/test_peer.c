@@ -734,6 +734,78 @@ static void test_sendrecv_both_ways_no_deadlock(void **state)
     peer_close(&b);
 }
 
+/* A header of another wire version, re-signed so that only the version is
+ * wrong. */
+static void old_hello(unsigned char h[WIRE_HEADER_BYTES], uint64_t payload_len)
+{
+    struct wire_frame f = {.kind = WIRE_HELLO, .dtype = WIRE_BYTES, .payload_len = payload_len};
+    uint16_t v2 = 2;
+    wire_header_encode(&f, h);
+    memcpy(h + 4, &v2, 2);
+    uint32_t c = crc32c(0, h, 68);
+    memcpy(h + 68, &c, 4);
+}
+
+/* A listener of wire version 2: greets every dialer with its old hello. */
+static void *old_listener_main(void *arg)
+{
+    int lfd = *(int *)arg, fd = accept(lfd, NULL, NULL);
+    unsigned char h[WIRE_HEADER_BYTES + WIRE_NONCE_BYTES];
+    old_hello(h, WIRE_NONCE_BYTES);
+    memset(h + WIRE_HEADER_BYTES, 0x42, WIRE_NONCE_BYTES);
+    if (fd >= 0) {
+        write_all(fd, h, sizeof h);
+        char buf[256];
+        while (read(fd, buf, sizeof buf) > 0)
+            ;
+        close(fd);
+    }
+    return NULL;
+}
+
+/* Agents of different wire versions refuse each other, saying so: a dialer
+ * meeting an older listener names both versions; an older dialer's hello
+ * is refused by the listener. */
+static void test_other_wire_version_refused(void **state)
+{
+    struct fixture *fx = *state;
+    struct shoal_err err;
+    struct peer_conn c;
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    socklen_t len = sizeof sa;
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(lfd, 1), 0);
+    assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &len), 0);
+    pthread_t t;
+    pthread_create(&t, NULL, old_listener_main, &lfd);
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", ntohs(sa.sin_port));
+    struct peer_auth a = auth_make(JOB, EPOCH, SECRET, ROLE_D);
+    assert_int_equal(peer_dial(addr, &a, ROLE_L, TIMEOUT_MS, &c, &err), -1);
+    if (!strstr(err.message, "wire version 2, this agent 3"))
+        fail_msg("dialing an older listener said: %s", err.message);
+    pthread_join(t, NULL);
+    close(lfd);
+
+    /* an older dialer's hello, after our listener's greeting */
+    sa.sin_port = htons((uint16_t)fx->port);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    unsigned char greeting[WIRE_HEADER_BYTES + WIRE_NONCE_BYTES], h[WIRE_HEADER_BYTES];
+    size_t got = 0;
+    while (got < sizeof greeting) {
+        ssize_t k = read(fd, greeting + got, sizeof greeting - got);
+        assert_true(k > 0);
+        got += (size_t)k;
+    }
+    old_hello(h, 0);
+    write_all(fd, h, sizeof h);
+    assert_int_equal(wait_refused(fx->l, 1), 1);
+    close(fd);
+}
+
 static void test_dial_errors(void **state)
 {
     (void)state;
@@ -780,6 +852,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stream_timeout_mid_frame_keeps_frame, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_sendrecv_both_ways_no_deadlock, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_other_wire_version_refused, setup, teardown),
         cmocka_unit_test(test_dial_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
