@@ -219,13 +219,13 @@ static int h_metrics_job_parts(PGresult *r, struct buf *out)
     return 0;
 }
 
-/* Writes shoal_job_sent_bytes_per_step from columns 11-12 above, with a
+/* Writes shoal_job_step_sent_bytes from columns 11-12 above, with a
  * `link` label: "stage" (pipeline links) and "sync" (the data-parallel
  * groups).  Returns 0 or METRICS_FULL. */
 static int h_metrics_job_bytes(PGresult *r, struct buf *out)
 {
     static const char *const links[] = { "stage", "sync" };
-    if (prom_family(out, "shoal_job_sent_bytes_per_step", "gauge",
+    if (prom_family(out, "shoal_job_step_sent_bytes", "gauge",
                     "Bytes the job's tasklets sent per step, on stage links (activations and their gradients) "
                     "and to their data-parallel groups (gradients, or DiLoCo's pseudo-gradients averaged over "
                     "the steps), over every step reported.") != 0)
@@ -235,7 +235,7 @@ static int h_metrics_job_bytes(PGresult *r, struct buf *out)
             if (PQgetisnull(r, i, JOB_COL_BYTES + l))
                 continue;
             const char *labels[] = { "job", PQgetvalue(r, i, 0), "link", links[l], NULL };
-            if (prom_sample(out, "shoal_job_sent_bytes_per_step", labels,
+            if (prom_sample(out, "shoal_job_step_sent_bytes", labels,
                             strtod(PQgetvalue(r, i, JOB_COL_BYTES + l), NULL)) != 0)
                 return METRICS_FULL;
         }

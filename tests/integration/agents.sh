@@ -68,6 +68,43 @@ job_losses() {
     curl -s -H "Authorization: Bearer $2" "$1/v1/jobs/$3" | jq -r '.progress.losses[] | "\(.[0]) \(.[1])"'
 }
 
+# start_server_s: start_server s, then S (its URL), ADMIN (its admin token)
+# and CORPUS (a text to train on) for the suites that train real jobs.
+start_server_s() {
+    start_server s "$@" || return 1
+    S=$URL_s
+    ADMIN=$(cat "$WORK/s/admin.token")
+    CORPUS=/usr/share/common-licenses/GPL-3
+    [ -r "$CORPUS" ] || CORPUS=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/README.md
+}
+
+finished() { case $(job_state "$S" "$ADMIN" "$1") in succeeded|failed|cancelled) return 0;; esac; return 1; }
+
+# run_job NAME BODY: creates, schedules and waits; sets J to the job id and
+# checks "NAME succeeds".
+run_job() {
+    req POST "$S/v1/jobs" "$ADMIN" "$2"
+    J=$(printf '%s' "$BODY" | jq -r .id)
+    req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":200}'
+    if [ "$STATUS" != 201 ]; then fail "$1 is scheduled" "status $STATUS: $BODY"; return 1; fi
+    wait_for 400 finished "$J"
+    local st
+    st=$(job_state "$S" "$ADMIN" "$J")
+    if [ "$st" = succeeded ]; then ok "$1 succeeds"
+    else fail "$1 succeeds" "state $st: $(curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$J" |
+                                          jq -c '[.failure_reason, .recovery_reason]')"; return 1; fi
+}
+
+# same_losses NAME FILE_A FILE_B TOLERANCE: "step value" lines agree
+# (relative), on at least one step.
+same_losses() {
+    local out
+    out=$(join "$2" "$3" | awk -v tol="$4" '{ d = $2 - $3; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2);
+          if (r > worst) worst = r; n++ } END { printf "%d %.3g %s", n, worst, (n > 0 && worst <= tol) ? "yes" : "no" }')
+    case $out in *yes) ok "$1 (steps, worst relative difference: ${out% yes})";;
+                 *) fail "$1" "steps, worst relative difference: $out";; esac
+}
+
 trap 'stop_all_agents; cleanup' EXIT
 
 # check_no_secrets SERVER_NAME: no secret of the run appears in any log under

@@ -8,11 +8,7 @@ set -u
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/agents.sh"
 
-start_server s || exit 1
-S=$URL_s
-ADMIN=$(cat "$WORK/s/admin.token")
-CORPUS=/usr/share/common-licenses/GPL-3
-[ -r "$CORPUS" ] || CORPUS=$(cd "$(dirname "$0")/../.." && pwd)/README.md
+start_server_s || exit 1
 
 # a1 and a3 ask for encrypted peer connections (--peer-encryption on): every
 # connection that touches them is sealed, the others stay plain, so the jobs
@@ -36,30 +32,6 @@ job() {
     printf '"data":{"path":"%s","format":"text"},"checkpoint_interval":%d,' "$CORPUS" "$7"
     # f32 stage links: the layouts below must give the same losses to 1e-5
     printf '"communication":{"stage_link":"f32"}%s}' "${8-}"
-}
-
-finished() { case $(job_state "$S" "$ADMIN" "$1") in succeeded|failed|cancelled) return 0;; esac; return 1; }
-
-# run_job NAME BODY: creates, schedules and waits; sets J to the job id.
-run_job() {
-    req POST "$S/v1/jobs" "$ADMIN" "$2"
-    J=$(printf '%s' "$BODY" | jq -r .id)
-    req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":200}'
-    if [ "$STATUS" != 201 ]; then fail "$1 is scheduled" "status $STATUS: $BODY"; return 1; fi
-    wait_for 400 finished "$J"
-    local st
-    st=$(job_state "$S" "$ADMIN" "$J")
-    if [ "$st" = succeeded ]; then ok "$1 succeeds"
-    else fail "$1 succeeds" "state $st: $(curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$J" | jq -c .failure_reason)"; return 1; fi
-}
-
-# same_losses NAME FILE_A FILE_B TOLERANCE: per-step losses agree (relative).
-same_losses() {
-    local out
-    out=$(join "$2" "$3" | awk -v tol="$4" '{ d = $2 - $3; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2);
-          if (r > worst) worst = r; n++ } END { printf "%d %.3g %s", n, worst, (n > 0 && worst <= tol) ? "yes" : "no" }')
-    case $out in *yes) ok "$1 (steps, worst relative difference: ${out% yes})";;
-                 *) fail "$1" "steps, worst relative difference: $out";; esac
 }
 
 # ---- a 2x2 job, 30 steps, checkpoints every 10

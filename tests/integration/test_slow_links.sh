@@ -10,11 +10,7 @@ set -u
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/agents.sh"
 
-start_server s || exit 1
-S=$URL_s
-ADMIN=$(cat "$WORK/s/admin.token")
-CORPUS=/usr/share/common-licenses/GPL-3
-[ -r "$CORPUS" ] || CORPUS=$(cd "$(dirname "$0")/../.." && pwd)/README.md
+start_server_s || exit 1
 
 for n in a0 a1 a2 a3; do start_agent "$n" s; done
 nodes_up() { [ "$(sql s "SELECT count(*) FROM nodes WHERE tflops > 0")" = 4 ]; }
@@ -33,30 +29,7 @@ job() {
 }
 VAL='{"holdout":0.1,"sequences":8,"eval_interval":6}'
 
-finished() { case $(job_state "$S" "$ADMIN" "$1") in succeeded|failed|cancelled) return 0;; esac; return 1; }
 detail() { curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$1"; }
-
-# run_job NAME BODY: creates, schedules and waits; sets J.
-run_job() {
-    req POST "$S/v1/jobs" "$ADMIN" "$2"
-    J=$(printf '%s' "$BODY" | jq -r .id)
-    req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":200}'
-    if [ "$STATUS" != 201 ]; then fail "$1 is scheduled" "status $STATUS: $BODY"; return 1; fi
-    wait_for 300 finished "$J"
-    local st
-    st=$(job_state "$S" "$ADMIN" "$J")
-    if [ "$st" = succeeded ]; then ok "$1 succeeds"
-    else fail "$1 succeeds" "state $st: $(detail "$J" | jq -c '.failure_reason, .recovery_reason')"; return 1; fi
-}
-
-# same NAME FILE_A FILE_B TOLERANCE: "step value" lines agree (relative), on at least one step.
-same() {
-    local out
-    out=$(join "$2" "$3" | awk -v tol="$4" '{ d = $2 - $3; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2);
-          if (r > worst) worst = r; n++ } END { printf "%d %.3g %s", n, worst, (n > 0 && worst <= tol) ? "yes" : "no" }')
-    case $out in *yes) ok "$1 (steps, worst relative difference: ${out% yes})";;
-                 *) fail "$1" "steps, worst relative difference: $out";; esac
-}
 val_losses() { detail "$1" | jq -r '.progress.val_losses[] | "\(.[0]) \(.[1])"' | sort -k1,1; }
 losses() { job_losses "$S" "$ADMIN" "$1" | sort -k1,1; }
 
@@ -94,15 +67,15 @@ F32='{"stage_link":"f32"}'
 run_job "a 1x1 job with validation" "$(job val-1x1 1 1 4 1f1b 12 0 "$F32" "$VAL")" && val_losses "$J" > "$WORK/v11"
 run_job "a 4x1 job with validation" "$(job val-4x1 4 1 4 gpipe 12 0 "$F32" "$VAL")" && val_losses "$J" > "$WORK/v41"
 [ -n "${JOBS[f32]:-}" ] && val_losses "${JOBS[f32]}" > "$WORK/v22"
-same "validation losses of 2x2 and 1x1 agree to 1e-5" "$WORK/v22" "$WORK/v11" 1e-5
-same "validation losses of 4x1 and 1x1 agree to 1e-5" "$WORK/v41" "$WORK/v11" 1e-5
+same_losses "validation losses of 2x2 and 1x1 agree to 1e-5" "$WORK/v22" "$WORK/v11" 1e-5
+same_losses "validation losses of 4x1 and 1x1 agree to 1e-5" "$WORK/v41" "$WORK/v11" 1e-5
 
 # ---- DiLoCo with one replica, outer lr 1 and no momentum: plain training
 run_job "a 1x1 job, every step" "$(job plain 1 1 4 1f1b 12 0 "$F32")" && losses "$J" > "$WORK/plain"
 run_job "a 1x1 diloco job, H=4, outer lr 1, momentum 0" \
     "$(job dl-one 1 1 4 1f1b 12 0 '{"stage_link":"f32","sync":"diloco","inner_steps":4,"outer_learning_rate":1,"outer_momentum":0}')" &&
     losses "$J" > "$WORK/dl-one"
-same "its losses equal plain training's to fp32 rounding (1e-5)" "$WORK/dl-one" "$WORK/plain" 1e-5
+same_losses "its losses equal plain training's to fp32 rounding (1e-5)" "$WORK/dl-one" "$WORK/plain" 1e-5
 
 # ---- DiLoCo 2x2: outer steps are the only data-parallel traffic
 DL='{"sync":"diloco","inner_steps":4,"sync_dtype":"int8"}'
@@ -161,7 +134,7 @@ check "it resumed from the outer step before the re-plan (step $resumed)" \
 retrained=$(cat "$WORK"/agent-*.log | grep -c "step job=$J step=")
 check "steps of the interrupted phase were trained twice" "$(awk -v n="$retrained" 'BEGIN { print (n > 96) ? "yes" : "no: " n }')" yes
 losses "$J" > "$WORK/replanned"
-same "its losses equal the uninterrupted run's" "$WORK/replanned" "$WORK/straight" 1e-6
+same_losses "its losses equal the uninterrupted run's" "$WORK/replanned" "$WORK/straight" 1e-6
 
 # ---- the README's example, as written
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
