@@ -303,9 +303,12 @@ static void report_failure(struct agent *ag, const struct assignment *as, const 
     for (char *c = reason; *c; c++)
         if ((unsigned char)*c < 0x20 || *c == 0x7f)
             *c = ' ';
-    json_t *body = json_pack("{s:I, s:I, s:i, s:i, s:s, s:s?}", "job_id", (json_int_t)as->job_id,
+    /* A dataset that is missing or not what the job says stays so: the
+     * server fails the job at once instead of re-planning it. */
+    int dataset = strcmp(why->code, "invalid_dataset") == 0;
+    json_t *body = json_pack("{s:I, s:I, s:i, s:i, s:s, s:s?, s:s?}", "job_id", (json_int_t)as->job_id,
                              "epoch", (json_int_t)as->epoch, "stage", as->stage, "replica", as->replica,
-                             "reason", reason, "peer", peer[0] ? peer : NULL);
+                             "reason", reason, "peer", peer[0] ? peer : NULL, "cause", dataset ? "dataset" : NULL);
     if (ctl_call_retry(&ag->ctl, "POST", "/v1/agent/failure", body, 10, 60, NULL, &e) != 0)
         log_warn("cannot report the failure of job=%lld: %s", (long long)as->job_id, e.message);
     json_decref(body);

@@ -98,7 +98,11 @@ int data_open(const char *path, const char *format, int vocab, int seq_len,
     }
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0 || fstat(fd, &sb) != 0) {
-        bad_data(err, path, strerror(errno));
+        int why = errno;
+        if (why == ENOENT || why == ENOTDIR || why == EACCES || why == ELOOP || why == ENAMETOOLONG)
+            bad_data(err, path, strerror(why));
+        else   /* EIO, ENOMEM, a stale mount, ...: perhaps not for long */
+            err_set(err, 503, "dataset_io", "data.path", "dataset '%s': %s", path, strerror(why));
         goto out;
     }
     if (!S_ISREG(sb.st_mode)) {
@@ -111,7 +115,7 @@ int data_open(const char *path, const char *format, int vocab, int seq_len,
     }
     map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
-        bad_data(err, path, strerror(errno));
+        err_set(err, 503, "dataset_io", "data.path", "dataset '%s': %s", path, strerror(errno));
         goto out;
     }
     rc = data_check(map, (size_t)sb.st_size, fmt, vocab, seq_len, path, out, err);

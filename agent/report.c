@@ -16,18 +16,33 @@ struct pending {
     char sha256[65];
     char key[48];               /* a file upload's supersede key */
     int replaced;               /* a newer upload took its place: skip it */
+    long uploads_before;        /* a post: send once this many uploads are done; 0: at once */
 };
+
+/* One queue and the thread that sends it: posts in one lane, file uploads
+ * in the other, so progress never waits behind a checkpoint upload (a big
+ * file on a slow link, or a server whose store is failing). */
+struct lane {
+    struct reporter *r;
+    pthread_t thread;
+    struct pending *ring;       /* circular queue */
+    int cap, head, count;
+    int sending;                /* the thread holds an entry it has not finished */
+    int started;
+};
+
+#define LANE_POSTS 0
+#define LANE_FILES 1
+#define LANES 2
 
 struct reporter {
     struct ctl ctl;             /* a copy whose stop flag is ours */
     atomic_int stop;
-    pthread_t thread;
-    pthread_mutex_t mu;
+    pthread_mutex_t mu;         /* guards the lanes and what follows */
     pthread_cond_t changed;
-    struct pending *ring;       /* circular queue */
-    int cap, head, count;
-    int sending;                /* the thread holds an entry it has not finished */
+    struct lane lanes[LANES];
     int stopping;
+    long uploads_queued, uploads_done;   /* since the start, for report_post_after_uploads */
     struct shoal_err refused;   /* the latest refusal since the last flush */
     int has_refused;
 };
@@ -43,15 +58,20 @@ static void pending_free(struct pending *p)
 
 static void *report_thread(void *arg)
 {
-    struct reporter *r = arg;
+    struct lane *l = arg;
+    struct reporter *r = l->r;
     pthread_mutex_lock(&r->mu);
     for (;;) {
-        while (!r->stopping && r->count == 0)
+        while (!r->stopping && l->count == 0)
             pthread_cond_wait(&r->changed, &r->mu);
         if (r->stopping)
             break;
-        struct pending p = r->ring[r->head];
-        r->sending = 1;
+        if (l->ring[l->head].uploads_before > r->uploads_done) {
+            pthread_cond_wait(&r->changed, &r->mu);
+            continue;
+        }
+        struct pending p = l->ring[l->head];
+        l->sending = 1;
         pthread_mutex_unlock(&r->mu);
         struct shoal_err e;
         int rc = 0;
@@ -69,60 +89,93 @@ static void *report_thread(void *arg)
             r->refused = e;
             r->has_refused = 1;
         }
+        if (p.file)
+            r->uploads_done++;
         pending_free(&p);
-        r->head = (r->head + 1) % r->cap;
-        r->count--;
-        r->sending = 0;
+        l->head = (l->head + 1) % l->cap;
+        l->count--;
+        l->sending = 0;
         pthread_cond_broadcast(&r->changed);
     }
     pthread_mutex_unlock(&r->mu);
     return NULL;
 }
 
+/* Stops and joins the lanes' threads that run, frees every queue and `r`. */
+static void report_free(struct reporter *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->stopping = 1;
+    atomic_store(&r->stop, 1);
+    pthread_cond_broadcast(&r->changed);
+    pthread_mutex_unlock(&r->mu);
+    for (int k = 0; k < LANES; k++) {
+        struct lane *l = &r->lanes[k];
+        if (l->started)
+            pthread_join(l->thread, NULL);
+        for (int i = 0; l->ring && i < l->count; i++)
+            pending_free(&l->ring[(l->head + i) % l->cap]);
+        free(l->ring);
+    }
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->changed);
+    free(r);
+}
+
 int report_start(const struct ctl *ctl, int max_pending, struct reporter **out, struct shoal_err *err)
 {
     struct reporter *r = calloc(1, sizeof *r);
-    if (!r || !(r->ring = calloc((size_t)max_pending, sizeof *r->ring))) {
-        free(r);
+    if (!r)
         return err_set(err, 500, "internal", NULL, "out of memory");
-    }
     r->ctl = *ctl;
     r->ctl.stop = &r->stop;
-    r->cap = max_pending;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->changed, NULL);
-    if (pthread_create(&r->thread, NULL, report_thread, r) != 0) {
-        pthread_mutex_destroy(&r->mu);
-        pthread_cond_destroy(&r->changed);
-        free(r->ring);
-        free(r);
-        return err_set(err, 500, "internal", NULL, "cannot start the progress thread");
+    for (int k = 0; k < LANES; k++) {
+        struct lane *l = &r->lanes[k];
+        l->r = r;
+        l->cap = max_pending;
+        if (!(l->ring = calloc((size_t)max_pending, sizeof *l->ring))) {
+            report_free(r);
+            return err_set(err, 500, "internal", NULL, "out of memory");
+        }
+        if (pthread_create(&l->thread, NULL, report_thread, l) != 0) {
+            report_free(r);
+            return err_set(err, 500, "internal", NULL, "cannot start the progress threads");
+        }
+        l->started = 1;
     }
     *out = r;
     return 0;
 }
 
-/* Appends `in` (taken over) once there is room; frees it if stopping.
- * A file upload first marks the waiting ones with its key replaced. */
+/* Appends `in` (taken over) to its lane once there is room; frees it if
+ * stopping.  A file upload first marks the waiting ones with its key
+ * replaced. */
 static void report_enqueue(struct reporter *r, struct pending *in)
 {
+    struct lane *l = &r->lanes[in->file ? LANE_FILES : LANE_POSTS];
     pthread_mutex_lock(&r->mu);
-    while (r->count == r->cap && !r->stopping)
+    while (l->count == l->cap && !r->stopping)
         pthread_cond_wait(&r->changed, &r->mu);
     if (r->stopping) {
         pthread_mutex_unlock(&r->mu);
         pending_free(in);
         return;
     }
-    for (int i = r->sending; in->file && i < r->count; i++) {
-        struct pending *q = &r->ring[(r->head + i) % r->cap];
-        if (q->file && !q->replaced && strcmp(q->key, in->key) == 0) {
+    if (in->file)
+        r->uploads_queued++;
+    else if (in->uploads_before < 0)
+        in->uploads_before = r->uploads_queued;
+    for (int i = l->sending; in->file && i < l->count; i++) {
+        struct pending *q = &l->ring[(l->head + i) % l->cap];
+        if (!q->replaced && strcmp(q->key, in->key) == 0) {
             log_info("checkpoint upload path=%s replaced by path=%s before it was sent", q->path, in->path);
             q->replaced = 1;
         }
     }
-    r->ring[(r->head + r->count) % r->cap] = *in;
-    r->count++;
+    l->ring[(l->head + l->count) % l->cap] = *in;
+    l->count++;
     pthread_cond_broadcast(&r->changed);
     pthread_mutex_unlock(&r->mu);
 }
@@ -130,6 +183,13 @@ static void report_enqueue(struct reporter *r, struct pending *in)
 void report_post(struct reporter *r, const char *path, json_t *body)
 {
     struct pending p = { .body = body };
+    snprintf(p.path, sizeof p.path, "%s", path);
+    report_enqueue(r, &p);
+}
+
+void report_post_after_uploads(struct reporter *r, const char *path, json_t *body)
+{
+    struct pending p = { .body = body, .uploads_before = -1 };   /* -1: set when queued */
     snprintf(p.path, sizeof p.path, "%s", path);
     report_enqueue(r, &p);
 }
@@ -154,13 +214,16 @@ int report_flush(struct reporter *r, double timeout_s, struct shoal_err *err)
     int rc = 0;
     double until = ctl_now() + timeout_s;
     pthread_mutex_lock(&r->mu);
-    while (r->count > 0 && ctl_now() < until) {
+    int left = r->lanes[LANE_POSTS].count + r->lanes[LANE_FILES].count;
+    while (left > 0 && ctl_now() < until) {
         struct timespec ts = ctl_abstime(0.1);
         pthread_cond_timedwait(&r->changed, &r->mu, &ts);
+        left = r->lanes[LANE_POSTS].count + r->lanes[LANE_FILES].count;
     }
-    if (r->count > 0)
-        rc = err_set(err, 503, "server_unreachable", NULL, "%d progress reports or checkpoint uploads could not be "
-                     "delivered in %.0f s", r->count, timeout_s);
+    if (left > 0)
+        rc = err_set(err, 503, "server_unreachable", NULL, "%d progress reports and %d checkpoint uploads could "
+                     "not be delivered in %.0f s", r->lanes[LANE_POSTS].count, r->lanes[LANE_FILES].count,
+                     timeout_s);
     else if (r->has_refused) {
         *err = r->refused;
         r->has_refused = 0;
@@ -172,18 +235,6 @@ int report_flush(struct reporter *r, double timeout_s, struct shoal_err *err)
 
 void report_stop(struct reporter *r)
 {
-    if (!r)
-        return;
-    pthread_mutex_lock(&r->mu);
-    r->stopping = 1;
-    atomic_store(&r->stop, 1);
-    pthread_cond_broadcast(&r->changed);
-    pthread_mutex_unlock(&r->mu);
-    pthread_join(r->thread, NULL);
-    for (int i = 0; i < r->count; i++)
-        pending_free(&r->ring[(r->head + i) % r->cap]);
-    pthread_mutex_destroy(&r->mu);
-    pthread_cond_destroy(&r->changed);
-    free(r->ring);
-    free(r);
+    if (r)
+        report_free(r);
 }

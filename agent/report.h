@@ -1,9 +1,11 @@
 /* report.h - what the agent tells the server without holding up training:
- * progress posts and checkpoint uploads.  A thread sends them in order,
- * retrying while the server is unreachable, so a server that restarts
- * costs the data plane nothing.
+ * progress posts and checkpoint uploads.  Two threads send them, one the
+ * posts and one the uploads, each queue in order, retrying while the
+ * server is unreachable, so a server that restarts costs the data plane
+ * nothing, and an upload that is slow or refused again and again (a full
+ * checkpoint store) holds up no progress report.
  *
- * The queue is bounded; a post into a full queue waits for room (training
+ * Each queue is bounded; a post into a full queue waits for room (training
  * slows down rather than losing a step's record).  A checkpoint upload is
  * a local file the queue owns and removes once sent; a newer checkpoint of
  * the same job and stage replaces one still waiting (only the newest is
@@ -26,6 +28,11 @@ int report_start(const struct ctl *ctl, int max_pending, struct reporter **out, 
 
 /* Queues POST `path` with `body` (stolen). */
 void report_post(struct reporter *r, const char *path, json_t *body);
+
+/* report_post, sent only once every upload queued before it is done (sent,
+ * refused or replaced): a tasklet's last report, after its final
+ * checkpoint. */
+void report_post_after_uploads(struct reporter *r, const char *path, json_t *body);
 
 /* Queues PUT `path` of the local file `file` (taken over: removed once
  * sent, refused, replaced or abandoned) whose SHA-256 is `sha256`.

@@ -241,6 +241,8 @@ int body_progress_parse(const json_t *body, struct body_progress *out, struct sh
     return 0;
 }
 
+static const char *const failure_causes[] = { BODY_FAILURE_DATASET, NULL };
+
 #define F(f) offsetof(struct body_failure, f)
 #define FS(f) sizeof(((struct body_failure *)0)->f)
 static const struct jv_field failure_fields[] = {
@@ -250,6 +252,7 @@ static const struct jv_field failure_fields[] = {
     { "replica", JV_INT, 1, 0, 0, 4095, F(replica), 0, NULL, NULL },
     { "reason", JV_STR, 1, 0, 1, 1000, F(reason), FS(reason), NULL, NULL },
     { "peer", JV_STR, 0, 1, 3, 261, F(peer), FS(peer), NULL, NULL },
+    { "cause", JV_STR, 0, 1, 1, 15, F(cause), FS(cause), failure_causes, NULL },
     { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
 };
 #undef F

@@ -86,10 +86,15 @@ struct body_progress {
 int body_progress_parse(const json_t *body, struct body_progress *out, struct shoal_err *e);
 
 /* POST /v1/failures: a tasklet could not go on. */
+/* A failure's cause, when the agent knows it will not heal by itself:
+ * "dataset" (the job's data cannot be read or is not what the job says).
+ * "": none given, which is a failure worth a re-plan. */
+#define BODY_FAILURE_DATASET "dataset"
 struct body_failure {
     int64_t job_id, epoch, stage, replica;
     char reason[1001];
     char peer[262];              /* "": none */
+    char cause[16];              /* "" or BODY_FAILURE_DATASET */
 };
 int body_failure_parse(const json_t *body, struct body_failure *out, struct shoal_err *e);
 

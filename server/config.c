@@ -29,6 +29,10 @@ static const struct opt opts[] = {
     { "--threads", "SHOAL_THREADS", LONG(threads, 1, 256), "8", "HTTP worker threads" },
     { "--db-pool", "SHOAL_DB_POOL", LONG(db_pool, 1, 256), "8",
       "database connections this server keeps" },
+    { "--db-timeout", "SHOAL_DB_TIMEOUT", LONG(db_timeout_s, 1, 3600), "10",
+      "seconds a database statement may run (statement_timeout); a database that has not answered 2 s "
+      "later (frozen, or the network to it black-holed) costs the request a 503 and the connection is "
+      "reopened" },
     { "--max-body", "SHOAL_MAX_BODY", LONG(max_body, 1024, 1L << 30), "1048576",
       "largest request body accepted, bytes (larger: 413)" },
     { "--heartbeat-timeout", "SHOAL_HEARTBEAT_TIMEOUT", LONG(heartbeat_timeout, 1, 86400), "60",
@@ -61,6 +65,10 @@ static const struct opt opts[] = {
       "seconds over which --auth-failures are counted, and that a blocked address waits" },
     { "--max-checkpoint-bytes", "SHOAL_MAX_CHECKPOINT_BYTES", LONG(max_checkpoint_bytes, 1, 1L << 50),
       "8589934592", "largest checkpoint stage file accepted, bytes (larger: 413)" },
+    { "--checkpoint-keep", "SHOAL_CHECKPOINT_KEEP", LONG(checkpoint_keep, 1, 1000000), "3",
+      "complete checkpoints of each job kept, the newest; older ones are deleted once a newer one is complete" },
+    { "--checkpoint-keep-every", "SHOAL_CHECKPOINT_KEEP_EVERY", LONG(checkpoint_keep_every, 0, 1L << 40), "0",
+      "also keep every checkpoint whose step is a multiple of this; 0: none" },
     { "--link-stale", "SHOAL_LINK_STALE", LONG(link_stale_s, 1, 31536000), "600",
       "seconds after which a measured link is handed to its agent to probe again" },
     { "--tls-cert", "SHOAL_TLS_CERT", STR(tls_cert), "",

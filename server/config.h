@@ -24,6 +24,9 @@ struct config {
     char pg_user[64];           /* account the embedded Postgres runs as under root */
     long threads;               /* HTTP worker threads */
     long db_pool;               /* database connections per server */
+    long db_timeout_s;          /* statement_timeout; the client waits 2 s longer */
+    long checkpoint_keep;       /* newest complete checkpoints kept per job */
+    long checkpoint_keep_every; /* steps; also kept: multiples of it (0: none) */
     long max_body;              /* request body cap, bytes */
     long heartbeat_timeout;     /* s without a heartbeat before a node is lost (not offered, its job re-planned) */
     long max_recoveries;        /* re-plans after failures before a job fails */

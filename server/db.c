@@ -1,8 +1,10 @@
 #include "db.h"
 
 #include <errno.h>
+#include <math.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +22,13 @@
 #define DB_KEEPALIVES_INTERVAL_S "10"
 #define DB_KEEPALIVES_COUNT "3"
 #define DB_DOWN_LOG_EVERY_S 30.0   /* s between "still unreachable" lines during an outage */
+#define DB_ANSWER_GRACE_S 2.0      /* s the client waits past statement_timeout for the server's own error */
 #define DB_IDLE_READS 4            /* reads that may drain a closing connection's last words */
+
+/* --db-timeout in ms: the server's statement_timeout on pooled connections,
+ * and (plus DB_ANSWER_GRACE_S) how long db_exec waits for an answer before
+ * it gives the connection up.  One value for the process (db_pool_new). */
+static _Atomic long db_timeout_ms = 10000;
 
 struct db_pool {
     pthread_mutex_t lock;
@@ -32,6 +40,8 @@ struct db_pool {
     char *taken;      /* size flags: 1 while a caller holds the slot */
     int down;         /* the last connect failed */
     double down_since, down_logged;   /* monotonic s */
+    int troubled;          /* the last caller given back was failed by the database */
+    double healthy_since;  /* monotonic s of the first answer after the last failure; 0: none failed */
 };
 
 static double db_now(void)
@@ -59,21 +69,24 @@ static void db_notice(void *arg, const PGresult *r)
 
 PGconn *db_connect(const char *conninfo)
 {
+    char options[64];
+    snprintf(options, sizeof options, "-c statement_timeout=%ld", atomic_load(&db_timeout_ms));
     const char *const keys[] = { "connect_timeout", "keepalives_idle", "keepalives_interval",
-                                 "keepalives_count", "dbname", NULL };
+                                 "keepalives_count", "options", "dbname", NULL };
     const char *const values[] = { DB_CONNECT_TIMEOUT_S, DB_KEEPALIVES_IDLE_S, DB_KEEPALIVES_INTERVAL_S,
-                                   DB_KEEPALIVES_COUNT, conninfo, NULL };
+                                   DB_KEEPALIVES_COUNT, options, conninfo, NULL };
     PGconn *c = PQconnectdbParams(keys, values, 1);
     if (c)
         PQsetNoticeReceiver(c, db_notice, NULL);   /* kept across PQreset */
     return c;
 }
 
-struct db_pool *db_pool_new(const char *conninfo, int size)
+struct db_pool *db_pool_new(const char *conninfo, int size, long timeout_ms)
 {
     struct db_pool *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;
+    atomic_store(&db_timeout_ms, timeout_ms);
     p->conninfo = strdup(conninfo);
     p->conns = calloc((size_t)size, sizeof *p->conns);
     p->taken = calloc((size_t)size, 1);
@@ -139,7 +152,10 @@ static void db_pool_note(struct db_pool *p, int ok, const char *why)
         back = 1;
         since = p->down_since;
         p->down = 0;
-    } else if (!ok && !p->down) {
+    }
+    if (!ok)
+        p->troubled = 1;
+    if (!ok && !p->down) {
         first = 1;
         p->down = 1;
         p->down_since = p->down_logged = now;
@@ -230,7 +246,18 @@ void db_release(struct db_pool *p, PGconn *c)
 {
     if (!c)
         return;
+    /* Broken, or left mid-statement by a timeout: the database failed
+     * this caller. */
+    int troubled = PQstatus(c) != CONNECTION_OK || PQtransactionStatus(c) == PQTRANS_ACTIVE ||
+                   PQtransactionStatus(c) == PQTRANS_UNKNOWN;
+    double now = db_now();
     pthread_mutex_lock(&p->lock);
+    if (troubled) {
+        p->troubled = 1;
+    } else if (p->troubled) {
+        p->troubled = 0;
+        p->healthy_since = now;
+    }
     for (int i = 0; i < p->size; i++) {
         if (p->conns[i] == c && p->taken[i]) {   /* PQreset keeps the pointer */
             db_release_slot_locked(p, i);
@@ -248,15 +275,80 @@ int db_pool_in_use(struct db_pool *p)
     return n;
 }
 
+double db_pool_healthy_since(struct db_pool *p)
+{
+    double now = db_now();
+    pthread_mutex_lock(&p->lock);
+    double t = p->troubled ? now : p->healthy_since;
+    pthread_mutex_unlock(&p->lock);
+    return t;
+}
+
 int db_pool_size(struct db_pool *p)
 {
     return p->size;
 }
 
+/* Waits until `deadline` (monotonic s) for the answer to the statement
+ * sent on `c`, as PQexecParams would: the first error result, else the
+ * last result.  NULL with *late set when the deadline passed first: the
+ * connection is left mid-statement, which db_conn_alive sees, so the pool
+ * reopens it before its next use. */
+static PGresult *db_answer(PGconn *c, double deadline, int *late)
+{
+    PGresult *kept = NULL, *r;
+    for (;;) {
+        while (!PQisBusy(c)) {
+            if ((r = PQgetResult(c)) == NULL)
+                return kept;
+            ExecStatusType st = PQresultStatus(r);
+            int error = st == PGRES_FATAL_ERROR || st == PGRES_NONFATAL_ERROR || st == PGRES_BAD_RESPONSE;
+            if (kept && (!error || PQresultStatus(kept) == PGRES_FATAL_ERROR)) {
+                PQclear(r);
+                continue;
+            }
+            PQclear(kept);
+            kept = r;
+        }
+        double left = deadline - db_now();
+        if (left <= 0) {
+            PQclear(kept);
+            *late = 1;
+            return NULL;
+        }
+        struct pollfd pfd = { PQsocket(c), POLLIN, 0 };
+        int got = poll(&pfd, 1, left > 3600.0 ? -1 : (int)(left * 1000.0) + 1);
+        if (got < 0 && errno != EINTR) {
+            PQclear(kept);
+            return NULL;
+        }
+        /* A broken connection: PQgetResult reports it as an error result. */
+        if (got > 0)
+            PQconsumeInput(c);
+    }
+}
+
 PGresult *db_exec(PGconn *c, const char *sql, int n, const char *const *params,
                   struct shoal_err *err)
 {
-    PGresult *r = PQexecParams(c, sql, n, NULL, params, NULL, NULL, 0);
+    return db_exec_within(c, sql, n, params, (double)atomic_load(&db_timeout_ms) / 1000.0 + DB_ANSWER_GRACE_S,
+                          err);
+}
+
+PGresult *db_exec_within(PGconn *c, const char *sql, int n, const char *const *params, double wait_s,
+                         struct shoal_err *err)
+{
+    int late = 0;
+    PGresult *r = NULL;
+    if (PQsendQueryParams(c, sql, n, NULL, params, NULL, NULL, 0))
+        r = db_answer(c, wait_s > 0 ? db_now() + wait_s : HUGE_VAL, &late);
+    if (late) {
+        log_warn("db query: no answer in %.1f s, giving the connection up", wait_s);
+        err_set(err, 503, "database_unavailable", NULL,
+                "the database is unavailable: it did not answer within %.0f s (--db-timeout); this request "
+                "may or may not have taken effect; retry later", wait_s);
+        return NULL;
+    }
     ExecStatusType st = r ? PQresultStatus(r) : PGRES_FATAL_ERROR;
     if (st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK)
         return r;
@@ -269,6 +361,11 @@ PGresult *db_exec(PGconn *c, const char *sql, int n, const char *const *params,
         err_set(err, 503, "database_unavailable", NULL,
                 "the database is unavailable: the connection to it was lost during this request, "
                 "which may or may not have taken effect; retry later");
+    } else if (strcmp(state, "57014") == 0) {   /* statement_timeout */
+        log_warn("db query cancelled by statement_timeout: %.*s", (int)strcspn(msg, "\n"), msg);
+        err_set(err, 503, "database_busy", NULL,
+                "the database did not finish this request within --db-timeout; nothing was changed; retry "
+                "later");
     } else if (strcmp(state, "23505") == 0 || strcmp(state, "23503") == 0) {
         err_set(err, 409, "conflict", NULL, "%.*s", (int)strcspn(msg, "\n"), msg);
     } else {

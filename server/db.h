@@ -6,7 +6,9 @@
  * "database_unavailable" within a bounded time (the connect timeout), and
  * the first call after it is back gets a working connection (an idle one
  * that the server closed meanwhile is noticed and reopened before use).
- * Every query goes through PQexecParams. */
+ * Every statement is bounded (--db-timeout), so a frozen database costs a
+ * request a 503, not a thread held for the whole freeze.  Every query goes
+ * through PQsendQueryParams. */
 #ifndef SHOAL_DB_H
 #define SHOAL_DB_H
 
@@ -25,8 +27,12 @@ struct db_pool;
 PGconn *db_connect(const char *conninfo);
 
 /* Creates a pool of up to `size` connections to `conninfo` (not yet opened).
- * Returns NULL only when memory is short.  Free with db_pool_close. */
-struct db_pool *db_pool_new(const char *conninfo, int size);
+ * `timeout_ms` (--db-timeout) bounds every statement: the database cancels
+ * one that runs longer (statement_timeout, set on every connection
+ * db_connect opens from then on), and db_exec stops waiting for an answer
+ * 2 s after that (a frozen or unreachable database).  Returns NULL only when
+ * memory is short.  Free with db_pool_close. */
+struct db_pool *db_pool_new(const char *conninfo, int size, long timeout_ms);
 
 /* Closes every connection and frees the pool. */
 void db_pool_close(struct db_pool *p);
@@ -41,16 +47,31 @@ PGconn *db_acquire(struct db_pool *p, struct shoal_err *err);
 /* Returns a connection taken with db_acquire.  NULL is ignored. */
 void db_release(struct db_pool *p, PGconn *c);
 
+/* Since when (CLOCK_MONOTONIC s) the database has answered this pool's
+ * callers without a failure (a connect that failed, a connection given back
+ * broken or still in a statement that ran out of time): the first answer
+ * after the last failure, 0 if none ever failed, now while it fails.  The
+ * recovery thread waits a heartbeat timeout from it before it calls a
+ * silent node lost. */
+double db_pool_healthy_since(struct db_pool *p);
+
 /* Connections currently taken, and the pool's size (for /metrics). */
 int db_pool_in_use(struct db_pool *p);
 int db_pool_size(struct db_pool *p);
 
 /* Runs `sql` with `n` text parameters (NULL entries are SQL NULL).  Returns
  * the result (caller PQclear's it) when the statement succeeded, else NULL
- * with `err` set: 503 if the connection is gone, 409 "conflict" on a unique
- * or foreign-key violation, 500 otherwise. */
+ * with `err` set: 503 "database_unavailable" if the connection is gone or
+ * no answer came within --db-timeout + 2 s (the connection is then reopened
+ * before its next use), 503 "database_busy" when statement_timeout cancelled
+ * it, 409 "conflict" on a unique or foreign-key violation, 500 otherwise. */
 PGresult *db_exec(PGconn *c, const char *sql, int n, const char *const *params,
                   struct shoal_err *err);
+
+/* db_exec waiting `wait_s` seconds for the answer (0: as long as it takes;
+ * for migrations, which also lift statement_timeout). */
+PGresult *db_exec_within(PGconn *c, const char *sql, int n, const char *const *params, double wait_s,
+                         struct shoal_err *err);
 
 /* Runs a query whose first row's first column is JSON text and returns it
  * parsed (caller json_decref's it).  No row: NULL with a 404 "not_found"

@@ -29,10 +29,6 @@
 #include "routes.h"
 
 #define CKPT_SHA256_HEADER "X-Shoal-SHA256"
-/* Files a complete checkpoint holds per stage, for job row j: one per
- * replica under diloco, else replica 0's. */
-#define CKPT_FILES_PER_STAGE_SQL \
-    "(CASE WHEN j.spec->'communication'->>'sync' = 'diloco' THEN j.replicas ELSE 1 END)"
 /* Room for the data directory (up to PATH_MAX) and what we add under it;
  * the kernel refuses paths over PATH_MAX itself. */
 #define CKPT_PATH_MAX (PATH_MAX + 256)
@@ -56,6 +52,26 @@ struct upload {
  * the other. */
 static pthread_mutex_t ckpt_commit_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* $1 job, $2 why. */
+#define CKPT_FAILED_SQL \
+    "UPDATE jobs SET checkpoint_failures = checkpoint_failures + 1, checkpoint_error = $2, updated_at = now()" \
+    " WHERE id = $1::bigint RETURNING json_build_object('failures', checkpoint_failures)"
+
+/* A 507 (the store failed: a full or read-only disk, an I/O error) counts
+ * against the job and shows in its detail and /metrics until one of its
+ * checkpoints is stored again; the agent retries the upload meanwhile,
+ * and its progress reports go on beside it (agent/report.h). */
+static void ckpt_note_failure(struct server *srv, int64_t job, const struct shoal_err *why)
+{
+    if (why->status != 507)
+        return;
+    struct shoal_err e;
+    char p_job[24];
+    const char *params[] = { db_param_i64(p_job, job), why->message };
+    log_warn("checkpoint store failed job=%lld: %s", (long long)job, why->message);
+    json_decref(db_query_json(srv->db, CKPT_FAILED_SQL, 2, params, "job", &e));
+}
+
 /* Creates `dir` and its missing parents (mode 0700). */
 static int ckpt_mkdirs(const char *dir, struct shoal_err *e)
 {
@@ -67,7 +83,7 @@ static int ckpt_mkdirs(const char *dir, struct shoal_err *e)
         char c = *p;
         *p = '\0';
         if (mkdir(path, 0700) != 0 && errno != EEXIST)
-            return err_set(e, 500, "storage", NULL, "cannot create %s: %s", path, strerror(errno));
+            return err_set(e, 507, "storage", NULL, "cannot create %s: %s", path, strerror(errno));
         *p = c;
         if (c == '\0')
             return 0;
@@ -214,13 +230,14 @@ static int ckpt_begin(struct request *rq, struct response *rs)
     snprintf(u->tmp, sizeof u->tmp, "%s/.upload-XXXXXX", dir);
     u->fd = mkostemp(u->tmp, O_CLOEXEC);
     if (u->fd < 0) {
-        err_set(&e, 500, "storage", NULL, "cannot create a file in %s: %s", dir, strerror(errno));
+        err_set(&e, 507, "storage", NULL, "cannot create a file in %s: %s", dir, strerror(errno));
         goto fail;
     }
     rq->upload = u;
     json_decref(res);
     return 0;
 fail:
+    ckpt_note_failure(srv, job, &e);
     ckpt_upload_free(u);
     json_decref(res);
     reply_error(rs, &e);
@@ -267,7 +284,7 @@ static json_t *ckpt_commit(struct request *rq, struct upload *u, const char *sha
     char p_job[24], p_step[24], p_stage[24], p_node[24], p_bytes[24], p_ls[24], p_le[24], p_replica[24];
     json_t *res = NULL;
     if (fsync(u->fd) != 0) {
-        err_set(e, 500, "storage", NULL, "cannot write the checkpoint to disk: %s", strerror(errno));
+        err_set(e, 507, "storage", NULL, "cannot write the checkpoint to disk: %s", strerror(errno));
         return NULL;
     }
     if (u->replica > 0)
@@ -287,7 +304,7 @@ static json_t *ckpt_commit(struct request *rq, struct upload *u, const char *sha
                              db_param_i64(p_replica, u->replica) };
     pthread_mutex_lock(&ckpt_commit_lock);
     if (rename(u->tmp, path) != 0) {
-        err_set(e, 500, "storage", NULL, "cannot move the checkpoint into place: %s", strerror(errno));
+        err_set(e, 507, "storage", NULL, "cannot move the checkpoint into place: %s", strerror(errno));
         goto out;
     }
     close(u->fd);
@@ -302,7 +319,9 @@ static json_t *ckpt_commit(struct request *rq, struct upload *u, const char *sha
         "   ON CONFLICT (job_id, step, stage, replica) DO UPDATE SET node_id = EXCLUDED.node_id,"
         "     bytes = EXCLUDED.bytes, sha256 = EXCLUDED.sha256, path = EXCLUDED.path,"
         "     layer_start = EXCLUDED.layer_start, layer_end = EXCLUDED.layer_end, created_at = now()"
-        "   RETURNING stage, replica)"
+        "   RETURNING stage, replica),"
+        " healed AS (UPDATE jobs SET checkpoint_error = NULL WHERE id = $1::bigint AND checkpoint_error IS NOT NULL"
+        "   RETURNING 1)"
         " SELECT json_build_object('job_id', j.id, 'step', $2::bigint, 'stage', (SELECT stage FROM up),"
         "   'replica', (SELECT replica FROM up), 'bytes', $5::bigint, 'sha256', $6::text,"
         "   'complete', 1 + (SELECT count(*) FROM checkpoints c WHERE c.job_id = j.id AND c.step = $2::bigint"
@@ -332,7 +351,9 @@ void h_checkpoint_put(struct request *rq, struct response *rs)
         goto out;
     }
     if (u->write_errno) {
-        reply_fail(rs, 500, "storage", NULL, "cannot write the checkpoint: %s", strerror(u->write_errno));
+        err_set(&e, 507, "storage", NULL, "cannot write the checkpoint: %s", strerror(u->write_errno));
+        ckpt_note_failure(rq->srv, rq->match.ids[0], &e);
+        reply_error(rs, &e);
         goto out;
     }
     if (EVP_DigestFinal_ex(u->md, digest, &dlen) != 1 || dlen != 32) {
@@ -349,11 +370,14 @@ void h_checkpoint_put(struct request *rq, struct response *rs)
     }
     json_t *res = ckpt_commit(rq, u, sha256, &e);
     if (!res) {
+        ckpt_note_failure(rq->srv, rq->match.ids[0], &e);
         reply_error(rs, &e);
         goto out;
     }
     log_info("checkpoint stored job=%lld step=%lld stage=%lld replica=%lld bytes=%llu", (long long)rq->match.ids[0],
              (long long)rq->match.ids[1], (long long)rq->match.ids[2], u->replica, (unsigned long long)u->bytes);
+    if (json_is_true(json_object_get(res, "complete")))
+        checkpoints_retire(rq->srv, rq->match.ids[0]);
     reply_json(rs, 201, res);
 out:
     ckpt_upload_free(u);

@@ -15,6 +15,8 @@
     " 'plan_epoch', j.plan_epoch, 'created_at', j.created_at, 'updated_at', j.updated_at," \
     " 'started_at', j.started_at, 'finished_at', j.finished_at, 'failure_reason', j.failure_reason," \
     " 'recoveries', j.recoveries, 'recovery_reason', j.recovery_reason, 'recovery_waiting', j.recovery_waiting," \
+    " 'schedule_refused', j.schedule_refused, 'checkpoint_failures', j.checkpoint_failures," \
+    " 'checkpoint_error', j.checkpoint_error," \
     " 'latest_step', (SELECT max(ls.step) FROM job_steps ls WHERE ls.job_id = j.id))"
 
 #define PROGRESS_LIMIT_TEXT "10000"   /* steps of loss history in a job's detail, the latest */
@@ -130,7 +132,8 @@ void h_job_create(struct request *rq, struct response *rs)
     json_t *body = request_json(rq, rs);
     if (!body)
         goto out;
-    if (jobspec_parse(body, &spec, &e) != 0 || job_check_resume(rq->srv, &spec, &e) != 0) {
+    if (jobspec_parse(body, &spec, &e) != 0 || jobspec_check_paths(&spec, &e) != 0 ||
+        job_check_resume(rq->srv, &spec, &e) != 0) {
         reply_error(rs, &e);
         goto out;
     }

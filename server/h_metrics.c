@@ -140,11 +140,12 @@ static int h_metrics_nodes(PGconn *c, struct buf *out, long heartbeat_timeout)
  *    yet would give a mean over whichever stages came first, and stages
  *    differ most in exactly these parts (the first waits, the last idles);
  *  11-12 bytes sent per step on stage links and to the data-parallel
- *    groups (JOB_TRAFFIC_SQL).
+ *    groups (JOB_TRAFFIC_SQL);
+ *  13 checkpoint uploads the server's store failed (h_checkpoints.c).
  * A NULL cell (no complete step among the last 16, no loss yet) has no
  * sample. */
 #define JOB_GAUGES_SQL \
-    "WITH l AS (SELECT j.id, j.stages, j.replicas, j.spec," \
+    "WITH l AS (SELECT j.id, j.stages, j.replicas, j.spec, j.checkpoint_failures," \
     "   (SELECT max(s.step) FROM job_steps s WHERE s.job_id = j.id) AS step" \
     "   FROM jobs j WHERE j.state IN ('running', 'recovering'))," \
     " k AS (SELECT l.*, (SELECT c.step FROM job_steps c" \
@@ -160,13 +161,15 @@ static int h_metrics_nodes(PGconn *c, struct buf *out, long heartbeat_timeout)
     "       AND m.stage = k.stages - 1 AND m.loss IS NOT NULL))," \
     "  (SELECT v.val_loss FROM " VAL_LOSSES_SQL("k") " v ORDER BY v.step DESC LIMIT 1)," \
     "  b.compute, b.send, b.recv_wait, b.allreduce, b.bubble," \
-    "  (" JOB_TRAFFIC_SQL("k") ")->>'stage_link_bytes_per_step', (" JOB_TRAFFIC_SQL("k") ")->>'sync_bytes_per_step'" \
+    "  (" JOB_TRAFFIC_SQL("k") ")->>'stage_link_bytes_per_step', (" JOB_TRAFFIC_SQL("k") ")->>'sync_bytes_per_step'," \
+    "  k.checkpoint_failures" \
     " FROM k LEFT JOIN LATERAL (SELECT avg(s.compute_s) AS compute, avg(s.send_s) AS send," \
     "   avg(s.recv_wait_s) AS recv_wait, avg(s.allreduce_s) AS allreduce, avg(s.bubble_s) AS bubble" \
     "   FROM job_steps s WHERE s.job_id = k.id AND s.step = k.complete) b ON true" \
     " ORDER BY k.id"
 #define JOB_COL_PARTS 6   /* the first part's column */
 #define JOB_COL_BYTES 11  /* stage link bytes, then sync bytes */
+#define JOB_COL_CKPT_FAILURES 13
 
 /* Writes the job gauges of columns 1-5 above, one family per column.
  * Returns 0 or METRICS_FULL. */
@@ -243,6 +246,23 @@ static int h_metrics_job_bytes(PGresult *r, struct buf *out)
     return 0;
 }
 
+/* Writes shoal_job_checkpoint_failures_total from column 13 above.
+ * Returns 0 or METRICS_FULL. */
+static int h_metrics_job_checkpoints(PGresult *r, struct buf *out)
+{
+    if (prom_family(out, "shoal_job_checkpoint_failures_total", "counter",
+                    "Checkpoint uploads of the job that the server's checkpoint store failed (disk full, "
+                    "read-only, I/O error); the job detail's checkpoint_error says the latest.") != 0)
+        return METRICS_FULL;
+    for (int i = 0; i < PQntuples(r); i++) {
+        const char *labels[] = { "job", PQgetvalue(r, i, 0), NULL };
+        if (prom_sample(out, "shoal_job_checkpoint_failures_total", labels,
+                        strtod(PQgetvalue(r, i, JOB_COL_CKPT_FAILURES), NULL)) != 0)
+            return METRICS_FULL;
+    }
+    return 0;
+}
+
 /* The per-job families.  Returns 0, METRICS_DB_FAILED or METRICS_FULL. */
 static int h_metrics_jobs(PGconn *c, struct buf *out)
 {
@@ -255,6 +275,8 @@ static int h_metrics_jobs(PGconn *c, struct buf *out)
         rc = h_metrics_job_parts(r, out);
     if (rc == 0)
         rc = h_metrics_job_bytes(r, out);
+    if (rc == 0)
+        rc = h_metrics_job_checkpoints(r, out);
     PQclear(r);
     return rc;
 }

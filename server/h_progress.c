@@ -150,7 +150,8 @@ out:
  * job runs; anything else changes nothing.  A counted failure moves the job
  * to 'recovering' (the recovery thread re-plans it once recover_after has
  * passed, so that a dead peer's heartbeat has gone stale), or to 'failed'
- * when it has been re-planned --max-recoveries times already. */
+ * when it has been re-planned --max-recoveries times already, or at once
+ * when the failure has a cause that no re-plan heals ($7 = 0). */
 #define FAILURE_SQL \
     "WITH j AS (SELECT id, state FROM jobs WHERE id = $1::bigint)," \
     " upd AS (UPDATE jobs SET" JOB_RECOVER_SET("$6", "$7::int", "now() + make_interval(secs => $8::float8)") \
@@ -180,9 +181,12 @@ void h_failure(struct request *rq, struct response *rs)
     else
         snprintf(reason, sizeof reason, "stage %lld replica %lld (node %lld): %s", (long long)f.stage,
                  (long long)f.replica, (long long)rq->node_id, f.reason);
+    /* A dataset that cannot be read fails the job now: a re-plan reads the
+     * same path again. */
+    long max_recoveries = f.cause[0] ? 0 : rq->srv->cfg.max_recoveries;
     const char *params[] = { db_param_i64(v[0], f.job_id), db_param_i64(v[1], f.epoch), db_param_i64(v[2], f.stage),
                              db_param_i64(v[3], f.replica), db_param_i64(v[4], rq->node_id), reason,
-                             db_param_i64(v[5], rq->srv->cfg.max_recoveries),
+                             db_param_i64(v[5], max_recoveries),
                              db_param_i64(v[6], recovery_grace_s(rq->srv)) };
     snprintf(what, sizeof what, "job %lld", (long long)f.job_id);
     res = db_query_json(rq->srv->db, FAILURE_SQL, 8, params, what, &e);

@@ -36,6 +36,26 @@ static void plan_call_free(struct plan_call *c)
     free(c);
 }
 
+/* $1 job, $2 status, $3 code, $4 message.  Only a pending job keeps the
+ * note: one already planned has a plan to show instead. */
+#define REFUSED_SQL \
+    "UPDATE jobs SET schedule_refused = jsonb_build_object('status', $2::int, 'code', $3::text," \
+    "   'message', $4::text, 'at', now()), updated_at = now()" \
+    " WHERE id = $1::bigint AND state = 'pending' RETURNING json_build_object('id', id)"
+
+/* A pending job that could not be planned says why in its detail
+ * (schedule_refused) until a plan is stored.  Best effort: the caller's
+ * answer carries the same error. */
+static void plan_note_refusal(struct server *srv, int64_t job, const struct shoal_err *why)
+{
+    if (why->status != 409 && why->status != 422)
+        return;
+    struct shoal_err e;
+    char p_job[24], p_status[24];
+    const char *params[] = { db_param_i64(p_job, job), db_param_i64(p_status, why->status), why->code, why->message };
+    json_decref(db_query_json(srv->db, REFUSED_SQL, 4, params, "pending job", &e));
+}
+
 /* The planning thread: the live nodes and their link matrix (which grows
  * with the square of the fleet), then the search, baselines and store, or
  * the forced plan's checks and store; then count a search's run and its
@@ -51,10 +71,13 @@ static void plan_run(struct request *rq, struct response *rs, void *arg)
     double started = http_now();   /* monotonic s */
     if (planner_prepare(rq->srv, c->job_id, &c->req, &w, &e) == 0)
         detail = c->forced ? planner_force(rq->srv, w, &c->force, &e) : planner_run(rq->srv, w, &e);
-    if (detail)
+    if (detail) {
         reply_json(rs, c->req.dry_run ? 200 : 201, detail);
-    else
+    } else {
+        if (!c->req.dry_run)
+            plan_note_refusal(rq->srv, c->job_id, &e);
         reply_error(rs, &e);
+    }
     if (w && !c->forced)
         metrics_schedule_observe(rq->srv->metrics, planner_cost(w),
                                  !detail ? METRICS_SCHEDULE_ERROR

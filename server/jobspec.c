@@ -212,6 +212,18 @@ int jobspec_parse(const json_t *body, struct job_spec *spec, struct shoal_err *e
     return 0;
 }
 
+int jobspec_check_paths(const struct job_spec *s, struct shoal_err *err)
+{
+    if (s->data_path[0] != '/')
+        return err_set(err, 422, "invalid_field", "data.path",
+                       "data.path ('%s') must be an absolute path: each agent opens it on its own machine, "
+                       "where a relative one would depend on the agent's working directory", s->data_path);
+    if (s->val_path[0] && s->val_path[0] != '/')
+        return err_set(err, 422, "invalid_field", "validation.path",
+                       "validation.path ('%s') must be an absolute path, as data.path", s->val_path);
+    return 0;
+}
+
 int jobspec_from_document(const json_t *doc, struct job_spec *spec, struct shoal_err *err)
 {
     const json_t *inner = json_object_get(doc, "spec");

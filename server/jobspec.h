@@ -67,6 +67,11 @@ struct job_spec {
  * checkpoint) is checked by the caller. */
 int jobspec_parse(const json_t *body, struct job_spec *spec, struct shoal_err *err);
 
+/* A new job's data.path and validation.path must be absolute (422
+ * otherwise): every agent opens them on its own machine.  Checked when a
+ * job is created, not when a stored one or a job file is read. */
+int jobspec_check_paths(const struct job_spec *s, struct shoal_err *err);
+
 /* A job file as shoal-sched reads it: a POST /v1/jobs body, or GET
  * /v1/jobs/{id} output with the spec under "spec".  As jobspec_parse. */
 int jobspec_from_document(const json_t *doc, struct job_spec *spec, struct shoal_err *err);

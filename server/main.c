@@ -121,7 +121,7 @@ int main(int argc, char **argv)
                           sizeof conninfo, &err) != 0)
             goto fail;
     }
-    srv.db = db_pool_new(conninfo, (int)srv.cfg.db_pool);
+    srv.db = db_pool_new(conninfo, (int)srv.cfg.db_pool, srv.cfg.db_timeout_s * 1000);
     if (!srv.db) {
         err_set(&err, 1, "oom", NULL, "out of memory");
         goto fail;

@@ -25,7 +25,7 @@ static long migration_version(const char *name)
 /* Runs one statement without parameters; used for BEGIN/COMMIT and locks. */
 static int migrate_run(PGconn *c, const char *sql, struct shoal_err *err)
 {
-    PGresult *r = db_exec(c, sql, 0, NULL, err);
+    PGresult *r = db_exec_within(c, sql, 0, NULL, 0, err);
     if (!r)
         return -1;
     PQclear(r);
@@ -76,10 +76,15 @@ out:
 
 int migrate_apply(PGconn *c, int *applied, struct shoal_err *err)
 {
-    int rc = -1;
+    int rc = -1, locked = 0;
     *applied = 0;
-    if (migrate_run(c, "SELECT pg_advisory_lock(" MIGRATE_LOCK_ID ")", err) != 0)
+    /* Waiting for another server's migrations, and a migration itself, may
+     * take longer than --db-timeout. */
+    if (migrate_run(c, "SET statement_timeout = 0", err) != 0)
         return -1;
+    if (migrate_run(c, "SELECT pg_advisory_lock(" MIGRATE_LOCK_ID ")", err) != 0)
+        goto out;
+    locked = 1;
     if (migrate_run(c, "CREATE TABLE IF NOT EXISTS schema_migrations ("
                        " version integer PRIMARY KEY,"
                        " name text NOT NULL,"
@@ -98,7 +103,9 @@ int migrate_apply(PGconn *c, int *applied, struct shoal_err *err)
     }
     rc = 0;
 out:
-    migrate_run(c, "SELECT pg_advisory_unlock(" MIGRATE_LOCK_ID ")", NULL);
+    if (locked)
+        migrate_run(c, "SELECT pg_advisory_unlock(" MIGRATE_LOCK_ID ")", NULL);
+    migrate_run(c, "RESET statement_timeout", NULL);
     return rc;
 }
 

@@ -149,7 +149,7 @@ static json_t *plan_stages_json(const struct sched_problem *pb, const struct sch
  * again dropped from job_steps (with the count of finished tasklets). */
 #define PLAN_STORE_SQL \
     "WITH j AS (UPDATE jobs SET plan_epoch = plan_epoch + 1, state = 'scheduled', tasklets_finished = 0," \
-    "   recover_after = NULL, recovery_waiting = NULL, updated_at = now()" \
+    "   recover_after = NULL, recovery_waiting = NULL, schedule_refused = NULL, updated_at = now()" \
     "   WHERE id = $1 AND state = ANY ($10::text[]) RETURNING id, plan_epoch)," \
     " p AS (INSERT INTO plans (job_id, epoch, cost_model, predicted_iteration_s, detail, resume_step)" \
     "   SELECT id, plan_epoch, $2, $3, $4::jsonb, $11::bigint FROM j RETURNING id, epoch)," \

@@ -24,6 +24,18 @@ struct recovery {
     double started;            /* monotonic s, for the start-up grace */
 };
 
+/* Monotonic s from which on heartbeats could reach the database without a
+ * break: since this server started, and since the database answered again
+ * after it last failed the server (an outage, a freeze, a statement that
+ * ran out of time).  A node is called lost only a heartbeat timeout after
+ * that, so an outage of any length marks no node lost and rolls no job
+ * back. */
+static double heartbeats_heard_since(const struct recovery *r)
+{
+    double healthy = db_pool_healthy_since(r->srv->db);
+    return healthy > r->started ? healthy : r->started;
+}
+
 long recovery_grace_s(const struct server *srv)
 {
     return srv->cfg.heartbeat_timeout + (long)RECOVERY_TICK_S;
@@ -124,7 +136,7 @@ static void sweep(struct recovery *r)
     char p_timeout[24], p_max[24];
     const char *params[] = { db_param_i64(p_max, srv->cfg.max_recoveries),
                              db_param_i64(p_timeout, srv->cfg.heartbeat_timeout) };
-    if (http_now() - r->started >= (double)srv->cfg.heartbeat_timeout)
+    if (http_now() - heartbeats_heard_since(r) >= (double)srv->cfg.heartbeat_timeout)
         sweep_step(srv, LOST_NODES_SQL, 1, params + 1, "node lost");
     sweep_step(srv, LOST_JOBS_SQL, 2, params, "job on a lost node");
     json_t *due = db_query_json(srv->db, DUE_JOBS_SQL, 0, NULL, "jobs", &e);

@@ -3,8 +3,9 @@
  * A thread of the server, once every RECOVERY_TICK_S:
  *   1. marks 'lost' every idle or busy node whose last heartbeat is older
  *      than --heartbeat-timeout (not in the first --heartbeat-timeout after
- *      start-up: the agents may have been talking to a server that was
- *      down, and their next heartbeats are on the way);
+ *      start-up, nor after the database last failed this server: the
+ *      agents' heartbeats could not be stored meanwhile, and their next
+ *      ones are on the way);
  *   2. moves each scheduled or running job whose current plan holds a lost
  *      node to 'recovering' (or to 'failed' past --max-recoveries); a
  *      failure report does the same (h_progress.c), with a grace before

@@ -842,7 +842,10 @@ function viewJob(root, id) {
         commText(sp)),
       LIVE_JOB_STATES.includes(job.state)
         ? el('button', { type: 'button', class: 'danger', on: { click: () => cancel(job) } }, 'Cancel job') : null);
-    fill(failure, job.failure_reason ? el('div', { class: 'error' }, 'Failed: ' + job.failure_reason) : null);
+    const refused = job.state === 'pending' && job.schedule_refused;
+    fill(failure, job.failure_reason ? el('div', { class: 'error' }, 'Failed: ' + job.failure_reason)
+      : refused ? el('div', { class: 'error' }, 'Not scheduled: ' + job.schedule_refused.message)
+        : job.recovery_waiting ? el('div', { class: 'error' }, 'Recovery waits: ' + job.recovery_waiting) : null);
   }
 
   return {

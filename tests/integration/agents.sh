@@ -48,16 +48,6 @@ stop_all_agents() {
     return 0
 }
 
-# wait_for SECONDS COMMAND...: polls COMMAND every 0.5 s until it succeeds.
-wait_for() {
-    local secs=$1 i; shift
-    for i in $(seq 1 $((secs * 2))); do
-        "$@" && return 0
-        sleep 0.5
-    done
-    return 1
-}
-
 # job_state SERVER_URL ADMIN JOB
 job_state() {
     curl -s -H "Authorization: Bearer $2" "$1/v1/jobs/$3" | jq -r .state

@@ -125,6 +125,16 @@ check() {
     if [ "$2" = "$3" ]; then ok "$1"; else fail "$1" "got '$2', want '$3'"; fi
 }
 
+# wait_for SECONDS COMMAND...: polls COMMAND every 0.5 s until it succeeds.
+wait_for() {
+    local secs=$1 i; shift
+    for i in $(seq 1 $((secs * 2))); do
+        "$@" && return 0
+        sleep 0.5
+    done
+    return 1
+}
+
 # sql NAME QUERY: runs QUERY on server NAME's embedded database, prints rows.
 sql() {
     psql -X -q -t -A "host=$WORK/$1/pg-socket dbname=shoal user=shoal" -c "$2"

@@ -100,7 +100,7 @@ req GET "$S/v1/agent/assignment?wait=1&job=3" "${TOK[0]}";   expect "job without
 req GET "$S/v1/agent/assignment" "$ADMIN";                   expect "the assignment needs a node token" 403
 
 # ---- jobs: data format text, resume_from checks
-JOB='{"name":"agent-api","model":{"vocab_size":256,"context_length":64,"d_model":64,"heads":4,"layers":4},"parallelism":{"stages":2,"replicas":2,"micro_batches":2,"micro_batch_size":2},"training":{"steps":3,"learning_rate":0.001},"data":{"path":"corpus.txt","format":"text"},"checkpoint_interval":1}'
+JOB='{"name":"agent-api","model":{"vocab_size":256,"context_length":64,"d_model":64,"heads":4,"layers":4},"parallelism":{"stages":2,"replicas":2,"micro_batches":2,"micro_batch_size":2},"training":{"steps":3,"learning_rate":0.001},"data":{"path":"/data/corpus.txt","format":"text"},"checkpoint_interval":1}'
 req POST "$S/v1/jobs" "$ADMIN" "$(printf '%s' "$JOB" | jq -c '.model.vocab_size = 1000')"
 expect "text data needs a 256-token vocabulary" 422 .error.field model.vocab_size
 req POST "$S/v1/jobs" "$ADMIN" "$(printf '%s' "$JOB" | jq -c '.resume_from = {"job_id": 424242, "step": 1}')"

@@ -2,8 +2,9 @@
 # test_agent_train.sh - real agents on loopback train real jobs: register,
 # measure links, schedule, train 2x2 to success; the same global batch on
 # other layouts gives the same losses; a restart from a checkpoint continues
-# the run exactly; text sampled from a checkpoint; an agent killed mid-step
-# fails the job with its reason.
+# the run exactly; text sampled from a checkpoint; a failing checkpoint
+# store shows in the job and heals; an agent killed mid-step fails the job
+# with its reason.
 set -u
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/agents.sh"
@@ -122,6 +123,30 @@ dropped() { [ "$(grep -c "peer: refused 127.0.0.1:.*bad frame header" "$WORK/age
 if wait_for 10 dropped; then ok "garbage on a peer port is dropped and logged with the sender's address"
 else fail "garbage on a peer port is dropped and logged with the sender's address" "$(grep 'peer:' "$WORK/agent-a0.log" | tail -n 3)"; fi
 if kill -0 "$(cat "$WORK/agent-a0.pid")" 2>/dev/null; then ok "the agent keeps running"; else fail "the agent keeps running"; fi
+
+# ---- a checkpoint store that fails (its job directory is a file, so no
+# upload can be kept): the job trains on with its progress visible and
+# says why; its last step waits for the final checkpoint; once the store
+# works again the retried upload lands and the job succeeds
+req POST "$S/v1/jobs" "$ADMIN" "$(job store 2 1 2 1f1b 12 4)"
+J=$(printf '%s' "$BODY" | jq -r .id)
+mkdir -p "$WORK/s/checkpoints"
+: > "$WORK/s/checkpoints/job$J"
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":200}'
+store_failed() { [ "$(job_detail_field "$J" '.checkpoint_failures > 0 and .latest_step == 10')" = true ]; }
+job_detail_field() { curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$1" | jq -r "$2"; }
+if wait_for 90 store_failed; then ok "a failing store: progress goes on to the step before the last"
+else fail "a failing store: progress goes on to the step before the last" "$(job_detail_field "$J" '[.state, .latest_step, .checkpoint_failures] | tostring')"; fi
+check "the job is still running and says why" \
+    "$(job_detail_field "$J" '[.state, (.checkpoint_error | test("Not a directory"))] | join(" ")')" "running true"
+scrape_failures() { curl -s "$S/metrics" | sed -n "s/^shoal_job_checkpoint_failures_total{job=\"$J\"} //p"; }
+check "/metrics counts the failures" "$([ "$(scrape_failures)" -ge 1 ] 2>/dev/null && echo yes)" yes
+rm "$WORK/s/checkpoints/job$J"
+wait_for 60 finished "$J"
+check "the store back, the retried uploads land and the job succeeds, the error cleared" \
+    "$(job_detail_field "$J" '[.state, .checkpoint_error, .latest_step] | tostring')" '["succeeded",null,11]'
+check "with its final checkpoint complete" \
+    "$(curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$J/checkpoints" | jq -c '[.checkpoints[] | select(.complete) | .step] | max')" 12
 
 # ---- an agent killed mid-run: its neighbours report it and the job goes
 # to recovery (test_recovery.sh follows a recovery through); an operator

@@ -90,7 +90,7 @@ req GET "$S/v1/nodes/abc" "$ADMIN";    expect "non-numeric id is 400" 400 .error
 req GET "$S/v1/nodes/-1" "$ADMIN";     expect "negative id is 400" 400 .error.code invalid_id
 
 # ---- jobs
-JOB='{"name":"gpt-tiny","model":{"vocab_size":50257,"context_length":256,"d_model":256,"heads":8,"layers":8},"parallelism":{"stages":2,"replicas":1,"micro_batches":4,"micro_batch_size":8},"training":{"steps":100,"learning_rate":0.0003,"warmup_steps":10},"data":{"path":"data/tiny.bin"}}'
+JOB='{"name":"gpt-tiny","model":{"vocab_size":50257,"context_length":256,"d_model":256,"heads":8,"layers":8},"parallelism":{"stages":2,"replicas":1,"micro_batches":4,"micro_batch_size":8},"training":{"steps":100,"learning_rate":0.0003,"warmup_steps":10},"data":{"path":"/data/tiny.bin"}}'
 req POST "$S/v1/jobs" "$ADMIN" "$JOB"
 expect "create a job" 201 '.state + " " + .spec.parallelism.schedule + " " + (.spec.training.grad_clip|tostring)' "pending 1f1b 1"
 J1=$(printf '%s' "$BODY" | jq -r .id)
@@ -110,6 +110,8 @@ bad_job "job: unknown schedule"              422 parallelism.schedule '.parallel
 bad_job "job: warm-up longer than training"  422 training.warmup_steps '.training.warmup_steps = 1000'
 bad_job "job: learning rate zero"            422 training.learning_rate '.training.learning_rate = 0'
 bad_job "job: missing model"                 400 model 'del(.model)'
+bad_job "job: a relative data.path"          422 data.path '.data.path = "data/tiny.bin"'
+bad_job "job: a relative validation.path"    422 validation.path '.validation = {"path": "val.bin"}'
 bad_job "job: unknown top-level field"       400 priority '.priority = 1'
 bad_job "job: wrong type in nested object"   400 training.steps '.training.steps = "100"'
 bad_job "job: unknown data format"           422 data.format '.data.format = "csv"'

@@ -35,7 +35,7 @@ req POST "$S/v1/agent/register" "$JOIN" '{"name":"n0","peer_address":"10.0.0.1:7
 expect "register a node" 201
 T1=$(printf '%s' "$BODY" | jq -r .token)
 N1=$(printf '%s' "$BODY" | jq -r .node_id)
-JOB='{"name":"bad-input","model":{"vocab_size":256,"context_length":64,"d_model":64,"heads":4,"layers":4},"parallelism":{"stages":1,"replicas":1,"micro_batches":2,"micro_batch_size":2},"training":{"steps":3,"learning_rate":0.001},"data":{"path":"corpus.txt","format":"text"}}'
+JOB='{"name":"bad-input","model":{"vocab_size":256,"context_length":64,"d_model":64,"heads":4,"layers":4},"parallelism":{"stages":1,"replicas":1,"micro_batches":2,"micro_batch_size":2},"training":{"steps":3,"learning_rate":0.001},"data":{"path":"/data/corpus.txt","format":"text"}}'
 req POST "$S/v1/jobs" "$ADMIN" "$JOB"
 expect "create a job" 201
 J=$(printf '%s' "$BODY" | jq -r .id)

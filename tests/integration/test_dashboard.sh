@@ -83,7 +83,7 @@ check "the link matrix has every measured pair" \
       "$(printf '%s' "$BODY" | jq '[.bandwidth_gbps[][] | select(. != null)] | length')" 30
 
 # ---- a 2x2 job, scheduled, with five steps of every tasklet
-JOB='{"name":"train-2x2","model":{"vocab_size":256,"context_length":64,"d_model":64,"heads":4,"layers":4},"parallelism":{"stages":2,"replicas":2,"micro_batches":2,"micro_batch_size":2},"training":{"steps":10,"learning_rate":0.001},"data":{"path":"corpus.txt","format":"text"},"validation":{"holdout":0.1,"sequences":4,"eval_interval":2}}'
+JOB='{"name":"train-2x2","model":{"vocab_size":256,"context_length":64,"d_model":64,"heads":4,"layers":4},"parallelism":{"stages":2,"replicas":2,"micro_batches":2,"micro_batch_size":2},"training":{"steps":10,"learning_rate":0.001},"data":{"path":"/data/corpus.txt","format":"text"},"validation":{"holdout":0.1,"sequences":4,"eval_interval":2}}'
 req POST "$S/v1/jobs" "$ADMIN" "$JOB"
 expect "create a 2x2 job" 201 '[.state, .latest_step] | tostring' '["pending",null]'
 J=$(printf '%s' "$BODY" | jq -r .id)

@@ -6,7 +6,10 @@
 # connection fails a request), and the assignment listener is back so a
 # schedule wakes a waiting long-poll through NOTIFY.  Both a fast shutdown
 # and an immediate (crash-like) stop, against a cluster this suite runs
-# itself with the PostgreSQL binaries, reached through --database-url.
+# itself with the PostgreSQL binaries, reached through --database-url.  On
+# a second server with a short heartbeat timeout: an outage and a freeze
+# (SIGSTOP) longer than it mark no node lost and roll no job back, and a
+# frozen database costs a request a 503 within seconds (--db-timeout).
 set -u
 . "$(dirname "$0")/lib.sh"
 
@@ -105,7 +108,7 @@ unavailable() {
 req POST "$S/v1/agent/register" "$JOIN" '{"name":"n0","peer_address":"127.0.0.1:7000","hardware":{"tflops":10,"cpu_cores":8,"gpu_memory_bytes":8000000000}}'
 expect "register a node" 201
 NODE_TOKEN=$(printf '%s' "$BODY" | jq -r .token)
-JOB='{"name":"outage","model":{"vocab_size":256,"context_length":64,"d_model":64,"heads":4,"layers":4},"parallelism":{"stages":1,"replicas":1,"micro_batches":2,"micro_batch_size":2},"training":{"steps":3,"learning_rate":0.001},"data":{"path":"corpus.txt","format":"text"}}'
+JOB='{"name":"outage","model":{"vocab_size":256,"context_length":64,"d_model":64,"heads":4,"layers":4},"parallelism":{"stages":1,"replicas":1,"micro_batches":2,"micro_batch_size":2},"training":{"steps":3,"learning_rate":0.001},"data":{"path":"/data/corpus.txt","format":"text"}}'
 req POST "$S/v1/jobs" "$ADMIN" "$JOB"
 expect "create a job" 201
 J=$(printf '%s' "$BODY" | jq -r .id)
@@ -251,6 +254,91 @@ check "and when it came back" "$(grep -c 'database reachable again' "$WORK/a.log
 check "no request was answered 500" "$(grep -c 'status=500' "$WORK/a.log")" 0
 check "Postgres' goodbyes go through the log, not raw to stderr" \
       "$(grep -cE '^(WARNING|FATAL): ' "$WORK/a.log")" 0
+req DELETE "$S/v1/jobs/$J" "$ADMIN"   # its node n0 stops heartbeating now
 stop_server a
+
+# ---- an outage and a freeze longer than the heartbeat timeout, on a
+# second server with a short one (and a short --db-timeout): no node is
+# marked lost for heartbeats the database could not take, no job is
+# rolled back; during the freeze a request gets its 503 within seconds and
+# /healthz answers.  A node that then really goes silent is still lost.
+HB=4
+start_server b --database-url "$DBURL" --db-pool "$POOL" --heartbeat-timeout "$HB" --db-timeout 2 || exit 1
+B=$URL_b
+ADMIN_B=$(cat "$WORK/b/admin.token")
+req POST "$B/v1/agent/register" "$(cat "$WORK/b/join.token")" \
+    '{"name":"n1","peer_address":"127.0.0.1:7001","hardware":{"tflops":10,"cpu_cores":8,"gpu_memory_bytes":8000000000}}'
+expect "register a node on the second server" 201
+N1_TOKEN=$(printf '%s' "$BODY" | jq -r .token)
+N1=$(printf '%s' "$BODY" | jq -r .node_id)
+# heartbeats on|off: n1's heartbeats, every 0.5 s.  Off across each outage
+# and for a moment after it, as agents that back off between retries: the
+# sweeps after the database is back see heartbeats older than the timeout.
+heartbeats() {
+    if [ "$1" = on ]; then
+        ( while :; do
+              curl -s -o /dev/null --max-time 2 -X POST -H "Authorization: Bearer $N1_TOKEN" \
+                   -H 'Content-Type: application/json' -d '{"state":"idle"}' "$B/v1/agent/heartbeat"
+              sleep 0.5
+          done ) &
+        HEARTBEATS=$!
+    else
+        kill "$HEARTBEATS"; wait "$HEARTBEATS" 2>/dev/null
+    fi
+}
+heartbeats on
+n0_lost() { [ "$(xsql "SELECT state FROM nodes WHERE name = 'n0'")" = lost ]; }
+wait_for 20 n0_lost
+req POST "$B/v1/jobs" "$ADMIN_B" "$JOB"
+K=$(printf '%s' "$BODY" | jq -r .id)
+req POST "$B/v1/jobs/$K/schedule" "$ADMIN_B" '{"budget_ms":100}'
+expect "a job is scheduled on the heartbeating node" 201 '.stages[0].nodes[0]' "$N1"
+# as_planned WHAT: n1 not lost, the job still on its first plan.
+as_planned() {
+    check "$1: the node is not lost, the job not rolled back" \
+          "$(xsql "SELECT n.state <> 'lost', j.state, j.plan_epoch, j.recoveries FROM nodes n, jobs j WHERE n.id = $N1 AND j.id = $K")" \
+          "t|scheduled|1|0"
+}
+
+heartbeats off
+pg_ctl_x -m fast -w stop >/dev/null
+sleep $((2 * HB + 1))
+pg_ctl_x -w start >/dev/null
+sleep 1.5
+heartbeats on
+sleep $((HB + 2))
+as_planned "an outage of $((2 * HB + 1)) s, heartbeat timeout $HB s"
+
+heartbeats off
+PM=$(head -n 1 "$PGX/data/postmaster.pid")
+FROZEN="$PM $(pgrep -P "$PM" | tr '\n' ' ')"
+kill -STOP $FROZEN
+t0=$(now)
+req GET "$B/v1/nodes" "$ADMIN_B" "" --max-time 20
+check "freeze: GET /v1/nodes is a 503" "$STATUS $(printf '%s' "$BODY" | jq -r '.error.code | test("^database_")')" "503 true"
+within "freeze: within --db-timeout + the pool's waits (15 s)" "$t0" 15
+t0=$(now)
+req GET "$B/healthz" "" "" --max-time 5
+expect "freeze: /healthz answers 200" 200 .status ok
+within "freeze: at once (1 s)" "$t0" 1
+sleep $((2 * HB + 1))
+kill -CONT $FROZEN
+t0=$(now)
+req GET "$B/v1/nodes" "$ADMIN_B" "" --max-time 20
+expect "after the freeze: GET /v1/nodes works" 200 '.nodes | length' 2
+within "after the freeze: within $LIMIT s" "$t0" "$LIMIT"
+sleep 1
+heartbeats on
+sleep $((HB + 2))
+as_planned "a freeze of over $((2 * HB + 1)) s"
+
+heartbeats off
+t0=$(now)
+n1_lost() { [ "$(xsql "SELECT state FROM nodes WHERE id = $N1")" = lost ]; }
+wait_for 20 n1_lost
+check "a node that goes silent afterwards is lost as before" "$(xsql "SELECT state FROM nodes WHERE id = $N1")" lost
+within "within the heartbeat timeout and a sweep or two" "$t0" $((HB + 3))
+check "the second server answered no request with 500" "$(grep -c 'status=500' "$WORK/b.log")" 0
+stop_server b
 
 [ "$FAILS" -eq 0 ]

@@ -95,7 +95,7 @@ near "the reverse direction keeps its own" "$(value "shoal_link_bandwidth_bits_p
 check "still one series per direction" "$(grep -c '^shoal_link_latency_seconds{' "$M")" 12
 
 # ---- scheduler runs: one count per run, the histogram agrees
-JOB='{"name":"metrics","model":{"vocab_size":256,"context_length":64,"d_model":64,"heads":4,"layers":4},"parallelism":{"stages":2,"replicas":2,"micro_batches":2,"micro_batch_size":2},"training":{"steps":5,"learning_rate":0.001},"data":{"path":"corpus.txt","format":"text"}}'
+JOB='{"name":"metrics","model":{"vocab_size":256,"context_length":64,"d_model":64,"heads":4,"layers":4},"parallelism":{"stages":2,"replicas":2,"micro_batches":2,"micro_batch_size":2},"training":{"steps":5,"learning_rate":0.001},"data":{"path":"/data/corpus.txt","format":"text"}}'
 req POST "$S/v1/jobs" "$ADMIN" "$JOB"; expect "create a 2x2 job" 201
 J=$(printf '%s' "$BODY" | jq -r .id)
 # schedule_counts BODY WANT_STATUS COST RESULT NAME: schedules, then checks

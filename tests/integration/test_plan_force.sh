@@ -11,7 +11,7 @@ start_server_a || exit 1
 two_regions 1 0.02 1 1 1 1 1
 
 # f32 stage links: the pipeline across the slow link must cost more than the all-reduce there.
-JOB='{"name":"forced","model":{"vocab_size":256,"context_length":256,"d_model":256,"heads":4,"layers":8},"parallelism":{"stages":2,"replicas":2,"micro_batches":8,"micro_batch_size":8},"training":{"steps":100,"learning_rate":0.0003},"data":{"path":"x.bin"},"communication":{"stage_link":"f32"}}'
+JOB='{"name":"forced","model":{"vocab_size":256,"context_length":256,"d_model":256,"heads":4,"layers":8},"parallelism":{"stages":2,"replicas":2,"micro_batches":8,"micro_batch_size":8},"training":{"steps":100,"learning_rate":0.0003},"data":{"path":"/data/x.bin"},"communication":{"stage_link":"f32"}}'
 req POST "$S/v1/jobs" "$ADMIN" "$JOB"; J=$(printf '%s' "$BODY" | jq -r .id)
 # The sequential plan: node i at tasklet i, stage-major; DP inside each
 # region and the pipeline across the slow link.

@@ -5,7 +5,8 @@
 # losses of an uninterrupted run, each step recorded once; with no spare the
 # job waits in 'recovering' until a new agent joins.  The server itself is
 # killed and restarted mid-run: nothing is lost or recorded twice.  A node
-# that stalls (SIGSTOP) is found out and worked around.
+# that stalls (SIGSTOP) is found out and worked around.  A job whose
+# dataset is missing or too short fails at once, saying why.
 set -u
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/agents.sh"
@@ -169,6 +170,26 @@ back_idle() { [ "$(sql s "SELECT state FROM nodes WHERE name = '$VICTIM'")" = id
 if wait_for 60 back_idle; then ok "a restarted agent is the same node, idle again"
 else fail "a restarted agent is the same node, idle again" "$(sql s "SELECT id, state FROM nodes WHERE name = '$VICTIM'")"; fi
 check "no second node of that name" "$(sql s "SELECT count(*), min(id) FROM nodes WHERE name = '$VICTIM'")" "1|$before"
+
+# ---- a dataset that cannot be read fails the job at once, with the
+# reason, instead of --max-recoveries re-plans onto the same path
+printf 'too short' > "$WORK/short.txt"
+for bad in "$WORK/missing.txt:No such file" "$WORK/short.txt:fewer than one sequence"; do
+    path=${bad%%:*} want=${bad#*:}
+    req POST "$S/v1/jobs" "$ADMIN" "$(job dataset | sed "s#$CORPUS#$path#")"
+    J=$(printf '%s' "$BODY" | jq -r .id)
+    t0=$(now)
+    req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":200,"fill_missing_links":{"latency_ms":1,"bandwidth_gbps":1}}'
+    wait_for 60 is_state "$J" failed
+    check "dataset $(basename "$path"): the job fails without a recovery, saying why" \
+        "$(curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$J" |
+           jq -r --arg w "$want" '[.state, .recoveries, (.failure_reason | contains($w) and contains("dataset"))] | join(" ")')" \
+        "failed 0 true"
+    ok "dataset $(basename "$path"): failed $(since "$t0" "(SELECT finished_at FROM jobs WHERE id = $J)") s after the schedule"
+done
+idle_again() { [ "$(sql s "SELECT count(*) FROM nodes WHERE state = 'idle' AND last_heartbeat_at > now() - interval '2 s'")" -ge 6 ]; }
+if wait_for 30 idle_again; then ok "and its nodes are idle again"
+else fail "and its nodes are idle again" "$(sql s "SELECT name, state FROM nodes ORDER BY id")"; fi
 
 for a in a0 a1 a2 a3 a4 a5 a6; do
     [ "$a" = "$VICTIM2" ] && continue

@@ -10,7 +10,7 @@ start_server_a || exit 1
 two_regions 10 0.1 5 10 20 30 40
 check "all twelve links are posted" "$(sql a "SELECT count(*) FROM links_latest")" 12
 
-JOB='{"name":"sched","model":{"vocab_size":1000,"context_length":256,"d_model":256,"heads":8,"layers":8},"parallelism":{"stages":2,"replicas":2,"micro_batches":4,"micro_batch_size":8},"training":{"steps":100,"learning_rate":0.0003},"data":{"path":"x.bin"}}'
+JOB='{"name":"sched","model":{"vocab_size":1000,"context_length":256,"d_model":256,"heads":8,"layers":8},"parallelism":{"stages":2,"replicas":2,"micro_batches":4,"micro_batch_size":8},"training":{"steps":100,"learning_rate":0.0003},"data":{"path":"/data/x.bin"}}'
 req POST "$S/v1/jobs" "$ADMIN" "$JOB"; J=$(printf '%s' "$BODY" | jq -r .id)
 
 # ---- dry run: a plan, nothing stored
@@ -47,8 +47,14 @@ check "bf16 stage links make the pipeline cheaper than f32" \
     "$(awk -v a="$pipe_f32" -v b="$pipe_bf16" 'BEGIN { print (b < a) ? "yes" : "no: " a " " b }')" yes
 
 # ---- schedule for real
+req POST "$S/v1/jobs/$J/plan" "$ADMIN" '{"stages":[{"nodes":['"${ID[0]},${ID[1]}"']},{"nodes":['"${ID[2]}"',999999]}]}'
+expect "a plan naming an unknown node is refused" 422 .error.field stages
+req GET "$S/v1/jobs/$J" "$ADMIN"
+expect "and the pending job keeps the refusal" 200 '[.state, .schedule_refused.status] | join(" ")' "pending 422"
 req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":300,"cost_model":"dtfm"}'
 expect "scheduling stores epoch 1" 201 '[.epoch, .cost_model] | tostring' '[1,"dtfm"]'
+req GET "$S/v1/jobs/$J" "$ADMIN"
+expect "which clears the refusal" 200 .schedule_refused null
 check "one assignment per tasklet" "$(sql a "SELECT count(*) FROM assignments")" 4
 req GET "$S/v1/jobs/$J" "$ADMIN"
 expect "the job shows its plan" 200 '[.state, .plan_epoch, .plan.epoch, (.plan.assignments | length), (.plan.breakdown.total_s > 0), (.plan.baselines.random_plans)] | tostring' '["scheduled",1,1,4,true,1000]'
@@ -86,6 +92,13 @@ req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"dry_run":true,"fill_missing_links"
 expect "a drained node is not offered" 200 .nodes_available 4
 check "and is not in the plan" "$(printf '%s' "$BODY" | jq "[.stages[].nodes[]] | index(${ID[0]})")" null
 check "no plan was stored for the job that did not fit" "$(sql a "SELECT count(*) FROM plans WHERE job_id = $J2")" 0
+req GET "$S/v1/jobs/$J2" "$ADMIN"
+expect "the refused job stays pending and says why" 200 \
+       '[.state, .schedule_refused.status, .schedule_refused.code, (.schedule_refused.message | test("needs 6 nodes"))] | join(" ")' \
+       "pending 409 not_enough_nodes true"
+req POST "$S/v1/jobs/$J2/schedule" "$ADMIN" '{"dry_run":true,"fill_missing_links":{"latency_ms":100,"bandwidth_gbps":0.01}}'
+req GET "$S/v1/jobs/$J2" "$ADMIN"
+expect "a refused dry run leaves the note as it was" 200 '.schedule_refused.code' not_enough_nodes
 
 # ---- scheduling runs beside other requests, at most two at a time
 req POST "$S/v1/jobs/$J/schedule" "$ADMIN" ''   # settle: epoch 3 on the four live nodes

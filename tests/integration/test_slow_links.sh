@@ -96,9 +96,11 @@ rows0=$(((34624 / 2 + 255) / 256)); rows1=$(((33664 / 2 + 255) / 256))
 want=$((2 * 2 * (72 + rows0 * 260) + 2 * 2 * (72 + rows1 * 260)))
 check "an outer step sends the int8 ring's bytes exactly ($want)" \
     "$(sql s "SELECT sum(sync_bytes) FROM job_steps WHERE job_id = $J AND step = 3")" "$want"
-check "checkpoints 4, 8, 12 and 16 hold a file per stage and replica" \
-    "$(curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$J/checkpoints" | jq -c '[.checkpoints[] | select(.complete) | "\(.step):\(.stages | length)"] | sort')" \
-    '["12:4","16:4","4:4","8:4"]'
+check "checkpoints 8, 12 and 16 hold a file per stage and replica (4 retired: the newest three are kept)" \
+    "$(curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$J/checkpoints" | jq -c '[.checkpoints[] | "\(.step):\(.stages | length):\(.complete)"] | sort')" \
+    '["12:4:true","16:4:true","8:4:true"]'
+check "and step 4's files are gone from the server's disk" \
+    "$(ls "$WORK/s/checkpoints/job$J" | tr '\n' ' ')" "step12 step16 step8 "
 check "validation after the outer steps 7 and 15" "$(detail "$J" | jq -c '[.progress.val_losses[][0]]')" "[7,15]"
 losses "$J" > "$WORK/dl"
 fell=$(awk 'NR <= 2 { a += $2 } NR > 14 { b += $2 } END { print (b < a - 0.2) ? "yes" : "no: " a / 2 " -> " b / 2 }' "$WORK/dl")

@@ -38,7 +38,7 @@ tok_by_id() { local i; for i in 0 1 2 3 4 5 6 7; do [ "${ID[$i]}" = "$1" ] && ec
 # A model whose every dimension differs (C 48, T 32, V 256, B 3, M 5, 5
 # layers), so a term with the wrong factor cannot pass.
 spec() {  # NAME STAGES REPLICAS
-    printf '{"name":"%s","model":{"vocab_size":256,"context_length":32,"d_model":48,"heads":4,"layers":5},"parallelism":{"stages":%s,"replicas":%s,"micro_batches":5,"micro_batch_size":3},"training":{"steps":40,"learning_rate":0.001},"data":{"path":"corpus.txt","format":"text"},"checkpoint_interval":4}' "$1" "$2" "$3"
+    printf '{"name":"%s","model":{"vocab_size":256,"context_length":32,"d_model":48,"heads":4,"layers":5},"parallelism":{"stages":%s,"replicas":%s,"micro_batches":5,"micro_batch_size":3},"training":{"steps":40,"learning_rate":0.001},"data":{"path":"/data/corpus.txt","format":"text"},"checkpoint_interval":4}' "$1" "$2" "$3"
 }
 
 # hand JOB_DETAIL: the plan's tasklets with the compute time the shoal cost

@@ -11,6 +11,8 @@
 #   --modes LIST                comma-separated mode names (default: all of the config's)
 #   --extend F                  a mode that misses the baseline's final validation loss
 #                               trains again for F times the steps (default 2; 1: never)
+#   --tolerance R               a loss within R (relative) of the baseline's final one
+#                               reaches it (default 0.001: rounding, not training)
 #   --json FILE                 also append the JSON lines to FILE
 #   --keep DIR                  keep logs and data under DIR
 #
@@ -20,7 +22,7 @@
 # included); the mean step time; the median step's part in the data-
 # parallel sync (over every step); validation loss at the end of the
 # budget; and the wall time (from the plan to the last stage's report) at
-# which the validation loss first reached the first mode's (the
+# which the validation loss first reached (within --tolerance) the first mode's (the
 # baseline's) final value, and the worst final value of all modes (a loss
 # every mode reaches: the speedup to it against the baseline's time).  A
 # table, a JSON line per mode ({"bench":"wan-mode"}) and a summary
@@ -31,7 +33,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/net.sh"
 . "$here/fleet.sh"
 
-steps_opt="" modes_opt="" keep="" extend=2 config=$here/wan.json
+steps_opt="" modes_opt="" keep="" extend=2 tolerance=0.001 config=$here/wan.json
 while [ $# -gt 0 ]; do
     case $1 in
         --server) FLEET_SERVER=$2; shift 2 ;;
@@ -39,6 +41,7 @@ while [ $# -gt 0 ]; do
         --steps) steps_opt=$2; shift 2 ;;
         --modes) modes_opt=$2; shift 2 ;;
         --extend) extend=$2; shift 2 ;;
+        --tolerance) tolerance=$2; shift 2 ;;
         --json) FLEET_JSON=$2; shift 2 ;;
         --keep) keep=$2; shift 2 ;;
         -*) echo "bench-wan: unknown option $1" >&2; exit 2 ;;
@@ -128,7 +131,7 @@ run_mode() {
     sync_part=$(fleet_sql "SELECT coalesce(sum(allreduce_s) / nullif(sum(iteration_s), 0), 0) FROM job_steps WHERE job_id = $J")
     ROW=$(api GET "/v1/jobs/$J" | jq -c --arg mode "$mode" --argjson comm "$comm" --argjson times "$times" \
         --argjson sync_part "$sync_part" \
-        --argjson cross "$tc_cross" --argjson intra "$tc_intra" --argjson target "${target:-null}" '
+        --argjson cross "$tc_cross" --argjson intra "$tc_intra" --argjson target "${target:-null}" --argjson tol "$tolerance" '
         (.spec.training.steps) as $steps
         | ($times | map({key: (.[0] | tostring), value: .[1]}) | from_entries) as $at
         | ($times | last | .[1]) as $wall
@@ -141,7 +144,8 @@ run_mode() {
            sync_bytes_per_step: .traffic.sync_bytes_per_step,
            iface_intra_bytes_per_step: ($intra / $steps), iface_cross_bytes_per_step: ($cross / $steps),
            final_val_loss: .progress.val_loss, val_curve: $curve,
-           target_val_loss: $goal, time_to_target_s: ([$curve[] | select(.[1] <= $goal) | .[2]] | first)}')
+           target_val_loss: $goal, reach_tolerance: $tol,
+           time_to_target_s: ([$curve[] | select(.[1] <= $goal * (1 + $tol)) | .[2]] | first)}')
 }
 
 rows="[]" target=""
