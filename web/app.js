@@ -975,7 +975,7 @@ const JOB_FIELDS = [
     ['training.seed', 'seed', 'int', 0, { min: 0 }],
   ]],
   ['Data', [
-    ['data.path', 'path (as the agents see it)', 'text', 'corpus.txt', { maxlength: 511 }],
+    ['data.path', 'absolute path on every agent', 'text', '/data/corpus.txt', { maxlength: 511 }],
     ['data.format', 'format', 'choice', 'text', { choices: ['text', 'llmc'] }],
   ]],
 ];
