@@ -118,7 +118,7 @@ int main(int argc, char **argv)
     } else {
         log_info("starting embedded postgres data_dir=%s/pg", srv.cfg.data_dir);
         if (pgembed_start(&pg, srv.cfg.data_dir, srv.cfg.pg_bin, srv.cfg.pg_user, conninfo,
-                          sizeof conninfo, &err) != 0)
+                          sizeof conninfo, &err) != 0 || pgembed_supervise(&pg, &err) != 0)
             goto fail;
     }
     srv.db = db_pool_new(conninfo, (int)srv.cfg.db_pool, srv.cfg.db_timeout_s * 1000);

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -458,13 +459,80 @@ out:
     return rc;
 }
 
+/* pg_ctl start on the cluster, waiting until it accepts connections. */
+static int start_postmaster(const struct pgembed *pg, struct shoal_err *err)
+{
+    char tool[PATH_MAX], init_log[PATH_MAX], server_log[PATH_MAX];
+    struct stat st;
+    /* pg-init.log sits beside pgdata, in the data dir. */
+    const char *slash = strrchr(pg->pgdata, '/');
+    int dl = slash ? (int)(slash - pg->pgdata) : 0;
+    if (path_join(tool, sizeof tool, pg->bin_dir, "pg_ctl") ||
+        path_join(server_log, sizeof server_log, pg->pgdata, "server.log") ||
+        snprintf(init_log, sizeof init_log, "%.*s/pg-init.log", dl, pg->pgdata) >= (int)sizeof init_log)
+        return fail(err, "data dir path %s is too long", pg->pgdata);
+    off_t before = stat(server_log, &st) == 0 ? st.st_size : 0;
+    char *argv[] = { tool, "-D", (char *)pg->pgdata, "-l", server_log, "-w", "-t", "60", "start", NULL };
+    if (spawn(pg, argv, init_log, 1)) {
+        /* The postmaster's own complaint is in server.log if it got that far. */
+        int grew = stat(server_log, &st) == 0 && st.st_size > before;
+        return fail_tail(err, grew ? server_log : init_log, "PostgreSQL failed to start");
+    }
+    log_info("embedded postgres: started pgdata=%s socket=%s", pg->pgdata, pg->socket_dir);
+    return 0;
+}
+
+/* The supervisor: once every PGEMBED_WATCH_S, a postmaster that is gone
+ * (killed, crashed, OOM-killed) is started again, after its orphaned
+ * backends have exited (adopt_or_clear).  The pool reconnects by itself. */
+static void *watch_main(void *arg)
+{
+    struct pgembed *pg = arg;
+    struct shoal_err e;
+    pthread_mutex_lock(&pg->watch_mu);
+    while (!pg->watch_stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += PGEMBED_WATCH_S;
+        pthread_cond_timedwait(&pg->watch_wake, &pg->watch_mu, &ts);
+        if (pg->watch_stop)
+            break;
+        pthread_mutex_unlock(&pg->watch_mu);
+        int running = adopt_or_clear(pg, &e), started = -1;
+        if (running == 0) {
+            log_warn("embedded postgres: the postmaster is gone; starting it again pgdata=%s", pg->pgdata);
+            if ((started = start_postmaster(pg, &e)) == 0)
+                pg->restarts++;
+        }
+        if (running < 0 || (running == 0 && started != 0))
+            log_error("embedded postgres: cannot start it again (trying once more in %d s): %s", PGEMBED_WATCH_S,
+                      e.message);
+        pthread_mutex_lock(&pg->watch_mu);
+    }
+    pthread_mutex_unlock(&pg->watch_mu);
+    return NULL;
+}
+
+int pgembed_supervise(struct pgembed *pg, struct shoal_err *err)
+{
+    pthread_mutex_init(&pg->watch_mu, NULL);
+    pthread_cond_init(&pg->watch_wake, NULL);
+    pg->watch_stop = 0;
+    if (pthread_create(&pg->watch, NULL, watch_main, pg) != 0) {
+        pthread_mutex_destroy(&pg->watch_mu);
+        pthread_cond_destroy(&pg->watch_wake);
+        return fail(err, "cannot start the embedded PostgreSQL's supervisor thread");
+    }
+    pg->watching = 1;
+    return 0;
+}
+
 int pgembed_start(struct pgembed *pg, const char *data_dir, const char *bin_dir,
                   const char *run_as, char *conninfo, size_t conninfo_len,
                   struct shoal_err *err)
 {
-    char dir[PATH_MAX], init_log[PATH_MAX], server_log[PATH_MAX], tool[PATH_MAX];
+    char dir[PATH_MAX], init_log[PATH_MAX], tool[PATH_MAX];
     char host[2 * PATH_MAX + 3];
-    struct stat st;
     int rc = -1;
     memset(pg, 0, sizeof *pg);
     if (!data_dir || !realpath(data_dir, dir)) {
@@ -477,8 +545,7 @@ int pgembed_start(struct pgembed *pg, const char *data_dir, const char *bin_dir,
     }
     if (path_join(pg->pgdata, sizeof pg->pgdata, dir, "pg") ||
         path_join(pg->socket_dir, sizeof pg->socket_dir, dir, "pg-socket") ||
-        path_join(init_log, sizeof init_log, dir, "pg-init.log") ||
-        path_join(server_log, sizeof server_log, pg->pgdata, "server.log")) {
+        path_join(init_log, sizeof init_log, dir, "pg-init.log")) {
         fail(err, "data dir path %s is too long", dir);
         goto out;
     }
@@ -509,19 +576,10 @@ int pgembed_start(struct pgembed *pg, const char *data_dir, const char *bin_dir,
     if (adopt < 0 || write_shoal_conf(pg, err))
         goto out;
     pg->we_started = 1; /* from here on a failure stops it: it is ours */
-    if (adopt) {
+    if (adopt)
         log_info("embedded postgres: adopted running postmaster pgdata=%s", pg->pgdata);
-    } else {
-        off_t before = stat(server_log, &st) == 0 ? st.st_size : 0;
-        char *argv[] = { tool, "-D", pg->pgdata, "-l", server_log, "-w", "-t", "60", "start", NULL };
-        if (path_join(tool, sizeof tool, pg->bin_dir, "pg_ctl") || spawn(pg, argv, init_log, 1)) {
-            /* The postmaster's own complaint is in server.log if it got that far. */
-            int grew = stat(server_log, &st) == 0 && st.st_size > before;
-            fail_tail(err, grew ? server_log : init_log, "PostgreSQL failed to start");
-            goto out;
-        }
-        log_info("embedded postgres: started pgdata=%s socket=%s", pg->pgdata, pg->socket_dir);
-    }
+    else if (start_postmaster(pg, err) != 0)
+        goto out;
     if (ensure_database(pg, err))
         goto out;
     if (!strpbrk(pg->socket_dir, " '\\"))
@@ -544,6 +602,16 @@ out:
 void pgembed_stop(struct pgembed *pg)
 {
     char tool[PATH_MAX], log[PATH_MAX], pidfile[PATH_MAX];
+    if (pg && pg->watching) {   /* first, so it does not start what we stop */
+        pthread_mutex_lock(&pg->watch_mu);
+        pg->watch_stop = 1;
+        pthread_cond_signal(&pg->watch_wake);
+        pthread_mutex_unlock(&pg->watch_mu);
+        pthread_join(pg->watch, NULL);
+        pthread_mutex_destroy(&pg->watch_mu);
+        pthread_cond_destroy(&pg->watch_wake);
+        pg->watching = 0;
+    }
     if (!pg || !pg->we_started)
         return;
     pg->we_started = 0;

@@ -11,6 +11,7 @@
 #define SHOAL_PGEMBED_H
 
 #include <limits.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <sys/types.h>
 
@@ -24,7 +25,15 @@ struct pgembed {
     uid_t uid;                  /* that account's ids (only used when run_as[0]) */
     gid_t gid;
     int we_started;             /* 1 if pgembed_start started the postmaster */
+    /* the supervisor (pgembed_supervise) */
+    pthread_t watch;
+    pthread_mutex_t watch_mu;
+    pthread_cond_t watch_wake;
+    int watching, watch_stop;   /* watch_stop under watch_mu */
+    int restarts;               /* postmasters it started again; its thread's only */
 };
+
+#define PGEMBED_WATCH_S 1       /* s between the supervisor's looks at the postmaster */
 
 /* Creates (first run) and starts the cluster for `data_dir`, which must exist.
  * `bin_dir` may be NULL or "" to look in /usr/lib/postgresql/<newest>/bin,
@@ -38,8 +47,14 @@ int pgembed_start(struct pgembed *pg, const char *data_dir, const char *bin_dir,
                   const char *run_as, char *conninfo, size_t conninfo_len,
                   struct shoal_err *err);
 
-/* Stops the postmaster (fast shutdown) if pgembed_start started or adopted
- * it; waits for it to exit.  Safe to call twice. */
+/* Starts the supervisor: a thread that starts the postmaster again when it
+ * is gone (killed, crashed), once every PGEMBED_WATCH_S.  Call after
+ * pgembed_start succeeded.  Returns 0, or -1 with `err` set. */
+int pgembed_supervise(struct pgembed *pg, struct shoal_err *err);
+
+/* Stops the supervisor, then the postmaster (fast shutdown) if
+ * pgembed_start started or adopted it; waits for it to exit.  Safe to call
+ * twice. */
 void pgembed_stop(struct pgembed *pg);
 
 #endif

@@ -9,7 +9,8 @@
 # itself with the PostgreSQL binaries, reached through --database-url.  On
 # a second server with a short heartbeat timeout: an outage and a freeze
 # (SIGSTOP) longer than it mark no node lost and roll no job back, and a
-# frozen database costs a request a 503 within seconds (--db-timeout).
+# frozen database costs a request a 503 within seconds (--db-timeout).  A
+# server's own embedded postmaster killed with -9 is started again.
 set -u
 . "$(dirname "$0")/lib.sh"
 
@@ -340,5 +341,21 @@ check "a node that goes silent afterwards is lost as before" "$(xsql "SELECT sta
 within "within the heartbeat timeout and a sweep or two" "$t0" $((HB + 3))
 check "the second server answered no request with 500" "$(grep -c 'status=500' "$WORK/b.log")" 0
 stop_server b
+
+# ---- the embedded postmaster killed (-9) under a server that runs it: the
+# server starts it again and its data is all there
+start_server c || exit 1
+C=$URL_c
+req POST "$C/v1/agent/register" "$(cat "$WORK/c/join.token")" \
+    '{"name":"n2","peer_address":"127.0.0.1:7002","hardware":{"tflops":10,"cpu_cores":8}}'
+expect "register a node on a server with its own Postgres" 201
+kill -9 "$(head -n 1 "$WORK/c/pg/postmaster.pid")"
+t0=$(now)
+nodes_back() { [ "$(curl -s --max-time 5 -H "Authorization: Bearer $(cat "$WORK/c/admin.token")" "$C/v1/nodes" | jq -r '.nodes[0].name' 2>/dev/null)" = n2 ]; }
+wait_for 40 nodes_back
+check "the killed postmaster is started again, the node still registered" "$(nodes_back && echo yes)" yes
+ok "the database answered again $(echo "$(now) - $t0" | bc | cut -c1-4) s after the kill"
+check "the log says so" "$(grep -c 'the postmaster is gone; starting it again' "$WORK/c.log")" 1
+stop_server c
 
 [ "$FAILS" -eq 0 ]
