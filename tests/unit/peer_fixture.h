@@ -1,0 +1,102 @@
+/* peer_fixture.h - what the peer suites share: a real listener on
+ * 127.0.0.1 expecting job JOB, epoch EPOCH (setup/teardown), a connected
+ * pair of its connections, and small helpers.  Include after cmocka.h. */
+#ifndef SHOAL_TEST_PEER_FIXTURE_H
+#define SHOAL_TEST_PEER_FIXTURE_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../agent/peer.h"
+#define JOB 7
+#define EPOCH 3
+#define SECRET "correct horse battery staple"
+#define ROLE_L "stage=1 replica=0"
+#define ROLE_D "stage=0 replica=0"
+#define TIMEOUT_MS 5000
+
+struct fixture {
+    struct peer_listener *l;
+    unsigned port;
+    char addr[32];
+};
+
+static __attribute__((unused)) struct peer_auth auth_make(int64_t job, uint32_t epoch, const char *secret,
+                                  const char *role)
+{
+    struct peer_auth a = {.job_id = job, .epoch = epoch, .secret_len = strlen(secret)};
+    memcpy(a.secret, secret, a.secret_len);
+    snprintf(a.role, sizeof a.role, "%s", role);
+    return a;
+}
+
+static __attribute__((unused)) double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static __attribute__((unused)) int setup(void **state)
+{
+    struct fixture *fx = calloc(1, sizeof *fx);
+    struct shoal_err err;
+    assert_non_null(fx);
+    assert_int_equal(peer_listener_start("127.0.0.1:0", &fx->l, &fx->port, &err), 0);
+    assert_true(fx->port > 0);
+    snprintf(fx->addr, sizeof fx->addr, "127.0.0.1:%u", fx->port);
+    struct peer_auth a = auth_make(JOB, EPOCH, SECRET, ROLE_L);
+    peer_listener_expect(fx->l, &a);
+    *state = fx;
+    return 0;
+}
+
+static __attribute__((unused)) int teardown(void **state)
+{
+    struct fixture *fx = *state;
+    peer_listener_stop(fx->l);
+    free(fx);
+    return 0;
+}
+
+/* Waits up to 3 s for the listener's refused count to reach `want`. */
+static __attribute__((unused)) uint64_t wait_refused(struct peer_listener *l, uint64_t want)
+{
+    uint64_t probes, refused = 0;
+    for (int i = 0; i < 300; i++) {
+        peer_listener_counts(l, &probes, &refused);
+        if (refused >= want)
+            break;
+        usleep(10 * 1000);
+    }
+    return refused;
+}
+
+/* A job connection: a is the dialer's end, b the listener's. */
+static __attribute__((unused)) void pair(struct fixture *fx, struct peer_conn *a, struct peer_conn *b)
+{
+    struct shoal_err err;
+    struct peer_auth d = auth_make(JOB, EPOCH, SECRET, ROLE_D);
+    int rc = peer_dial(fx->addr, &d, ROLE_L, TIMEOUT_MS, a, &err);
+    if (rc != 0)
+        fail_msg("dial: %s", err.message);
+    rc = peer_listener_take(fx->l, ROLE_D, TIMEOUT_MS, b, &err);
+    if (rc != 0)
+        fail_msg("take: %s", err.message);
+}
+
+static __attribute__((unused)) void write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t k = write(fd, c, n);
+        assert_true(k > 0);
+        c += k;
+        n -= (size_t)k;
+    }
+}
+
+#endif

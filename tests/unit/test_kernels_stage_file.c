@@ -1,0 +1,390 @@
+/* test_kernels_stage_file.c - kernels/kernels.h's stage files on the CPU
+ * backend (kernels_fixture.h): save, load and train on exactly; a checkpoint
+ * of one layer split assembled into another; the extra state of version 2
+ * (outer momentum, sync feedback); headers peeked and bounded; bad input. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../kernels/kernels.h"
+#include "kernels_fixture.h"
+
+static void test_save_load_continue(void **state)
+{
+    (void)state;
+    enum { K = 5 };
+    struct kern_err err;
+    struct kern_stage *s0 = stage_new(&small, 0, 1, 4, 32, 2, 11);
+    struct kern_stage *s1 = stage_new(&small, 1, 2, 4, 32, 2, 11);
+    float before[K], after[K], reloaded[K];
+    train(s0, s1, 0, K, before);
+    FILE *f0 = tmpfile(), *f1 = tmpfile();
+    assert_non_null(f0), assert_non_null(f1);
+    save_to(s0, f0);
+    save_to(s1, f1);
+    train(s0, s1, K, K, after);
+
+    /* fresh stages, another seed: loading must replace everything */
+    struct kern_stage *r0 = stage_new(&small, 0, 1, 4, 32, 2, 12345);
+    struct kern_stage *r1 = stage_new(&small, 1, 2, 4, 32, 2, 12345);
+    assert_int_equal(kern_stage_load(r0, f0, &err), 0);
+    assert_int_equal(kern_stage_load(r1, f1, &err), 0);
+    assert_int_equal(kern_stage_step(r0), K);
+    train(r0, r1, K, K, reloaded);
+    assert_memory_equal(after, reloaded, sizeof after);
+
+    /* the file of stage 0 does not fit stage 1 */
+    rewind(f0);
+    float *p = read_buf(r1, KERN_PARAMS);
+    assert_int_equal(kern_stage_load(r1, f0, &err), -1);
+    assert_non_null(strstr(err.msg, "layers [0,1)"));
+    float *q = read_buf(r1, KERN_PARAMS);
+    assert_memory_equal(p, q, kern_stage_param_count(r1) * sizeof(float));
+    free(q);
+
+    /* damaged files: truncated, flipped byte, bad magic, trailing byte */
+    rewind(f1);
+    long len;
+    fseek(f1, 0, SEEK_END);
+    len = ftell(f1);
+    unsigned char *raw = malloc((size_t)len + 1);
+    assert_non_null(raw);
+    rewind(f1);
+    assert_int_equal(fread(raw, 1, (size_t)len, f1), (size_t)len);
+    struct {
+        const char *why;
+        long cut;       /* bytes kept */
+        long flip;      /* byte to flip, -1 none */
+        int extra;      /* 1: append a byte */
+        const char *msg;
+    } bad[] = {
+        {"truncated", len - 9, -1, 0, "truncated"},
+        {"short header", 20, -1, 0, "shorter than"},
+        {"flipped payload byte", len, len / 2, 0, "checksum"},
+        {"bad magic", len, 0, 0, "magic"},
+        {"trailing byte", len, -1, 1, "trailing"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        FILE *g = tmpfile();
+        assert_non_null(g);
+        if (bad[i].flip >= 0)
+            raw[bad[i].flip] ^= 0x5a;
+        assert_int_equal(fwrite(raw, 1, (size_t)bad[i].cut, g), (size_t)bad[i].cut);
+        if (bad[i].extra)
+            fputc(0, g);
+        if (bad[i].flip >= 0)
+            raw[bad[i].flip] ^= 0x5a;
+        rewind(g);
+        if (kern_stage_load(r1, g, &err) != -1 || !strstr(err.msg, bad[i].msg))
+            fail_msg("%s: load said '%s'", bad[i].why, err.msg);
+        q = read_buf(r1, KERN_PARAMS);
+        assert_memory_equal(p, q, kern_stage_param_count(r1) * sizeof(float));
+        free(q);
+        fclose(g);
+    }
+    free(raw), free(p);
+    fclose(f0), fclose(f1);
+    kern_stage_free(s0), kern_stage_free(s1), kern_stage_free(r0), kern_stage_free(r1);
+}
+
+/* A checkpoint taken under one layer split continues under another: the
+ * new stages are assembled tensor by tensor and train on exactly as the
+ * old ones do. */
+static void test_assemble_other_split(void **state)
+{
+    (void)state;
+    enum { K = 4 };
+    struct kern_err err;
+    struct kern_model three = small;
+    three.layers = 3;
+    struct kern_stage *a0 = stage_new(&three, 0, 1, 4, 32, 2, 11), *a1 = stage_new(&three, 1, 3, 4, 32, 2, 11);
+    struct kern_stage *b0 = stage_new(&three, 0, 2, 4, 32, 2, 99), *b1 = stage_new(&three, 2, 3, 4, 32, 2, 99);
+    float before[K], old_split[K], new_split[K];
+    train(a0, a1, 0, K, before);
+    struct kern_stage *old[2] = {a0, a1};
+    assert_int_equal(kern_stage_assemble(b0, old, 1, &err), -1);
+    assert_non_null(strstr(err.msg, "h1.ln1w"));
+    assert_int_equal(kern_stage_assemble(b0, old, 2, &err), 0);
+    assert_int_equal(kern_stage_assemble(b1, old + 1, 1, &err), 0);
+    assert_int_equal(kern_stage_step(b0), K);
+    train(a0, a1, K, K, old_split);
+    train(b0, b1, K, K, new_split);
+    assert_memory_equal(old_split, new_split, sizeof old_split);
+    struct kern_stage *fresh = stage_new(&three, 1, 3, 4, 32, 2, 11);
+    struct kern_stage *mixed[2] = {a0, fresh};
+    assert_int_equal(kern_stage_assemble(b0, mixed, 2, &err), -1);
+    assert_non_null(strstr(err.msg, "step"));
+    kern_stage_free(a0), kern_stage_free(a1), kern_stage_free(b0), kern_stage_free(b1), kern_stage_free(fresh);
+}
+
+/* Extra state (DiLoCo's outer momentum, a sync's error feedback) travels
+ * with the stage: saved after the moments, loaded (a file without it
+ * leaves the stage without it), assembled under another split, and a
+ * version 1 file (no extras) still loads. */
+static void test_extra_state(void **state)
+{
+    (void)state;
+    struct kern_err err;
+    struct kern_model three = small;
+    three.layers = 3;
+    struct kern_stage *a0 = stage_new(&three, 0, 1, 4, 32, 2, 11), *a1 = stage_new(&three, 1, 3, 4, 32, 2, 11);
+    struct kern_stage *old[2] = {a0, a1};
+    for (int k = 0; k < 2; k++) {
+        float *u = kern_stage_extra(old[k], KERN_EXTRA_OUTER_MOMENTUM);
+        assert_non_null(u);
+        assert_ptr_equal(kern_stage_extra(old[k], KERN_EXTRA_OUTER_MOMENTUM), u);   /* made once */
+        assert_null(kern_stage_extra_if(old[k], KERN_EXTRA_SYNC_FEEDBACK));
+        for (size_t i = 0; i < kern_stage_param_count(old[k]); i++) {
+            assert_true(u[i] == 0);   /* zeroed */
+            u[i] = (float)(k + 1) * 1e-3f * (float)(i % 101);
+        }
+    }
+    assert_null(kern_stage_extra(a0, KERN_EXTRA_COUNT));
+    /* save and load: the momentum comes back, the feedback stays absent */
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    save_to(a1, f);
+    struct kern_stage *r1 = stage_new(&three, 1, 3, 4, 32, 2, 5);
+    kern_stage_extra(r1, KERN_EXTRA_SYNC_FEEDBACK)[0] = 7;
+    assert_int_equal(kern_stage_load(r1, f, &err), 0);
+    assert_non_null(kern_stage_extra_if(r1, KERN_EXTRA_OUTER_MOMENTUM));
+    assert_memory_equal(kern_stage_extra_if(r1, KERN_EXTRA_OUTER_MOMENTUM), kern_stage_extra_if(a1, KERN_EXTRA_OUTER_MOMENTUM),
+                        kern_stage_param_count(a1) * sizeof(float));
+    assert_null(kern_stage_extra_if(r1, KERN_EXTRA_SYNC_FEEDBACK));
+    /* its size: header (68), params, moments and one extra, checksum */
+    fseek(f, 0, SEEK_END);
+    assert_int_equal(ftell(f), 68 + 4 * 4 * (long)kern_stage_param_count(a1) + 8);
+    /* a version 1 file: the same without the extras word and buffers */
+    long len = ftell(f);
+    unsigned char *raw = malloc((size_t)len);
+    rewind(f);
+    assert_int_equal(fread(raw, 1, (size_t)len, f), (size_t)len);
+    size_t n = kern_stage_param_count(a1), v1_len = 64 + 12 * n + 8;
+    unsigned char *v1 = malloc(v1_len);
+    uint32_t one = 1;
+    memcpy(v1, raw, 8);
+    memcpy(v1 + 8, &one, 4);
+    memcpy(v1 + 12, raw + 12, 36);            /* 9 ints */
+    memcpy(v1 + 48, raw + 52, 16);            /* step, n */
+    memcpy(v1 + 64, raw + 68, 12 * n);        /* params and moments */
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < v1_len - 8; i++) {
+        h ^= v1[i];
+        h *= 0x100000001b3ull;
+    }
+    memcpy(v1 + v1_len - 8, &h, 8);
+    FILE *g = fmemopen(v1, v1_len, "rb");
+    struct kern_model pm;
+    struct kern_stage_spec psp = {.micro_batch = 1, .seq_len = 1, .in_flight = 1};
+    assert_int_equal(kern_stage_file_peek(g, &pm, &psp, &err), 0);
+    assert_int_equal(kern_stage_load(r1, g, &err), 0);
+    assert_null(kern_stage_extra_if(r1, KERN_EXTRA_OUTER_MOMENTUM));
+    fclose(g);
+    free(v1), free(raw);
+    fclose(f);
+    /* assembled under another split, tensor by tensor */
+    struct kern_stage *b0 = stage_new(&three, 0, 2, 4, 32, 2, 99);
+    assert_int_equal(kern_stage_assemble(b0, old, 2, &err), 0);
+    const float *bu = kern_stage_extra_if(b0, KERN_EXTRA_OUTER_MOMENTUM);
+    assert_non_null(bu);
+    for (int t = 0; t < kern_stage_tensor_count(b0); t++) {
+        const struct kern_tensor *bt = kern_stage_tensor(b0, t);
+        for (int k = 0; k < 2; k++)
+            for (int j = 0; j < kern_stage_tensor_count(old[k]); j++) {
+                const struct kern_tensor *ot = kern_stage_tensor(old[k], j);
+                if (strcmp(ot->name, bt->name) == 0)
+                    assert_memory_equal(bu + bt->offset, kern_stage_extra_if(old[k], KERN_EXTRA_OUTER_MOMENTUM) + ot->offset,
+                                        bt->count * sizeof(float));
+            }
+    }
+    /* sources that disagree on their extras are refused */
+    struct kern_stage *plain = stage_new(&three, 1, 3, 4, 32, 2, 11);
+    struct kern_stage *mixed[2] = {a0, plain};
+    assert_int_equal(kern_stage_assemble(b0, mixed, 2, &err), -1);
+    assert_non_null(strstr(err.msg, "extra state"));
+    kern_stage_free(a0), kern_stage_free(a1), kern_stage_free(r1), kern_stage_free(b0), kern_stage_free(plain);
+}
+
+/* A stage file says which stage can load it, and peeking leaves it loadable. */
+static void test_file_peek(void **state)
+{
+    (void)state;
+    struct kern_err err;
+    struct kern_model m;
+    struct kern_stage_spec sp = {.micro_batch = 3, .seq_len = 7, .in_flight = 1};
+    struct kern_stage *s1 = stage_new(&small, 1, 2, 4, 32, 2, 11);
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    save_to(s1, f);
+    assert_int_equal(kern_stage_file_peek(f, &m, &sp, &err), 0);
+    assert_memory_equal(&m, &small, sizeof m);
+    assert_int_equal(sp.layer_start, 1);
+    assert_int_equal(sp.layer_end, 2);
+    assert_int_equal(sp.first, 0);
+    assert_int_equal(sp.last, 1);
+    assert_int_equal(sp.micro_batch, 3);   /* left alone */
+    struct kern_stage *copy;
+    assert_int_equal(kern_stage_new(&cpu, &m, &sp, &copy, &err), 0);
+    assert_int_equal(kern_stage_load(copy, f, &err), 0);
+    fclose(f);
+    f = tmpfile();
+    assert_non_null(f);
+    fputs("NOTSHOAL and some more bytes to fill a header.............................", f);
+    rewind(f);
+    assert_int_equal(kern_stage_file_peek(f, &m, &sp, &err), -1);
+    assert_non_null(strstr(err.msg, "bad magic"));
+    fclose(f);
+    kern_stage_free(s1), kern_stage_free(copy);
+}
+
+/* A header cannot make the agent allocate more than the file holds: a
+ * header whose model makes another float count, or a file of another size
+ * than its header says, is refused by the peek (before a stage is built
+ * from it).  tests/fuzz/regress/fuzz_checkpoint/header-claims-3gb-model. */
+static void test_file_peek_bounds(void **state)
+{
+    (void)state;
+    struct kern_err err;
+    struct kern_model m;
+    struct kern_stage_spec sp = {.micro_batch = 1, .seq_len = 1, .in_flight = 1};
+    struct kern_stage *s1 = stage_new(&small, 1, 2, 4, 32, 2, 11);
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    save_to(s1, f);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    unsigned char *raw = malloc((size_t)len);
+    assert_non_null(raw);
+    rewind(f);
+    assert_int_equal(fread(raw, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    struct {
+        const char *why;
+        long keep;          /* bytes of the file kept */
+        int d_model;        /* written into the header; 0: as saved */
+        uint64_t n;         /* floats per buffer written into the header; 0: as saved */
+        const char *msg;
+    } bad[] = {
+        {"a 3 GB model in a small file", 72, 1024, 0, "bytes instead of"},
+        {"n that the model does not make", len, 0, 12345, "make"},
+        {"n that fits the model, a truncated file", len - 4, 0, 0, "bytes instead of"},
+        {"n that would overflow", len, 0, UINT64_MAX / 4, "make"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        unsigned char *copy = malloc((size_t)len);
+        assert_non_null(copy);
+        memcpy(copy, raw, (size_t)len);
+        if (bad[i].d_model) {
+            int32_t C = bad[i].d_model, L = 64, ints[9];
+            memcpy(ints, copy + 12, sizeof ints);
+            ints[2] = C, ints[4] = L, ints[5] = 0, ints[6] = L, ints[7] = 1, ints[8] = 1;
+            memcpy(copy + 12, ints, sizeof ints);
+            uint64_t n = (uint64_t)(ints[0] + ints[1]) * C + (uint64_t)L * (12u * C * C + 13u * C) +
+                         (uint64_t)(ints[0] + 2) * C;   /* what that model makes: the header agrees */
+            memcpy(copy + 60, &n, 8);   /* version 2: 10 ints, the step, then n */
+        }
+        if (bad[i].n)
+            memcpy(copy + 60, &bad[i].n, 8);
+        FILE *g = fmemopen(copy, (size_t)bad[i].keep, "rb");
+        assert_non_null(g);
+        if (kern_stage_file_peek(g, &m, &sp, &err) != -1 || !strstr(err.msg, bad[i].msg))
+            fail_msg("%s: peek said '%s'", bad[i].why, err.msg);
+        assert_int_equal(ftell(g), 0);
+        fclose(g);
+        free(copy);
+    }
+    free(raw);
+    kern_stage_free(s1);
+}
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    struct kern_err err;
+    struct kern_device dev;
+    struct kern_stage *st = NULL;
+    struct kern_model m = {.vocab = 16, .context = 8, .d_model = 8, .heads = 2, .layers = 2};
+    struct kern_stage_spec ok = {.layer_start = 0, .layer_end = 1, .first = 1, .last = 0,
+                                 .micro_batch = 1, .seq_len = 8, .in_flight = 2, .seed = 1};
+
+    assert_int_equal(kern_device_parse("cpu", &dev, &err), 0);
+    assert_int_equal(dev.kind, KERN_CPU);
+    assert_int_equal(kern_device_parse("tpu", &dev, &err), -1);
+    assert_non_null(strstr(err.msg, "unknown device"));
+    assert_int_equal(kern_device_parse("cuda:x", &dev, &err), -1);
+    if (!kern_cuda_built()) {
+        assert_int_equal(kern_device_parse("cuda", &dev, &err), -1);
+        assert_non_null(strstr(err.msg, "no CUDA backend"));
+    }
+
+    struct {
+        const char *why;
+        struct kern_model m;
+        struct kern_stage_spec s;
+        const char *msg;
+    } bad[] = {
+        {"heads", {16, 8, 9, 2, 2}, ok, "multiple of heads"},
+        {"zero vocab", {0, 8, 8, 2, 2}, ok, ">= 1"},
+        {"range", m, {.layer_start = 1, .layer_end = 3, .micro_batch = 1, .seq_len = 8,
+                      .in_flight = 1}, "layer range"},
+        {"first flag", m, {.layer_start = 0, .layer_end = 1, .first = 0, .micro_batch = 1,
+                           .seq_len = 8, .in_flight = 1}, "first stage"},
+        {"last flag", m, {.layer_start = 1, .layer_end = 2, .last = 0, .micro_batch = 1,
+                          .seq_len = 8, .in_flight = 1}, "last stage"},
+        {"seq_len", m, {.layer_start = 0, .layer_end = 1, .first = 1, .micro_batch = 1,
+                        .seq_len = 9, .in_flight = 1}, "seq_len"},
+        {"in_flight", m, {.layer_start = 0, .layer_end = 1, .first = 1, .micro_batch = 1,
+                          .seq_len = 8, .in_flight = 0}, "in_flight"},
+        {"huge", {50000, 8, 60000, 2, 2}, ok, "too large"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        if (kern_stage_new(&cpu, &bad[i].m, &bad[i].s, &st, &err) != -1 ||
+            !strstr(err.msg, bad[i].msg))
+            fail_msg("%s: got '%s'", bad[i].why, err.msg);
+        assert_null(st);
+    }
+
+    assert_int_equal(kern_stage_new(&cpu, &m, &ok, &st, &err), 0);
+    int32_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 16};
+    float out[64], dout[64] = {0};
+    assert_int_equal(kern_stage_forward(st, 0, tok, NULL, out, &err), -1);
+    assert_non_null(strstr(err.msg, "token 16 at position 7"));
+    tok[7] = -1;
+    assert_int_equal(kern_stage_forward(st, 0, tok, NULL, out, &err), -1);
+    tok[7] = 0;
+    assert_int_equal(kern_stage_backward(st, 0, dout, NULL, &err), -1);
+    assert_non_null(strstr(err.msg, "no forward"));
+    assert_int_equal(kern_stage_forward(st, 0, tok, NULL, out, &err), 0);
+    assert_int_equal(kern_stage_forward(st, 1, tok, NULL, out, &err), 0);
+    assert_int_equal(kern_stage_forward(st, 2, tok, NULL, out, &err), -1);
+    assert_non_null(strstr(err.msg, "would overwrite micro-batch 0"));
+    assert_int_equal(kern_stage_forward(st, -1, tok, NULL, out, &err), -1);
+    assert_int_equal(kern_stage_backward(st, 2, dout, NULL, &err), -1);
+    assert_int_equal(kern_stage_backward(st, 1, dout, NULL, &err), 0);
+    assert_int_equal(kern_stage_backward(st, 1, dout, NULL, &err), -1);
+    kern_stage_drop_in_flight(st);
+    assert_int_equal(kern_stage_backward(st, 0, dout, NULL, &err), -1);
+    assert_int_equal(kern_stage_forward(st, 2, tok, NULL, out, &err), 0);
+    kern_stage_free(st);
+}
+
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_save_load_continue),
+        cmocka_unit_test(test_extra_state),
+        cmocka_unit_test(test_file_peek),
+        cmocka_unit_test(test_file_peek_bounds),
+        cmocka_unit_test(test_assemble_other_split),
+        cmocka_unit_test(test_bad_input),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
