@@ -293,7 +293,7 @@ out:
     json_decref(body);
 }
 
-static void report_failure(struct agent *ag, const struct assignment *as, const char *peer,
+static void report_failure(struct agent *ag, const struct assignment *as, const struct assign_peer *peer,
                            const struct shoal_err *why)
 {
     struct shoal_err e;
@@ -308,7 +308,12 @@ static void report_failure(struct agent *ag, const struct assignment *as, const 
     int dataset = strcmp(why->code, "invalid_dataset") == 0;
     json_t *body = json_pack("{s:I, s:I, s:i, s:i, s:s, s:s?, s:s?}", "job_id", (json_int_t)as->job_id,
                              "epoch", (json_int_t)as->epoch, "stage", as->stage, "replica", as->replica,
-                             "reason", reason, "peer", peer[0] ? peer : NULL, "cause", dataset ? "dataset" : NULL);
+                             "reason", reason, "peer", peer->addr[0] ? peer->addr : NULL,
+                             "cause", dataset ? "dataset" : NULL);
+    /* The neighbour by node id: the server checks it and, when it fails
+     * again, leaves it out of the job's plans. */
+    if (body && peer->addr[0])
+        json_object_set_new(body, "peer_node", json_integer(peer->node));
     if (ctl_call_retry(&ag->ctl, "POST", "/v1/agent/failure", body, 10, 60, NULL, &e) != 0)
         log_warn("cannot report the failure of job=%lld: %s", (long long)as->job_id, e.message);
     json_decref(body);
@@ -318,7 +323,7 @@ static void run_tasklet(struct agent *ag, const json_t *a)
 {
     struct assignment as;
     struct shoal_err e;
-    char peer[ASSIGN_ADDR_MAX] = "";
+    struct assign_peer peer = { .addr = "" };
     if (assign_parse(a, &as, &e) != 0) {
         log_error("cannot run the assignment: %s", e.message);
         return;
@@ -341,7 +346,7 @@ static void run_tasklet(struct agent *ag, const json_t *a)
                              .data_dir = ag->cfg->data_dir, .peer_timeout_ms = (int)ag->cfg->peer_timeout * 1000,
                              .connect_timeout_ms = (int)ag->cfg->connect_timeout * 1000, .abort = &ag->abort,
                              .step = &ag->step };
-    enum train_result res = train_run(&env, &as, peer, &e);
+    enum train_result res = train_run(&env, &as, &peer, &e);
     struct shoal_err fe;
     /* Stopping: what is not delivered in a moment is not waited for. */
     if (report_flush(ag->reporter, atomic_load(ag->stop) ? 2 : 60, &fe) != 0)
@@ -351,9 +356,9 @@ static void run_tasklet(struct agent *ag, const json_t *a)
     else if (res == TRAIN_ABORTED)
         log_info("tasklet stopped job=%lld: its assignment changed", (long long)as.job_id);
     else {
-        log_error("tasklet failed job=%lld stage=%d replica=%d peer=%s: %s", (long long)as.job_id, as.stage,
-                  as.replica, peer[0] ? peer : "-", e.message);
-        report_failure(ag, &as, peer, &e);
+        log_error("tasklet failed job=%lld stage=%d replica=%d peer=%s node=%lld: %s", (long long)as.job_id,
+                  as.stage, as.replica, peer.addr[0] ? peer.addr : "-", (long long)peer.node, e.message);
+        report_failure(ag, &as, &peer, &e);
     }
     pthread_mutex_lock(&ag->mu);
     ag->running_job = 0;

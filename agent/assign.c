@@ -4,20 +4,24 @@
 #include <stdio.h>
 #include <string.h>
 
-void assign_role(int stage, int replica, char out[PEER_ROLE_MAX])
+void assign_role(int stage, int replica, int64_t node, char out[PEER_ROLE_MAX])
 {
-    snprintf(out, PEER_ROLE_MAX, "stage=%d replica=%d", stage, replica);
+    snprintf(out, PEER_ROLE_MAX, "stage=%d replica=%d node=%lld", stage, replica, (long long)node);
 }
 
-/* The peer address of entry `index` of `list`, whose `key` must equal index. */
-static int address_at(const json_t *list, const char *key, int index, char out[ASSIGN_ADDR_MAX],
-                      struct shoal_err *err)
+/* The neighbour at entry `index` of `list` (whose `key` must equal index),
+ * which runs tasklet (stage, replica). */
+static int peer_at(const json_t *list, const char *key, int index, int stage, int replica, struct assign_peer *out,
+                   struct shoal_err *err)
 {
     const json_t *e = json_array_get(list, (size_t)index);
     const char *addr = json_string_value(json_object_get(e, "peer_address"));
-    if (!addr || json_integer_value(json_object_get(e, key)) != index || strlen(addr) >= ASSIGN_ADDR_MAX)
+    json_int_t node = json_integer_value(json_object_get(e, "node_id"));
+    if (!addr || json_integer_value(json_object_get(e, key)) != index || strlen(addr) >= ASSIGN_ADDR_MAX ||
+        node < 1)
         return err_set(err, 502, "bad_assignment", key, "the assignment has no valid peer for %s %d", key, index);
-    snprintf(out, ASSIGN_ADDR_MAX, "%s", addr);
+    snprintf(out->addr, ASSIGN_ADDR_MAX, "%s", addr);
+    out->node = node, out->stage = stage, out->replica = replica;
     return 0;
 }
 
@@ -173,13 +177,19 @@ int assign_parse(const json_t *a, struct assignment *o, struct shoal_err *err)
     if (parse_communication(json_object_get(spec, "communication"), o, err) != 0 ||
         parse_validation(json_object_get(spec, "validation"), o, err) != 0)
         return -1;
-    if (stage > 0 && address_at(pipeline, "stage", o->stage - 1, o->prev_stage, err) != 0)
+    struct assign_peer self;
+    if (peer_at(pipeline, "stage", o->stage, o->stage, o->replica, &self, err) != 0)
         return -1;
-    if (stage < stages - 1 && address_at(pipeline, "stage", o->stage + 1, o->next_stage, err) != 0)
+    o->node_id = self.node;
+    if (stage > 0 && peer_at(pipeline, "stage", o->stage - 1, o->stage - 1, o->replica, &o->prev_stage, err) != 0)
         return -1;
+    if (stage < stages - 1 &&
+        peer_at(pipeline, "stage", o->stage + 1, o->stage + 1, o->replica, &o->next_stage, err) != 0)
+        return -1;
+    int up = (o->replica + 1) % o->replicas, down = (o->replica + o->replicas - 1) % o->replicas;
     if (replicas > 1 && o->allreduce == ASSIGN_ALLREDUCE_RING &&
-        (address_at(group, "replica", (o->replica + 1) % o->replicas, o->ring_next, err) != 0 ||
-         address_at(group, "replica", (o->replica + o->replicas - 1) % o->replicas, o->ring_prev, err) != 0))
+        (peer_at(group, "replica", up, o->stage, up, &o->ring_next, err) != 0 ||
+         peer_at(group, "replica", down, o->stage, down, &o->ring_prev, err) != 0))
         return -1;
     if (resume && !json_is_null(resume)) {
         json_int_t rj, rs;

@@ -28,6 +28,13 @@ enum assign_sync {
     ASSIGN_SYNC_DILOCO,      /* inner_steps local steps, then an outer step */
 };
 
+/* A neighbour in the plan: the tasklet it runs and the node running it. */
+struct assign_peer {
+    char addr[ASSIGN_ADDR_MAX];     /* host:port of its peer listener; "": no such neighbour */
+    int64_t node;
+    int stage, replica;
+};
+
 struct assignment {
     int64_t job_id;
     uint32_t epoch;
@@ -64,9 +71,9 @@ struct assignment {
     int val_sequences;
     int64_t eval_interval;
     enum assign_allreduce allreduce;
-    /* neighbours; "" where there is none (the ring's too under NCCL) */
-    char prev_stage[ASSIGN_ADDR_MAX], next_stage[ASSIGN_ADDR_MAX];
-    char ring_prev[ASSIGN_ADDR_MAX], ring_next[ASSIGN_ADDR_MAX];
+    int64_t node_id;                /* this node's, as the plan names it */
+    /* neighbours; addr "" where there is none (the ring's too under NCCL) */
+    struct assign_peer prev_stage, next_stage, ring_prev, ring_next;
     /* start from this complete checkpoint; resume_job 0: from scratch */
     int64_t resume_job, resume_step;
     /* the layers [start, end) each of its stage files holds, by stage;
@@ -82,7 +89,8 @@ struct assignment {
  * missing or inconsistent (the server's answer is not trusted blindly). */
 int assign_parse(const json_t *a, struct assignment *out, struct shoal_err *err);
 
-/* The role string a tasklet proves in the hello: "stage=S replica=R". */
-void assign_role(int stage, int replica, char out[PEER_ROLE_MAX]);
+/* The role string a tasklet proves in the hello: "stage=S replica=R
+ * node=N", so that either end knows which node it talks to. */
+void assign_role(int stage, int replica, int64_t node, char out[PEER_ROLE_MAX]);
 
 #endif

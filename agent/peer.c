@@ -9,6 +9,7 @@
 
 #include "../common/aead.h"
 #include "../common/crc32c.h"
+#include "../common/hostport.h"
 #include "../common/log.h"
 
 #include <errno.h>
@@ -570,36 +571,13 @@ void peer_close(struct peer_conn *c)
     c->seal = NULL;
 }
 
-/* Splits "host:port" or "[v6]:port"; port must be 0..65535 digits. */
-static int split_addr(const char *addr, char *host, size_t host_len, char *port, size_t port_len)
-{
-    const char *colon = strrchr(addr, ':');
-    if (!colon || colon[1] == '\0' || strlen(colon + 1) >= port_len)
-        return -1;
-    const char *h = addr;
-    size_t hn = (size_t)(colon - addr);
-    if (hn >= 2 && h[0] == '[' && h[hn - 1] == ']')
-        h++, hn -= 2;
-    if (hn >= host_len)
-        return -1;
-    memcpy(host, h, hn);
-    host[hn] = '\0';
-    char *end;
-    errno = 0;
-    long p = strtol(colon + 1, &end, 10);
-    if (errno || *end || p < 0 || p > 65535)
-        return -1;
-    snprintf(port, port_len, "%ld", p);
-    return 0;
-}
-
 int peer_resolve(const char *addr, int passive, struct addrinfo **out, struct shoal_err *err)
 {
     *out = NULL;
     char host[256], port[8];
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0)};
-    if (split_addr(addr, host, sizeof host, port, sizeof port) != 0)
+    if (hostport_split(addr, host, sizeof host, port, sizeof port) != 0)
         return err_set(err, 400, "peer_io", NULL,
                        "bad peer address '%s': expected host:port with a numeric port", addr);
     int rc = getaddrinfo(host[0] && strcmp(host, "*") ? host : NULL, port, &hints, out);

@@ -74,7 +74,7 @@ static int every_step_gradients(struct tasklet *k, uint64_t t, struct shoal_err 
     }
     struct ring r = group_ring(k);
     if (ring_allreduce_sum(&r, g, n, t, err) != 0) {
-        tasklet_peer_failed(k, k->ring_prev.addr);
+        tasklet_peer_failed(k, &k->as->ring_prev);
         goto out;
     }
     if (host && kern_stage_write(k->st, KERN_GRADS, host, &ke) != 0) {
@@ -138,7 +138,7 @@ static int diloco_weights(struct tasklet *k, uint64_t t, struct shoal_err *err)
     if (as->replicas > 1) {
         struct ring r = group_ring(k);
         if (ring_allreduce_codec(&r, s->delta, n, t, as->sync_codec, s->feedback, err) != 0) {
-            tasklet_peer_failed(k, k->ring_prev.addr);
+            tasklet_peer_failed(k, &k->as->ring_prev);
             goto out;
         }
         float inv = 1.0f / (float)as->replicas;

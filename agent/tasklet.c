@@ -10,11 +10,17 @@
  * the tasklet within a slice instead of at the timeout. */
 #define TASKLET_WAIT_SLICE_MS 250
 
-int tasklet_peer_failed(struct tasklet *k, const char *addr)
+int tasklet_peer_failed(struct tasklet *k, const struct assign_peer *peer)
 {
-    if (!k->failed_peer[0] && addr)
-        snprintf(k->failed_peer, sizeof k->failed_peer, "%s", addr);
+    if (!k->failed_peer)
+        k->failed_peer = peer;
     return -1;
+}
+
+/* The neighbour at the other end of pipeline stream s. */
+static const struct assign_peer *stream_peer(const struct tasklet *k, const struct peer_stream *s)
+{
+    return s == k->prev ? &k->as->prev_stage : &k->as->next_stage;
 }
 
 int tasklet_kern_failed(const struct kern_err *ke, struct shoal_err *err)
@@ -54,7 +60,7 @@ static int stream_recv(struct tasklet *k, struct peer_stream *s, uint16_t kind, 
         if (peer_stream_recv(s, kind, dtype, t, m, payload, len, slice, err) == 0)
             return 0;
         if (wait_more(k, s, &left, slice, err) != 0)
-            return tasklet_peer_failed(k, peer_stream_addr(s));
+            return tasklet_peer_failed(k, stream_peer(k, s));
     }
 }
 
@@ -67,7 +73,7 @@ static int stream_send(struct tasklet *k, struct peer_stream *s, const struct wi
         if (peer_stream_send(s, f, payload, slice, err) == 0)
             return 0;
         if (wait_more(k, s, &left, slice, err) != 0)
-            return tasklet_peer_failed(k, peer_stream_addr(s));
+            return tasklet_peer_failed(k, stream_peer(k, s));
     }
 }
 

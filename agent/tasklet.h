@@ -34,7 +34,7 @@ struct tasklet {
     int32_t *tokens, *targets;           /* (B,T) */
     double *loss;                        /* per micro-batch, last stage */
     struct sync_state sync;
-    char failed_peer[ASSIGN_ADDR_MAX];
+    const struct assign_peer *failed_peer;   /* the neighbour that failed first, or NULL */
     /* the current step's times, s, and bytes sent */
     double compute_s, allreduce_s, send_s, recv_s;
     uint64_t pipe_bytes, dp_bytes;       /* on stage links, in the data-parallel group */
@@ -43,8 +43,9 @@ struct tasklet {
     int val_count;
 };
 
-/* Notes which peer failed (the first one wins) and returns -1. */
-int tasklet_peer_failed(struct tasklet *k, const char *addr);
+/* Notes which neighbour failed (the first one wins; one of k->as's) and
+ * returns -1. */
+int tasklet_peer_failed(struct tasklet *k, const struct assign_peer *peer);
 
 /* A kernel error as the tasklet's error ("device_error"); returns -1. */
 int tasklet_kern_failed(const struct kern_err *ke, struct shoal_err *err);

@@ -26,28 +26,27 @@ double train_lr(const struct assignment *as, int64_t t)
 
 /* Dials `addr` until its listener expects us (it may not have its
  * assignment yet) or the connect timeout passes. */
-static int dial_until(struct tasklet *k, const char *addr, int stage, int replica, struct peer_conn *out,
-                      struct shoal_err *err)
+static int dial_until(struct tasklet *k, const struct assign_peer *p, struct peer_conn *out, struct shoal_err *err)
 {
     char want[PEER_ROLE_MAX];
-    assign_role(stage, replica, want);
+    assign_role(p->stage, p->replica, p->node, want);
     double until = ctl_now() + k->env->connect_timeout_ms / 1e3;
     for (;;) {
-        if (peer_dial(addr, &k->auth, want, 5000, out, err) == 0)
+        if (peer_dial(p->addr, &k->auth, want, 5000, out, err) == 0)
             return 0;
         if (tasklet_stopping(k) || ctl_now() > until)
-            return tasklet_peer_failed(k, addr);
+            return tasklet_peer_failed(k, p);
         ctl_sleep(k->env->ctl, 0.2);
     }
 }
 
-static int take(struct tasklet *k, const char *addr, int stage, int replica, struct peer_conn *out,
-                struct shoal_err *err)
+/* Waits for neighbour p to dial us. */
+static int take(struct tasklet *k, const struct assign_peer *p, struct peer_conn *out, struct shoal_err *err)
 {
     char role[PEER_ROLE_MAX];
-    assign_role(stage, replica, role);
+    assign_role(p->stage, p->replica, p->node, role);
     if (peer_listener_take(k->env->listener, role, k->env->connect_timeout_ms, out, err) != 0)
-        return tasklet_peer_failed(k, addr);
+        return tasklet_peer_failed(k, p);
     return 0;
 }
 
@@ -58,21 +57,19 @@ static int connect_neighbours(struct tasklet *k, struct shoal_err *err)
     struct peer_conn c = { .fd = -1 };
     int queue = as->micro_batches + 4, rc = -1;
     size_t cap = k->btc * sizeof(float);
-    if (as->next_stage[0]) {
-        if (dial_until(k, as->next_stage, as->stage + 1, as->replica, &c, err) != 0 ||
+    if (as->next_stage.addr[0]) {
+        if (dial_until(k, &as->next_stage, &c, err) != 0 ||
             peer_stream_start(&c, cap, queue, &k->next, err) != 0)
             goto out;
     }
-    if (as->ring_next[0] &&
-        dial_until(k, as->ring_next, as->stage, (as->replica + 1) % as->replicas, &k->ring_next, err) != 0)
+    if (as->ring_next.addr[0] && dial_until(k, &as->ring_next, &k->ring_next, err) != 0)
         goto out;
-    if (as->prev_stage[0]) {
-        if (take(k, as->prev_stage, as->stage - 1, as->replica, &c, err) != 0 ||
+    if (as->prev_stage.addr[0]) {
+        if (take(k, &as->prev_stage, &c, err) != 0 ||
             peer_stream_start(&c, cap, queue, &k->prev, err) != 0)
             goto out;
     }
-    if (as->ring_prev[0] &&
-        take(k, as->ring_prev, as->stage, (as->replica + as->replicas - 1) % as->replicas, &k->ring_prev, err) != 0)
+    if (as->ring_prev.addr[0] && take(k, &as->ring_prev, &k->ring_prev, err) != 0)
         goto out;
     rc = 0;
 out:
@@ -356,8 +353,8 @@ static void tasklet_close(struct tasklet *k)
     free(k->loss);
 }
 
-enum train_result train_run(const struct train_env *env, const struct assignment *as, char failed_peer[ASSIGN_ADDR_MAX],
-                            struct shoal_err *err)
+enum train_result train_run(const struct train_env *env, const struct assignment *as,
+                            struct assign_peer *failed_peer, struct shoal_err *err)
 {
     struct tasklet k = { .env = env, .as = as, .ring_prev = { .fd = -1 }, .ring_next = { .fd = -1 } };
     enum train_result res = TRAIN_FAILED;
@@ -366,7 +363,7 @@ enum train_result train_run(const struct train_env *env, const struct assignment
     k.auth.secret_len = as->secret_len;
     k.auth.job_id = as->job_id;
     k.auth.epoch = as->epoch;
-    assign_role(as->stage, as->replica, k.auth.role);
+    assign_role(as->stage, as->replica, as->node_id, k.auth.role);
     k.auth.encrypt = peer_listener_encryption(env->listener); /* --peer-encryption */
     peer_listener_expect(env->listener, &k.auth);
     if (tasklet_open(&k, err) != 0 || connect_neighbours(&k, err) != 0 || sync_open(&k, err) != 0)
@@ -393,7 +390,7 @@ out:
     if (res == TRAIN_FAILED && tasklet_stopping(&k))
         res = TRAIN_ABORTED;
     peer_listener_expect(env->listener, NULL);
-    snprintf(failed_peer, ASSIGN_ADDR_MAX, "%s", k.failed_peer);
+    *failed_peer = k.failed_peer ? *k.failed_peer : (struct assign_peer){ .addr = "" };
     tasklet_close(&k);
     return res;
 }

@@ -49,10 +49,10 @@ struct train_env {
 enum train_result { TRAIN_DONE = 0, TRAIN_FAILED = -1, TRAIN_ABORTED = -2 };
 
 /* Runs the tasklet to the job's last step.  TRAIN_FAILED comes with err set
- * (its message says what went wrong and with which peer) and the peer's
- * address in failed_peer ("" if no peer was involved). */
-enum train_result train_run(const struct train_env *env, const struct assignment *as, char failed_peer[ASSIGN_ADDR_MAX],
-                            struct shoal_err *err);
+ * (its message says what went wrong and with which peer) and the neighbour
+ * that failed in failed_peer (addr "" if no peer was involved). */
+enum train_result train_run(const struct train_env *env, const struct assignment *as,
+                            struct assign_peer *failed_peer, struct shoal_err *err);
 
 /* The learning rate of step t (0-based) of the schedule above. */
 double train_lr(const struct assignment *as, int64_t t);

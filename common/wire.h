@@ -4,7 +4,7 @@
  * function over bytes (tests/fuzz/fuzz_peer.c feeds them garbage).
  *
  * Header layout (byte offsets):
- *    0 u32 magic "SHLF"      4 u16 version (3)      6 u16 kind
+ *    0 u32 magic "SHLF"      4 u16 version (4)      6 u16 kind
  *    8 i64 job id           16 u32 plan epoch      20 u32 micro-batch
  *   24 u64 step             32 u16 dtype           34 u16 ndim (0..4)
  *   36 u32 shape[4]         52 u64 payload bytes   60 u32 payload CRC32C
@@ -47,10 +47,12 @@
 #define WIRE_MAGIC 0x464c4853u /* "SHLF" as little-endian bytes */
 /* 2: header flags, hello flags, sealed frames.  3: the WIRE_Q8 dtype,
  * bf16 and int8 tensors on stage links and in all-reduce chunks, WIRE_EVAL
- * frames.  Agents of different versions cannot talk: the first frame
+ * frames.  4: a role names the node too ("stage=S replica=R node=N"), so
+ * a connection proves which node it comes from.  Agents of different
+ * versions cannot talk: the first frame
  * (the listener's hello) fails with "peer speaks wire version N, this
  * agent V", so upgrade every agent of a job together. */
-#define WIRE_VERSION 3
+#define WIRE_VERSION 4
 #define WIRE_HEADER_BYTES 72
 #define WIRE_MAX_DIMS 4
 #define WIRE_NONCE_BYTES 32

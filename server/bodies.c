@@ -252,6 +252,7 @@ static const struct jv_field failure_fields[] = {
     { "replica", JV_INT, 1, 0, 0, 4095, F(replica), 0, NULL, NULL },
     { "reason", JV_STR, 1, 0, 1, 1000, F(reason), FS(reason), NULL, NULL },
     { "peer", JV_STR, 0, 1, 3, 261, F(peer), FS(peer), NULL, NULL },
+    { "peer_node", JV_INT, 0, 1, 1, 9e18, F(peer_node), 0, NULL, NULL },
     { "cause", JV_STR, 0, 1, 1, 15, F(cause), FS(cause), failure_causes, NULL },
     { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
 };

@@ -94,6 +94,7 @@ struct body_failure {
     int64_t job_id, epoch, stage, replica;
     char reason[1001];
     char peer[262];              /* "": none */
+    int64_t peer_node;           /* the neighbour that failed, by node id; 0: none named */
     char cause[16];              /* "" or BODY_FAILURE_DATASET */
 };
 int body_failure_parse(const json_t *body, struct body_failure *out, struct shoal_err *e);

@@ -29,11 +29,10 @@
     " SELECT coalesce(json_agg(json_build_object('step', step, 'path', path) ORDER BY step), '[]') FROM gone"
 
 /* Removes a retired file and, once empty, its step directory. */
-static void retire_file(const char *data_dir, const char *rel)
+static void retire_file(const struct server *srv, const char *rel)
 {
     char path[PATH_MAX];
-    int n = snprintf(path, sizeof path, "%s/%s", data_dir, rel);
-    if (n <= 0 || (size_t)n >= sizeof path)
+    if (checkpoints_file(srv, rel, path, sizeof path) != 0)
         return;
     if (unlink(path) != 0 && errno != ENOENT)
         log_warn("checkpoint retention: cannot remove %s: %s", path, strerror(errno));
@@ -59,7 +58,7 @@ void checkpoints_retire(struct server *srv, int64_t job_id)
     json_t *f;
     long long last = -1;
     json_array_foreach(gone, i, f) {
-        retire_file(srv->cfg.data_dir, json_string_value(json_object_get(f, "path")));
+        retire_file(srv, json_string_value(json_object_get(f, "path")));
         long long step = json_integer_value(json_object_get(f, "step"));
         if (step != last)
             log_info("checkpoint retired job=%lld step=%lld", (long long)job_id, step);

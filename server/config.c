@@ -3,6 +3,7 @@
 #include "../common/opts.h"
 
 #include <stddef.h>
+#include <stdio.h>
 #include <string.h>
 
 #define STR(field) OPT_STR_FIELD(struct config, field)
@@ -65,6 +66,9 @@ static const struct opt opts[] = {
       "seconds over which --auth-failures are counted, and that a blocked address waits" },
     { "--max-checkpoint-bytes", "SHOAL_MAX_CHECKPOINT_BYTES", LONG(max_checkpoint_bytes, 1, 1L << 50),
       "8589934592", "largest checkpoint stage file accepted, bytes (larger: 413)" },
+    { "--checkpoint-dir", "SHOAL_CHECKPOINT_DIR", STR(checkpoint_dir), "",
+      "directory of the checkpoint store; servers sharing one database must share it too (a mount "
+      "every one of them sees at the same path); empty: <data-dir>/checkpoints" },
     { "--checkpoint-keep", "SHOAL_CHECKPOINT_KEEP", LONG(checkpoint_keep, 1, 1000000), "3",
       "complete checkpoints of each job kept, the newest; older ones are deleted once a newer one is complete" },
     { "--checkpoint-keep-every", "SHOAL_CHECKPOINT_KEEP_EVERY", LONG(checkpoint_keep_every, 0, 1L << 40), "0",
@@ -92,5 +96,10 @@ int config_load(struct config *cfg, int argc, char **argv, struct shoal_err *err
     int rc = opts_load(opts, N_OPTS, cfg, argc, argv, 1, err);
     if (rc == 1)
         config_usage(stdout);
+    if (rc == 0 && !cfg->checkpoint_dir[0]) {
+        int n = snprintf(cfg->checkpoint_dir, sizeof cfg->checkpoint_dir, "%s/checkpoints", cfg->data_dir);
+        if (n < 0 || (size_t)n >= sizeof cfg->checkpoint_dir)
+            return err_set(err, 2, "invalid_value", "data_dir", "--data-dir is too long");
+    }
     return rc;
 }

@@ -25,6 +25,7 @@ struct config {
     long threads;               /* HTTP worker threads */
     long db_pool;               /* database connections per server */
     long db_timeout_s;          /* statement_timeout; the client waits 2 s longer */
+    char checkpoint_dir[PATH_MAX]; /* the checkpoint store; default <data-dir>/checkpoints */
     long checkpoint_keep;       /* newest complete checkpoints kept per job */
     long checkpoint_keep_every; /* steps; also kept: multiples of it (0: none) */
     long max_body;              /* request body cap, bytes */

@@ -3,13 +3,14 @@
  *
  * Replica 0 of each stage uploads its stage file (under diloco every
  * replica its own: `?replica=R`); the body is streamed to a temporary file
- * under <data-dir>/checkpoints/job<id>/ while it is hashed (SHA-256), never
- * held in memory whole, then fsync'ed and renamed to
- * step<step>/stage<s>.bin (stage<s>-replica<r>.bin for r > 0), and the row
- * in `checkpoints` is written.  A
- * re-upload replaces the file and the row.  Downloads are served from the
- * file descriptor.  The files live on the server that received them: with
- * several servers on one database, their data directories must be shared. */
+ * under <checkpoint-dir>/job<id>/ while it is hashed (SHA-256), never held
+ * in memory whole, then fsync'ed and renamed to step<step>/stage<s>.bin
+ * (stage<s>-replica<r>.bin for r > 0), and the row in `checkpoints` is
+ * written.  A re-upload replaces the file and the row.  Downloads are
+ * served from the file descriptor.  Servers that share one database share
+ * one --checkpoint-dir (a mount at the same path on each), so a file one
+ * of them received is served by every other; a row whose file a server
+ * cannot find is answered 404 with that said. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -213,7 +214,7 @@ static int ckpt_begin(struct request *rq, struct response *rs)
                 (long long)json_integer_value(json_object_get(res, "layers")));
         goto fail;
     }
-    snprintf(dir, sizeof dir, "%s/checkpoints/job%lld", srv->cfg.data_dir, (long long)job);
+    snprintf(dir, sizeof dir, "%s/job%lld", srv->cfg.checkpoint_dir, (long long)job);
     if (ckpt_mkdirs(dir, &e) != 0)
         goto fail;
     u = calloc(1, sizeof *u);
@@ -291,10 +292,9 @@ static json_t *ckpt_commit(struct request *rq, struct upload *u, const char *sha
         snprintf(name, sizeof name, "stage%lld-replica%lld.bin", (long long)stage, u->replica);
     else
         snprintf(name, sizeof name, "stage%lld.bin", (long long)stage);
-    snprintf(rel, sizeof rel, "checkpoints/job%lld/step%lld/%s", (long long)job, (long long)step, name);
-    snprintf(dir, sizeof dir, "%s/checkpoints/job%lld/step%lld", srv->cfg.data_dir, (long long)job,
-             (long long)step);
-    snprintf(path, sizeof path, "%s/%s", srv->cfg.data_dir, rel);
+    snprintf(rel, sizeof rel, CKPT_REL_PREFIX "job%lld/step%lld/%s", (long long)job, (long long)step, name);
+    snprintf(dir, sizeof dir, "%s/job%lld/step%lld", srv->cfg.checkpoint_dir, (long long)job, (long long)step);
+    checkpoints_file(srv, rel, path, sizeof path);
     if (ckpt_mkdirs(dir, e) != 0)
         return NULL;
     const char *params[] = { db_param_i64(p_job, job), db_param_i64(p_step, step), db_param_i64(p_stage, stage),
@@ -439,9 +439,7 @@ void h_checkpoint_get(struct request *rq, struct response *rs)
         reply_fail(rs, 404, "not_found", NULL, "job %s has no checkpoint of stage %s (replica %s) at step %s", p_job,
                    p_stage, p_replica, p_step);
     } else {
-        int w = snprintf(path, sizeof path, "%s/%s", srv->cfg.data_dir,
-                         json_string_value(json_object_get(file, "path")));
-        if (w > 0 && (size_t)w < sizeof path)
+        if (checkpoints_file(srv, json_string_value(json_object_get(file, "path")), path, sizeof path) == 0)
             fd = open(path, O_RDONLY | O_CLOEXEC);
         else
             errno = ENAMETOOLONG;
@@ -461,14 +459,21 @@ void h_checkpoint_get(struct request *rq, struct response *rs)
     json_decref(res);
 }
 
-/* True when the file at <data-dir>/`rel` has `bytes` bytes and SHA-256
+int checkpoints_file(const struct server *srv, const char *rel, char *out, size_t len)
+{
+    size_t k = strlen(CKPT_REL_PREFIX);
+    int n = snprintf(out, len, "%s/%s", srv->cfg.checkpoint_dir, strncmp(rel, CKPT_REL_PREFIX, k) ? rel : rel + k);
+    return n >= 0 && (size_t)n < len ? 0 : -1;
+}
+
+/* True when the file of stored path `rel` has `bytes` bytes and SHA-256
  * `sha256`; a mismatch is logged. */
 static int ckpt_file_valid(struct server *srv, const char *rel, int64_t bytes, const char *sha256)
 {
     char path[CKPT_PATH_MAX], got[SHA256_HEX];
     struct shoal_err e;
     struct stat st;
-    snprintf(path, sizeof path, "%s/%s", srv->cfg.data_dir, rel);
+    checkpoints_file(srv, rel, path, sizeof path);
     if (stat(path, &st) != 0 || st.st_size != bytes) {
         log_error("checkpoint file missing or of the wrong size path=%s", path);
         return 0;
@@ -497,6 +502,11 @@ int checkpoints_latest_valid(struct server *srv, int64_t job_id, int64_t below, 
         "   WHERE c.job_id = $1::bigint AND c.step < $2::bigint AND c.stage < j.stages"
         "     AND c.replica < " CKPT_FILES_PER_STAGE_SQL
         "   GROUP BY c.step, j.stages, j.replicas, j.spec HAVING count(*) >= j.stages * " CKPT_FILES_PER_STAGE_SQL
+        /* Every tasklet reported the step before it: a replica that died
+         * after the step's all-reduce but before its report leaves a hole
+         * there that resuming from this step would never fill. */
+        "     AND (SELECT count(*) FROM job_steps s WHERE s.job_id = $1::bigint AND s.step = c.step - 1)"
+        "       >= j.stages * j.replicas"
         /* The files' layers, where said, must tile the model: a step whose
          * stages came from two different splits (a re-plan that failed
          * before it re-uploaded every stage) cannot be assembled.  Every

@@ -38,8 +38,18 @@
     "   FILTER (WHERE w.straggler), '[]'))" \
     " FROM " TASKLET_MEASURED_SQL " w)"
 
+/* The job's latest failure reports as judged (fault_judge.h), oldest first. */
+#define FAULTS_LIMIT_TEXT "20"
+#define JOB_FAULTS_JSON \
+    "(SELECT coalesce(json_agg(json_build_object('epoch', f.epoch, 'stage', f.stage, 'replica', f.replica," \
+    "   'reporter_node', f.reporter_node, 'suspect_node', f.suspect_node, 'reason', f.reason," \
+    "   'reported_at', f.reported_at, 'verdict', f.verdict, 'culprit_node', f.culprit_node," \
+    "   'judgement', f.judgement) ORDER BY f.id), '[]')" \
+    " FROM (SELECT * FROM job_faults WHERE job_id = j.id ORDER BY id DESC LIMIT " FAULTS_LIMIT_TEXT ") f)"
+
 /* The detail view adds the current plan, the latest reported step, the
- * measured summary per tasklet and the stragglers among them. */
+ * measured summary per tasklet and the stragglers among them, the failure
+ * reports and the nodes left out of its next plan because of them. */
 #define JOB_DETAIL_JSON \
     "(" JOB_JSON "::jsonb || jsonb_build_object(" \
     " 'plan', (SELECT json_build_object('epoch', p.epoch, 'cost_model', p.cost_model," \
@@ -52,6 +62,9 @@
     "     FROM assignments a WHERE a.plan_id = p.id))" \
     "   FROM plans p WHERE p.job_id = j.id ORDER BY p.epoch DESC LIMIT 1)," \
     " 'traffic', " JOB_TRAFFIC_SQL("j") "," \
+    " 'faults', " JOB_FAULTS_JSON "," \
+    " 'excluded_nodes', (SELECT coalesce(json_agg(x.node_id ORDER BY x.node_id), '[]')" \
+    "   FROM " JOB_EXCLUDED_SQL("j.id", "j.plan_epoch") " x)," \
     " 'progress', (SELECT json_build_object('step', t.step, 'loss', t.loss, 'iteration_s', t.iteration_s," \
     "   'reported_at', t.reported_at," \
     "   'val_step', (SELECT v.step FROM " VAL_LOSSES_SQL("j") " v ORDER BY v.step DESC LIMIT 1)," \

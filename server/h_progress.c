@@ -145,22 +145,35 @@ out:
 }
 
 /* $1 job, $2 epoch, $3 stage, $4 replica, $5 node, $6 reason text,
- * $7 --max-recoveries, $8 s to wait before re-planning.  A report counts
- * only from the node the job's current plan puts at that tasklet while the
- * job runs; anything else changes nothing.  A counted failure moves the job
- * to 'recovering' (the recovery thread re-plans it once recover_after has
- * passed, so that a dead peer's heartbeat has gone stale), or to 'failed'
- * when it has been re-planned --max-recoveries times already, or at once
- * when the failure has a cause that no re-plan heals ($7 = 0). */
+ * $7 --max-recoveries, $8 the neighbour named (node id) or NULL.  A report
+ * counts only from the node the job's current plan puts at that tasklet;
+ * anything else changes nothing.  A counted report is kept in job_faults
+ * (also while the job already recovers from it: a second witness), with
+ * the neighbour it names if that node is one of the tasklet's neighbours
+ * in the plan (a stage away in its replica, or in its stage's group), for
+ * the recovery thread to judge before it re-plans.  The first report of a
+ * running plan moves the job to 'recovering', due at once (the judgement
+ * finds out who is gone), or to 'failed' when it has been re-planned
+ * --max-recoveries times already, or at once when the failure has a cause
+ * that no re-plan heals ($7 = 0). */
 #define FAILURE_SQL \
-    "WITH j AS (SELECT id, state FROM jobs WHERE id = $1::bigint)," \
-    " upd AS (UPDATE jobs SET" JOB_RECOVER_SET("$6", "$7::int", "now() + make_interval(secs => $8::float8)") \
+    "WITH j AS (SELECT id, state, plan_epoch FROM jobs WHERE id = $1::bigint)," \
+    " mine AS (SELECT a.plan_id FROM assignments a JOIN plans p ON p.id = a.plan_id" \
+    "   WHERE p.job_id = $1::bigint AND p.epoch = $2::int AND a.stage = $3::int AND a.replica = $4::int" \
+    "     AND a.node_id = $5::bigint)," \
+    " fault AS (INSERT INTO job_faults (job_id, epoch, stage, replica, reporter_node, suspect_node, reason)" \
+    "   SELECT $1::bigint, $2::int, $3::int, $4::int, $5::bigint," \
+    "     (SELECT s.node_id FROM assignments s WHERE s.plan_id = mine.plan_id AND s.node_id = $8::bigint" \
+    "       AND ((s.replica = $4::int AND abs(s.stage - $3::int) = 1) OR (s.stage = $3::int AND s.replica <> $4::int))" \
+    "       LIMIT 1), $6" \
+    "   FROM mine, j WHERE j.plan_epoch = $2::int AND j.state IN ('scheduled', 'running', 'recovering')" \
+    "   RETURNING suspect_node)," \
+    " upd AS (UPDATE jobs SET" JOB_RECOVER_SET("$6", "$7::int", "now()") \
     "   WHERE id = $1::bigint AND plan_epoch = $2::int AND state IN ('scheduled', 'running')" \
-    "     AND EXISTS (SELECT 1 FROM assignments a JOIN plans p ON p.id = a.plan_id" \
-    "       WHERE p.job_id = $1::bigint AND p.epoch = $2::int AND a.stage = $3::int AND a.replica = $4::int" \
-    "         AND a.node_id = $5::bigint)" \
+    "     AND EXISTS (SELECT 1 FROM mine)" \
     "   RETURNING state)" \
-    " SELECT json_build_object('state', coalesce((SELECT state FROM upd), j.state)) FROM j"
+    " SELECT json_build_object('state', coalesce((SELECT state FROM upd), j.state)," \
+    "   'suspect_node', (SELECT suspect_node FROM fault)) FROM j"
 
 void h_failure(struct request *rq, struct response *rs)
 {
@@ -175,7 +188,11 @@ void h_failure(struct request *rq, struct response *rs)
         reply_error(rs, &e);
         goto out;
     }
-    if (f.peer[0])
+    if (f.peer[0] && f.peer_node > 0)
+        snprintf(reason, sizeof reason, "stage %lld replica %lld (node %lld): %s (peer node %lld at %s)",
+                 (long long)f.stage, (long long)f.replica, (long long)rq->node_id, f.reason, (long long)f.peer_node,
+                 f.peer);
+    else if (f.peer[0])
         snprintf(reason, sizeof reason, "stage %lld replica %lld (node %lld): %s (peer %s)", (long long)f.stage,
                  (long long)f.replica, (long long)rq->node_id, f.reason, f.peer);
     else
@@ -187,11 +204,13 @@ void h_failure(struct request *rq, struct response *rs)
     const char *params[] = { db_param_i64(v[0], f.job_id), db_param_i64(v[1], f.epoch), db_param_i64(v[2], f.stage),
                              db_param_i64(v[3], f.replica), db_param_i64(v[4], rq->node_id), reason,
                              db_param_i64(v[5], max_recoveries),
-                             db_param_i64(v[6], recovery_grace_s(rq->srv)) };
+                             f.peer_node > 0 ? db_param_i64(v[6], f.peer_node) : NULL };
     snprintf(what, sizeof what, "job %lld", (long long)f.job_id);
     res = db_query_json(rq->srv->db, FAILURE_SQL, 8, params, what, &e);
-    if (res)
+    if (res) {
         reply_json(rs, 200, json_incref(res));
+        recovery_wake(rq->srv->recovery);
+    }
     else
         reply_error(rs, &e);
 out:

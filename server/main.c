@@ -105,7 +105,8 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if (make_dirs(srv.cfg.data_dir, &err) != 0 || auth_load_tokens(&srv, &err) != 0 ||
+    if (make_dirs(srv.cfg.data_dir, &err) != 0 || make_dirs(srv.cfg.checkpoint_dir, &err) != 0 ||
+        auth_load_tokens(&srv, &err) != 0 ||
         tls_load(srv.cfg.tls_cert, srv.cfg.tls_key, &srv.tls, &err) != 0)
         goto fail;
     srv.metrics = metrics_new(routes_count);
@@ -134,6 +135,7 @@ int main(int argc, char **argv)
     recovery = recovery_start(&srv, &err);
     if (!recovery)
         goto fail;
+    srv.recovery = recovery;
     unsigned port = 0;
     auth_limit_init(srv.cfg.auth_failures, srv.cfg.auth_failure_window_s);
     httpd = http_start(&srv, &port, &err);

@@ -11,9 +11,13 @@
 #include "jobspec.h"
 #include "queries.h"
 #include "sched/input.h"
+#include "peer_probe.h"
 #include "server.h"
 
 #define PLANNER_RANDOM_PLANS 1000   /* baseline: best of this many random plans */
+/* A link that failed this job is priced like this (the API's slowest). */
+#define PLANNER_AVOIDED_LATENCY_MS 600000.0
+#define PLANNER_AVOIDED_BANDWIDTH_GBPS 1e-9
 
 struct plan_work {
     struct plan_request req;
@@ -24,11 +28,19 @@ struct plan_work {
     struct sched_problem problem;
 };
 
+/* $1 job: the epoch its current plan has (0 before any). */
+#define CURRENT_EPOCH "(SELECT plan_epoch FROM jobs WHERE id = $1)"
+
 /* Live nodes: registered, heartbeat within the timeout, idle or busy in
  * this job (or in a job that has finished, whose agents have not said so
- * yet), and not in the current plan of another live job. */
+ * yet), and not in the current plan of another live job: {nodes, excluded},
+ * the second those left out of this job after failures (fault_judge.h),
+ * fewest failed epochs first. */
 #define LIVE_NODES_SQL \
-    "SELECT coalesce(json_agg(" NODE_JSON " ORDER BY id), '[]') FROM nodes" \
+    "SELECT json_build_object(" \
+    " 'nodes', coalesce(json_agg(" NODE_JSON " ORDER BY id) FILTER (WHERE x.node_id IS NULL), '[]')," \
+    " 'excluded', coalesce(json_agg(" NODE_JSON " ORDER BY x.epochs, id) FILTER (WHERE x.node_id IS NOT NULL), '[]'))" \
+    " FROM nodes LEFT JOIN " JOB_EXCLUDED_SQL("$1", CURRENT_EPOCH) " x ON x.node_id = nodes.id" \
     " WHERE state IN ('idle', 'busy')" \
     "   AND last_heartbeat_at > now() - make_interval(secs => $2::float8)" \
     "   AND (current_job_id IS NULL OR current_job_id = $1 OR NOT EXISTS (SELECT 1 FROM jobs cj" \
@@ -37,6 +49,11 @@ struct plan_work {
     "     JOIN jobs j ON j.id = p.job_id AND p.epoch = j.plan_epoch" \
     "     WHERE a.node_id = nodes.id AND j.id <> $1" \
     "       AND j.state IN ('scheduled', 'running', 'recovering'))"
+
+/* $1 job: the links it avoids after failures, [[a, b]]. */
+#define AVOIDED_LINKS_SQL \
+    "SELECT coalesce(json_agg(json_build_array(l.a, l.b) ORDER BY l.a, l.b), '[]')" \
+    " FROM " JOB_AVOIDED_LINKS_SQL("$1", CURRENT_EPOCH) " l"
 
 void planner_free(struct plan_work *w)
 {
@@ -69,12 +86,77 @@ static int planner_job(struct server *srv, struct plan_work *w, json_t *job, str
                                     &w->resume_step, e);
 }
 
+/* Too few nodes besides those excluded after failures: the excluded ones
+ * whose peer port answers the server now (an agent restarted, a link
+ * mended; LIVE_NODES_SQL's order, fewest failed epochs first) are taken
+ * back into `nodes` until `need` are there; the others are named in
+ * `left_out` ("; excluded after failures: node 3 (a3), ...", or ""). */
+static void readmit_excluded(json_t *nodes, const json_t *excluded, long long need, char *out, size_t len)
+{
+    size_t n = json_array_size(excluded), i, at = 0;
+    const char **addr = calloc(n + 1, sizeof *addr);
+    int *ok = calloc(n + 1, sizeof *ok);
+    char (*why)[PEER_PROBE_WHY_MAX] = calloc(n + 1, sizeof *why);
+    out[0] = '\0';
+    if (!addr || !ok || !why)
+        goto out;
+    for (i = 0; i < n; i++) {
+        const char *a = json_string_value(json_object_get(json_array_get(excluded, i), "peer_address"));
+        addr[i] = a ? a : "";
+    }
+    if ((long long)json_array_size(nodes) < need)
+        peer_probe_all(addr, (int)n, PEER_PROBE_TIMEOUT_MS, ok, why);
+    for (i = 0; i < n; i++) {
+        json_t *node = json_array_get(excluded, i);
+        if (ok[i] && (long long)json_array_size(nodes) < need) {
+            json_array_append(nodes, node);
+            log_warn("planner: node %lld (%s), excluded after failures, is taken back: too few nodes without it "
+                     "and its peer port answers", (long long)json_integer_value(json_object_get(node, "id")),
+                     json_string_value(json_object_get(node, "name")));
+            continue;
+        }
+        int w = snprintf(out + at, len - at, "%s node %lld (%s)", at ? "," : "; excluded after failures:",
+                         (long long)json_integer_value(json_object_get(node, "id")),
+                         json_string_value(json_object_get(node, "name")));
+        if (w < 0 || (size_t)w >= len - at) {
+            out[at] = '\0';
+            break;
+        }
+        at += (size_t)w;
+    }
+out:
+    free(addr);
+    free(ok);
+    free(why);
+}
+
+/* Prices each link of `pairs` ([[a, b]] node ids, EXCLUDED_SQL's) as
+ * unusable both ways, so that the search routes around it where it can. */
+static void avoid_links(struct scenario *net, const json_t *pairs)
+{
+    size_t k;
+    json_t *pair;
+    json_array_foreach(pairs, k, pair) {
+        int64_t a = json_integer_value(json_array_get(pair, 0)), b = json_integer_value(json_array_get(pair, 1));
+        int i = -1, j = -1;
+        for (int x = 0; x < net->n; x++) {
+            i = net->nodes[x].id == a ? x : i;
+            j = net->nodes[x].id == b ? x : j;
+        }
+        if (i < 0 || j < 0)
+            continue;
+        int n = net->n;
+        net->latency_ms[i * n + j] = net->latency_ms[j * n + i] = PLANNER_AVOIDED_LATENCY_MS;
+        net->bandwidth_gbps[i * n + j] = net->bandwidth_gbps[j * n + i] = PLANNER_AVOIDED_BANDWIDTH_GBPS;
+    }
+}
+
 int planner_prepare(struct server *srv, int64_t job_id, const struct plan_request *req, struct plan_work **out,
                     struct shoal_err *e)
 {
     char p_id[24], p_timeout[32], what[40];
     struct job_spec spec;
-    json_t *job = NULL, *nodes = NULL, *links = NULL, *doc = NULL;
+    json_t *job = NULL, *live = NULL, *links = NULL, *doc = NULL, *avoided = NULL;
     struct plan_work *w = calloc(1, sizeof *w);
     int rc = -1;
     *out = NULL;
@@ -90,24 +172,32 @@ int planner_prepare(struct server *srv, int64_t job_id, const struct plan_reques
                         " 'started', started_at IS NOT NULL) FROM jobs WHERE id = $1", 1, params, what, e);
     if (!job || planner_job(srv, w, job, e) != 0 || jobspec_parse(json_object_get(job, "spec"), &spec, e) != 0)
         goto out;
-    nodes = db_query_json(srv->db, LIVE_NODES_SQL, 2, params, "nodes", e);
-    if (!nodes)
+    live = db_query_json(srv->db, LIVE_NODES_SQL, 2, params, "nodes", e);
+    if (!live)
         goto out;
     links = db_query_json(srv->db, LINKS_MATRIX_SQL, 0, NULL, "links", e);
     if (!links)
         goto out;
+    avoided = db_query_json(srv->db, AVOIDED_LINKS_SQL, 1, params, what, e);
+    if (!avoided)
+        goto out;
+    json_t *nodes = json_object_get(live, "nodes");
+    char left_out[200];
+    readmit_excluded(nodes, json_object_get(live, "excluded"), spec.stages * spec.replicas, left_out,
+                     sizeof left_out);
     doc = json_pack("{s:O}", "nodes", nodes);
     w->available = (int)json_array_size(nodes);
     if (spec.stages * spec.replicas > w->available) {
         err_set(e, 409, "not_enough_nodes", "parallelism",
                 "job %s needs %lld nodes (%lld stages x %lld replicas) and %d are available "
-                "(idle or in this job, heartbeat within %ld s, not draining, not planned for another job)",
+                "(idle or in this job, heartbeat within %ld s, not draining, not planned for another job%s)",
                 p_id, (long long)(spec.stages * spec.replicas), (long long)spec.stages,
-                (long long)spec.replicas, w->available, srv->cfg.heartbeat_timeout);
+                (long long)spec.replicas, w->available, srv->cfg.heartbeat_timeout, left_out);
         goto out;
     }
     if (input_network(doc, links, w->req.fill_latency_ms, w->req.fill_bandwidth_gbps, &w->net, e) != 0)
         goto out;
+    avoid_links(&w->net, avoided);
     struct sched_problem *pb = &w->problem;
     jobspec_sched_model(&spec, pb);
     pb->n = w->net.n;
@@ -118,9 +208,10 @@ int planner_prepare(struct server *srv, int64_t job_id, const struct plan_reques
     rc = sched_problem_check(pb, e);
 out:
     json_decref(job);
-    json_decref(nodes);
+    json_decref(live);
     json_decref(links);
     json_decref(doc);
+    json_decref(avoided);
     if (rc == 0)
         *out = w;
     else

@@ -43,6 +43,36 @@
     " recovery_reason = " reason ", recovery_waiting = NULL, recover_after = " after "," \
     " recoveries = recoveries + (recoveries < " max ")::int, updated_at = now()"
 
+/* ---- failures judged (sql/008_fault_attribution.sql, recovery.c) */
+
+/* The nodes left out of job `job`'s plans (SQL expressions, e.g. "$1" and
+ * a subquery for its epoch): a culprit of a failure of epoch `epoch` (the
+ * plan being recovered from), or of failures in two epochs; or an end of
+ * the failed link of two epochs' first reports, with two different
+ * partners (a node cut off from its peers but not from the server fails
+ * with whoever it is planned beside).  Only an epoch's first report
+ * counts for links: the later ones are often its echo (a neighbour that
+ * gave up closes its sockets, and its other peers report it).  A subquery
+ * of node ids (never NULL), with how many epochs each failed in. */
+#define JOB_EXCLUDED_SQL(job, epoch) \
+    "(SELECT x.node_id, count(DISTINCT x.epoch) AS epochs FROM" \
+    "  (SELECT f.culprit_node AS node_id, f.epoch, f.verdict, NULL::bigint AS partner FROM job_faults f" \
+    "    WHERE f.job_id = " job " AND f.verdict = 'node'" \
+    "   UNION ALL SELECT e.node_id, f.epoch, f.verdict, e.partner FROM" \
+    "    (SELECT DISTINCT ON (epoch) * FROM job_faults WHERE job_id = " job " ORDER BY epoch, id) f," \
+    "    LATERAL (VALUES (f.reporter_node, f.suspect_node), (f.suspect_node, f.reporter_node)) e (node_id, partner)" \
+    "    WHERE f.verdict = 'link') x" \
+    "  WHERE x.node_id IS NOT NULL GROUP BY x.node_id" \
+    "  HAVING bool_or(x.verdict = 'node' AND x.epoch = " epoch ")" \
+    "   OR count(DISTINCT x.epoch) FILTER (WHERE x.verdict = 'node') >= 2" \
+    "   OR (count(DISTINCT x.partner) >= 2 AND count(DISTINCT x.epoch) FILTER (WHERE x.verdict = 'link') >= 2))"
+/* The same for links, a subquery of node pairs (a < b). */
+#define JOB_AVOIDED_LINKS_SQL(job, epoch) \
+    "(SELECT least(f.reporter_node, f.suspect_node) AS a, greatest(f.reporter_node, f.suspect_node) AS b" \
+    "  FROM job_faults f WHERE f.job_id = " job " AND f.verdict = 'link'" \
+    "   AND f.reporter_node IS NOT NULL AND f.suspect_node IS NOT NULL" \
+    "  GROUP BY 1, 2 HAVING count(DISTINCT f.epoch) >= 2 OR bool_or(f.epoch = " epoch "))"
+
 /* ---- validation and traffic (agent/eval.h, agent/sync.h) */
 
 /* A subquery over the jobs row aliased `j` (a C string literal naming it):

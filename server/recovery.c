@@ -9,6 +9,7 @@
 
 #include "../common/log.h"
 #include "db.h"
+#include "fault_judge.h"
 #include "http.h"
 #include "planner.h"
 #include "queries.h"
@@ -21,6 +22,7 @@ struct recovery {
     pthread_mutex_t mu;
     pthread_cond_t wake;
     int stop;                  /* under mu */
+    int woken;                 /* under mu: recovery_wake since the last sweep began */
     double started;            /* monotonic s, for the start-up grace */
 };
 
@@ -36,9 +38,14 @@ static double heartbeats_heard_since(const struct recovery *r)
     return healthy > r->started ? healthy : r->started;
 }
 
-long recovery_grace_s(const struct server *srv)
+void recovery_wake(struct recovery *r)
 {
-    return srv->cfg.heartbeat_timeout + (long)RECOVERY_TICK_S;
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    r->woken = 1;
+    pthread_cond_signal(&r->wake);
+    pthread_mutex_unlock(&r->mu);
 }
 
 /* $1 --heartbeat-timeout s.  Nodes whose heartbeat is older go lost. */
@@ -139,6 +146,7 @@ static void sweep(struct recovery *r)
     if (http_now() - heartbeats_heard_since(r) >= (double)srv->cfg.heartbeat_timeout)
         sweep_step(srv, LOST_NODES_SQL, 1, params + 1, "node lost");
     sweep_step(srv, LOST_JOBS_SQL, 2, params, "job on a lost node");
+    fault_judge_all(srv);
     json_t *due = db_query_json(srv->db, DUE_JOBS_SQL, 0, NULL, "jobs", &e);
     size_t i;
     json_t *id;
@@ -160,11 +168,12 @@ static void *recovery_main(void *arg)
     struct recovery *r = arg;
     pthread_mutex_lock(&r->mu);
     while (!r->stop) {
+        r->woken = 0;
         pthread_mutex_unlock(&r->mu);
         sweep(r);
         pthread_mutex_lock(&r->mu);
-        if (r->stop)
-            break;
+        if (r->stop || r->woken)
+            continue;
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_sec += (time_t)RECOVERY_TICK_S;

@@ -8,10 +8,11 @@
  *      ones are on the way);
  *   2. moves each scheduled or running job whose current plan holds a lost
  *      node to 'recovering' (or to 'failed' past --max-recoveries); a
- *      failure report does the same (h_progress.c), with a grace before
- *      the re-plan so that a dead peer is seen as lost first;
- *   3. re-plans each recovering job whose grace is over on the nodes still
- *      live (planner.h): a new plan epoch that starts from the job's latest
+ *      failure report does the same (h_progress.c) and wakes the thread;
+ *   3. judges the failure reports of each recovering job (fault_judge.h:
+ *      which node or link is at fault, found by probing the plan's peer
+ *      ports), then re-plans it on the nodes still live and not excluded
+ *      (planner.h): a new plan epoch that starts from the job's latest
  *      complete checkpoint.  Agents learn of it through their assignment
  *      long-polls.  With too few nodes the job stays recovering, and says
  *      what it waits for, until enough join or an operator cancels it.
@@ -42,8 +43,8 @@ struct recovery *recovery_start(struct server *srv, struct shoal_err *err);
  * is ignored. */
 void recovery_stop(struct recovery *r);
 
-/* Seconds a failure report waits before its job is re-planned: one
- * heartbeat timeout and a tick, so a peer that died is lost by then. */
-long recovery_grace_s(const struct server *srv);
+/* Sweeps now instead of at the next tick (a failure was reported); NULL
+ * is ignored. */
+void recovery_wake(struct recovery *r);
 
 #endif

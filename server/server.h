@@ -22,6 +22,7 @@ struct server {
     struct longpoll *longpoll;  /* assignment long-polls and the database listener */
     atomic_int suspended;       /* requests suspended by request_suspend and not yet completed */
     struct tls_files tls;       /* HTTPS certificate and key; cert_pem NULL: plain HTTP */
+    struct recovery *recovery;  /* the recovery thread, woken by failure reports */
 };
 
 /* At most this many deferred requests at once; more get 503 (2 cores here). */

@@ -42,7 +42,7 @@ set -m
 DEMO_STEPS=100000 bash "$TOP/deploy/demo.sh" "$BIN" > "$WORK/int.log" 2>&1 &
 pid=$!
 set +m
-training() { grep -q 'tokens/s' "$WORK/int.log"; }
+training() { grep -q 'tokens/s  (running)' "$WORK/int.log"; }
 for _ in $(seq 1 360); do training && break; kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
 D=$(demo_dir "$WORK/int.log")
 if training; then ok "the interrupted demo reached training"; else fail "the interrupted demo reached training" "$(tail -n 5 "$WORK/int.log")"; fi

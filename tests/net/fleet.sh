@@ -18,7 +18,8 @@
 #
 # Agents run with one BLAS thread, a CPU share as the config says, 1 s
 # heartbeats and --link-stale 86400 on the server: links are measured once,
-# so no probe traffic crosses them during the runs.
+# so no probe traffic crosses them during the runs.  FLEET_AGENT_OPTS
+# replaces their "--measure-ms 2000 --peer-timeout 120 --connect-timeout 120".
 
 FLEET_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 FLEET_SERVER=${FLEET_SERVER:-$FLEET_TOP/bin/shoal-server}
@@ -91,7 +92,7 @@ fleet_up() {
             --join-token-file "$FLEET_DIR/server/join.token" --listen "${NET_IP[$i]}:7070" \
             --data-dir "$FLEET_DIR/agent-$i" --name "$(jq -r ".nodes[$i].name" "$config")" \
             --region "$(jq -r ".nodes[$i].region // \"\"" "$config")" --heartbeat-interval 1 \
-            --probe-interval 2 --measure-ms 2000 --peer-timeout 120 --connect-timeout 120 \
+            --probe-interval 2 ${FLEET_AGENT_OPTS:---measure-ms 2000 --peer-timeout 120 --connect-timeout 120} \
             > "$FLEET_DIR/agent-$i.log" 2>&1
     done
     fleet_registered() { [ "$(api GET /v1/nodes | jq '.nodes | length')" = "$n" ]; }

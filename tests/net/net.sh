@@ -16,6 +16,11 @@
 #                     NET_GW, NET_IP[i], NET_NS[i], NET_CG[i]
 #   net_run I CMD...  runs CMD in host I (its namespace and cgroup), in the
 #                     background; sets NET_PID
+#   net_cut I         cuts host I off from every other host (its links both
+#                     ways shaped to 8 bit/s: packets queue, nothing gets
+#                     through in time); the gateway still reaches it, as a
+#                     server reaches a site whose peer traffic is blocked
+#   net_heal I RATE   gives those links RATE mbit/s again
 #   net_down          kills what runs in the hosts and removes everything;
 #                     safe to call twice, and after a half-built net_up
 #
@@ -97,6 +102,28 @@ net_run() {
         _ "${NET_CG[$i]}" "${NET_NS[$i]}" "$@" &
     NET_PID=$!
     disown "$NET_PID"   # net_down ends it; no job notices
+}
+
+# net_shape I J RATE: host I's link to host J at RATE (tc's units).
+net_shape() {
+    tc -n "${NET_NS[$1]}" class change dev eth0 parent 1: classid "1:$((100 + $2))" htb rate "$3" ceil "$3" \
+        quantum 1514
+}
+
+net_cut() {
+    local j
+    for j in $(seq 0 $((NET_N - 1))); do
+        [ "$j" = "$1" ] && continue
+        net_shape "$1" "$j" 8bit && net_shape "$j" "$1" 8bit || return 1
+    done
+}
+
+net_heal() {
+    local j
+    for j in $(seq 0 $((NET_N - 1))); do
+        [ "$j" = "$1" ] && continue
+        net_shape "$1" "$j" "$2mbit" && net_shape "$j" "$1" "$2mbit" || return 1
+    done
 }
 
 net_down() {

@@ -4,9 +4,12 @@
 #ifndef SHOAL_TEST_PEER_FIXTURE_H
 #define SHOAL_TEST_PEER_FIXTURE_H
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -86,6 +89,21 @@ static __attribute__((unused)) void pair(struct fixture *fx, struct peer_conn *a
     rc = peer_listener_take(fx->l, ROLE_D, TIMEOUT_MS, b, &err);
     if (rc != 0)
         fail_msg("take: %s", err.message);
+}
+
+/* A plain listening socket on 127.0.0.1 (no agent behind it); its port in
+ * *port. */
+static __attribute__((unused)) int listen_any(unsigned *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    socklen_t len = sizeof sa;
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(listen(fd, 4), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    *port = ntohs(sa.sin_port);
+    return fd;
 }
 
 static __attribute__((unused)) void write_all(int fd, const void *p, size_t n)

@@ -24,9 +24,11 @@ static json_t *assignment(const char *allreduce)
         "   \"training\": {\"steps\": 10, \"learning_rate\": 0.001, \"warmup_steps\": 2, \"weight_decay\": 0.1,"
         "   \"grad_clip\": 1.0, \"seed\": 5}, \"data\": {\"path\": \"/tmp/x.txt\", \"format\": \"text\"},"
         "   \"checkpoint_interval\": 5},"
-        " \"pipeline\": [{\"stage\": 0, \"peer_address\": \"h0:1\"}, {\"stage\": 1, \"peer_address\": \"h1:1\"}],"
-        " \"group\": [{\"replica\": 0, \"peer_address\": \"g0:1\"}, {\"replica\": 1, \"peer_address\": \"g1:1\"},"
-        "   {\"replica\": 2, \"peer_address\": \"g2:1\"}],"
+        " \"pipeline\": [{\"stage\": 0, \"node_id\": 10, \"peer_address\": \"h0:1\"},"
+        "   {\"stage\": 1, \"node_id\": 21, \"peer_address\": \"h1:1\"}],"
+        " \"group\": [{\"replica\": 0, \"node_id\": 20, \"peer_address\": \"g0:1\"},"
+        "   {\"replica\": 1, \"node_id\": 21, \"peer_address\": \"g1:1\"},"
+        "   {\"replica\": 2, \"node_id\": 22, \"peer_address\": \"g2:1\"}],"
         " \"resume\": null}", 0, &je);
     assert_non_null(a);
     if (allreduce[0])
@@ -42,10 +44,21 @@ static void test_ring_group(void **state)
     json_t *a = assignment("ring");
     assert_int_equal(assign_parse(a, &o, &err), 0);
     assert_int_equal(o.allreduce, ASSIGN_ALLREDUCE_RING);
-    assert_string_equal(o.prev_stage, "h0:1");
-    assert_string_equal(o.next_stage, "");
-    assert_string_equal(o.ring_next, "g2:1");
-    assert_string_equal(o.ring_prev, "g0:1");
+    assert_string_equal(o.prev_stage.addr, "h0:1");
+    assert_int_equal(o.prev_stage.node, 10);
+    assert_int_equal(o.prev_stage.stage, 0);
+    assert_int_equal(o.prev_stage.replica, 1);
+    assert_string_equal(o.next_stage.addr, "");
+    assert_string_equal(o.ring_next.addr, "g2:1");
+    assert_int_equal(o.ring_next.node, 22);
+    assert_int_equal(o.ring_next.replica, 2);
+    assert_string_equal(o.ring_prev.addr, "g0:1");
+    assert_int_equal(o.ring_prev.node, 20);
+    assert_int_equal(o.ring_prev.stage, 1);
+    assert_int_equal(o.node_id, 21);
+    char role[PEER_ROLE_MAX];
+    assign_role(o.stage, o.replica, o.node_id, role);
+    assert_string_equal(role, "stage=1 replica=1 node=21");
     assert_int_equal(o.secret_len, 32);
     assert_int_equal(o.schedule, PIPE_1F1B);
     json_decref(a);
@@ -59,9 +72,9 @@ static void test_nccl_group_has_no_ring(void **state)
     json_t *a = assignment("nccl");
     assert_int_equal(assign_parse(a, &o, &err), 0);
     assert_int_equal(o.allreduce, ASSIGN_ALLREDUCE_NCCL);
-    assert_string_equal(o.ring_next, "");
-    assert_string_equal(o.ring_prev, "");
-    assert_string_equal(o.prev_stage, "h0:1");
+    assert_string_equal(o.ring_next.addr, "");
+    assert_string_equal(o.ring_prev.addr, "");
+    assert_string_equal(o.prev_stage.addr, "h0:1");
     json_decref(a);
 }
 
@@ -73,7 +86,7 @@ static void test_older_server_means_ring(void **state)
     json_t *a = assignment("");
     assert_int_equal(assign_parse(a, &o, &err), 0);
     assert_int_equal(o.allreduce, ASSIGN_ALLREDUCE_RING);
-    assert_string_equal(o.ring_next, "g2:1");
+    assert_string_equal(o.ring_next.addr, "g2:1");
     json_decref(a);
 }
 
@@ -92,6 +105,13 @@ static void test_refused(void **state)
     json_array_remove(json_object_get(a, "group"), 2);
     assert_int_equal(assign_parse(a, &o, &err), -1);
     assert_string_equal(err.code, "bad_assignment");
+    json_decref(a);
+
+    /* a neighbour must be named by its node id */
+    a = assignment("ring");
+    json_object_del(json_array_get(json_object_get(a, "pipeline"), 0), "node_id");
+    assert_int_equal(assign_parse(a, &o, &err), -1);
+    assert_string_equal(err.field, "stage");
     json_decref(a);
 
     a = assignment("ring");

@@ -93,6 +93,20 @@ static void test_failure_and_nccl(void **state)
     assert_int_equal(body_failure_parse(j, &f, &err), -1);
     expect_error(&err, 422, "invalid_field", "peer", "peer must be host:port with a port from 1 to 65535, or null");
     json_decref(j);
+    /* the neighbour by node id: optional, a positive id */
+    j = body("{\"job_id\":7,\"epoch\":2,\"stage\":1,\"replica\":0,\"reason\":\"reset\",\"peer\":\"h:1\","
+             "\"peer_node\":12}");
+    assert_int_equal(body_failure_parse(j, &f, &err), 0);
+    assert_int_equal(f.peer_node, 12);
+    json_decref(j);
+    j = body("{\"job_id\":7,\"epoch\":2,\"stage\":1,\"replica\":0,\"reason\":\"reset\",\"peer_node\":0}");
+    assert_int_equal(body_failure_parse(j, &f, &err), -1);
+    assert_string_equal(err.field, "peer_node");
+    json_decref(j);
+    j = body("{\"job_id\":7,\"epoch\":2,\"stage\":1,\"replica\":0,\"reason\":\"reset\",\"peer_node\":null}");
+    assert_int_equal(body_failure_parse(j, &f, &err), 0);
+    assert_int_equal(f.peer_node, 0);
+    json_decref(j);
     char text[400], hex[BODY_NCCL_ID_HEX + 1];
     for (int i = 0; i < BODY_NCCL_ID_HEX; i++)
         hex[i] = "0123456789ABCDEF"[i % 16];

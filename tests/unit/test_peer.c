@@ -387,26 +387,22 @@ static void test_other_wire_version_refused(void **state)
     struct fixture *fx = *state;
     struct shoal_err err;
     struct peer_conn c;
-    int lfd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    socklen_t len = sizeof sa;
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
-    assert_int_equal(listen(lfd, 1), 0);
-    assert_int_equal(getsockname(lfd, (struct sockaddr *)&sa, &len), 0);
+    unsigned port;
+    int lfd = listen_any(&port);
     pthread_t t;
     pthread_create(&t, NULL, old_listener_main, &lfd);
     char addr[32];
-    snprintf(addr, sizeof addr, "127.0.0.1:%u", ntohs(sa.sin_port));
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
     struct peer_auth a = auth_make(JOB, EPOCH, SECRET, ROLE_D);
     assert_int_equal(peer_dial(addr, &a, ROLE_L, TIMEOUT_MS, &c, &err), -1);
-    if (!strstr(err.message, "wire version 2, this agent 3"))
+    if (!strstr(err.message, "wire version 2, this agent 4"))
         fail_msg("dialing an older listener said: %s", err.message);
     pthread_join(t, NULL);
     close(lfd);
 
     /* an older dialer's hello, after our listener's greeting */
-    sa.sin_port = htons((uint16_t)fx->port);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)fx->port)};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
     unsigned char greeting[WIRE_HEADER_BYTES + WIRE_NONCE_BYTES], h[WIRE_HEADER_BYTES];

@@ -112,7 +112,7 @@ static void run(struct replica *x, int D, double lr, double mu, enum codec_id co
         if (D > 1) {
             struct peer_auth a = { .job_id = 5, .epoch = 1, .secret_len = 4 };
             memcpy(a.secret, "sync", 4);
-            assign_role(0, r, a.role);
+            assign_role(0, r, 100 + r, a.role);
             assert_int_equal(peer_listener_start("127.0.0.1:0", &p->l, &port[r], &err), 0);
             peer_listener_expect(p->l, &a);
         }
@@ -122,8 +122,8 @@ static void run(struct replica *x, int D, double lr, double mu, enum codec_id co
         char addr[32], want[PEER_ROLE_MAX];
         struct peer_auth a = { .job_id = 5, .epoch = 1, .secret_len = 4 };
         memcpy(a.secret, "sync", 4);
-        assign_role(0, r, a.role);
-        assign_role(0, to, want);
+        assign_role(0, r, 100 + r, a.role);
+        assign_role(0, to, 100 + to, want);
         snprintf(addr, sizeof addr, "127.0.0.1:%u", port[to]);
         if (peer_dial(addr, &a, want, TIMEOUT_MS, &x[r].k.ring_next, &err) != 0 ||
             peer_listener_take(x[to].l, a.role, TIMEOUT_MS, &x[to].k.ring_prev, &err) != 0)

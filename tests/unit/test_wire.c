@@ -108,7 +108,7 @@ static void test_bad_headers(void **state)
     } bad[] = {
         {"magic", 0, 0x12345678, 4, 1, "bad magic"},
         {"version 1", 4, 1, 2, 1, "version"},
-        {"version 4", 4, 4, 2, 1, "version 4, this agent 3"},
+        {"version 5", 4, 5, 2, 1, "version 5, this agent 4"},
         {"header crc", 8, 43, 1, 0, "CRC"},
         {"kind 0", 6, 0, 2, 1, "kind"},
         {"kind 99", 6, 99, 2, 1, "kind"},

@@ -1,0 +1,96 @@
+/* test_peer_probe.c - server/peer_probe.h against real sockets: a real
+ * agent peer listener answers; a closed port, a port whose owner never
+ * answers (the kernel accepts for it, as for a frozen agent) and a port
+ * that greets with something else do not, each with its reason; all of
+ * them probed at once. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../../agent/peer.h"
+#include "../../common/log.h"
+#include "../../server/peer_probe.h"
+#include "peer_fixture.h"
+
+/* Accepts one connection and greets it with text, like a web server. */
+static void *stranger_main(void *arg)
+{
+    int lfd = *(int *)arg, fd = accept(lfd, NULL, NULL);
+    static const char hello[] = "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"
+                                "padding to fill a frame header and a nonce.............................";
+    if (fd >= 0) {
+        (void)!write(fd, hello, sizeof hello - 1);
+        char buf[256];
+        while (read(fd, buf, sizeof buf) > 0)
+            ;
+        close(fd);
+    }
+    return NULL;
+}
+
+static void test_probe_tells_who_answers(void **state)
+{
+    (void)state;
+    struct peer_listener *l;
+    struct shoal_err err;
+    unsigned agent_port, closed_port, mute_port, stranger_port;
+    assert_int_equal(peer_listener_start("127.0.0.1:0", &l, &agent_port, &err), 0);
+    close(listen_any(&closed_port));
+    int mute = listen_any(&mute_port);
+    int stranger = listen_any(&stranger_port);
+    pthread_t t;
+    pthread_create(&t, NULL, stranger_main, &stranger);
+
+    char a[5][64];
+    snprintf(a[0], sizeof a[0], "127.0.0.1:%u", agent_port);
+    snprintf(a[1], sizeof a[1], "127.0.0.1:%u", closed_port);
+    snprintf(a[2], sizeof a[2], "127.0.0.1:%u", mute_port);
+    snprintf(a[3], sizeof a[3], "127.0.0.1:%u", stranger_port);
+    snprintf(a[4], sizeof a[4], "no port here");
+    const char *addrs[] = { a[0], a[1], a[2], a[3], a[4] };
+    int ok[5];
+    char why[5][PEER_PROBE_WHY_MAX];
+    peer_probe_all(addrs, 5, 1000, ok, why);
+    assert_int_equal(ok[0], 1);
+    assert_int_equal(ok[1], 0);
+    if (!strstr(why[1], "refused"))
+        fail_msg("closed port: %s", why[1]);
+    assert_int_equal(ok[2], 0);
+    if (!strstr(why[2], "no answer within 1000 ms"))
+        fail_msg("mute port: %s", why[2]);
+    assert_int_equal(ok[3], 0);
+    if (!strstr(why[3], "not a shoal peer hello"))
+        fail_msg("stranger: %s", why[3]);
+    assert_int_equal(ok[4], 0);
+    if (!strstr(why[4], "does not resolve"))
+        fail_msg("bad address: %s", why[4]);
+
+    /* the agent's listener took the probe as a probe session: it still
+     * answers the next one */
+    peer_probe_all(addrs, 1, 1000, ok, why);
+    assert_int_equal(ok[0], 1);
+
+    pthread_join(t, NULL);
+    close(stranger);
+    close(mute);
+    peer_listener_stop(l);
+}
+
+int main(void)
+{
+    log_threshold = LOG_LEVEL_ERROR;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_probe_tells_who_answers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
