@@ -15,6 +15,9 @@
 #                     plans' predicted vs measured iteration times (needs root)
 #   make bench-wan    one job on two sites over a slow link under every stage-link and sync
 #                     mode: bytes, step time, validation loss, time to the baseline's (root)
+#   make bench-faults a 2x2 job under kill -9 of agents, server and postmaster and a stalled
+#                     agent, victims and steps from a printed seed: recovery times, steps
+#                     trained again, losses against the uninterrupted run
 #   make CUDA=0       build without the CUDA backend even where nvcc exists
 #   make clean
 
@@ -81,7 +84,7 @@ DEB_COMMANDS := npm
 # The browser test's playwright-core, from package-lock.json.
 NPM_DIRS     := tests/browser
 
-.PHONY: all deps test test-gpu demo bench-sched bench-kernels bench-peer bench-load bench-wan testbed fuzz clean
+.PHONY: all deps test test-gpu demo bench-sched bench-kernels bench-peer bench-load bench-wan bench-faults testbed fuzz clean
 all: $(BINDIR)/shoal-server $(BINDIR)/shoal-sched $(BINDIR)/shoal-agent
 
 $(BINDIR)/shoal-server: $(BUILD)/server/main.o $(SERVER_OBJ) $(COMMON_OBJ)
@@ -174,6 +177,10 @@ testbed: deps all
 # WAN_ARGS="--steps 64 --modes baseline,diloco-h8" narrows it (tests/net/README.md).
 bench-wan: deps all
 	@bash tests/net/wan.sh $(WAN_ARGS)
+
+# FAULTS_ARGS="--seed 7 --trials 3 --only kill-agent,kill-two" repeats or narrows the campaign.
+bench-faults: deps all
+	@bash tests/bench/bench_faults.sh bin/shoal-server bin/shoal-agent $(FAULTS_ARGS)
 
 bench-sched: all
 	@sh tests/bench/bench_sched.sh bin/shoal-sched

@@ -138,9 +138,12 @@ bar() {   # bar DONE TOTAL WIDTH
 tty=0; [ -t 1 ] && tty=1
 last_line=-1
 while :; do
-    detail=$(api GET "/v1/jobs/$J") || die "the server stopped answering; logs are in $dir (DEMO_KEEP=1 keeps them)"
+    # A Ctrl-C reaches the server too and may stop it first: the pause lets
+    # this shell's own INT trap run (exit 130) before the server's silence
+    # is called an error.
+    detail=$(api GET "/v1/jobs/$J") || { sleep 1; die "the server stopped answering; logs are in $dir (DEMO_KEEP=1 keeps them)"; }
     state=$(printf '%s' "$detail" | jq -r '.state // empty' 2>/dev/null)
-    [ -n "$state" ] || die "the server answered no job state: $detail"
+    [ -n "$state" ] || { sleep 1; die "the server answered no job state: $detail"; }
     read -r step loss it val < <(printf '%s' "$detail" | jq -r '[(.progress.step // -1) + 1, (.progress.loss // 0), (.progress.iteration_s // 0), (.progress.val_loss // "-")] | @tsv')
     rate=$(awk -v t="$tokens_per_step" -v s="$it" 'BEGIN { printf "%.0f", (s > 0 ? t / s : 0) }')
     [ "$val" = - ] || val=$(printf '%.3f' "$val")

@@ -55,12 +55,12 @@ static int probed_at(const struct probed *p, int64_t id)
     return -1;
 }
 
-/* 1 when node `id` of the plan did not answer (and the server sees the
- * peer network at all). */
+/* 1 when node `id` of the plan is gone (its host refused the probe) or
+ * did not answer while others did (the server sees the peer network). */
 static int silent(const struct probed *p, int64_t id)
 {
     int i = probed_at(p, id);
-    return i >= 0 && p->answered > 0 && !p->ok[i];
+    return i >= 0 && (p->ok[i] == PEER_PROBE_REFUSED || (p->answered > 0 && p->ok[i] != PEER_PROBE_ANSWERED));
 }
 
 /* Judges one report (fault_judge.h's rules) into verdict, culprit (0:
@@ -84,10 +84,10 @@ static void judge_one(const struct probed *p, int64_t reporter, int64_t suspect,
                  p->why[i]);
         return;
     }
-    for (i = 0; i < p->n && p->answered > 0; i++) {
-        if (!p->ok[i]) {
+    for (i = 0; i < p->n; i++) {
+        if (p->ok[i] == PEER_PROBE_REFUSED) {
             *culprit = p->id[i];
-            snprintf(words, len, "node %lld of the plan did not answer at %s: %s", (long long)p->id[i], p->addr[i],
+            snprintf(words, len, "node %lld of the plan is gone from %s: %s", (long long)p->id[i], p->addr[i],
                      p->why[i]);
             return;
         }
@@ -123,7 +123,7 @@ static int probe_plan(const json_t *nodes, struct probed *p)
     }
     peer_probe_all(p->addr, p->n, PEER_PROBE_TIMEOUT_MS, p->ok, p->why);
     for (int i = 0; i < p->n; i++)
-        p->answered += p->ok[i];
+        p->answered += p->ok[i] == PEER_PROBE_ANSWERED;
     return 0;
 }
 

@@ -10,18 +10,24 @@
  * the epoch on its next sweep):
  *   - the named neighbour did not answer: it is the culprit ('node');
  *   - else the reporter did not answer: the reporter is;
- *   - else another node of the plan did not answer: that one is;
+ *   - else another node of the plan is gone (its host refused the probe:
+ *     nothing listens there): that one is;
  *   - else, with a neighbour named, the link between the two ('link');
  *   - else (no neighbour: the reporter's own device or data) the reporter.
  * When no node of the plan answers, the server cannot see the peer
- * network at all (agents behind NAT): no node is blamed for a probe, and a
- * report naming a neighbour blames the link.
+ * network at all (agents behind NAT): only a refused probe blames a node,
+ * and a report naming a neighbour blames the link.  A node the server
+ * cannot reach but its peers can is blamed only when it is named.
  *
  * A culprit is left out of the re-plan of the epoch it failed, and out of
- * every later plan of the job once it was the culprit in two epochs; a
- * link likewise is avoided (priced as unusable, so the search routes around
- * it where it can).  queries.h (JOB_EXCLUDED_SQL) says which; the job
- * detail shows the faults and the excluded nodes. */
+ * every later plan of the job once it was the culprit in two epochs; so is
+ * a node at one end of the failed link of two epochs' first reports, with
+ * two different partners (cut off from its peers, not from the server).  A
+ * blamed link is avoided (priced as unusable, so the search routes around
+ * it where it can).  queries.h (JOB_EXCLUDED_SQL) says which; the planner
+ * takes an excluded node back when too few are left without it and its
+ * peer port answers; the job detail shows the faults and the excluded
+ * nodes. */
 #ifndef SHOAL_FAULT_JUDGE_H
 #define SHOAL_FAULT_JUDGE_H
 

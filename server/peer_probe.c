@@ -33,16 +33,25 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Ends probe p: answered (ok 1) or not, with the reason. */
-static void finish(struct probe *p, int *ok, char *why, int answered, const char *reason)
+/* Ends probe p with what it found (PEER_PROBE_*), and why when it did not
+ * answer. */
+static void finish(struct probe *p, int *ok, char *why, int found, const char *reason)
 {
     if (p->fd >= 0)
         close(p->fd);
     p->fd = -1;
     p->phase = PROBE_DONE;
-    *ok = answered;
-    if (!answered)
+    *ok = found;
+    if (found != PEER_PROBE_ANSWERED)
         snprintf(why, PEER_PROBE_WHY_MAX, "%s", reason);
+}
+
+/* Ends probe p on a connect that failed with errno `e`. */
+static void connect_failed(struct probe *p, int *ok, char *why, int e)
+{
+    char reason[PEER_PROBE_WHY_MAX];
+    snprintf(reason, sizeof reason, "connect: %s", strerror(e));
+    finish(p, ok, why, e == ECONNREFUSED ? PEER_PROBE_REFUSED : PEER_PROBE_SILENT, reason);
 }
 
 /* Starts a non-blocking connect to addr. */
@@ -53,18 +62,16 @@ static void start(struct probe *p, const char *addr, int *ok, char *why)
     p->fd = -1;
     if (hostport_split(addr, host, sizeof host, port, sizeof port) != 0 ||
         getaddrinfo(host, port, &hints, &ai) != 0 || !ai) {
-        finish(p, ok, why, 0, "its peer address does not resolve");
+        finish(p, ok, why, PEER_PROBE_SILENT, "its peer address does not resolve");
         goto out;
     }
     p->fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (p->fd < 0) {
-        finish(p, ok, why, 0, "no socket for the probe");
+        finish(p, ok, why, PEER_PROBE_SILENT, "no socket for the probe");
         goto out;
     }
     if (connect(p->fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno != EINPROGRESS) {
-        char reason[PEER_PROBE_WHY_MAX];
-        snprintf(reason, sizeof reason, "connect: %s", strerror(errno));
-        finish(p, ok, why, 0, reason);
+        connect_failed(p, ok, why, errno);
         goto out;
     }
     p->phase = PROBE_CONNECT;
@@ -92,9 +99,7 @@ static void step(struct probe *p, int *ok, char *why)
         int e = 0;
         socklen_t len = sizeof e;
         if (getsockopt(p->fd, SOL_SOCKET, SO_ERROR, &e, &len) != 0 || e != 0) {
-            char reason[PEER_PROBE_WHY_MAX];
-            snprintf(reason, sizeof reason, "connect: %s", strerror(e ? e : errno));
-            finish(p, ok, why, 0, reason);
+            connect_failed(p, ok, why, e ? e : errno);
             return;
         }
         p->phase = PROBE_GREETING, p->have = 0, p->want = WIRE_HEADER_BYTES + WIRE_NONCE_BYTES;
@@ -103,7 +108,7 @@ static void step(struct probe *p, int *ok, char *why)
     if (p->phase == PROBE_PING) {
         ssize_t w = send(p->fd, p->buf + p->have, p->want - p->have, MSG_NOSIGNAL);
         if (w < 0 && errno != EAGAIN && errno != EINTR) {
-            finish(p, ok, why, 0, "the connection broke sending the ping");
+            finish(p, ok, why, PEER_PROBE_SILENT, "the connection broke sending the ping");
             return;
         }
         p->have += w > 0 ? (size_t)w : 0;
@@ -113,7 +118,7 @@ static void step(struct probe *p, int *ok, char *why)
     }
     ssize_t r = recv(p->fd, p->buf + p->have, p->want - p->have, 0);
     if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
-        finish(p, ok, why, 0, "the listener closed the connection without answering");
+        finish(p, ok, why, PEER_PROBE_SILENT, "the listener closed the connection without answering");
         return;
     }
     p->have += r > 0 ? (size_t)r : 0;
@@ -121,7 +126,7 @@ static void step(struct probe *p, int *ok, char *why)
         return;
     if (p->phase == PROBE_GREETING) {
         if (!greeting_ok(p->buf)) {
-            finish(p, ok, why, 0, "it greets with something that is not a shoal peer hello");
+            finish(p, ok, why, PEER_PROBE_SILENT, "it greets with something that is not a shoal peer hello");
             return;
         }
         struct wire_frame ping = {.kind = WIRE_PING, .dtype = WIRE_BYTES};
@@ -132,7 +137,7 @@ static void step(struct probe *p, int *ok, char *why)
     struct wire_frame f;
     char bad[64];
     int pong = wire_header_decode(p->buf, 0, &f, bad, sizeof bad) == 0 && f.kind == WIRE_PONG;
-    finish(p, ok, why, pong, "it answered the ping with something else");
+    finish(p, ok, why, pong ? PEER_PROBE_ANSWERED : PEER_PROBE_SILENT, "it answered the ping with something else");
 }
 
 void peer_probe_all(const char *const *addrs, int n, int timeout_ms, int *ok, char (*why)[PEER_PROBE_WHY_MAX])
@@ -142,7 +147,7 @@ void peer_probe_all(const char *const *addrs, int n, int timeout_ms, int *ok, ch
     int64_t deadline = now_ms() + timeout_ms;
     if (!ps || !fds) {
         for (int i = 0; i < n; i++)
-            ok[i] = 0, snprintf(why[i], PEER_PROBE_WHY_MAX, "out of memory");
+            ok[i] = PEER_PROBE_SILENT, snprintf(why[i], PEER_PROBE_WHY_MAX, "out of memory");
         goto out;
     }
     for (int i = 0; i < n; i++)
@@ -171,7 +176,7 @@ void peer_probe_all(const char *const *addrs, int n, int timeout_ms, int *ok, ch
         char reason[PEER_PROBE_WHY_MAX];
         snprintf(reason, sizeof reason, "no answer within %d ms (%s)", timeout_ms,
                  ps[i].phase == PROBE_CONNECT ? "connecting" : "after connecting");
-        finish(&ps[i], &ok[i], why[i], 0, reason);
+        finish(&ps[i], &ok[i], why[i], PEER_PROBE_SILENT, reason);
     }
 out:
     free(ps);

@@ -15,8 +15,14 @@
 #define PEER_PROBE_TIMEOUT_MS 3000
 #define PEER_PROBE_WHY_MAX 96
 
+/* What a probe found. */
+#define PEER_PROBE_ANSWERED 1
+#define PEER_PROBE_SILENT 0     /* no answer in time, no route, or not a shoal peer */
+#define PEER_PROBE_REFUSED (-1) /* the host refused the connection: nothing listens, the agent is gone */
+
 /* Probes addrs[0..n) ("host:port") all at once, within timeout_ms.  Sets
- * ok[i] to 1 when addrs[i] answered, else 0 with the reason in why[i].
+ * ok[i] to PEER_PROBE_ANSWERED when addrs[i] answered, else to SILENT or
+ * REFUSED with the reason in why[i].
  * Blocks for up to timeout_ms (plus name resolution): for the recovery
  * thread, never an HTTP one. */
 void peer_probe_all(const char *const *addrs, int n, int timeout_ms, int *ok, char (*why)[PEER_PROBE_WHY_MAX]);

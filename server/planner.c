@@ -108,7 +108,7 @@ static void readmit_excluded(json_t *nodes, const json_t *excluded, long long ne
         peer_probe_all(addr, (int)n, PEER_PROBE_TIMEOUT_MS, ok, why);
     for (i = 0; i < n; i++) {
         json_t *node = json_array_get(excluded, i);
-        if (ok[i] && (long long)json_array_size(nodes) < need) {
+        if (ok[i] == PEER_PROBE_ANSWERED && (long long)json_array_size(nodes) < need) {
             json_array_append(nodes, node);
             log_warn("planner: node %lld (%s), excluded after failures, is taken back: too few nodes without it "
                      "and its peer port answers", (long long)json_integer_value(json_object_get(node, "id")),

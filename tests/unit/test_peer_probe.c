@@ -61,17 +61,17 @@ static void test_probe_tells_who_answers(void **state)
     int ok[5];
     char why[5][PEER_PROBE_WHY_MAX];
     peer_probe_all(addrs, 5, 1000, ok, why);
-    assert_int_equal(ok[0], 1);
-    assert_int_equal(ok[1], 0);
+    assert_int_equal(ok[0], PEER_PROBE_ANSWERED);
+    assert_int_equal(ok[1], PEER_PROBE_REFUSED);
     if (!strstr(why[1], "refused"))
         fail_msg("closed port: %s", why[1]);
-    assert_int_equal(ok[2], 0);
+    assert_int_equal(ok[2], PEER_PROBE_SILENT);
     if (!strstr(why[2], "no answer within 1000 ms"))
         fail_msg("mute port: %s", why[2]);
-    assert_int_equal(ok[3], 0);
+    assert_int_equal(ok[3], PEER_PROBE_SILENT);
     if (!strstr(why[3], "not a shoal peer hello"))
         fail_msg("stranger: %s", why[3]);
-    assert_int_equal(ok[4], 0);
+    assert_int_equal(ok[4], PEER_PROBE_SILENT);
     if (!strstr(why[4], "does not resolve"))
         fail_msg("bad address: %s", why[4]);
 

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# bench_faults.sh - the fault campaign (make bench-faults): one server and
+# six CPU agents on loopback train a 2x2 job (40 steps, a checkpoint every
+# 5) once uninterrupted, then once per fault, each fault striking a victim
+# and a step drawn from the seed:
+#
+#   kill-agent       kill -9 one agent of the plan
+#   kill-two         kill -9 two agents of the plan at once
+#   kill-server      kill -9 the server; it is started again 5 s later
+#   kill-postmaster  kill -9 the embedded PostgreSQL's postmaster
+#   stall-agent      SIGSTOP one agent of the plan (woken after the job)
+#
+# For each: seconds from the fault to the job counting a recovery, to the
+# re-plan and to the first step of the new epoch; the steps trained again;
+# whether job_steps holds every step once and every step's loss equals the
+# uninterrupted run's.  A table, a JSON line per trial and one for the
+# campaign.  A partition of one node's peer port is in make test
+# (tests/integration/test_partition.sh: it needs network namespaces).
+#
+# usage: tests/bench/bench_faults.sh SERVER AGENT [--seed N] [--trials K] [--only a,b]
+# FAULTS_AGENT_ARGS / FAULTS_SERVER_ARGS add agent and server options; the
+# agents otherwise run with their defaults (heartbeats, peer timeouts).
+set -u
+[ $# -ge 2 ] || { echo "usage: $0 SERVER AGENT [--seed N] [--trials K] [--only a,b]" >&2; exit 2; }
+export SHOAL_SERVER=$1 SHOAL_AGENT=$2; shift 2
+SEED=$(( $(date +%s) % 100000 )) TRIALS=1 ONLY=""
+while [ $# -gt 0 ]; do
+    case $1 in
+        --seed) SEED=$2; shift 2 ;;
+        --trials) TRIALS=$2; shift 2 ;;
+        --only) ONLY=$2; shift 2 ;;
+        *) echo "bench-faults: unknown option $1" >&2; exit 2 ;;
+    esac
+done
+top=$(cd "$(dirname "$0")/../.." && pwd)
+. "$top/tests/integration/lib.sh"
+. "$top/tests/integration/agents.sh"
+RANDOM=$SEED
+echo "bench-faults: seed $SEED (--seed $SEED repeats this campaign), $TRIALS trial(s) per fault"
+
+# The agents' defaults, whatever agents.sh starts them with for the tests.
+AGENT_ARGS="--heartbeat-interval 5 --peer-timeout 120 --connect-timeout 120 ${FAULTS_AGENT_ARGS:-}"
+start_server_s ${FAULTS_SERVER_ARGS:-} > /dev/null || exit 1
+PORT=${S##*:}
+for n in f0 f1 f2 f3 f4 f5; do start_agent "$n" s $AGENT_ARGS; done
+disown -a   # the processes this kills are not reported as jobs
+links_up() { [ "$(sql s "SELECT count(*) FROM links_latest WHERE bandwidth_gbps > 0")" = 30 ]; }
+wait_for 180 links_up || { echo "bench-faults: the agents did not measure their links" >&2; exit 1; }
+
+JOB=$(jq -nc --arg data "$CORPUS" '{name: "faults",
+    model: {vocab_size: 256, context_length: 64, d_model: 64, heads: 2, layers: 4},
+    parallelism: {stages: 2, replicas: 2, micro_batches: 4, micro_batch_size: 2, schedule: "1f1b"},
+    training: {steps: 40, learning_rate: 0.003, warmup_steps: 3, weight_decay: 0.1, grad_clip: 1.0, seed: 11},
+    data: {path: $data, format: "text"}, checkpoint_interval: 5, communication: {stage_link: "f32"}}')
+now() { date +%s.%N; }
+q() { sql s "$1" 2>/dev/null; }
+start_job() {
+    req POST "$S/v1/jobs" "$ADMIN" "$JOB"; J=$(printf '%s' "$BODY" | jq -r .id)
+    req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":200}'
+}
+done_() { case $(job_state "$S" "$ADMIN" "$J") in succeeded|failed|cancelled) return 0 ;; esac; return 1; }
+reached() { [ "$(q "SELECT count(*) FROM job_steps WHERE job_id = $J AND step = $1")" = 4 ]; }
+plan_node() { q "SELECT n.name FROM assignments a JOIN plans p ON p.id = a.plan_id JOIN nodes n ON n.id = a.node_id
+                 WHERE p.job_id = $J AND p.epoch = 1 ORDER BY random() LIMIT 1"; }
+# since T SQL: seconds from T to the timestamp SQL gives ("-" when none).
+since() { local v; v=$(q "SELECT round((extract(epoch FROM ($2)) - $1)::numeric, 2)"); echo "${v:--}"; }
+idle_fleet() { [ "$(q "SELECT count(*) FROM nodes WHERE state = 'idle' AND last_heartbeat_at > now() - interval '30 s'")" = 6 ]; }
+
+start_job; wait_for 600 done_
+[ "$(job_state "$S" "$ADMIN" "$J")" = succeeded ] || { echo "bench-faults: the reference job did not succeed" >&2; exit 1; }
+job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/reference.losses"
+
+faults=${ONLY:-kill-agent,kill-two,kill-server,kill-postmaster,stall-agent}
+printf '%-16s %6s %7s %9s %8s %8s %9s %10s %s\n' fault step victims detect_s replan_s train_s retrained steps_once losses_equal
+rows="[]"
+for fault in ${faults//,/ }; do
+    for trial in $(seq 1 "$TRIALS"); do
+        wait_for 120 idle_fleet
+        at=$((6 + RANDOM % 25))
+        start_job; wait_for 300 reached "$at"
+        victims=""
+        case $fault in
+            kill-agent|stall-agent) victims=$(plan_node) ;;
+            kill-two) victims="$(plan_node)"; while v=$(plan_node); [ "$v" = "$victims" ]; do :; done; victims="$victims $v" ;;
+        esac
+        before=$(q "SELECT coalesce(max(step), -1) FROM job_steps WHERE job_id = $J")
+        t=$(now)
+        case $fault in
+            kill-agent|kill-two) for v in $victims; do kill -9 "$(cat "$WORK/agent-$v.pid")"; done ;;
+            stall-agent) kill -STOP "$(cat "$WORK/agent-$victims.pid")" ;;
+            kill-server) kill -9 "$(cat "$WORK/s.pid")"; sleep 5; start_server s --port "$PORT" ${FAULTS_SERVER_ARGS:-} > /dev/null; disown -a ;;
+            kill-postmaster) kill -9 "$(head -n 1 "$WORK/s/pg/postmaster.pid")" ;;
+        esac
+        counted() { [ "$(q "SELECT recoveries FROM jobs WHERE id = $J")" -ge 1 ] 2>/dev/null; }
+        detect=-
+        case $fault in kill-server|kill-postmaster) ;; *)
+            for _ in $(seq 1 3000); do counted && { detect=$(awk -v a="$t" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'); break; }; sleep 0.1; done ;;
+        esac
+        wait_for 900 done_
+        case $fault in
+            stall-agent) kill -CONT "$(cat "$WORK/agent-$victims.pid")" ;;
+            kill-agent|kill-two) for v in $victims; do start_agent "$v" s $AGENT_ARGS; done; disown -a ;;
+        esac
+        state=$(job_state "$S" "$ADMIN" "$J")
+        replan=$(since "$t" "(SELECT min(created_at) FROM plans WHERE job_id = $J AND epoch > 1)")
+        train=$(since "$t" "(SELECT min(reported_at) FROM job_steps WHERE job_id = $J AND epoch > 1)")
+        resume=$(q "SELECT coalesce(min(resume_step), -1) FROM plans WHERE job_id = $J AND epoch > 1")
+        retrained=0
+        [ "$(q "SELECT count(*) FROM plans WHERE job_id = $J AND epoch > 1")" != 0 ] && retrained=$((before + 1 - (resume < 0 ? 0 : resume)))
+        once=$(q "SELECT count(*) = 160 AND count(DISTINCT (step, stage, replica)) = 160 FROM job_steps WHERE job_id = $J")
+        equal=$(job_losses "$S" "$ADMIN" "$J" | sort -k1,1 | join - "$WORK/reference.losses" | awk '$2 != $3 { d++ } END { print (NR == 40 && d == 0) ? "t" : "f" }')
+        [ "$state" = succeeded ] || equal="f ($state)"
+        printf '%-16s %6s %7s %9s %8s %8s %9s %10s %s\n' "$fault" "$before" "${victims:--}" "$detect" "$replan" "$train" "$retrained" "$once" "$equal"
+        row=$(jq -nc --arg fault "$fault" --argjson trial "$trial" --argjson step "$before" --arg victims "$victims" \
+            --arg detect "$detect" --arg replan "$replan" --arg train "$train" --argjson retrained "$retrained" \
+            --arg once "$once" --arg equal "$equal" --arg state "$state" --argjson seed "$SEED" '
+            def num: if . == "-" then null else tonumber end;
+            {bench: "faults-trial", seed: $seed, fault: $fault, trial: $trial, step: $step,
+             victims: ($victims | split(" ") | map(select(. != ""))), state: $state,
+             detect_s: ($detect | num), replan_s: ($replan | num), train_again_s: ($train | num),
+             steps_retrained: $retrained, steps_once: ($once == "t"), losses_equal: ($equal == "t")}')
+        echo "$row" >> "$WORK/rows.json"
+    done
+done
+jq -sc --argjson seed "$SEED" '{bench: "faults", seed: $seed, trials: length,
+    all_succeeded: all(.state == "succeeded"), all_steps_once: all(.steps_once), all_losses_equal: all(.losses_equal),
+    max_train_again_s: ([.[].train_again_s | select(. != null)] | max),
+    max_steps_retrained: ([.[].steps_retrained] | max)}' "$WORK/rows.json"
+cat "$WORK/rows.json"
