@@ -29,7 +29,7 @@ static const struct opt agent_opts[] = {
     { "--data-dir", "SHOAL_AGENT_DATA_DIR", S(data_dir), "./shoal-agent-data",
       "node identity (node.json) and temporary checkpoint files" },
     { "--log-level", "SHOAL_LOG_LEVEL", S(log_level), "info", "debug, info, warn or error" },
-    { "--heartbeat-interval", "SHOAL_HEARTBEAT_INTERVAL", L(heartbeat_interval, 1, 3600), "5",
+    { "--heartbeat-interval", "SHOAL_HEARTBEAT_INTERVAL", L(heartbeat_interval, 1, 3600), "2",
       "seconds between heartbeats" },
     { "--peer-timeout", "SHOAL_PEER_TIMEOUT", L(peer_timeout, 1, 86400), "120",
       "seconds a neighbour may stay silent in a step before the step fails" },

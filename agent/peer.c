@@ -548,16 +548,38 @@ int peer_sendrecv(struct peer_conn *to, struct wire_frame *sf, const void *spayl
                   struct peer_conn *from, struct wire_frame *rf, void *rpayload, size_t rcap,
                   int timeout_ms, struct shoal_err *err)
 {
+    return peer_sendrecv_stop(to, sf, spayload, from, rf, rpayload, rcap, timeout_ms, NULL, err);
+}
+
+int peer_sendrecv_stop(struct peer_conn *to, struct wire_frame *sf, const void *spayload,
+                       struct peer_conn *from, struct wire_frame *rf, void *rpayload, size_t rcap,
+                       int timeout_ms, const struct peer_stop *stop, struct shoal_err *err)
+{
     struct peer_tx t;
     struct peer_rx r;
     if ((sf && check_conn(to, err) != 0) || (rf && check_conn(from, err) != 0))
         return -1;
     struct peer_io io = peer_io_make(timeout_ms, -1);
+    int64_t deadline = io.deadline_ms;
     if (sf && peer_tx_init(&t, to, sf, spayload, 0, err) != 0)
         return -1;
     if (rf)
         peer_rx_init(&r, from, rf, rpayload, rcap, 1);
-    return peer_exchange(sf ? &t : NULL, rf ? &r : NULL, &io, err);
+    for (;;) {
+        /* In slices when a stop may come: the exchange's state carries over. */
+        if (stop && stop->stop) {
+            int64_t slice = peer_now_ms() + PEER_STOP_SLICE_MS;
+            io.deadline_ms = deadline < 0 || slice < deadline ? slice : deadline;
+        }
+        if (peer_exchange(sf ? &t : NULL, rf ? &r : NULL, &io, err) == 0)
+            return 0;
+        if (!stop || !stop->stop || strcmp(err->code, "peer_timeout") != 0 ||
+            (deadline >= 0 && peer_now_ms() >= deadline))
+            return -1;
+        if (stop->stop(stop->arg))
+            return err_set(err, PEER_STATUS, "peer_io", NULL, "stopped waiting for peer %s: %s",
+                           (rf ? from : to)->addr, "the assignment changed");
+    }
 }
 
 void peer_close(struct peer_conn *c)

@@ -119,6 +119,20 @@ int peer_sendrecv(struct peer_conn *to, struct wire_frame *sf, const void *spayl
                   struct peer_conn *from, struct wire_frame *rf, void *rpayload, size_t rcap,
                   int timeout_ms, struct shoal_err *err);
 
+/* A reason to stop waiting: stop(arg) non-zero (a tasklet whose job was
+ * re-planned).  A wait with one checks it every PEER_STOP_SLICE_MS. */
+#define PEER_STOP_SLICE_MS 250
+struct peer_stop {
+    int (*stop)(void *arg);
+    void *arg;
+};
+
+/* peer_sendrecv that gives up within PEER_STOP_SLICE_MS of `stop` saying
+ * so (-1, code "peer_io"); stop NULL: peer_sendrecv. */
+int peer_sendrecv_stop(struct peer_conn *to, struct wire_frame *sf, const void *spayload,
+                       struct peer_conn *from, struct wire_frame *rf, void *rpayload, size_t rcap,
+                       int timeout_ms, const struct peer_stop *stop, struct shoal_err *err);
+
 /* The peer port.  An accept thread hands each new socket to a short-lived
  * handshake thread (at most 32 at once; more are closed), which answers
  * probe sessions itself and parks authenticated job connections until

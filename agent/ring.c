@@ -301,8 +301,8 @@ int ring_allreduce_codec(struct ring *r, float *data, size_t n, uint64_t step, e
             else
                 dst = w.recv;
         }
-        if (peer_sendrecv(r->next, send_ready ? &sf : NULL, spay, r->prev,
-                          recv_ready ? &rf : NULL, dst, rcap, r->timeout_ms, err) != 0)
+        if (peer_sendrecv_stop(r->next, send_ready ? &sf : NULL, spay, r->prev, recv_ready ? &rf : NULL, dst, rcap,
+                               r->timeout_ms, &r->stop, err) != 0)
             goto out;
         if (send_ready)
             pos_next(&p, &sp, 0);

@@ -31,6 +31,7 @@ struct ring {
     int rank, size;           /* size 1: nothing to do */
     size_t chunk_floats;      /* 0: RING_DEFAULT_CHUNK_FLOATS */
     int timeout_ms;           /* per chunk exchanged */
+    struct peer_stop stop;    /* a reason to give up before the timeout; {0}: none */
 };
 
 /* Replaces data[0..n) on every rank by the sum over ranks.  n may be any

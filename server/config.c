@@ -36,7 +36,7 @@ static const struct opt opts[] = {
       "reopened" },
     { "--max-body", "SHOAL_MAX_BODY", LONG(max_body, 1024, 1L << 30), "1048576",
       "largest request body accepted, bytes (larger: 413)" },
-    { "--heartbeat-timeout", "SHOAL_HEARTBEAT_TIMEOUT", LONG(heartbeat_timeout, 1, 86400), "60",
+    { "--heartbeat-timeout", "SHOAL_HEARTBEAT_TIMEOUT", LONG(heartbeat_timeout, 1, 86400), "10",
       "seconds since a node's last heartbeat after which it is lost: the scheduler leaves it out and its "
       "job is re-planned" },
     { "--max-recoveries", "SHOAL_MAX_RECOVERIES", LONG(max_recoveries, 0, 1000000), "10",

@@ -25,6 +25,19 @@
     "   WHERE p.job_id = $1::bigint AND p.epoch = e.epoch))" \
     " FROM e WHERE e.epoch IS NOT NULL"
 
+/* $1 job, $2 epoch, $3 node, $4 the judgement in words: a node of that
+ * epoch's plan that the probe found gone, kept as a judged fault of its
+ * own unless it is a culprit of that epoch already (two agents killed at
+ * once: the reports may all name one of them). */
+#define GONE_SQL \
+    "INSERT INTO job_faults (job_id, epoch, stage, replica, reason, verdict, culprit_node, judgement, judged_at)" \
+    " SELECT $1::bigint, $2::int, a.stage, a.replica, 'gone when the server probed the failed plan', 'node'," \
+    "   $3::bigint, $4, now() FROM plans p JOIN assignments a ON a.plan_id = p.id" \
+    " WHERE p.job_id = $1::bigint AND p.epoch = $2::int AND a.node_id = $3::bigint" \
+    "   AND NOT EXISTS (SELECT 1 FROM job_faults f WHERE f.job_id = $1::bigint AND f.epoch = $2::int" \
+    "     AND f.culprit_node = $3::bigint)" \
+    " LIMIT 1 RETURNING id"
+
 /* The jobs with reports not judged yet. */
 #define UNJUDGED_JOBS_SQL \
     "SELECT coalesce(json_agg(DISTINCT job_id), '[]') FROM job_faults WHERE judged_at IS NULL"
@@ -169,6 +182,19 @@ static int judge_epoch(struct server *srv, int64_t job)
         json_decref(res);
         if (!res && e.status != 404)
             goto out;
+    }
+    for (int k = 0; k < p.n; k++) {
+        if (p.ok[k] != PEER_PROBE_REFUSED)
+            continue;
+        char words[400], v[3][24];
+        snprintf(words, sizeof words, "node %lld of the plan is gone from %s: %s", (long long)p.id[k], p.addr[k],
+                 p.why[k]);
+        const char *gp[] = { p_job, db_param_i64(v[0], json_integer_value(json_object_get(doc, "epoch"))),
+                             db_param_i64(v[1], p.id[k]), words };
+        json_t *res = db_query_json(srv->db, GONE_SQL, 4, gp, "plan node", &e);
+        if (res)
+            log_warn("recovery: job %lld epoch %s: %s", (long long)job, v[0], words);
+        json_decref(res);
     }
     rc = 1;
 out:

@@ -14,7 +14,9 @@
  *     nothing listens there): that one is;
  *   - else, with a neighbour named, the link between the two ('link');
  *   - else (no neighbour: the reporter's own device or data) the reporter.
- * When no node of the plan answers, the server cannot see the peer
+ * Every node of the plan whose host refused the probe is a culprit as well,
+ * in a fault of its own when no report blamed it (two agents killed at
+ * once, every report naming the same one).  When no node of the plan answers, the server cannot see the peer
  * network at all (agents behind NAT): only a refused probe blames a node,
  * and a report naming a neighbour blames the link.  A node the server
  * cannot reach but its peers can is blamed only when it is named.

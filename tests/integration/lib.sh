@@ -33,6 +33,11 @@ trap cleanup EXIT
 ok()   { echo "ok - $1"; }
 fail() { echo "not ok - $1${2:+: $2}"; FAILS=$((FAILS + 1)); }
 
+# Suites drive nodes by hand (a heartbeat when they say so), so their
+# servers give a node 60 s, not the default 10, before calling it lost; a
+# suite that tests losing nodes passes --heartbeat-timeout itself.
+export SHOAL_HEARTBEAT_TIMEOUT=${SHOAL_HEARTBEAT_TIMEOUT:-60}
+
 # start_server NAME [ARGS...]: starts a server with data dir $WORK/NAME, on a
 # free port, and waits until /readyz answers 200.  Sets URL_<NAME> and leaves
 # its log in $WORK/NAME.log.  Extra args go to shoal-server.

@@ -443,8 +443,9 @@ wait $p4
 within "the job's other nodes learn it at once" "$t0" 0 4
 check "that their assignment is recovering" "$(jq -r .assignment.state "$WORK/lp4")" recovering
 # The server judges at once: the reporter's peer port (127.0.0.1:700N, no
-# listener) refuses its probe, so the reporter is gone: left out of the
-# re-plan, which follows at once: epoch 2, from the spec's start.
+# listener) refuses its probe, so the reporter is gone; so is its stage-1
+# neighbour, kept as a fault of its own.  Both are left out of the re-plan,
+# which follows at once: epoch 2, from the spec's start.
 replanned() { [ "$(sql a "SELECT plan_epoch FROM jobs WHERE id = $K")" = 2 ]; }
 wait_for 20 replanned
 req GET "$S/v1/jobs/$K" "$ADMIN"
@@ -452,10 +453,13 @@ check "the recovery thread re-plans it at once, from its spec's start (it never 
     "$(printf '%s' "$BODY" | jq -c '[.plan.epoch, .state, .recovery_waiting]')" '[2,"scheduled",null]'
 check "the report is judged: the reporter is gone" \
     "$(printf '%s' "$BODY" | jq -c '[.faults[] | [.epoch, .stage, .reporter_node, .suspect_node, .verdict, .culprit_node]]')" \
-    "[[1,0,$KN,null,\"node\",$KN]]"
+    "[[1,0,$KN,null,\"node\",$KN],[1,1,null,null,\"node\",$KS]]"
 check "in words" "$(printf '%s' "$BODY" | jq -r '.faults[0].judgement | sub(" at 127[.]0[.]0[.]1:[0-9]+: "; " at ADDR: ")')" \
     "node $KN, the reporter, did not answer at ADDR: connect: Connection refused"
-check "and it is left out of epoch 2" "$(printf '%s' "$BODY" | jq --argjson n "$KN" '[.plan.assignments[].node_id] | index($n)')" null
+check "the gone neighbour too, in words" "$(printf '%s' "$BODY" | jq -r '.faults[1] | [.reason, (.judgement | sub(" from 127[.]0[.]0[.]1:[0-9]+: "; " from ADDR: "))] | join(" / ")')" \
+    "gone when the server probed the failed plan / node $KS of the plan is gone from ADDR: connect: Connection refused"
+check "and both are left out of epoch 2" \
+    "$(printf '%s' "$BODY" | jq -c --argjson a "$KN" --argjson b "$KS" '[.plan.assignments[].node_id] | [index($a), index($b)]')" "[null,null]"
 check "(the job lists it excluded only while epoch 1 is current)" "$(printf '%s' "$BODY" | jq -c .excluded_nodes)" '[]'
 req POST "$S/v1/jobs/$K/schedule" "$ADMIN" '{"budget_ms":100}'
 expect "an operator may re-plan it again: epoch 3" 201 '[.epoch, .resume_step] | tostring' '[3,null]'

@@ -47,7 +47,7 @@ static void usage(void)
         "usage: loadgen --url http://HOST:PORT --join-token-file F [options]\n"
         "  --agents N               simulated agents (1000)\n"
         "  --duration S             measured window, s (60)\n"
-        "  --heartbeat-interval S   pause after each heartbeat's answer, s (5, the agent's default)\n"
+        "  --heartbeat-interval S   pause after each heartbeat's answer, s (2, the agent's default)\n"
         "  --ramp S                 agents start evenly over this many s (the longer of the heartbeat\n"
         "                           interval and the poll wait: a fleet that started at random times;\n"
         "                           1 is a restarted server's thundering herd)\n"
@@ -83,7 +83,7 @@ static void parse_url(struct lg_options *o)
 
 void lg_options_parse(struct lg_options *o, int argc, char **argv)
 {
-    *o = (struct lg_options){ .agents = 1000, .duration_s = 60, .heartbeat_s = 5, .ramp_s = -1, .warmup_s = -1, .progress_s = 1,
+    *o = (struct lg_options){ .agents = 1000, .duration_s = 60, .heartbeat_s = 2, .ramp_s = -1, .warmup_s = -1, .progress_s = 1,
                            .poll_wait_s = 25, .jobs = 4, .stages = 4, .replicas = 4, .wake = 1, .register_conns = 32,
                            .spread_sources = 1, .label = "" };
     for (int i = 1; i < argc; i++) {

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/socket.h>
 
 #include "../../agent/ring.h"
@@ -297,6 +298,39 @@ static void test_ring_error_frame(void **state)
     ring_free(&rs);
 }
 
+/* ms on the monotonic clock since `t0` (0: since its origin). */
+static double now_ms_since(double t0)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6 - t0;
+}
+
+static int stop_after(void *arg)
+{
+    return now_ms_since(*(double *)arg) >= 300;
+}
+
+/* A rank whose peer never sends gives up soon after its stop says so, not
+ * at the 20 s timeout, saying why. */
+static void test_ring_stop(void **state)
+{
+    (void)state;
+    struct ring_set rs;
+    struct shoal_err err;
+    ring_form(&rs, 2, 0, 20000);
+    double t0 = now_ms_since(0);
+    rs.r[0].stop = (struct peer_stop){ stop_after, &t0 };
+    float data[64] = {0};
+    assert_int_equal(ring_allreduce_sum(&rs.r[0], data, 64, 1, &err), -1);
+    double took = now_ms_since(t0);
+    assert_string_equal(err.code, "peer_io");
+    assert_non_null(strstr(err.message, "the assignment changed"));
+    if (took < 300 || took > 300 + 2 * PEER_STOP_SLICE_MS + 500)
+        fail_msg("stopped after %.0f ms, want 300-%d", took, 300 + 2 * PEER_STOP_SLICE_MS + 500);
+    ring_free(&rs);
+}
+
 /* Gentle values for the packed sums: rank k's in [-1, 1) times 2^(k%3-1). */
 static float gentle(int rank, size_t i)
 {
@@ -425,6 +459,7 @@ int main(void)
         cmocka_unit_test(test_ring_bytes),
         cmocka_unit_test(test_ring_wrong_step),
         cmocka_unit_test(test_ring_error_frame),
+        cmocka_unit_test(test_ring_stop),
         cmocka_unit_test(test_ring_encrypted),
         cmocka_unit_test(test_ring_packed),
         cmocka_unit_test(test_ring_packed_mismatch),
