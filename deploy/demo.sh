@@ -43,6 +43,18 @@ trap finish EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
+# server_gone WHY: the server no longer answers.  A Ctrl-C reaches it too
+# and may stop it (cleanly: status 0) before this shell notices its own:
+# then the demo was interrupted (130); otherwise it is an error.
+server_gone() {
+    local i
+    for i in $(seq 1 50); do [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null && sleep 0.1; done
+    if [ -n "$server_pid" ] && ! kill -0 "$server_pid" 2>/dev/null; then
+        wait "$server_pid" 2>/dev/null && { server_pid=""; exit 130; }
+        server_pid=""
+    fi
+    die "$1; logs are in $dir (DEMO_KEEP=1 keeps them)"
+}
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 die() { echo "demo: $*" >&2; exit 1; }
 # api METHOD PATH [BODY]: the admin's call; prints the body.
@@ -138,12 +150,9 @@ bar() {   # bar DONE TOTAL WIDTH
 tty=0; [ -t 1 ] && tty=1
 last_line=-1
 while :; do
-    # A Ctrl-C reaches the server too and may stop it first: the pause lets
-    # this shell's own INT trap run (exit 130) before the server's silence
-    # is called an error.
-    detail=$(api GET "/v1/jobs/$J") || { sleep 1; die "the server stopped answering; logs are in $dir (DEMO_KEEP=1 keeps them)"; }
+    detail=$(api GET "/v1/jobs/$J") || server_gone "the server stopped answering"
     state=$(printf '%s' "$detail" | jq -r '.state // empty' 2>/dev/null)
-    [ -n "$state" ] || { sleep 1; die "the server answered no job state: $detail"; }
+    [ -n "$state" ] || server_gone "the server answered no job state: $detail"
     read -r step loss it val < <(printf '%s' "$detail" | jq -r '[(.progress.step // -1) + 1, (.progress.loss // 0), (.progress.iteration_s // 0), (.progress.val_loss // "-")] | @tsv')
     rate=$(awk -v t="$tokens_per_step" -v s="$it" 'BEGIN { printf "%.0f", (s > 0 ? t / s : 0) }')
     [ "$val" = - ] || val=$(printf '%.3f' "$val")
