@@ -690,8 +690,9 @@ function viewJob(root, id) {
   const stageBox = el('section', { class: 'panel' });
   const lossBox = el('section', { class: 'panel' });
   const scheduleBox = el('section', { class: 'panel', hidden: true });
+  const faultBox = el('section', { class: 'panel', hidden: true });
   root.append(head, failure, cards, scheduleBox,
-    el('div', { class: 'two-col' }, planBox, timeBox), lossBox, stageBox);
+    el('div', { class: 'two-col' }, planBox, timeBox), lossBox, stageBox, faultBox);
   let scheduleForm = null;
 
   async function cancel(job) {
@@ -795,6 +796,31 @@ function viewJob(root, id) {
       stackedBars(rows, names, 'stage-bars'), partsLegend(names));
   }
 
+  // Failure reports as the server judged them (README.md Recovery, "Who
+  // failed"), and the nodes left out of the next plan because of them.
+  function drawFaults(job) {
+    const excluded = LIVE_JOB_STATES.includes(job.state) ? job.excluded_nodes : [];
+    faultBox.hidden = !job.faults.length && !excluded.length;
+    if (faultBox.hidden) return;
+    const who = (id) => (id === null ? '—' : nodeName(id));
+    const rows = job.faults.map((f) => el('tr', { dataset: { epoch: f.epoch } },
+      el('td', { class: 'num' }, String(f.epoch)),
+      el('td', {}, `stage ${f.stage} replica ${f.replica}`),
+      el('td', {}, who(f.reporter_node)), el('td', {}, who(f.suspect_node)),
+      el('td', { dataset: { col: 'verdict' } }, f.verdict || 'not judged yet'),
+      el('td', { dataset: { col: 'culprit' } }, who(f.culprit_node)),
+      el('td', { class: 'wrap' }, f.judgement || f.reason)));
+    fill(faultBox, el('h2', {}, 'Failures'),
+      el('p', { class: 'lede' }, 'Each report names the neighbour it waited for; the server probes the plan\'s ' +
+        'peer ports and blames a node, or the link between the two.'),
+      el('div', { class: 'table-wrap' }, el('table', { id: 'fault-table', class: 'compact' },
+        el('thead', {}, el('tr', {}, ...['epoch', 'tasklet', 'reported by', 'named', 'verdict', 'culprit', 'why']
+          .map((h) => el('th', {}, h)))),
+        el('tbody', {}, rows))),
+      excluded.length ? el('p', { id: 'excluded', class: 'stragglers' },
+        'Left out of the next plan: ' + excluded.map(nodeName).join(', ') + '.') : null);
+  }
+
   function drawLoss(job) {
     const pr = job.progress;
     const losses = pr ? pr.losses : [];
@@ -859,7 +885,8 @@ function viewJob(root, id) {
         fill(failure, el('p', { class: 'empty' }, 'The server has no such job. ', el('a', { href: '#/jobs' }, 'All jobs')));
         return;
       }
-      const ids = job.plan ? job.plan.assignments.map((a) => a.node_id) : [];
+      const ids = (job.plan ? job.plan.assignments.map((a) => a.node_id) : []).concat(job.excluded_nodes,
+        job.faults.flatMap((f) => [f.reporter_node, f.suspect_node, f.culprit_node]).filter((x) => x !== null));
       await ensureNodes(ids);
       drawHead(job);
       drawCards(job);
@@ -867,6 +894,7 @@ function viewJob(root, id) {
       drawTimes(job);
       drawLoss(job);
       drawStages(job);
+      drawFaults(job);
       // The form is built once, so a refresh never eats what is typed.
       const schedulable = SCHEDULABLE_STATES.includes(job.state);
       scheduleBox.hidden = !schedulable;

@@ -277,6 +277,25 @@ try {
     await shot('job');
   });
 
+  // ---- a job that failed once: its judged report, and no panel without
+  await step('failures', async () => {
+    check('the running job has no failures panel', await page.locator('#fault-table').count(), 0);
+    await page.goto(fx.url + '/#/jobs/' + fx.fault_job_id);
+    await page.locator('#fault-table').waitFor(WAIT);
+    const job = await api('GET', '/v1/jobs/' + fx.fault_job_id);
+    const nodes = new Map((await api('GET', '/v1/nodes')).nodes.map((n) => [n.id, n]));
+    check('the fixture has a judged failure', job.faults.length > 0 && job.faults.every((f) => f.verdict), true);
+    check('a row per failure report', await page.locator('#fault-table tbody tr').count(), job.faults.length);
+    const f = job.faults[0];
+    check('with its verdict', await text('#fault-table tbody tr td[data-col="verdict"]'), f.verdict);
+    check('and its culprit by name', await text('#fault-table tbody tr td[data-col="culprit"]'), nodes.get(f.culprit_node).name);
+    check('and why', (await text('#fault-table tbody tr td.wrap')), f.judgement);
+    check('a cancelled job leaves nobody out of a next plan', await page.locator('#excluded').count(), 0);
+    await shot('failures');
+    await page.goto(fx.url + '/#/jobs/' + fx.job_id);
+    await page.locator('#plan-grid').waitFor(WAIT);
+  });
+
   // ---- the page refreshes itself
   await step('refresh', async () => {
     const job = await api('GET', '/v1/jobs/' + fx.job_id);

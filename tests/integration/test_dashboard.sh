@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_dashboard.sh - the dashboard (web/, served at /) in headless Chromium
 # against a real server: six registered nodes with distinct measured links,
-# a scheduled 2x2 job with five reported steps, one tasklet a straggler.
+# a scheduled 2x2 job with five reported steps, one tasklet a straggler, and
+# a cancelled 1x1 job with a failure report the server judged.
 # Checks the files the server serves and the API fields the dashboard reads
 # (node roles, a job's latest step, per-tasklet medians, stragglers), then runs
 # tests/browser/dashboard.test.mjs, which loads every page, compares what is
@@ -177,11 +178,29 @@ near "metric: and to the data-parallel groups" "$(value "shoal_job_step_sent_byt
 req GET "$S/v1/jobs" "$ADMIN"
 expect "the job list shows each job's latest step" 200 ".jobs[] | select(.id == $J) | .latest_step" 4
 
+# ---- a job that failed once, for the job page's failures panel: a 1x1
+# job on a free node, whose report the server judges (the node's peer port
+# refuses the probe: it is gone), then cancelled
+req POST "$S/v1/jobs" "$ADMIN" "$(printf '%s' "$JOB" | jq -c '.name = "failed-once" | .parallelism.stages = 1 | .parallelism.replicas = 1')"
+FJ=$(printf '%s' "$BODY" | jq -r .id)
+F0=$(printf '%s' "$FREE" | jq '.[0]')
+req POST "$S/v1/jobs/$FJ/plan" "$ADMIN" "{\"stages\":[{\"nodes\":[$F0]}]}"
+expect "a 1x1 job on a free node" 201 .epoch 1
+req POST "$S/v1/agent/failure" "$(tok_of "$F0")" "{\"job_id\":$FJ,\"epoch\":1,\"stage\":0,\"replica\":0,\"reason\":\"CUDA error: an illegal memory access was encountered\"}"
+expect "its node reports a failure" 200 .state recovering
+judged() { [ "$(sql a "SELECT count(*) FROM job_faults WHERE job_id = $FJ AND judged_at IS NOT NULL")" -ge 1 ]; }
+wait_for 20 judged
+req GET "$S/v1/jobs/$FJ" "$ADMIN"
+check "the server judged it: the node is gone" "$(printf '%s' "$BODY" | jq -c '[.faults[0] | .verdict, .culprit_node]')" "[\"node\",$F0]"
+req DELETE "$S/v1/jobs/$FJ" "$ADMIN"
+expect "and it is cancelled" 200 .state cancelled
+
 # ---- the browser
 jq -n --arg url "$S" --arg admin "$ADMIN" --argjson job "$J" --argjson free "$FREE" --arg chromium "$CHROMIUM" \
       --argjson plan "$PLAN" --argjson ids "$(printf '%s\n' "${ID[@]}" | jq -s .)" \
       --argjson toks "$(printf '%s\n' "${TOK[@]}" | jq -R . | jq -s .)" \
-      '{url: $url, admin: $admin, job_id: $job, free_nodes: $free, chromium: $chromium,
+      --argjson fj "$FJ" \
+      '{url: $url, admin: $admin, job_id: $job, fault_job_id: $fj, free_nodes: $free, chromium: $chromium,
         tasklets: [$plan[] | . as $a | {stage, replica, node_id,
                    token: ($toks[$ids | index($a.node_id)])}]}' > "$WORK/fixture.json"
 node "$TOP/tests/browser/dashboard.test.mjs" "$WORK/fixture.json" "$SHOTS" > "$WORK/browser.out" 2>&1
