@@ -23,8 +23,8 @@
  *
  * A culprit is left out of the re-plan of the epoch it failed, and out of
  * every later plan of the job once it was the culprit in two epochs; so is
- * a node at one end of the failed link of two epochs' first reports, with
- * two different partners (cut off from its peers, not from the server).  A
+ * the node the link verdicts of two epochs point to (cut off from its
+ * peers, not from the server: queries.h, JOB_LINK_SUSPECT_SQL).  A
  * blamed link is avoided (priced as unusable, so the search routes around
  * it where it can).  queries.h (JOB_EXCLUDED_SQL) says which; the planner
  * takes an excluded node back when too few are left without it and its

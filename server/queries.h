@@ -45,27 +45,38 @@
 
 /* ---- failures judged (sql/008_fault_attribution.sql, recovery.c) */
 
+/* The node that failed links of job `job` point to: every link-verdict
+ * report (both ends answered the server) counts 2 for the neighbour it
+ * names, who was waited for, and 1 for its reporter.  The one node with
+ * the highest count, alone and in reports of two epochs, is taken for the
+ * node cut off from its peers (though not from the server): it fails with
+ * whoever it is planned beside, while its neighbours' reports, and the
+ * echoes of those (a neighbour that gave up closes its sockets, and its
+ * other peers report it), spread over several nodes.  A tie excludes
+ * nobody: the next failure tells more.  A subquery (node_id, epochs). */
+#define JOB_LINK_SUSPECT_SQL(job) \
+    "(SELECT e.node_id, e.epochs FROM (SELECT w.node_id, count(DISTINCT w.epoch) AS epochs," \
+    "   sum(w.weight) AS score, max(sum(w.weight)) OVER () AS top," \
+    "   count(*) OVER (PARTITION BY sum(w.weight)) AS tied" \
+    "   FROM (SELECT f.suspect_node AS node_id, f.epoch, 2 AS weight FROM job_faults f" \
+    "     WHERE f.job_id = " job " AND f.verdict = 'link'" \
+    "    UNION ALL SELECT f.reporter_node, f.epoch, 1 FROM job_faults f" \
+    "     WHERE f.job_id = " job " AND f.verdict = 'link') w" \
+    "   WHERE w.node_id IS NOT NULL GROUP BY w.node_id) e" \
+    "  WHERE e.score = e.top AND e.tied = 1 AND e.epochs >= 2)"
+
 /* The nodes left out of job `job`'s plans (SQL expressions, e.g. "$1" and
  * a subquery for its epoch): a culprit of a failure of epoch `epoch` (the
- * plan being recovered from), or of failures in two epochs; or an end of
- * the failed link of two epochs' first reports, with two different
- * partners (a node cut off from its peers but not from the server fails
- * with whoever it is planned beside).  Only an epoch's first report
- * counts for links: the later ones are often its echo (a neighbour that
- * gave up closes its sockets, and its other peers report it).  A subquery
- * of node ids (never NULL), with how many epochs each failed in. */
+ * plan being recovered from), or of failures in two epochs, or the node
+ * its failed links point to (JOB_LINK_SUSPECT_SQL).  A subquery of node
+ * ids (never NULL), with how many epochs each failed in. */
 #define JOB_EXCLUDED_SQL(job, epoch) \
-    "(SELECT x.node_id, count(DISTINCT x.epoch) AS epochs FROM" \
-    "  (SELECT f.culprit_node AS node_id, f.epoch, f.verdict, NULL::bigint AS partner FROM job_faults f" \
-    "    WHERE f.job_id = " job " AND f.verdict = 'node'" \
-    "   UNION ALL SELECT e.node_id, f.epoch, f.verdict, e.partner FROM" \
-    "    (SELECT DISTINCT ON (epoch) * FROM job_faults WHERE job_id = " job " ORDER BY epoch, id) f," \
-    "    LATERAL (VALUES (f.reporter_node, f.suspect_node), (f.suspect_node, f.reporter_node)) e (node_id, partner)" \
-    "    WHERE f.verdict = 'link') x" \
-    "  WHERE x.node_id IS NOT NULL GROUP BY x.node_id" \
-    "  HAVING bool_or(x.verdict = 'node' AND x.epoch = " epoch ")" \
-    "   OR count(DISTINCT x.epoch) FILTER (WHERE x.verdict = 'node') >= 2" \
-    "   OR (count(DISTINCT x.partner) >= 2 AND count(DISTINCT x.epoch) FILTER (WHERE x.verdict = 'link') >= 2))"
+    "(SELECT x.node_id, max(x.epochs) AS epochs FROM" \
+    "  (SELECT f.culprit_node AS node_id, count(DISTINCT f.epoch) AS epochs FROM job_faults f" \
+    "    WHERE f.job_id = " job " AND f.verdict = 'node' AND f.culprit_node IS NOT NULL GROUP BY f.culprit_node" \
+    "    HAVING count(DISTINCT f.epoch) >= 2 OR bool_or(f.epoch = " epoch ")" \
+    "   UNION ALL SELECT l.node_id, l.epochs FROM " JOB_LINK_SUSPECT_SQL(job) " l) x" \
+    "  GROUP BY x.node_id)"
 /* The same for links, a subquery of node pairs (a < b). */
 #define JOB_AVOIDED_LINKS_SQL(job, epoch) \
     "(SELECT least(f.reporter_node, f.suspect_node) AS a, greatest(f.reporter_node, f.suspect_node) AS b" \
