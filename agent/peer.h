@@ -157,6 +157,11 @@ void peer_listener_expect(struct peer_listener *l, const struct peer_auth *auth)
 int peer_listener_take(struct peer_listener *l, const char *role, int timeout_ms,
                        struct peer_conn *out, struct shoal_err *err);
 
+/* peer_listener_take that gives up within PEER_STOP_SLICE_MS of `stop`
+ * saying so (-1, code "peer_io"); stop NULL: peer_listener_take. */
+int peer_listener_take_stop(struct peer_listener *l, const char *role, int timeout_ms, const struct peer_stop *stop,
+                            struct peer_conn *out, struct shoal_err *err);
+
 /* on 1: every job connection this listener accepts is encrypted, whatever
  * the dialer asks (the agent's --peer-encryption).  Default 0. */
 void peer_listener_set_encryption(struct peer_listener *l, int on);

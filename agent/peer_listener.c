@@ -517,8 +517,13 @@ void peer_listener_expect(struct peer_listener *l, const struct peer_auth *auth)
 int peer_listener_take(struct peer_listener *l, const char *role, int timeout_ms,
                        struct peer_conn *out, struct shoal_err *err)
 {
+    return peer_listener_take_stop(l, role, timeout_ms, NULL, out, err);
+}
+
+int peer_listener_take_stop(struct peer_listener *l, const char *role, int timeout_ms, const struct peer_stop *stop,
+                            struct peer_conn *out, struct shoal_err *err)
+{
     int64_t deadline = peer_deadline(timeout_ms);
-    struct timespec ts = {.tv_sec = deadline / 1000, .tv_nsec = (deadline % 1000) * 1000000};
     int rc = -1;
 
     memset(out, 0, sizeof *out);
@@ -538,11 +543,21 @@ int peer_listener_take(struct peer_listener *l, const char *role, int timeout_ms
                     role);
             goto out;
         }
-        if (peer_now_ms() >= deadline) {
+        int64_t now = peer_now_ms();
+        if (now >= deadline) {
             err_set(err, PEER_STATUS_TIMEOUT, "peer_timeout", NULL,
                     "no peer connected as '%s' within %d ms", role, timeout_ms);
             goto out;
         }
+        if (stop && stop->stop && stop->stop(stop->arg)) {
+            err_set(err, PEER_STATUS, "peer_io", NULL, "stopped waiting for the peer '%s': %s", role,
+                    "the assignment changed");
+            goto out;
+        }
+        /* With a stop, wake at least every slice to ask it. */
+        int64_t until = stop && stop->stop && now + PEER_STOP_SLICE_MS < deadline ? now + PEER_STOP_SLICE_MS
+                                                                                 : deadline;
+        struct timespec ts = {.tv_sec = until / 1000, .tv_nsec = (until % 1000) * 1000000};
         pthread_cond_timedwait(&l->parked_cv, &l->mu, &ts);
     }
 out:

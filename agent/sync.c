@@ -17,18 +17,13 @@ struct sync_mode {
     int replicas_in_loss;   /* 1: the group's sum makes the mean over D replicas */
 };
 
-static int ring_stopping(void *k)
-{
-    return tasklet_stopping(k);
-}
-
 /* The TCP ring of the stage's group; its waits end within a slice once
  * the tasklet is told to stop (its job was re-planned). */
 static struct ring group_ring(struct tasklet *k)
 {
     return (struct ring){ .next = &k->ring_next, .prev = &k->ring_prev, .rank = k->as->replica,
                           .size = k->as->replicas, .timeout_ms = k->env->peer_timeout_ms,
-                          .stop = { ring_stopping, k } };
+                          .stop = tasklet_peer_stop(k) };
 }
 
 /* every_step: joins the group's NCCL communicator when the plan puts it on

@@ -8,7 +8,7 @@
 /* Waits on a neighbour last at most --peer-timeout in all, in slices of
  * this many ms, so that a changed assignment (the job is recovering) stops
  * the tasklet within a slice instead of at the timeout. */
-#define TASKLET_WAIT_SLICE_MS 250
+#define TASKLET_WAIT_SLICE_MS PEER_STOP_SLICE_MS
 
 int tasklet_peer_failed(struct tasklet *k, const struct assign_peer *peer)
 {
@@ -31,6 +31,16 @@ int tasklet_kern_failed(const struct kern_err *ke, struct shoal_err *err)
 int tasklet_stopping(const struct tasklet *k)
 {
     return atomic_load(k->env->abort) || (k->env->ctl->stop && atomic_load(k->env->ctl->stop));
+}
+
+static int stop_hook(void *k)
+{
+    return tasklet_stopping(k);
+}
+
+struct peer_stop tasklet_peer_stop(struct tasklet *k)
+{
+    return (struct peer_stop){ stop_hook, k };
 }
 
 /* After a call on stream `s` failed with one slice: 0 to wait another

@@ -54,6 +54,9 @@ int tasklet_kern_failed(const struct kern_err *ke, struct shoal_err *err);
  * stopping. */
 int tasklet_stopping(const struct tasklet *k);
 
+/* tasklet_stopping as a peer wait's reason to give up (peer.h). */
+struct peer_stop tasklet_peer_stop(struct tasklet *k);
+
 /* Sends (B,T,C) floats x on stream s as frame (kind, t, m) through the
  * stage link's codec, within --peer-timeout.  Returns 0, or -1 with err
  * set and the peer noted. */

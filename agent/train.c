@@ -40,29 +40,17 @@ static int dial_until(struct tasklet *k, const struct assign_peer *p, struct pee
     }
 }
 
-#define TAKE_SLICE_MS 250   /* a wait for a neighbour's dial checks for a stop this often */
-
-/* Waits for neighbour p to dial us, in slices, so that a tasklet whose job
- * was re-planned meanwhile (a neighbour that died before it dialled) stops
- * within a slice instead of at --connect-timeout. */
+/* Waits for neighbour p to dial us; a tasklet whose job was re-planned
+ * meanwhile (a neighbour that died before it dialled) stops within a slice
+ * instead of at --connect-timeout. */
 static int take(struct tasklet *k, const struct assign_peer *p, struct peer_conn *out, struct shoal_err *err)
 {
     char role[PEER_ROLE_MAX];
+    struct peer_stop stop = tasklet_peer_stop(k);
     assign_role(p->stage, p->replica, p->node, role);
-    double until = ctl_now() + k->env->connect_timeout_ms / 1e3;
-    for (;;) {
-        double left_ms = (until - ctl_now()) * 1e3;
-        int slice = left_ms < TAKE_SLICE_MS ? (left_ms > 1 ? (int)left_ms : 1) : TAKE_SLICE_MS;
-        if (peer_listener_take(k->env->listener, role, slice, out, err) == 0)
-            return 0;
-        if (strcmp(err->code, "peer_timeout") != 0 || tasklet_stopping(k))
-            return tasklet_peer_failed(k, p);
-        if (ctl_now() >= until) {
-            err_set(err, err->status, "peer_timeout", NULL, "no peer connected as '%s' within %d ms", role,
-                    k->env->connect_timeout_ms);
-            return tasklet_peer_failed(k, p);
-        }
-    }
+    if (peer_listener_take_stop(k->env->listener, role, k->env->connect_timeout_ms, &stop, out, err) != 0)
+        return tasklet_peer_failed(k, p);
+    return 0;
 }
 
 /* Opens the pipeline streams and the ring connections. */

@@ -188,16 +188,14 @@ void h_failure(struct request *rq, struct response *rs)
         reply_error(rs, &e);
         goto out;
     }
-    if (f.peer[0] && f.peer_node > 0)
-        snprintf(reason, sizeof reason, "stage %lld replica %lld (node %lld): %s (peer node %lld at %s)",
-                 (long long)f.stage, (long long)f.replica, (long long)rq->node_id, f.reason, (long long)f.peer_node,
-                 f.peer);
-    else if (f.peer[0])
-        snprintf(reason, sizeof reason, "stage %lld replica %lld (node %lld): %s (peer %s)", (long long)f.stage,
-                 (long long)f.replica, (long long)rq->node_id, f.reason, f.peer);
-    else
-        snprintf(reason, sizeof reason, "stage %lld replica %lld (node %lld): %s", (long long)f.stage,
-                 (long long)f.replica, (long long)rq->node_id, f.reason);
+    /* " (peer node M at host:port)", " (peer host:port)" or nothing */
+    char peer[320] = "", node[40] = "";
+    if (f.peer_node > 0)
+        snprintf(node, sizeof node, "node %lld at ", (long long)f.peer_node);
+    if (f.peer[0])
+        snprintf(peer, sizeof peer, " (peer %s%s)", node, f.peer);
+    snprintf(reason, sizeof reason, "stage %lld replica %lld (node %lld): %s%s", (long long)f.stage,
+             (long long)f.replica, (long long)rq->node_id, f.reason, peer);
     /* A dataset that cannot be read fails the job now: a re-plan reads the
      * same path again. */
     long max_recoveries = f.cause[0] ? 0 : rq->srv->cfg.max_recoveries;

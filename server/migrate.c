@@ -54,6 +54,8 @@ static int migrate_one(PGconn *c, const struct embedded_file *f, long version,
         goto out;
     }
     PQclear(r);
+    /* A migration file is many statements and takes no input: PQexec, as
+     * PQexecParams runs only one statement. */
     r = PQexec(c, f->data);
     if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
         err_set(err, 500, "migration_failed", NULL, "migration %s failed: %s", f->name,

@@ -62,18 +62,17 @@ static void test_probe_tells_who_answers(void **state)
     char why[5][PEER_PROBE_WHY_MAX];
     peer_probe_all(addrs, 5, 1000, ok, why);
     assert_int_equal(ok[0], PEER_PROBE_ANSWERED);
-    assert_int_equal(ok[1], PEER_PROBE_REFUSED);
-    if (!strstr(why[1], "refused"))
-        fail_msg("closed port: %s", why[1]);
-    assert_int_equal(ok[2], PEER_PROBE_SILENT);
-    if (!strstr(why[2], "no answer within 1000 ms"))
-        fail_msg("mute port: %s", why[2]);
-    assert_int_equal(ok[3], PEER_PROBE_SILENT);
-    if (!strstr(why[3], "not a shoal peer hello"))
-        fail_msg("stranger: %s", why[3]);
-    assert_int_equal(ok[4], PEER_PROBE_SILENT);
-    if (!strstr(why[4], "does not resolve"))
-        fail_msg("bad address: %s", why[4]);
+    const struct { int found; const char *why; } want[5] = {
+        [1] = { PEER_PROBE_REFUSED, "refused" },                     /* closed port */
+        [2] = { PEER_PROBE_SILENT, "no answer within 1000 ms" },     /* mute port */
+        [3] = { PEER_PROBE_SILENT, "not a shoal peer hello" },       /* stranger */
+        [4] = { PEER_PROBE_SILENT, "does not resolve" },             /* bad address */
+    };
+    for (int i = 1; i < 5; i++) {
+        assert_int_equal(ok[i], want[i].found);
+        if (!strstr(why[i], want[i].why))
+            fail_msg("%s: %s", addrs[i], why[i]);
+    }
 
     /* the agent's listener took the probe as a probe session: it still
      * answers the next one */
