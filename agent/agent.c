@@ -14,6 +14,7 @@
 #include "assign.h"
 #include "control.h"
 #include "hw.h"
+#include "live.h"
 #include "peer.h"
 #include "probe.h"
 #include "report.h"
@@ -22,6 +23,7 @@
 #define POLL_WAIT_S 25              /* the assignment long-poll's wait */
 #define REPORT_QUEUE 4096           /* progress posts held while the server is away */
 #define PROBE_TIMEOUT_MS 10000
+#define HEARTBEAT_SLICE_S 0.05      /* how soon a heartbeat follows a tasklet's end */
 
 struct agent {
     const struct agent_config *cfg;
@@ -44,6 +46,8 @@ struct agent {
     uint32_t running_epoch;
     atomic_int abort;               /* raised when the running tasklet's assignment is replaced */
     atomic_llong step;
+    atomic_int beat_now;            /* raised when a tasklet ends: heartbeat at once */
+    struct live_held held;          /* the stage an unfinished tasklet left (live.h) */
 };
 
 /* (job, epoch) of an "assignment" value; job 0 for null. */
@@ -173,6 +177,10 @@ static void *heartbeat_main(void *arg)
         if (job) {
             json_object_set_new(body, "job_id", json_integer(job));
             json_object_set_new(body, "step", json_integer(atomic_load(&ag->step)));
+        } else {
+            json_t *held = live_held_json(&ag->held);   /* what a live resume may start from */
+            if (held)
+                json_object_set_new(body, "held", held);
         }
         long status;
         struct shoal_err e;
@@ -185,7 +193,11 @@ static void *heartbeat_main(void *arg)
             log_info("heartbeat delivered again after %d failures", failing);
             failing = 0;
         }
-        ctl_sleep(&ag->ctl, (double)ag->cfg->heartbeat_interval);
+        /* A tasklet that ends cuts the wait short: the server's re-plan
+         * waits for the survivors to say what they hold. */
+        double until = ctl_now() + (double)ag->cfg->heartbeat_interval;
+        while (!atomic_load(ag->stop) && !atomic_exchange(&ag->beat_now, 0) && ctl_now() < until)
+            ctl_sleep(&ag->ctl, HEARTBEAT_SLICE_S);
     }
     return NULL;
 }
@@ -345,7 +357,7 @@ static void run_tasklet(struct agent *ag, const json_t *a)
     struct train_env env = { .ctl = &ag->ctl, .reporter = ag->reporter, .listener = ag->listener, .dev = ag->dev,
                              .data_dir = ag->cfg->data_dir, .peer_timeout_ms = (int)ag->cfg->peer_timeout * 1000,
                              .connect_timeout_ms = (int)ag->cfg->connect_timeout * 1000, .abort = &ag->abort,
-                             .step = &ag->step };
+                             .step = &ag->step, .held = &ag->held };
     enum train_result res = train_run(&env, &as, &peer, &e);
     struct shoal_err fe;
     /* Stopping: what is not delivered in a moment is not waited for. */
@@ -363,6 +375,7 @@ static void run_tasklet(struct agent *ag, const json_t *a)
     pthread_mutex_lock(&ag->mu);
     ag->running_job = 0;
     pthread_mutex_unlock(&ag->mu);
+    atomic_store(&ag->beat_now, 1);
 }
 
 static void work_loop(struct agent *ag)
@@ -387,6 +400,8 @@ static void work_loop(struct agent *ag)
         if (runnable && !(job == done_job && epoch == done_epoch)) {
             run_tasklet(ag, a);
             done_job = job, done_epoch = epoch;
+        } else if (!job && ag->held.st) {
+            live_drop(&ag->held);   /* left out of the job's plan: nobody resumes from it here */
         } else if (!job && ctl_now() >= next_probe && seen >= 1) {
             probe_round(ag, seen);
             next_probe = ctl_now() + (double)ag->cfg->probe_interval;
@@ -440,6 +455,7 @@ int agent_run(const struct agent_config *cfg, atomic_int *stop, struct shoal_err
         ag->ctl.url[ul - 1] = '\0';
     pthread_mutex_init(&ag->mu, NULL);
     pthread_cond_init(&ag->changed, NULL);
+    live_init(&ag->held);
     if (mkdir(cfg->data_dir, 0700) != 0 && errno != EEXIST) {
         err_set(err, 2, "invalid_config", "--data-dir", "cannot create %s: %s", cfg->data_dir, strerror(errno));
         goto out;
@@ -475,6 +491,7 @@ out:
     if (ag->listener)
         peer_listener_stop(ag->listener);
     json_decref(ag->assignment);
+    live_destroy(&ag->held);
     pthread_mutex_destroy(&ag->mu);
     pthread_cond_destroy(&ag->changed);
     free(ag);

@@ -124,20 +124,39 @@ static int parse_validation(const json_t *v, struct assignment *o, struct shoal_
     return 0;
 }
 
+/* {step, root}: the epoch starts at `step` from the state its nodes hold;
+ * `root` (null: none) hands it round the stage's ring. */
+static int parse_live(const json_t *live, struct assignment *o, struct shoal_err *err)
+{
+    json_int_t step, root = -1;
+    json_t *r = json_object_get(live, "root");
+    if (json_unpack((json_t *)live, "{s:I}", "step", &step) != 0 || step < 1 || step >= o->steps ||
+        (r && !json_is_null(r) && (!json_is_integer(r) || (root = json_integer_value(r)) < 0 ||
+                                   root >= o->replicas)))
+        return err_set(err, 502, "bad_assignment", "live", "the assignment's live resume is malformed");
+    if (o->sync != ASSIGN_SYNC_EVERY_STEP || (root >= 0 && o->allreduce != ASSIGN_ALLREDUCE_RING))
+        return err_set(err, 502, "bad_assignment", "live", "a live resume needs sync every_step and, to hand "
+                       "the state over, the TCP ring");
+    o->live = 1;
+    o->live_root = (int)root;
+    o->resume_step = step;
+    return 0;
+}
+
 int assign_parse(const json_t *a, struct assignment *o, struct shoal_err *err)
 {
-    json_t *spec, *pipeline, *group, *resume = NULL;
+    json_t *spec, *pipeline, *group, *resume = NULL, *live = NULL;
     json_int_t job, epoch, stage, replica, stages, replicas, ls, le;
     json_int_t V, T, C, NH, L, M, B, steps, warmup, seed, ckpt;
     double lr, wd, clip;
     const char *secret, *schedule, *path, *format, *allreduce = "ring";
     json_error_t je;
     memset(o, 0, sizeof *o);
-    if (json_unpack_ex((json_t *)a, &je, 0, "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:o, s:o, s:o, s?s, s?o}",
+    if (json_unpack_ex((json_t *)a, &je, 0, "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:o, s:o, s:o, s?s, s?o, s?o}",
                        "job_id", &job, "epoch", &epoch, "stage", &stage, "replica", &replica,
                        "stages", &stages, "replicas", &replicas, "layer_start", &ls, "layer_end", &le,
                        "peer_secret", &secret, "spec", &spec, "pipeline", &pipeline, "group", &group,
-                       "allreduce", &allreduce, "resume", &resume) != 0)
+                       "allreduce", &allreduce, "resume", &resume, "live", &live) != 0)
         return err_set(err, 502, "bad_assignment", NULL, "the server's assignment is malformed: %s", je.text);
     if (json_unpack_ex(spec, &je, 0,
                        "{s:{s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:s},"
@@ -191,6 +210,8 @@ int assign_parse(const json_t *a, struct assignment *o, struct shoal_err *err)
         (peer_at(group, "replica", up, o->stage, up, &o->ring_next, err) != 0 ||
          peer_at(group, "replica", down, o->stage, down, &o->ring_prev, err) != 0))
         return -1;
+    if (live && !json_is_null(live))
+        return parse_live(live, o, err);
     if (resume && !json_is_null(resume)) {
         json_int_t rj, rs;
         if (json_unpack(resume, "{s:I, s:I}", "job_id", &rj, "step", &rs) != 0 || rj < 1 || rs < 0 || rs >= steps)

@@ -83,6 +83,11 @@ struct assignment {
     /* files per stage at the resume point: 1, or under diloco one per
      * replica of the job that saved it */
     int resume_replicas;
+    /* a live resume (live.h): live 1 when the epoch starts at resume_step
+     * from the state its nodes hold instead of a checkpoint; live_root the
+     * replica that hands its state round the stage's ring, or -1 when
+     * every replica of the stage holds it */
+    int live, live_root;
 };
 
 /* Reads the "assignment" object.  Returns 0, or -1 with err naming what is

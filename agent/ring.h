@@ -54,6 +54,19 @@ int ring_allreduce_sum(struct ring *r, float *data, size_t n, uint64_t step, str
 int ring_allreduce_codec(struct ring *r, float *data, size_t n, uint64_t step, enum codec_id codec,
                          float *feedback, struct shoal_err *err);
 
+/* Sends the `len` bytes at *data from rank `root` to every other rank
+ * round the ring (root -> root+1 -> ... -> root-1), in chunks of at most
+ * RING_STATE_CHUNK_BYTES, forwarding chunk i while chunk i+1 arrives.
+ * Frames: kind WIRE_STATE, dtype WIRE_BYTES, step = `step`, micro_batch
+ * 0 for the length (8 bytes, little-endian) then 1, 2, ... for the chunks.
+ * On the root *data and *len are the caller's; elsewhere *data is set to a
+ * new buffer of *len bytes (at most len_max, else an error) that the
+ * caller frees.  A live resume hands a stage's weights and AdamW state to
+ * replicas that lack them this way (live.h). */
+#define RING_STATE_CHUNK_BYTES (1u << 20)
+int ring_broadcast(struct ring *r, int root, unsigned char **data, size_t *len, size_t len_max, uint64_t step,
+                   struct shoal_err *err);
+
 /* Bytes each rank sends for an all-reduce of n floats: 2(size-1)/size * 4n
  * plus frame headers (for reports and the cost model check).  Exact for
  * rank 0; other ranks differ by at most 4 bytes a round (uneven segments).

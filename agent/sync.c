@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "../common/log.h"
-#include "ring.h"
 #include "tasklet.h"
 
 /* What a mode does at each point of a step; NULL: nothing. */
@@ -16,15 +15,6 @@ struct sync_mode {
     int (*weights)(struct tasklet *k, uint64_t t, struct shoal_err *err);
     int replicas_in_loss;   /* 1: the group's sum makes the mean over D replicas */
 };
-
-/* The TCP ring of the stage's group; its waits end within a slice once
- * the tasklet is told to stop (its job was re-planned). */
-static struct ring group_ring(struct tasklet *k)
-{
-    return (struct ring){ .next = &k->ring_next, .prev = &k->ring_prev, .rank = k->as->replica,
-                          .size = k->as->replicas, .timeout_ms = k->env->peer_timeout_ms,
-                          .stop = tasklet_peer_stop(k) };
-}
 
 /* every_step: joins the group's NCCL communicator when the plan puts it on
  * NCCL.  Every member must come within the connect timeout. */
@@ -74,7 +64,7 @@ static int every_step_gradients(struct tasklet *k, uint64_t t, struct shoal_err 
         }
         g = host;
     }
-    struct ring r = group_ring(k);
+    struct ring r = tasklet_ring(k);
     if (ring_allreduce_sum(&r, g, n, t, err) != 0) {
         tasklet_peer_failed(k, &k->as->ring_prev);
         goto out;
@@ -138,7 +128,7 @@ static int diloco_weights(struct tasklet *k, uint64_t t, struct shoal_err *err)
     for (size_t i = 0; i < n; i++)
         s->delta[i] = s->outer[i] - s->delta[i];
     if (as->replicas > 1) {
-        struct ring r = group_ring(k);
+        struct ring r = tasklet_ring(k);
         if (ring_allreduce_codec(&r, s->delta, n, t, as->sync_codec, s->feedback, err) != 0) {
             tasklet_peer_failed(k, &k->as->ring_prev);
             goto out;

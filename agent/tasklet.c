@@ -43,6 +43,13 @@ struct peer_stop tasklet_peer_stop(struct tasklet *k)
     return (struct peer_stop){ stop_hook, k };
 }
 
+struct ring tasklet_ring(struct tasklet *k)
+{
+    return (struct ring){ .next = &k->ring_next, .prev = &k->ring_prev, .rank = k->as->replica,
+                          .size = k->as->replicas, .timeout_ms = k->env->peer_timeout_ms,
+                          .stop = tasklet_peer_stop(k) };
+}
+
 /* After a call on stream `s` failed with one slice: 0 to wait another
  * slice, else -1 with err set (a real failure, the assignment changed, or
  * the whole timeout has passed). */

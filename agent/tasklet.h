@@ -10,6 +10,7 @@
 #include "../common/codec.h"
 #include "data.h"
 #include "nccl.h"
+#include "ring.h"
 #include "sync.h"
 #include "train.h"
 
@@ -56,6 +57,11 @@ int tasklet_stopping(const struct tasklet *k);
 
 /* tasklet_stopping as a peer wait's reason to give up (peer.h). */
 struct peer_stop tasklet_peer_stop(struct tasklet *k);
+
+/* The TCP ring of the stage's group (under NCCL its connections are
+ * closed); its waits end within a slice once the tasklet is told to stop
+ * (its job was re-planned). */
+struct ring tasklet_ring(struct tasklet *k);
 
 /* Sends (B,T,C) floats x on stream s as frame (kind, t, m) through the
  * stage link's codec, within --peer-timeout.  Returns 0, or -1 with err

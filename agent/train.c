@@ -9,6 +9,7 @@
 #include "../common/log.h"
 #include "ckpt.h"
 #include "eval.h"
+#include "live.h"
 #include "tasklet.h"
 
 #define TRAIN_PROGRESS_PATH "/v1/agent/progress"
@@ -238,21 +239,21 @@ static int train_step(struct tasklet *k, uint64_t t, uint64_t *queued, struct sh
     if (kern_stage_adamw(k->st, &h, &ke) != 0)
         return tasklet_kern_failed(&ke, err);
     k->compute_s += ctl_now() - t0;
-    if (sync_weights(k, t, err) != 0)
-        return -1;
-    if (eval_due(as, (int64_t)t)) {
+    int rc = sync_weights(k, t, err);
+    if (rc == 0 && eval_due(as, (int64_t)t)) {
         t0 = ctl_now();
-        if (eval_run(k, t, err) != 0)
-            return -1;
-        eval_s = ctl_now() - t0;
+        rc = eval_run(k, t, err);
+        eval_s = rc == 0 ? ctl_now() - t0 : 0;
     }
-    if (checkpoint_due(as, (int64_t)t) &&
-        ckpt_queue_upload(k->env->reporter, k->env->data_dir, k->st, as->job_id, (int64_t)t + 1, as->stage,
-                          as->sync == ASSIGN_SYNC_DILOCO ? as->replica : 0, err) != 0)
-        return -1;
+    if (rc == 0 && checkpoint_due(as, (int64_t)t))
+        rc = ckpt_queue_upload(k->env->reporter, k->env->data_dir, k->st, as->job_id, (int64_t)t + 1, as->stage,
+                               as->sync == ASSIGN_SYNC_DILOCO ? as->replica : 0, err);
+    /* The optimizer step is taken: it is reported even when what follows
+     * failed, so that a live resume from this stage's state (live.h) finds
+     * its step recorded. */
     take_waits(k, queued);
     post_progress(k, t, ctl_now() - start, eval_s);
-    return 0;
+    return rc;
 fail:
     kern_stage_drop_in_flight(k->st);
     return -1;
@@ -290,7 +291,6 @@ static int open_data(struct tasklet *k, struct shoal_err *err)
 static int tasklet_open(struct tasklet *k, struct shoal_err *err)
 {
     const struct assignment *as = k->as;
-    struct kern_err ke = {{0}};
     int B = as->micro_batch_size, T = as->model.context, M = as->micro_batches;
     int first = as->stage == 0, last = as->stage == as->stages - 1;
     if (!(k->ops = calloc((size_t)(2 * M), sizeof *k->ops)))
@@ -299,8 +299,8 @@ static int tasklet_open(struct tasklet *k, struct shoal_err *err)
                                   .last = last, .micro_batch = B, .seq_len = T,
                                   .in_flight = pipe_schedule(as->schedule, as->stage, as->stages, M, k->ops),
                                   .seed = as->seed };
-    if (kern_stage_new(&k->env->dev, &as->model, &sp, &k->st, &ke) != 0)
-        return tasklet_kern_failed(&ke, err);
+    if (live_stage(k->env->held, &k->env->dev, as, &sp, &k->st, err) != 0)
+        return -1;
     k->btc = (size_t)B * T * (size_t)as->model.d_model;
     k->link = codec_get(as->stage_link);
     k->wire_bytes = (size_t)codec_bytes(as->stage_link, k->btc, (uint64_t)as->model.d_model);
@@ -314,7 +314,7 @@ static int tasklet_open(struct tasklet *k, struct shoal_err *err)
         return err_set(err, 500, "internal", NULL, "out of memory for activations");
     if (open_data(k, err) != 0)
         return -1;
-    if (as->resume_job > 0) {
+    if (!as->live && as->resume_job > 0) {
         if (ckpt_restore(k->env->ctl, k->env->data_dir, k->st, as, err) != 0)
             return -1;
         log_info("resumed job=%lld stage=%d replica=%d from job=%lld step=%lld", (long long)as->job_id, as->stage,
@@ -337,8 +337,11 @@ static int encrypted_links(const struct tasklet *k, int *links)
     return n;
 }
 
-static void tasklet_close(struct tasklet *k)
+/* An unfinished tasklet's stage is kept for a live resume (live.h). */
+static void tasklet_close(struct tasklet *k, int finished)
 {
+    if (!finished)
+        live_keep(k->env->held, k->as, &k->st);
     peer_stream_stop(k->prev);
     peer_stream_stop(k->next);
     peer_close(&k->ring_prev);
@@ -369,7 +372,8 @@ enum train_result train_run(const struct train_env *env, const struct assignment
     assign_role(as->stage, as->replica, as->node_id, k.auth.role);
     k.auth.encrypt = peer_listener_encryption(env->listener); /* --peer-encryption */
     peer_listener_expect(env->listener, &k.auth);
-    if (tasklet_open(&k, err) != 0 || connect_neighbours(&k, err) != 0 || sync_open(&k, err) != 0)
+    if (tasklet_open(&k, err) != 0 || connect_neighbours(&k, err) != 0 || sync_open(&k, err) != 0 ||
+        live_share(&k, err) != 0)
         goto out;
     int links, encrypted = encrypted_links(&k, &links);
     log_info("tasklet connected job=%lld epoch=%u stage=%d replica=%d layers=%d..%d stage_link=%s sync=%s "
@@ -394,6 +398,6 @@ out:
         res = TRAIN_ABORTED;
     peer_listener_expect(env->listener, NULL);
     *failed_peer = k.failed_peer ? *k.failed_peer : (struct assign_peer){ .addr = "" };
-    tasklet_close(&k);
+    tasklet_close(&k, res == TRAIN_DONE);
     return res;
 }

@@ -34,6 +34,8 @@
 #define TRAIN_ADAM_BETA2 0.95
 #define TRAIN_ADAM_EPS 1e-8
 
+struct live_held;
+
 struct train_env {
     const struct ctl *ctl;
     struct reporter *reporter;
@@ -44,6 +46,7 @@ struct train_env {
     int connect_timeout_ms;        /* every neighbour must connect within this */
     const atomic_int *abort;       /* non-zero: the assignment changed; stop at the next step */
     atomic_llong *step;            /* the step in progress, for heartbeats */
+    struct live_held *held;        /* the stage an unfinished tasklet leaves (live.h) */
 };
 
 enum train_result { TRAIN_DONE = 0, TRAIN_FAILED = -1, TRAIN_ABORTED = -2 };

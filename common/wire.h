@@ -52,7 +52,7 @@
  * versions cannot talk: the first frame
  * (the listener's hello) fails with "peer speaks wire version N, this
  * agent V", so upgrade every agent of a job together. */
-#define WIRE_VERSION 4
+#define WIRE_VERSION 5
 #define WIRE_HEADER_BYTES 72
 #define WIRE_MAX_DIMS 4
 #define WIRE_NONCE_BYTES 32
@@ -82,7 +82,8 @@ enum wire_kind {
     WIRE_ERROR = 8,           /* payload: a UTF-8 reason */
     WIRE_GRAD_NORM = 9,       /* payload: one little-endian double, a sum of squared gradients */
     WIRE_EVAL = 10,           /* forward: residual stream of a validation micro-batch (no backward) */
-    WIRE_KIND_MAX = 10
+    WIRE_STATE = 11,          /* a piece of a stage's state (a stage file) sent round the ring (ring.h) */
+    WIRE_KIND_MAX = 11
 };
 
 enum wire_dtype {

@@ -19,11 +19,14 @@
  * checkpoint the epoch starts from: the job's own (a re-plan, planner.h),
  * else its spec's resume_from, else null (step 0); with the layers each of
  * its stage files holds, since a re-plan may split the layers otherwise,
- * and how many files a stage it has (one per replica under diloco). */
+ * and how many files a stage it has (one per replica under diloco).
+ * "live" replaces "resume" when the epoch goes on from the state its
+ * nodes hold (live_resume.h): {step, root: the replica of this stage that
+ * hands its state round, or null}. */
 #define ASSIGNMENT_SQL \
     "WITH me AS (SELECT node_id, ord FROM unnest($1::bigint[]) WITH ORDINALITY AS t(node_id, ord))," \
     " cur AS (SELECT DISTINCT ON (a.node_id) a.node_id, j.id AS job_id, j.plan_epoch AS epoch, j.state," \
-    "   j.spec, j.peer_secret, j.stages, j.replicas, a.plan_id, p.resume_step, a.stage, a.replica," \
+    "   j.spec, j.peer_secret, j.stages, j.replicas, a.plan_id, p.resume_step, p.live, a.stage, a.replica," \
     "   a.layer_start, a.layer_end" \
     "   FROM assignments a JOIN plans p ON p.id = a.plan_id" \
     "   JOIN jobs j ON j.id = p.job_id AND j.plan_epoch = p.epoch" \
@@ -49,6 +52,8 @@
     "       AND coalesce(c.spec->'communication'->>'sync', 'every_step') = 'every_step' THEN 'nccl' ELSE 'ring' END" \
     "     FROM assignments a JOIN nodes n ON n.id = a.node_id" \
     "     WHERE a.plan_id = c.plan_id AND a.stage = c.stage)," \
+    "   'live', CASE WHEN c.live IS NOT NULL THEN json_build_object('step', c.live->'step'," \
+    "     'root', c.live->'roots'->c.stage) END," \
     "   'resume', (SELECT json_build_object('job_id', r.job_id, 'step', r.step, 'stages'," \
     "       (SELECT coalesce(json_agg(json_build_object('stage', k.stage, 'layer_start', k.layer_start," \
     "         'layer_end', k.layer_end) ORDER BY k.stage), '[]') FROM checkpoints k" \
@@ -58,7 +63,8 @@
     "     FROM (SELECT CASE WHEN c.resume_step IS NOT NULL THEN c.job_id" \
     "         ELSE (c.spec->'resume_from'->>'job_id')::bigint END AS job_id," \
     "       coalesce(c.resume_step, (c.spec->'resume_from'->>'step')::bigint) AS step" \
-    "       WHERE c.resume_step IS NOT NULL OR jsonb_typeof(c.spec->'resume_from') = 'object') r))" \
+    "       WHERE c.live IS NULL AND (c.resume_step IS NOT NULL" \
+    "         OR jsonb_typeof(c.spec->'resume_from') = 'object')) r))" \
     "  END)" \
     " FROM me LEFT JOIN cur c ON c.node_id = me.node_id ORDER BY me.ord"
 

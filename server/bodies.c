@@ -79,11 +79,19 @@ int body_registration_parse(const json_t *body, struct body_registration *out, s
 
 #define H(f) offsetof(struct body_heartbeat, f)
 #define HS(f) sizeof(((struct body_heartbeat *)0)->f)
+static const struct jv_field held_fields[] = {
+    { "job_id", JV_INT, 1, 0, 1, 9e18, H(held_job_id), 0, NULL, NULL },
+    { "layer_start", JV_INT, 1, 0, 0, 65535, H(held_layer_start), 0, NULL, NULL },
+    { "layer_end", JV_INT, 1, 0, 1, 65536, H(held_layer_end), 0, NULL, NULL },
+    { "step", JV_INT, 1, 0, 0, 9e18, H(held_step), 0, NULL, NULL },
+    { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
+};
 static const struct jv_field heartbeat_fields[] = {
     { "state", JV_STR, 1, 0, 1, 15, H(state), HS(state), node_states_reported, NULL },
     { "job_id", JV_INT, 0, 1, 1, 9e18, H(job_id), 0, NULL, NULL },
     { "step", JV_INT, 0, 1, 0, 9e18, H(step), 0, NULL, NULL },
     { "peer_address", JV_STR, 0, 1, 3, 261, H(peer_address), HS(peer_address), NULL, NULL },
+    { "held", JV_OBJ, 0, 1, 0, 0, 0, 0, NULL, held_fields },
     { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
 };
 #undef H
@@ -98,6 +106,10 @@ int body_heartbeat_parse(const json_t *body, struct body_heartbeat *out, struct 
     if (out->peer_address[0] && !body_peer_address_valid(out->peer_address))
         return err_set(e, 422, "invalid_field", "peer_address",
                        "peer_address must be host:port with a port from 1 to 65535");
+    if (out->held_job_id && out->held_layer_end <= out->held_layer_start)
+        return err_set(e, 422, "invalid_field", "held.layer_end", "held.layer_end must be above held.layer_start");
+    if (out->held_job_id && strcmp(out->state, "idle") != 0)
+        return err_set(e, 422, "invalid_field", "held", "only an idle node holds a stage for a live resume");
     return 0;
 }
 

@@ -6,6 +6,7 @@
 #include "bodies.h"
 #include "http.h"
 #include "queries.h"
+#include "recovery.h"
 #include "routes.h"
 
 static const char *const node_states_all[] = { "idle", "busy", "draining", "lost", NULL };
@@ -55,7 +56,7 @@ void h_heartbeat(struct request *rq, struct response *rs)
 {
     struct body_heartbeat hb;
     struct shoal_err e;
-    char p_id[24], p_job[24], p_step[24];
+    char p_id[24], p_job[24], p_step[24], p_hjob[24], p_hls[24], p_hle[24], p_hstep[24];
     json_t *node = NULL;
     json_t *body = request_json(rq, rs);
     if (!body)
@@ -69,18 +70,33 @@ void h_heartbeat(struct request *rq, struct response *rs)
         hb.job_id > 0 ? db_param_i64(p_job, hb.job_id) : NULL,
         hb.step >= 0 ? db_param_i64(p_step, hb.step) : NULL,
         hb.peer_address[0] ? hb.peer_address : NULL,
+        hb.held_job_id ? db_param_i64(p_hjob, hb.held_job_id) : NULL,
+        hb.held_job_id ? db_param_i64(p_hls, hb.held_layer_start) : NULL,
+        hb.held_job_id ? db_param_i64(p_hle, hb.held_layer_end) : NULL,
+        hb.held_job_id ? db_param_i64(p_hstep, hb.held_step) : NULL,
     };
     /* A draining node keeps draining whatever it reports: the operator said
      * so.  The commit does not wait for the WAL flush (synchronous_commit
      * off for this transaction only): a heartbeat is rewritten every few
      * seconds, so a database crash can lose at most the last fraction of a
      * second of them, and not waiting is most of a heartbeat's cost. */
-    node = db_query_json(rq->srv->db,
+    /* An idle heartbeat also says what the node holds for a live resume
+     * (live_resume.c); one holding a stage of a recovering job wakes the
+     * re-plan that waits for it. */
+    json_t *res = db_query_json(rq->srv->db,
         "WITH async AS (SELECT set_config('synchronous_commit', 'off', true))"
         " UPDATE nodes SET last_heartbeat_at = now(),"
         " state = CASE WHEN state = 'draining' THEN 'draining' ELSE $2 END,"
-        " current_job_id = $3, current_step = $4, peer_address = coalesce($5, peer_address)"
-        " FROM async WHERE id = $1 RETURNING " NODE_JSON, 5, params, "node", &e);
+        " current_job_id = $3, current_step = $4, peer_address = coalesce($5, peer_address),"
+        " held_job_id = $6::bigint, held_layer_start = $7::int, held_layer_end = $8::int, held_step = $9::bigint,"
+        " held_at = CASE WHEN $2 = 'idle' THEN now() ELSE held_at END"
+        " FROM async WHERE id = $1 RETURNING json_build_object('node', " NODE_JSON ", 'wake',"
+        "   EXISTS (SELECT 1 FROM jobs j WHERE j.id = $6::bigint AND j.state = 'recovering'))",
+        9, params, "node", &e);
+    node = json_incref(json_object_get(res, "node"));
+    if (res && json_is_true(json_object_get(res, "wake")))
+        recovery_wake(rq->srv->recovery);
+    json_decref(res);
     if (!node) {
         if (e.status == 409)   /* the foreign key on current_job_id */
             err_set(&e, 422, "invalid_field", "job_id", "job %s does not exist", p_job);

@@ -24,6 +24,9 @@ struct plan_work {
     int64_t job_id;
     int64_t resume_step;      /* the job's checkpoint to start from; -1: the spec's start */
     int available;            /* live nodes offered to the scheduler */
+    int64_t total_steps;
+    struct plan_repair *repair;   /* a live resume on offer, or NULL */
+    json_t *live;             /* {step, roots} when the stored plan is a live resume */
     struct scenario net;      /* those nodes and their links */
     struct sched_problem problem;
 };
@@ -59,8 +62,69 @@ void planner_free(struct plan_work *w)
 {
     if (!w)
         return;
+    planner_offer_repair(w, NULL);
+    json_decref(w->live);
     scenario_free(&w->net);
     free(w);
+}
+
+const struct sched_problem *planner_problem(const struct plan_work *w)
+{
+    return &w->problem;
+}
+
+int64_t planner_resume_step(const struct plan_work *w)
+{
+    return w->resume_step;
+}
+
+int64_t planner_total_steps(const struct plan_work *w)
+{
+    return w->total_steps;
+}
+
+int planner_resume_live(const struct plan_work *w)
+{
+    return w->live != NULL;
+}
+
+void planner_offer_repair(struct plan_work *w, struct plan_repair *r)
+{
+    if (w->repair) {
+        sched_plan_free(&w->repair->plan);
+        free(w->repair->roots);
+        free(w->repair);
+    }
+    w->repair = r;
+}
+
+/* Between the search's plan and the repair on offer: returns the one to
+ * store, and in *choice why ({step, repair_s, searched_s, steps_saved,
+ * chosen}); the repair chosen sets the resume step and w->live. */
+static const struct sched_plan *choose_repair(struct plan_work *w, const struct sched_plan *searched,
+                                              json_t **choice, struct shoal_err *e)
+{
+    struct plan_repair *r = w->repair;
+    *choice = NULL;
+    if (!r)
+        return searched;
+    if (sched_predict(&w->problem, &r->plan, e) != 0)
+        return NULL;
+    double left = (double)(w->total_steps - r->step);
+    int64_t saved = r->step - (w->resume_step > 0 ? w->resume_step : 0);
+    int take = r->plan.cost.feasible &&
+               r->plan.cost.total_s * left <= searched->cost.total_s * (left + (double)saved);
+    *choice = json_pack("{s:I, s:f, s:f, s:I, s:s}", "step", (json_int_t)r->step, "repair_s", r->plan.cost.total_s,
+                        "searched_s", searched->cost.total_s, "steps_saved", (json_int_t)saved, "chosen",
+                        take ? "survivors" : "checkpoint");
+    if (!take)
+        return searched;
+    json_t *roots = json_array();
+    for (int s = 0; s < r->plan.stages; s++)
+        json_array_append_new(roots, r->roots[s] >= 0 ? json_integer(r->roots[s]) : json_null());
+    w->live = json_pack("{s:I, s:o}", "step", (json_int_t)r->step, "roots", roots);
+    w->resume_step = r->step;
+    return &r->plan;
 }
 
 enum sched_cost planner_cost(const struct plan_work *w)
@@ -80,6 +144,7 @@ static int planner_job(struct server *srv, struct plan_work *w, json_t *job, str
         return err_set(e, 409, "conflict", "state", "job %lld is %s; only pending, scheduled, running or recovering "
                        "jobs are scheduled", (long long)w->job_id, state);
     w->resume_step = -1;
+    w->total_steps = json_integer_value(json_object_get(job, "total_steps"));
     if (!json_is_true(json_object_get(job, "started")))
         return 0;
     return checkpoints_latest_valid(srv, w->job_id, json_integer_value(json_object_get(job, "total_steps")),
@@ -235,15 +300,16 @@ static json_t *plan_stages_json(const struct sched_problem *pb, const struct sch
 
 /* $1 job, $2 cost model, $3 predicted s, $4 detail, $5-$9 the tasklets
  * (stage, replica, node, layer_start, layer_end arrays), $10 the states it
- * may be stored from, $11 the resume step or NULL.  One statement: the new
+ * may be stored from, $11 the resume step or NULL, $12 the live resume
+ * ({step, roots}) or NULL.  One statement: the new
  * epoch, the plan, its assignments, and the steps that will be trained
  * again dropped from job_steps (with the count of finished tasklets). */
 #define PLAN_STORE_SQL \
     "WITH j AS (UPDATE jobs SET plan_epoch = plan_epoch + 1, state = 'scheduled', tasklets_finished = 0," \
     "   recover_after = NULL, recovery_waiting = NULL, schedule_refused = NULL, updated_at = now()" \
     "   WHERE id = $1 AND state = ANY ($10::text[]) RETURNING id, plan_epoch)," \
-    " p AS (INSERT INTO plans (job_id, epoch, cost_model, predicted_iteration_s, detail, resume_step)" \
-    "   SELECT id, plan_epoch, $2, $3, $4::jsonb, $11::bigint FROM j RETURNING id, epoch)," \
+    " p AS (INSERT INTO plans (job_id, epoch, cost_model, predicted_iteration_s, detail, resume_step, live)" \
+    "   SELECT id, plan_epoch, $2, $3, $4::jsonb, $11::bigint, $12::jsonb FROM j RETURNING id, epoch)," \
     " a AS (INSERT INTO assignments (plan_id, stage, replica, node_id, layer_start, layer_end)" \
     "   SELECT p.id, t.s, t.r, t.n, t.ls, t.le FROM p," \
     "   unnest($5::int[], $6::int[], $7::bigint[], $8::int[], $9::int[]) AS t(s, r, n, ls, le) RETURNING 1)," \
@@ -262,6 +328,7 @@ static long planner_store(struct server *srv, const struct plan_work *w, const s
     char p_id[24], p_cost[32], p_resume[24];
     long epoch = -1;
     char *detail_text = json_dumps(detail, JSON_COMPACT | JSON_REAL_PRECISION(15));
+    char *live_text = w->live ? json_dumps(w->live, JSON_COMPACT) : NULL;
     for (int k = 0; k < 5; k++)
         buf_init(&a[k], 16u << 20);
     for (int s = 0; s < plan->stages; s++) {
@@ -280,8 +347,8 @@ static long planner_store(struct server *srv, const struct plan_work *w, const s
                              db_param_f64(p_cost, plan->cost.total_s), detail_text,
                              a[0].data, a[1].data, a[2].data, a[3].data, a[4].data,
                              w->req.only_if_recovering ? "{recovering}" : "{pending,scheduled,running,recovering}",
-                             w->resume_step >= 0 ? db_param_i64(p_resume, w->resume_step) : NULL };
-    json_t *res = db_query_json(srv->db, PLAN_STORE_SQL, 11, params, "job", e);
+                             w->resume_step >= 0 ? db_param_i64(p_resume, w->resume_step) : NULL, live_text };
+    json_t *res = db_query_json(srv->db, PLAN_STORE_SQL, 12, params, "job", e);
     if (res) {
         epoch = (long)json_integer_value(json_object_get(res, "epoch"));
         log_info("plan stored job=%s epoch=%ld resume_step=%lld steps_dropped=%lld", p_id, epoch,
@@ -291,6 +358,7 @@ static long planner_store(struct server *srv, const struct plan_work *w, const s
     }
     json_decref(res);
     free(detail_text);
+    free(live_text);
     for (int k = 0; k < 5; k++)
         buf_free(&a[k]);
     return epoch;
@@ -380,14 +448,17 @@ json_t *planner_run(struct server *srv, struct plan_work *w, struct shoal_err *e
         err_set(e, 500, "internal", NULL, "out of memory");
         goto out;
     }
+    json_t *choice = NULL;
+    const struct sched_plan *chosen;
     if (sched_search(&w->problem, &opt, &plan, e) != 0 ||
-        sched_baselines(&w->problem, opt.seed, PLANNER_RANDOM_PLANS, &bl, e) != 0)
+        sched_baselines(&w->problem, opt.seed, PLANNER_RANDOM_PLANS, &bl, e) != 0 ||
+        !(chosen = choose_repair(w, &plan, &choice, e)))
         goto out;
-    detail = planner_finish(srv, w, &plan, json_pack("{s:{s:f, s:f, s:I}, s:I, s:I, s:I, s:b}",
+    detail = planner_finish(srv, w, chosen, json_pack("{s:{s:f, s:f, s:I}, s:I, s:I, s:I, s:b, s:o?}",
         "baselines", "sequential_s", bl.sequential_s, "best_random_s", bl.best_random_s,
         "random_plans", (json_int_t)bl.random_plans,
         "seed", (json_int_t)w->req.seed, "budget_ms", (json_int_t)w->req.budget_ms,
-        "candidates", (json_int_t)w->req.candidates, "forced", 0), e);
+        "candidates", (json_int_t)w->req.candidates, "forced", 0, "live_resume", choice), e);
 out:
     sched_plan_free(&plan);
     return detail;

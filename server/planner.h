@@ -69,6 +69,31 @@ struct plan_force {
  * planner_run. */
 json_t *planner_force(struct server *srv, struct plan_work *w, const struct plan_force *f, struct shoal_err *e);
 
+/* A live resume offered to planner_run by the recovery thread
+ * (live_resume.h): the current epoch's layers and surviving nodes, their
+ * empty places filled with spares, starting at `step` from the state the
+ * survivors hold. */
+struct plan_repair {
+    struct sched_plan plan;     /* node indices into the problem's nodes */
+    int64_t step;
+    int *roots;                 /* [stage]: the replica that hands its state round, -1: none needed */
+};
+
+const struct sched_problem *planner_problem(const struct plan_work *w);
+/* The checkpoint step the work would resume from; -1: the start. */
+int64_t planner_resume_step(const struct plan_work *w);
+/* The job's total steps. */
+int64_t planner_total_steps(const struct plan_work *w);
+
+/* Hands r to w (freed with it).  planner_run then costs both its search's
+ * plan and r's under the job's cost model and stores r when, over the
+ * steps left, r trains no slower than the search's plan does with the
+ * steps a checkpoint resume trains again: c_r (T - s) <= c_s (T - s + s -
+ * checkpoint).  Its detail says so in "live_resume". */
+void planner_offer_repair(struct plan_work *w, struct plan_repair *r);
+/* 1 when planner_run stored the repair: the epoch goes on from the survivors. */
+int planner_resume_live(const struct plan_work *w);
+
 /* The cost model the work was prepared with (for metrics). */
 enum sched_cost planner_cost(const struct plan_work *w);
 

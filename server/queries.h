@@ -41,6 +41,7 @@
     "   THEN " reason " || ' (after ' || recoveries || ' recoveries)' END," \
     " finished_at = CASE WHEN recoveries >= " max " THEN now() END," \
     " recovery_reason = " reason ", recovery_waiting = NULL, recover_after = " after "," \
+    " recovery_started_at = now()," \
     " recoveries = recoveries + (recoveries < " max ")::int, updated_at = now()"
 
 /* ---- failures judged (sql/008_fault_attribution.sql, recovery.c) */

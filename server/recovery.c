@@ -11,6 +11,7 @@
 #include "db.h"
 #include "fault_judge.h"
 #include "http.h"
+#include "live_resume.h"
 #include "planner.h"
 #include "queries.h"
 #include "sched/input.h"
@@ -120,13 +121,23 @@ static void replan(struct server *srv, int64_t job)
         }
         goto out;
     }
+    char waiting[200];
+    int live = live_resume_offer(srv, job, w, waiting, sizeof waiting, &e);
+    if (live == 1) {   /* the survivors have yet to say what they hold */
+        const char *params[] = { db_param_i64(p_job, job), waiting };
+        res = db_query_json(srv->db, WAITING_SQL, 2, params, "job", &e);
+        goto out;
+    }
+    if (live < 0 && e.status != 503)
+        log_warn("recovery: job %lld: no live resume: %s", (long long)job, e.message);
     detail = planner_run(srv, w, &e);
     metrics_schedule_observe(srv->metrics, planner_cost(w), detail ? METRICS_SCHEDULE_STORED : METRICS_SCHEDULE_ERROR,
                              http_now() - started);
     if (detail)
         log_info("recovery: job %lld re-planned epoch=%lld resume_step=%s nodes_available=%lld", (long long)job,
                  (long long)json_integer_value(json_object_get(detail, "epoch")),
-                 json_is_null(json_object_get(detail, "resume_step")) ? "start" : "checkpoint",
+                 json_is_null(json_object_get(detail, "resume_step")) ? "start"
+                 : planner_resume_live(w) ? "survivors" : "checkpoint",
                  (long long)json_integer_value(json_object_get(detail, "nodes_available")));
     else if (e.status != 409)
         log_warn("recovery: re-plan of job %lld failed: %s", (long long)job, e.message);

@@ -450,6 +450,89 @@ static void test_ring_packed_mismatch(void **state)
     ring_free(&rs);
 }
 
+/* ring_broadcast: every root of rings of 1..4 ranks; lengths of one byte,
+ * of chunks exactly, and over several chunks; every rank ends with the
+ * root's bytes.  A length over the receivers' limit is refused. */
+struct bcast_job {
+    struct ring *r;
+    int root;
+    unsigned char *data;
+    size_t len, len_max;
+    int rc;
+    struct shoal_err err;
+};
+
+static void *bcast_main(void *arg)
+{
+    struct bcast_job *j = arg;
+    j->rc = ring_broadcast(j->r, j->root, &j->data, &j->len, j->len_max, 7, &j->err);
+    if (j->rc != 0) {
+        if (j->r->next->fd >= 0)
+            shutdown(j->r->next->fd, SHUT_RDWR);
+        if (j->r->prev->fd >= 0)
+            shutdown(j->r->prev->fd, SHUT_RDWR);
+    }
+    return NULL;
+}
+
+static int bcast_run(struct ring_set *rs, int root, unsigned char *src, size_t len, size_t len_max,
+                     struct bcast_job *jobs)
+{
+    pthread_t t[RANKS_MAX];
+    int failed = 0;
+    for (int k = 0; k < rs->size; k++) {
+        jobs[k] = (struct bcast_job){ .r = &rs->r[k], .root = root, .len_max = len_max };
+        if (k == root)
+            jobs[k].data = src, jobs[k].len = len;
+        pthread_create(&t[k], NULL, bcast_main, &jobs[k]);
+    }
+    for (int k = 0; k < rs->size; k++) {
+        pthread_join(t[k], NULL);
+        failed |= jobs[k].rc != 0;
+    }
+    return failed;
+}
+
+static void test_ring_broadcast(void **state)
+{
+    (void)state;
+    const size_t lens[] = { 1, RING_STATE_CHUNK_BYTES, 2 * RING_STATE_CHUNK_BYTES + 3 };
+    for (int size = 1; size <= 4; size++) {
+        struct ring_set rs;
+        ring_form(&rs, size, 0, TIMEOUT_MS);
+        for (int root = 0; root < size; root++) {
+            for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+                size_t len = lens[li];
+                unsigned char *src = malloc(len);
+                struct bcast_job jobs[RANKS_MAX];
+                assert_non_null(src);
+                for (size_t i = 0; i < len; i++)
+                    src[i] = (unsigned char)(i * 131 + (size_t)root * 7 + li);
+                if (bcast_run(&rs, root, src, len, len, jobs) != 0)
+                    fail_msg("size %d root %d len %zu failed", size, root, len);
+                for (int k = 0; k < size; k++) {
+                    if (k == root || size == 1)
+                        continue;
+                    assert_int_equal(jobs[k].len, len);
+                    assert_memory_equal(jobs[k].data, src, len);
+                    free(jobs[k].data);
+                }
+                free(src);
+            }
+        }
+        ring_free(&rs);
+    }
+    /* more than a receiver accepts: refused, named */
+    struct ring_set rs;
+    struct bcast_job jobs[RANKS_MAX];
+    unsigned char big[64] = { 0 };
+    ring_form(&rs, 3, 0, TIMEOUT_MS);
+    assert_int_not_equal(bcast_run(&rs, 1, big, sizeof big, 16, jobs), 0);
+    assert_string_equal(jobs[2].err.code, "peer_protocol");
+    assert_non_null(strstr(jobs[2].err.message, "64 bytes, expected 1 to 16"));
+    ring_free(&rs);
+}
+
 int main(void)
 {
     log_threshold = LOG_LEVEL_ERROR;
@@ -463,6 +546,7 @@ int main(void)
         cmocka_unit_test(test_ring_encrypted),
         cmocka_unit_test(test_ring_packed),
         cmocka_unit_test(test_ring_packed_mismatch),
+        cmocka_unit_test(test_ring_broadcast),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,281 @@
+/* live_resume.c - a repair of a failed plan that goes on from the
+ * survivors' memory (live_resume.h). */
+#include "live_resume.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/log.h"
+#include "db.h"
+#include "queries.h"
+#include "server.h"
+
+/* $1 job, $2 --heartbeat-timeout s.  The failed plan's tasklets: the step
+ * each one's node says it holds of that tasklet's layers since the job
+ * went to recovery (null: nothing usable), and whether the re-plan still
+ * waits to hear from it (alive, not left out, no idle heartbeat since);
+ * how many tasklets reported each step before a held one; the GPU nodes
+ * (their groups sum over NCCL). */
+#define LIVE_SURVEY_SQL \
+    "WITH j AS (SELECT id, plan_epoch, recovery_started_at," \
+    "   coalesce(spec->'communication'->>'sync', 'every_step') AS sync FROM jobs WHERE id = $1::bigint)," \
+    " t AS (SELECT a.stage, a.replica, a.node_id, a.layer_start, a.layer_end," \
+    "   CASE WHEN n.held_job_id = j.id AND n.held_layer_start = a.layer_start AND n.held_layer_end = a.layer_end" \
+    "     AND n.held_at >= j.recovery_started_at THEN n.held_step END AS held_step," \
+    "   n.state IN ('idle', 'busy') AND n.last_heartbeat_at > now() - make_interval(secs => $2::float8)" \
+    "     AND x.node_id IS NULL AND NOT coalesce(n.held_at >= j.recovery_started_at, false) AS pending" \
+    "   FROM j JOIN plans p ON p.job_id = j.id AND p.epoch = j.plan_epoch" \
+    "   JOIN assignments a ON a.plan_id = p.id JOIN nodes n ON n.id = a.node_id" \
+    "   LEFT JOIN " JOB_EXCLUDED_SQL("$1::bigint", "(SELECT plan_epoch FROM jobs WHERE id = $1::bigint)") " x" \
+    "     ON x.node_id = a.node_id)" \
+    " SELECT json_build_object('sync', j.sync," \
+    "   'age_s', coalesce(extract(epoch FROM now() - j.recovery_started_at), 1e9)," \
+    "   'tasklets', (SELECT coalesce(json_agg(json_build_object('stage', t.stage, 'replica', t.replica," \
+    "     'node', t.node_id, 'layer_start', t.layer_start, 'layer_end', t.layer_end, 'held_step', t.held_step," \
+    "     'pending', t.pending)), '[]') FROM t)," \
+    "   'reported', (SELECT coalesce(json_object_agg(s.step, s.n), '{}') FROM (SELECT step, count(*) AS n" \
+    "     FROM job_steps WHERE job_id = $1::bigint AND step IN (SELECT held_step - 1 FROM t) GROUP BY step) s)," \
+    "   'gpu', (SELECT coalesce(json_agg(id), '[]') FROM nodes WHERE gpu_count > 0)) FROM j"
+
+/* The failed plan as a grid: per place (stage * D + replica) the node's
+ * index among the problem's nodes (-1: gone or left out) and the step it
+ * holds (-1: none). */
+struct grid {
+    int S, D;
+    int *node;
+    int64_t *held;
+    int *layer_start, *layer_end;   /* [stage] */
+};
+
+static int node_index(const struct sched_problem *pb, int64_t id)
+{
+    for (int i = 0; i < pb->n; i++)
+        if (pb->nodes[i].id == id)
+            return i;
+    return -1;
+}
+
+static int in_list(const json_t *ids, int64_t id)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(ids, i, v)
+        if (json_integer_value(v) == id)
+            return 1;
+    return 0;
+}
+
+/* The latest step every stage has a survivor holding and every tasklet
+ * reported the step before, later than `after`; -1: none. */
+static int64_t common_step(const struct grid *g, const json_t *reported, int64_t after, int64_t total)
+{
+    int64_t best = -1;
+    for (int c = 0; c < g->S * g->D; c++) {
+        int64_t s = g->held[c];
+        if (s <= after || s >= total || s <= best)
+            continue;
+        char key[24];
+        snprintf(key, sizeof key, "%lld", (long long)(s - 1));
+        if (s > 0 && json_integer_value(json_object_get(reported, key)) != (json_int_t)g->S * g->D)
+            continue;
+        int every = 1;
+        for (int st = 0; st < g->S && every; st++) {
+            int has = 0;
+            for (int r = 0; r < g->D; r++)
+                has |= g->held[st * g->D + r] == s;
+            every = has;
+        }
+        if (every)
+            best = s;
+    }
+    return best;
+}
+
+/* Fills the empty places of p (node -1) with unused nodes, each the one
+ * that makes the predicted step cheapest.  Returns 0, 1 when there are too
+ * few nodes, or -1 with e set. */
+static int fill_spares(const struct sched_problem *pb, struct sched_plan *p, struct shoal_err *e)
+{
+    int cells = p->stages * p->replicas, rc = -1;
+    char *used = calloc((size_t)pb->n + 1, 1);
+    int *empty = calloc((size_t)cells + 1, sizeof *empty), n_empty = 0;
+    if (!used || !empty) {
+        err_set(e, 500, "internal", NULL, "out of memory");
+        goto out;
+    }
+    for (int c = 0; c < cells; c++) {
+        if (p->node[c] >= 0)
+            used[p->node[c]] = 1;
+        else
+            empty[n_empty++] = c;
+    }
+    /* first whatever is free, so that every plan costed is whole */
+    for (int k = 0, i = 0; k < n_empty; k++) {
+        while (i < pb->n && used[i])
+            i++;
+        if (i == pb->n) {
+            rc = 1;
+            goto out;
+        }
+        p->node[empty[k]] = i;
+        used[i] = 1;
+    }
+    for (int k = 0; k < n_empty; k++) {
+        int c = empty[k], best = p->node[c];
+        if (sched_predict(pb, p, e) != 0)
+            goto out;
+        double best_s = p->cost.feasible ? p->cost.total_s : INFINITY;
+        for (int i = 0; i < pb->n; i++) {
+            if (used[i])
+                continue;
+            p->node[c] = i;
+            if (sched_predict(pb, p, e) != 0)
+                goto out;
+            if (p->cost.feasible && p->cost.total_s < best_s) {
+                best_s = p->cost.total_s;
+                used[best] = 0;
+                used[i] = 1;
+                best = i;
+            }
+        }
+        p->node[c] = best;
+    }
+    rc = 0;
+out:
+    free(used);
+    free(empty);
+    return rc;
+}
+
+/* Why no offer, logged; returns 0. */
+static int no_offer(int64_t job, const char *why)
+{
+    log_info("recovery: job %lld resumes from a checkpoint, not from its survivors: %s", (long long)job, why);
+    return 0;
+}
+
+/* The repair of grid g at step `step`, or NULL with *why or e set. */
+static struct plan_repair *repair_make(const struct sched_problem *pb, const struct grid *g, const json_t *gpu,
+                                       int64_t step, const char **why, struct shoal_err *e)
+{
+    struct plan_repair *r = calloc(1, sizeof *r);
+    int ok = 0;
+    if (!r || !(r->roots = calloc((size_t)g->S, sizeof *r->roots)) || sched_plan_init(&r->plan, g->S, g->D) != 0) {
+        err_set(e, 500, "internal", NULL, "out of memory");
+        goto out;
+    }
+    r->step = step;
+    memcpy(r->plan.node, g->node, (size_t)(g->S * g->D) * sizeof *g->node);
+    memcpy(r->plan.layer_start, g->layer_start, (size_t)g->S * sizeof *g->layer_start);
+    memcpy(r->plan.layer_end, g->layer_end, (size_t)g->S * sizeof *g->layer_end);
+    int filled = fill_spares(pb, &r->plan, e);
+    if (filled != 0) {
+        *why = filled > 0 ? "too few spare nodes to fill the places of the nodes that are gone" : NULL;
+        goto out;
+    }
+    for (int st = 0; st < g->S; st++) {
+        int all = 1, nccl = 1;
+        r->roots[st] = -1;
+        for (int rp = g->D - 1; rp >= 0; rp--) {
+            int c = st * g->D + rp;
+            all &= g->held[c] == step && g->node[c] >= 0;
+            if (g->held[c] == step && g->node[c] >= 0)
+                r->roots[st] = rp;   /* the lowest replica that holds it */
+            nccl &= in_list(gpu, pb->nodes[r->plan.node[c]].id);
+        }
+        if (all)
+            r->roots[st] = -1;
+        else if (nccl && g->D > 1) {
+            *why = "a stage that needs its state handed round sums its gradients over NCCL, not the TCP ring";
+            goto out;
+        }
+    }
+    ok = 1;
+out:
+    if (!ok && r) {
+        sched_plan_free(&r->plan);
+        free(r->roots);
+        free(r);
+        r = NULL;
+    }
+    return r;
+}
+
+int live_resume_offer(struct server *srv, int64_t job, struct plan_work *w, char *waiting, size_t len,
+                      struct shoal_err *e)
+{
+    const struct sched_problem *pb = planner_problem(w);
+    struct grid g = { .S = pb->stages, .D = pb->replicas };
+    char p_job[24], p_timeout[32];
+    const char *params[] = { db_param_i64(p_job, job), db_param_f64(p_timeout, (double)srv->cfg.heartbeat_timeout) };
+    const char *why = NULL;
+    int rc = -1, pending = 0;
+    json_t *sv = db_query_json(srv->db, LIVE_SURVEY_SQL, 2, params, "job", e);
+    if (!sv)
+        return -1;
+    json_t *tasklets = json_object_get(sv, "tasklets");
+    int cells = g.S * g.D;
+    g.node = malloc((size_t)cells * sizeof *g.node);
+    g.held = malloc((size_t)cells * sizeof *g.held);
+    g.layer_start = malloc((size_t)g.S * sizeof *g.layer_start);
+    g.layer_end = malloc((size_t)g.S * sizeof *g.layer_end);
+    if (!g.node || !g.held || !g.layer_start || !g.layer_end) {
+        err_set(e, 500, "internal", NULL, "out of memory");
+        goto out;
+    }
+    rc = 0;
+    if (strcmp(json_string_value(json_object_get(sv, "sync")), "every_step") != 0) {
+        rc = no_offer(job, "its replicas differ between diloco's outer steps");
+        goto out;
+    }
+    if ((int)json_array_size(tasklets) != cells) {
+        rc = no_offer(job, "its failed plan has another shape");
+        goto out;
+    }
+    size_t i;
+    json_t *t;
+    json_array_foreach(tasklets, i, t) {
+        int st = (int)json_integer_value(json_object_get(t, "stage"));
+        int rp = (int)json_integer_value(json_object_get(t, "replica"));
+        json_t *held = json_object_get(t, "held_step");
+        if (st < 0 || st >= g.S || rp < 0 || rp >= g.D) {
+            rc = no_offer(job, "its failed plan has another shape");
+            goto out;
+        }
+        int c = st * g.D + rp;
+        g.layer_start[st] = (int)json_integer_value(json_object_get(t, "layer_start"));
+        g.layer_end[st] = (int)json_integer_value(json_object_get(t, "layer_end"));
+        g.node[c] = node_index(pb, json_integer_value(json_object_get(t, "node")));
+        g.held[c] = g.node[c] >= 0 && json_is_integer(held) ? json_integer_value(held) : -1;
+        pending += json_is_true(json_object_get(t, "pending"));
+    }
+    if (pending > 0 && json_real_value(json_object_get(sv, "age_s")) < LIVE_WAIT_S) {
+        snprintf(waiting, len, "what its %d surviving tasklet%s hold%s for a live resume (at most %.0f s)", pending,
+                 pending == 1 ? "" : "s", pending == 1 ? "s" : "", LIVE_WAIT_S);
+        rc = 1;
+        goto out;
+    }
+    int64_t step = common_step(&g, json_object_get(sv, "reported"), planner_resume_step(w),
+                               planner_total_steps(w));
+    if (step < 0) {
+        rc = no_offer(job, "no step later than its checkpoint is held by a survivor of every stage and reported "
+                      "by every tasklet");
+        goto out;
+    }
+    struct plan_repair *r = repair_make(pb, &g, json_object_get(sv, "gpu"), step, &why, e);
+    if (!r) {
+        rc = why ? no_offer(job, why) : -1;
+        goto out;
+    }
+    planner_offer_repair(w, r);
+    log_info("recovery: job %lld may go on from its survivors at step %lld", (long long)job, (long long)step);
+out:
+    free(g.node);
+    free(g.held);
+    free(g.layer_start);
+    free(g.layer_end);
+    json_decref(sv);
+    return rc;
+}

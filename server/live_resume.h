@@ -1,0 +1,43 @@
+/* live_resume.h - a re-plan that goes on from the survivors' memory.
+ *
+ * When a job of sync every_step fails, its surviving agents keep their
+ * stages (agent/live.h) and say in their next, immediate, heartbeat what
+ * they hold: {job, layers, step}.  The recovery thread waits for them (at
+ * most LIVE_WAIT_S after the job went to recovery), then offers the
+ * planner a repair of the failed plan: the same layers, every surviving
+ * node in its place, the places of the nodes that are gone or left out
+ * filled with spares (each the one that makes the predicted step cheapest),
+ * starting at the latest step s such that every stage has a survivor
+ * holding s and every tasklet reported step s-1 (so each step's losses are
+ * whole).  A stage whose replicas do not all hold s gets a root: a replica
+ * that holds it and hands it round the stage's TCP ring.  The planner
+ * stores it instead of its search's plan when that is quicker over the
+ * rest of the job (planner_offer_repair).
+ *
+ * No offer, and so a checkpoint resume as before, when: the job syncs by
+ * diloco (replicas differ between outer steps); some stage has no
+ * survivor at any common step (every replica of it is gone: a checkpoint
+ * is needed); too few spares to fill the places (the job waits for nodes
+ * as before); a stage that needs a root sums over NCCL (no TCP ring to
+ * send the state on); or the latest such step is no later than the
+ * checkpoint. */
+#ifndef SHOAL_LIVE_RESUME_H
+#define SHOAL_LIVE_RESUME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/err.h"
+#include "planner.h"
+
+#define LIVE_WAIT_S 5.0   /* how long a re-plan waits for the survivors to say what they hold */
+
+struct server;
+
+/* Surveys job `job`'s failed plan and offers w a repair when one can go
+ * on from the survivors.  Returns 0 (offered or not: the reason is
+ * logged), 1 to wait (*waiting says for what), or -1 with e set. */
+int live_resume_offer(struct server *srv, int64_t job, struct plan_work *w, char *waiting, size_t len,
+                      struct shoal_err *e);
+
+#endif
