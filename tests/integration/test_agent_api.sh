@@ -89,6 +89,17 @@ expect "a bad peer address in a heartbeat is 422" 422 .error.field peer_address
 req POST "$S/v1/agent/heartbeat" "${TOK[0]}" '{"state":"idle"}'
 expect "a heartbeat without one keeps it" 200 .peer_address 127.0.0.1:7100
 
+# ---- what an idle agent holds for a live resume (agent/live.h)
+req POST "$S/v1/agent/heartbeat" "${TOK[0]}" '{"state":"idle","held":{"job_id":7,"layer_start":0,"layer_end":2,"step":12}}'
+expect "an idle heartbeat may say what it holds" 200 .state idle
+check "the held stage is stored" "$(sql a "SELECT held_job_id || ':' || held_layer_start || '..' || held_layer_end || '@' || held_step FROM nodes WHERE id = ${ID[0]}")" "7:0..2@12"
+req POST "$S/v1/agent/heartbeat" "${TOK[0]}" '{"state":"busy","held":{"job_id":7,"layer_start":0,"layer_end":2,"step":12}}'
+expect "a busy node holding a stage is 422" 422 .error.field held
+req POST "$S/v1/agent/heartbeat" "${TOK[0]}" '{"state":"idle","held":{"job_id":7,"layer_start":2,"layer_end":2,"step":12}}'
+expect "a held stage of no layers is 422" 422 .error.field held.layer_end
+req POST "$S/v1/agent/heartbeat" "${TOK[0]}" '{"state":"idle"}'
+check "a heartbeat holding nothing clears it" "$(sql a "SELECT held_job_id IS NULL AND held_at IS NOT NULL FROM nodes WHERE id = ${ID[0]}")" "t"
+
 # ---- no assignment yet
 req GET "$S/v1/agent/assignment" "${TOK[0]}";   expect "no assignment before a job is scheduled" 200 .assignment null
 t0=$(now); req GET "$S/v1/agent/assignment?wait=2" "${TOK[0]}"
