@@ -103,19 +103,24 @@ struct rank_job {
     struct shoal_err err;
 };
 
+/* A rank that failed tells its neighbours now rather than after their
+ * timeouts. */
+static void tell_neighbours(struct ring *r)
+{
+    if (r->next->fd >= 0)
+        shutdown(r->next->fd, SHUT_RDWR);
+    if (r->prev->fd >= 0)
+        shutdown(r->prev->fd, SHUT_RDWR);
+}
+
 static void *rank_main(void *arg)
 {
     struct rank_job *j = arg;
     j->rc = j->codec == CODEC_F32 && !j->feedback
         ? ring_allreduce_sum(j->r, j->data, j->n, j->step, &j->err)
         : ring_allreduce_codec(j->r, j->data, j->n, j->step, j->codec, j->feedback, &j->err);
-    if (j->rc != 0) {
-        /* Tell the neighbours now rather than after their timeouts. */
-        if (j->r->next->fd >= 0)
-            shutdown(j->r->next->fd, SHUT_RDWR);
-        if (j->r->prev->fd >= 0)
-            shutdown(j->r->prev->fd, SHUT_RDWR);
-    }
+    if (j->rc != 0)
+        tell_neighbours(j->r);
     return NULL;
 }
 
@@ -466,12 +471,8 @@ static void *bcast_main(void *arg)
 {
     struct bcast_job *j = arg;
     j->rc = ring_broadcast(j->r, j->root, &j->data, &j->len, j->len_max, 7, &j->err);
-    if (j->rc != 0) {
-        if (j->r->next->fd >= 0)
-            shutdown(j->r->next->fd, SHUT_RDWR);
-        if (j->r->prev->fd >= 0)
-            shutdown(j->r->prev->fd, SHUT_RDWR);
-    }
+    if (j->rc != 0)
+        tell_neighbours(j->r);
     return NULL;
 }
 
