@@ -49,8 +49,7 @@ struct body_heartbeat {
     char peer_address[262];     /* "": unchanged; a restarted agent may listen elsewhere */
     /* "held" (an idle agent): the stage its last unfinished tasklet left,
      * for a live resume (agent/live.h); held_job_id 0: none */
-    int64_t held_job_id, held_step;
-    int held_layer_start, held_layer_end;
+    int64_t held_job_id, held_step, held_layer_start, held_layer_end;   /* JV_INT fields are int64 */
 };
 int body_heartbeat_parse(const json_t *body, struct body_heartbeat *out, struct shoal_err *e);
 

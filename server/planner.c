@@ -454,7 +454,7 @@ json_t *planner_run(struct server *srv, struct plan_work *w, struct shoal_err *e
         sched_baselines(&w->problem, opt.seed, PLANNER_RANDOM_PLANS, &bl, e) != 0 ||
         !(chosen = choose_repair(w, &plan, &choice, e)))
         goto out;
-    detail = planner_finish(srv, w, chosen, json_pack("{s:{s:f, s:f, s:I}, s:I, s:I, s:I, s:b, s:o?}",
+    detail = planner_finish(srv, w, chosen, json_pack("{s:{s:f, s:f, s:I}, s:I, s:I, s:I, s:b, s:o*}",
         "baselines", "sequential_s", bl.sequential_s, "best_random_s", bl.best_random_s,
         "random_plans", (json_int_t)bl.random_plans,
         "seed", (json_int_t)w->req.seed, "budget_ms", (json_int_t)w->req.budget_ms,

@@ -25,7 +25,7 @@ cleanup() {
         kill -TERM "$pid" 2>/dev/null
     done
     sleep 1
-    rm -rf "$WORK"
+    [ -n "${KEEP_WORK:-}" ] && cp -r "$WORK" "$KEEP_WORK"; rm -rf "$WORK"
 }
 trap cleanup EXIT
 
