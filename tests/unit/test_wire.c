@@ -108,7 +108,7 @@ static void test_bad_headers(void **state)
     } bad[] = {
         {"magic", 0, 0x12345678, 4, 1, "bad magic"},
         {"version 1", 4, 1, 2, 1, "version"},
-        {"version 5", 4, 5, 2, 1, "version 5, this agent 4"},
+        {"version 6", 4, 6, 2, 1, "version 6, this agent 5"},
         {"header crc", 8, 43, 1, 0, "CRC"},
         {"kind 0", 6, 0, 2, 1, "kind"},
         {"kind 99", 6, 99, 2, 1, "kind"},
