@@ -99,6 +99,18 @@ static void sweep_step(struct server *srv, const char *sql, int n, const char *c
     json_decref(res);
 }
 
+/* Notes in the job what its re-plan waits for; logged when that changes. */
+static void note_waiting(struct server *srv, int64_t job, const char *why)
+{
+    char p_job[24];
+    struct shoal_err e;
+    const char *params[] = { db_param_i64(p_job, job), why };
+    json_t *res = db_query_json(srv->db, WAITING_SQL, 2, params, "job", &e);
+    if (res)
+        log_warn("recovery: job %lld waits: %s", (long long)job, why);
+    json_decref(res);
+}
+
 /* Re-plans one recovering job, or notes what it waits for. */
 static void replan(struct server *srv, int64_t job)
 {
@@ -107,25 +119,20 @@ static void replan(struct server *srv, int64_t job)
                                 .fill_bandwidth_gbps = RECOVERY_FILL_BANDWIDTH_GBPS, .only_if_recovering = 1 };
     struct plan_work *w = NULL;
     struct shoal_err e;
-    json_t *detail = NULL, *res = NULL;
-    char p_job[24];
+    json_t *detail = NULL;
     snprintf(req.cost_model, sizeof req.cost_model, "shoal");
     double started = http_now();
     if (planner_prepare(srv, job, &req, &w, &e) != 0) {
-        if (e.status == 409 && strcmp(e.code, "not_enough_nodes") == 0) {
-            const char *params[] = { db_param_i64(p_job, job), e.message };
-            if ((res = db_query_json(srv->db, WAITING_SQL, 2, params, "job", &e)) != NULL)
-                log_warn("recovery: job %lld waits: %s", (long long)job, params[1]);
-        } else if (e.status != 409 && e.status != 503) {
+        if (e.status == 409 && strcmp(e.code, "not_enough_nodes") == 0)
+            note_waiting(srv, job, e.message);
+        else if (e.status != 409 && e.status != 503)
             log_warn("recovery: cannot re-plan job %lld: %s", (long long)job, e.message);
-        }
         goto out;
     }
     char waiting[200];
     int live = live_resume_offer(srv, job, w, waiting, sizeof waiting, &e);
     if (live == 1) {   /* the survivors have yet to say what they hold */
-        const char *params[] = { db_param_i64(p_job, job), waiting };
-        res = db_query_json(srv->db, WAITING_SQL, 2, params, "job", &e);
+        note_waiting(srv, job, waiting);
         goto out;
     }
     if (live < 0 && e.status != 503)
@@ -142,7 +149,6 @@ static void replan(struct server *srv, int64_t job)
     else if (e.status != 409)
         log_warn("recovery: re-plan of job %lld failed: %s", (long long)job, e.message);
 out:
-    json_decref(res);
     json_decref(detail);
     planner_free(w);
 }
