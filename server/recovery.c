@@ -49,10 +49,15 @@ void recovery_wake(struct recovery *r)
     pthread_mutex_unlock(&r->mu);
 }
 
-/* $1 --heartbeat-timeout s.  Nodes whose heartbeat is older go lost. */
+/* $1 --heartbeat-timeout s, $2 the database's clock when the sweep asked it
+ * (db_clock_at_once).  Nodes whose heartbeat was older then go lost: silence
+ * is measured up to that moment, not to when this statement runs, so one
+ * sent into a frozen database and run when it thaws (the server gave up
+ * waiting, the statement stayed queued) marks no node lost for heartbeats
+ * the freeze held back. */
 #define LOST_NODES_SQL \
     "WITH l AS (UPDATE nodes SET state = 'lost' WHERE state IN ('idle', 'busy')" \
-    "   AND last_heartbeat_at < now() - make_interval(secs => $1::float8) RETURNING id, name)" \
+    "   AND last_heartbeat_at < $2::timestamptz - make_interval(secs => $1::float8) RETURNING id, name)" \
     " SELECT coalesce(json_agg(json_build_object('id', id, 'name', name) ORDER BY id), '[]') FROM l"
 
 /* $1 --max-recoveries, $2 --heartbeat-timeout s.  Live jobs whose current
@@ -153,15 +158,31 @@ out:
     planner_free(w);
 }
 
+/* The database's clock now, as timestamptz text in out[n], when it answers
+ * at once (within DB_CLOCK_AT_ONCE_S): one that answers late was frozen or
+ * stalled, and heartbeats may have waited behind it.  0 if so, else -1. */
+static int db_clock_at_once(struct server *srv, char *out, size_t n)
+{
+    struct shoal_err e;
+    double asked = http_now();
+    json_t *at = db_query_json(srv->db, "SELECT to_json(clock_timestamp())", 0, NULL, "clock", &e);
+    int ok = json_is_string(at) && http_now() - asked <= DB_CLOCK_AT_ONCE_S;
+    if (ok)
+        snprintf(out, n, "%s", json_string_value(at));
+    json_decref(at);
+    return ok ? 0 : -1;
+}
+
 static void sweep(struct recovery *r)
 {
     struct server *srv = r->srv;
     struct shoal_err e;
-    char p_timeout[24], p_max[24];
+    char p_timeout[24], p_max[24], p_at[64];
     const char *params[] = { db_param_i64(p_max, srv->cfg.max_recoveries),
-                             db_param_i64(p_timeout, srv->cfg.heartbeat_timeout) };
-    if (http_now() - heartbeats_heard_since(r) >= (double)srv->cfg.heartbeat_timeout)
-        sweep_step(srv, LOST_NODES_SQL, 1, params + 1, "node lost");
+                             db_param_i64(p_timeout, srv->cfg.heartbeat_timeout), p_at };
+    if (http_now() - heartbeats_heard_since(r) >= (double)srv->cfg.heartbeat_timeout &&
+        db_clock_at_once(srv, p_at, sizeof p_at) == 0)
+        sweep_step(srv, LOST_NODES_SQL, 2, params + 1, "node lost");
     sweep_step(srv, LOST_JOBS_SQL, 2, params, "job on a lost node");
     fault_judge_all(srv);
     json_t *due = db_query_json(srv->db, DUE_JOBS_SQL, 0, NULL, "jobs", &e);

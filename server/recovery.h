@@ -5,7 +5,8 @@
  *      than --heartbeat-timeout (not in the first --heartbeat-timeout after
  *      start-up, nor after the database last failed this server: the
  *      agents' heartbeats could not be stored meanwhile, and their next
- *      ones are on the way);
+ *      ones are on the way; nor when the database is slow to tell its
+ *      clock, from which the silence is measured);
  *   2. moves each scheduled or running job whose current plan holds a lost
  *      node to 'recovering' (or to 'failed' past --max-recoveries); a
  *      failure report does the same (h_progress.c) and wakes the thread;
@@ -26,6 +27,7 @@
 #include "../common/err.h"
 
 #define RECOVERY_TICK_S 1.0              /* s between sweeps */
+#define DB_CLOCK_AT_ONCE_S 1.0           /* s within which the database must tell its clock */
 #define RECOVERY_BUDGET_MS 500           /* search time of a re-plan */
 /* A re-plan may need links nobody measured yet (a spare that joined while
  * the others trained, and busy nodes are not probed): they count as this
