@@ -167,6 +167,12 @@ int assign_parse(const json_t *a, struct assignment *o, struct shoal_err *err)
                        "weight_decay", &wd, "grad_clip", &clip, "seed", &seed,
                        "data", "path", &path, "format", &format, "checkpoint_interval", &ckpt) != 0)
         return err_set(err, 502, "bad_assignment", "spec", "the assignment's job spec is malformed: %s", je.text);
+    /* The epoch's micro-batches per replica: the spec's, unless a re-plan
+     * short of nodes trains fewer replicas, each more (absent from a server
+     * from before that: the spec's). */
+    json_t *epoch_m = json_object_get(a, "micro_batches");
+    if (epoch_m)
+        M = json_is_integer(epoch_m) ? json_integer_value(epoch_m) : 0;
     if (stages < 1 || replicas < 1 || stage < 0 || stage >= stages || replica < 0 || replica >= replicas ||
         ls < 0 || le <= ls || le > L || epoch < 0 || epoch > UINT32_MAX || job < 1 || M < 1 || B < 1 ||
         T < 1 || V < 2 || C < 1 || NH < 1 || steps < 1 || (json_int_t)json_array_size(pipeline) != stages ||

@@ -15,7 +15,9 @@
  * agent built with CUDA has NCCL) and the job syncs every step, else
  * "ring" (TCP, on host memory: diloco's outer steps always take the ring,
  * whose chunks carry its compressed pseudo-gradients), so that every
- * member of a group decides the same way.  "resume" is the
+ * member of a group decides the same way.  "replicas" and
+ * "micro_batches" are the epoch's (a re-plan short of nodes may train fewer
+ * replicas, each more micro-batches, planner.h).  "resume" is the
  * checkpoint the epoch starts from: the job's own (a re-plan, planner.h),
  * else its spec's resume_from, else null (step 0); with the layers each of
  * its stage files holds, since a re-plan may split the layers otherwise,
@@ -26,7 +28,8 @@
 #define ASSIGNMENT_SQL \
     "WITH me AS (SELECT node_id, ord FROM unnest($1::bigint[]) WITH ORDINALITY AS t(node_id, ord))," \
     " cur AS (SELECT DISTINCT ON (a.node_id) a.node_id, j.id AS job_id, j.plan_epoch AS epoch, j.state," \
-    "   j.spec, j.peer_secret, j.stages, j.replicas, a.plan_id, p.resume_step, p.live, a.stage, a.replica," \
+    "   j.spec, j.peer_secret, j.stages, p.replicas, p.micro_batches, a.plan_id, p.resume_step, p.live," \
+    "   a.stage, a.replica," \
     "   a.layer_start, a.layer_end" \
     "   FROM assignments a JOIN plans p ON p.id = a.plan_id" \
     "   JOIN jobs j ON j.id = p.job_id AND j.plan_epoch = p.epoch" \
@@ -37,7 +40,8 @@
     "  json_build_object('assignment'," \
     "  CASE WHEN c.job_id IS NOT NULL THEN json_build_object(" \
     "   'job_id', c.job_id, 'epoch', c.epoch, 'state', c.state, 'stage', c.stage, 'replica', c.replica," \
-    "   'stages', c.stages, 'replicas', c.replicas, 'layer_start', c.layer_start, 'layer_end', c.layer_end," \
+    "   'stages', c.stages, 'replicas', c.replicas, 'micro_batches', c.micro_batches," \
+    "   'layer_start', c.layer_start, 'layer_end', c.layer_end," \
     "   'peer_secret', c.peer_secret, 'spec', c.spec," \
     "   'pipeline', (SELECT json_agg(json_build_object('stage', a.stage, 'node_id', a.node_id," \
     "       'peer_address', n.peer_address, 'layer_start', a.layer_start, 'layer_end', a.layer_end)" \

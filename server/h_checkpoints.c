@@ -27,6 +27,7 @@
 #include "../common/token.h"
 #include "checkpoints.h"
 #include "http.h"
+#include "queries.h"
 #include "routes.h"
 
 #define CKPT_SHA256_HEADER "X-Shoal-SHA256"
@@ -505,8 +506,7 @@ int checkpoints_latest_valid(struct server *srv, int64_t job_id, int64_t below, 
         /* Every tasklet reported the step before it: a replica that died
          * after the step's all-reduce but before its report leaves a hole
          * there that resuming from this step would never fill. */
-        "     AND (SELECT count(*) FROM job_steps s WHERE s.job_id = $1::bigint AND s.step = c.step - 1)"
-        "       >= j.stages * j.replicas"
+        "     AND " STEP_WHOLE_SQL("$1::bigint", "c.step - 1")
         /* The files' layers, where said, must tile the model: a step whose
          * stages came from two different splits (a re-plan that failed
          * before it re-uploaded every stage) cannot be assembled.  Every

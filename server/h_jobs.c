@@ -49,13 +49,16 @@
 
 /* The detail view adds the current plan, the latest reported step, the
  * measured summary per tasklet and the stragglers among them, the failure
- * reports and the nodes left out of its next plan because of them. */
+ * reports and the nodes left out of its next plan because of them.  The
+ * plan's replicas and micro-batches are the job's unless a re-plan short of
+ * nodes trains fewer replicas, each more micro-batches. */
 #define JOB_DETAIL_JSON \
     "(" JOB_JSON "::jsonb || jsonb_build_object(" \
     " 'plan', (SELECT json_build_object('epoch', p.epoch, 'cost_model', p.cost_model," \
     "   'predicted_iteration_s', p.predicted_iteration_s, 'created_at', p.created_at," \
     "   'breakdown', p.detail->'breakdown', 'baselines', p.detail->'baselines'," \
     "   'predictions', p.detail->'predictions', 'forced', coalesce((p.detail->>'forced')::boolean, false)," \
+    "   'replicas', p.replicas, 'micro_batches', p.micro_batches," \
     "   'assignments', (SELECT coalesce(json_agg(json_build_object('stage', a.stage," \
     "     'replica', a.replica, 'node_id', a.node_id, 'layer_start', a.layer_start," \
     "     'layer_end', a.layer_end) ORDER BY a.stage, a.replica), '[]')" \

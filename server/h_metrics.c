@@ -148,9 +148,9 @@ static int h_metrics_nodes(PGconn *c, struct buf *out, long heartbeat_timeout)
     "WITH l AS (SELECT j.id, j.stages, j.replicas, j.spec, j.checkpoint_failures," \
     "   (SELECT max(s.step) FROM job_steps s WHERE s.job_id = j.id) AS step" \
     "   FROM jobs j WHERE j.state IN ('running', 'recovering'))," \
-    " k AS (SELECT l.*, (SELECT c.step FROM job_steps c" \
+    " k AS (SELECT l.*, (SELECT c.step FROM job_steps c JOIN plans p ON p.job_id = c.job_id AND p.epoch = c.epoch" \
     "     WHERE c.job_id = l.id AND c.step > l.step - 16 GROUP BY c.step" \
-    "     HAVING count(*) >= l.stages * l.replicas ORDER BY c.step DESC LIMIT 1) AS complete" \
+    "     HAVING count(*) >= l.stages * max(p.replicas) ORDER BY c.step DESC LIMIT 1) AS complete" \
     "   FROM l WHERE l.step IS NOT NULL)" \
     " SELECT k.id, k.step," \
     "  (SELECT avg(s.iteration_s) FROM job_steps s WHERE s.job_id = k.id AND s.step = k.step)," \

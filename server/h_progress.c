@@ -57,9 +57,9 @@
     " upd AS (UPDATE jobs SET" \
     "     tasklets_finished = jobs.tasklets_finished + (ins.step = jobs.total_steps - 1)::int," \
     "     state = CASE WHEN jobs.tasklets_finished + (ins.step = jobs.total_steps - 1)::int" \
-    "       >= jobs.stages * jobs.replicas THEN 'succeeded' ELSE 'running' END," \
+    "       >= jobs.stages * (SELECT replicas FROM plans WHERE job_id = jobs.id AND epoch = jobs.plan_epoch) THEN 'succeeded' ELSE 'running' END," \
     "     finished_at = CASE WHEN jobs.tasklets_finished + (ins.step = jobs.total_steps - 1)::int" \
-    "       >= jobs.stages * jobs.replicas THEN now() END," \
+    "       >= jobs.stages * (SELECT replicas FROM plans WHERE job_id = jobs.id AND epoch = jobs.plan_epoch) THEN now() END," \
     "     started_at = coalesce(jobs.started_at, now()), updated_at = now()" \
     "   FROM ins WHERE jobs.id = $1::bigint AND jobs.plan_epoch = $2::int" \
     "     AND jobs.state IN ('scheduled', 'running')" \

@@ -12,12 +12,12 @@
 #include "queries.h"
 #include "server.h"
 
-/* $1 job, $2 --heartbeat-timeout s.  The failed plan's tasklets: the step
- * each one's node says it holds of that tasklet's layers since the job
- * went to recovery (null: nothing usable), and whether the re-plan still
- * waits to hear from it (alive, not left out, no idle heartbeat since);
- * how many tasklets reported each step before a held one; the GPU nodes
- * (their groups sum over NCCL). */
+/* $1 job, $2 --heartbeat-timeout s.  The failed plan's replicas and
+ * tasklets: the step each one's node says it holds of that tasklet's
+ * layers since the job went to recovery (null: nothing usable), and
+ * whether the re-plan still waits to hear from it (alive, not left out, no
+ * idle heartbeat since); which steps before a held one are whole
+ * (STEP_WHOLE_SQL); the GPU nodes (their groups sum over NCCL). */
 #define LIVE_SURVEY_SQL \
     "WITH j AS (SELECT id, plan_epoch, recovery_started_at," \
     "   coalesce(spec->'communication'->>'sync', 'every_step') AS sync FROM jobs WHERE id = $1::bigint)," \
@@ -31,12 +31,13 @@
     "   LEFT JOIN " JOB_EXCLUDED_SQL("$1::bigint", "(SELECT plan_epoch FROM jobs WHERE id = $1::bigint)") " x" \
     "     ON x.node_id = a.node_id)" \
     " SELECT json_build_object('sync', j.sync," \
+    "   'replicas', (SELECT replicas FROM plans WHERE job_id = j.id AND epoch = j.plan_epoch)," \
     "   'age_s', coalesce(extract(epoch FROM now() - j.recovery_started_at), 1e9)," \
     "   'tasklets', (SELECT coalesce(json_agg(json_build_object('stage', t.stage, 'replica', t.replica," \
     "     'node', t.node_id, 'layer_start', t.layer_start, 'layer_end', t.layer_end, 'held_step', t.held_step," \
     "     'pending', t.pending)), '[]') FROM t)," \
-    "   'reported', (SELECT coalesce(json_object_agg(s.step, s.n), '{}') FROM (SELECT step, count(*) AS n" \
-    "     FROM job_steps WHERE job_id = $1::bigint AND step IN (SELECT held_step - 1 FROM t) GROUP BY step) s)," \
+    "   'whole', (SELECT coalesce(json_agg(s.step), '[]') FROM (SELECT DISTINCT held_step - 1 AS step FROM t" \
+    "     WHERE held_step > 0) s WHERE " STEP_WHOLE_SQL("$1::bigint", "s.step") ")," \
     "   'gpu', (SELECT coalesce(json_agg(id), '[]') FROM nodes WHERE gpu_count > 0)) FROM j"
 
 /* The failed plan as a grid: per place (stage * D + replica) the node's
@@ -67,18 +68,16 @@ static int in_list(const json_t *ids, int64_t id)
     return 0;
 }
 
-/* The latest step every stage has a survivor holding and every tasklet
- * reported the step before, later than `after`; -1: none. */
-static int64_t common_step(const struct grid *g, const json_t *reported, int64_t after, int64_t total)
+/* The latest step every stage has a survivor holding and whose step
+ * before is whole (in `whole`), later than `after`; -1: none. */
+static int64_t common_step(const struct grid *g, const json_t *whole, int64_t after, int64_t total)
 {
     int64_t best = -1;
     for (int c = 0; c < g->S * g->D; c++) {
         int64_t s = g->held[c];
         if (s <= after || s >= total || s <= best)
             continue;
-        char key[24];
-        snprintf(key, sizeof key, "%lld", (long long)(s - 1));
-        if (s > 0 && json_integer_value(json_object_get(reported, key)) != (json_int_t)g->S * g->D)
+        if (s > 0 && !in_list(whole, s - 1))
             continue;
         int every = 1;
         for (int st = 0; st < g->S && every; st++) {
@@ -156,18 +155,46 @@ static int no_offer(int64_t job, const char *why)
     return 0;
 }
 
-/* The repair of grid g at step `step`, or NULL with *why or e set. */
+/* Places the survivors of grid g in plan p of D = p->replicas replicas
+ * (the problem's: g's, or fewer when nodes are short, planner.h): per
+ * stage those that hold `step` first, then the others, in replica order,
+ * at most D; the places left get -1.  holds[c]: the node at place c holds
+ * `step`. */
+static void place_survivors(const struct grid *g, int64_t step, struct sched_plan *p, char *holds)
+{
+    int D = p->replicas;
+    for (int st = 0; st < g->S; st++) {
+        int r = 0;
+        for (int pass = 0; pass < 2; pass++)
+            for (int old = 0; old < g->D && r < D; old++) {
+                int c = st * g->D + old;
+                if (g->node[c] < 0 || (g->held[c] == step) != (pass == 0))
+                    continue;
+                holds[st * D + r] = pass == 0;
+                p->node[st * D + r++] = g->node[c];
+            }
+        for (; r < D; r++) {
+            holds[st * D + r] = 0;
+            p->node[st * D + r] = -1;
+        }
+    }
+}
+
+/* The repair of grid g at step `step` with the problem's replicas, or
+ * NULL with *why or e set. */
 static struct plan_repair *repair_make(const struct sched_problem *pb, const struct grid *g, const json_t *gpu,
                                        int64_t step, const char **why, struct shoal_err *e)
 {
     struct plan_repair *r = calloc(1, sizeof *r);
-    int ok = 0;
-    if (!r || !(r->roots = calloc((size_t)g->S, sizeof *r->roots)) || sched_plan_init(&r->plan, g->S, g->D) != 0) {
+    int D = pb->replicas, ok = 0;
+    char *holds = malloc((size_t)(g->S * D));
+    if (!r || !holds || !(r->roots = calloc((size_t)g->S, sizeof *r->roots)) ||
+        sched_plan_init(&r->plan, g->S, D) != 0) {
         err_set(e, 500, "internal", NULL, "out of memory");
         goto out;
     }
     r->step = step;
-    memcpy(r->plan.node, g->node, (size_t)(g->S * g->D) * sizeof *g->node);
+    place_survivors(g, step, &r->plan, holds);
     memcpy(r->plan.layer_start, g->layer_start, (size_t)g->S * sizeof *g->layer_start);
     memcpy(r->plan.layer_end, g->layer_end, (size_t)g->S * sizeof *g->layer_end);
     int filled = fill_spares(pb, &r->plan, e);
@@ -178,22 +205,23 @@ static struct plan_repair *repair_make(const struct sched_problem *pb, const str
     for (int st = 0; st < g->S; st++) {
         int all = 1, nccl = 1;
         r->roots[st] = -1;
-        for (int rp = g->D - 1; rp >= 0; rp--) {
-            int c = st * g->D + rp;
-            all &= g->held[c] == step && g->node[c] >= 0;
-            if (g->held[c] == step && g->node[c] >= 0)
+        for (int rp = D - 1; rp >= 0; rp--) {
+            int c = st * D + rp;
+            all &= holds[c];
+            if (holds[c])
                 r->roots[st] = rp;   /* the lowest replica that holds it */
             nccl &= in_list(gpu, pb->nodes[r->plan.node[c]].id);
         }
         if (all)
             r->roots[st] = -1;
-        else if (nccl && g->D > 1) {
+        else if (nccl && D > 1) {
             *why = "a stage that needs its state handed round sums its gradients over NCCL, not the TCP ring";
             goto out;
         }
     }
     ok = 1;
 out:
+    free(holds);
     if (!ok && r) {
         sched_plan_free(&r->plan);
         free(r->roots);
@@ -207,7 +235,7 @@ int live_resume_offer(struct server *srv, int64_t job, struct plan_work *w, char
                       struct shoal_err *e)
 {
     const struct sched_problem *pb = planner_problem(w);
-    struct grid g = { .S = pb->stages, .D = pb->replicas };
+    struct grid g = { .S = pb->stages };
     char p_job[24], p_timeout[32];
     const char *params[] = { db_param_i64(p_job, job), db_param_f64(p_timeout, (double)srv->cfg.heartbeat_timeout) };
     const char *why = NULL;
@@ -216,7 +244,8 @@ int live_resume_offer(struct server *srv, int64_t job, struct plan_work *w, char
     if (!sv)
         return -1;
     json_t *tasklets = json_object_get(sv, "tasklets");
-    int cells = g.S * g.D;
+    g.D = (int)json_integer_value(json_object_get(sv, "replicas"));
+    int cells = g.S * (g.D > 0 ? g.D : 1);
     g.node = malloc((size_t)cells * sizeof *g.node);
     g.held = malloc((size_t)cells * sizeof *g.held);
     g.layer_start = malloc((size_t)g.S * sizeof *g.layer_start);
@@ -230,7 +259,7 @@ int live_resume_offer(struct server *srv, int64_t job, struct plan_work *w, char
         rc = no_offer(job, "its replicas differ between diloco's outer steps");
         goto out;
     }
-    if ((int)json_array_size(tasklets) != cells) {
+    if (g.D < 1 || (int)json_array_size(tasklets) != g.S * g.D) {
         rc = no_offer(job, "its failed plan has another shape");
         goto out;
     }
@@ -257,7 +286,7 @@ int live_resume_offer(struct server *srv, int64_t job, struct plan_work *w, char
         rc = 1;
         goto out;
     }
-    int64_t step = common_step(&g, json_object_get(sv, "reported"), planner_resume_step(w),
+    int64_t step = common_step(&g, json_object_get(sv, "whole"), planner_resume_step(w),
                                planner_total_steps(w));
     if (step < 0) {
         rc = no_offer(job, "no step later than its checkpoint is held by a survivor of every stage and reported "

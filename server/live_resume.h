@@ -4,12 +4,13 @@
  * stages (agent/live.h) and say in their next, immediate, heartbeat what
  * they hold: {job, layers, step}.  The recovery thread waits for them (at
  * most LIVE_WAIT_S after the job went to recovery), then offers the
- * planner a repair of the failed plan: the same layers, every surviving
- * node in its place, the places of the nodes that are gone or left out
- * filled with spares (each the one that makes the predicted step cheapest),
- * starting at the latest step s such that every stage has a survivor
- * holding s and every tasklet reported step s-1 (so each step's losses are
- * whole).  A stage whose replicas do not all hold s gets a root: a replica
+ * planner a repair of the failed plan: the same layers, the surviving
+ * nodes in place (as many per stage as the re-plan's replicas, which are
+ * fewer when nodes are short, planner.h; those holding the step first),
+ * the places left filled with spares (each the one that makes the
+ * predicted step cheapest), starting at the latest step s such that every
+ * stage has a survivor holding s and step s-1 is whole (every tasklet of
+ * the epoch that trained it reported it, so each step's losses are whole).  A stage whose replicas do not all hold s gets a root: a replica
  * that holds it and hands it round the stage's TCP ring.  The planner
  * stores it instead of its search's plan when that is quicker over the
  * rest of the job (planner_offer_repair).
@@ -17,8 +18,7 @@
  * No offer, and so a checkpoint resume as before, when: the job syncs by
  * diloco (replicas differ between outer steps); some stage has no
  * survivor at any common step (every replica of it is gone: a checkpoint
- * is needed); too few spares to fill the places (the job waits for nodes
- * as before); a stage that needs a root sums over NCCL (no TCP ring to
+ * is needed); a stage that needs a root sums over NCCL (no TCP ring to
  * send the state on); or the latest such step is no later than the
  * checkpoint. */
 #ifndef SHOAL_LIVE_RESUME_H

@@ -151,6 +151,20 @@ static int planner_job(struct server *srv, struct plan_work *w, json_t *job, str
                                     &w->resume_step, e);
 }
 
+/* The replicas a job of `spec` can train with on `available` nodes: its
+ * own, or when they are too many the most that divide its global batch
+ * (replicas x micro-batches, so each replica trains a whole number of
+ * micro-batches and every step reads the same sequences, data.h) and fit;
+ * 1, the fewest, when not even one fits. */
+static int64_t fewer_replicas(const struct job_spec *spec, int available)
+{
+    int64_t global = spec->replicas * spec->micro_batches;
+    for (int64_t d = spec->replicas; d > 1; d--)
+        if (global % d == 0 && spec->stages * d <= available)
+            return d;
+    return 1;
+}
+
 /* Too few nodes besides those excluded after failures: the excluded ones
  * whose peer port answers the server now (an agent restarted, a link
  * mended; LIVE_NODES_SQL's order, fewest failed epochs first) are taken
@@ -252,12 +266,15 @@ int planner_prepare(struct server *srv, int64_t job_id, const struct plan_reques
                      sizeof left_out);
     doc = json_pack("{s:O}", "nodes", nodes);
     w->available = (int)json_array_size(nodes);
-    if (spec.stages * spec.replicas > w->available) {
+    int64_t replicas = w->req.fewer_replicas && strcmp(spec.sync, "every_step") == 0
+                           ? fewer_replicas(&spec, w->available) : spec.replicas;
+    if (spec.stages * replicas > w->available) {
         err_set(e, 409, "not_enough_nodes", "parallelism",
-                "job %s needs %lld nodes (%lld stages x %lld replicas) and %d are available "
+                "job %s needs %lld nodes (%lld stages x %lld replicas%s) and %d are available "
                 "(idle or in this job, heartbeat within %ld s, not draining, not planned for another job%s)",
-                p_id, (long long)(spec.stages * spec.replicas), (long long)spec.stages,
-                (long long)spec.replicas, w->available, srv->cfg.heartbeat_timeout, left_out);
+                p_id, (long long)(spec.stages * replicas), (long long)spec.stages, (long long)replicas,
+                replicas < spec.replicas ? ", the fewest that keep its global batch" : "", w->available,
+                srv->cfg.heartbeat_timeout, left_out);
         goto out;
     }
     if (input_network(doc, links, w->req.fill_latency_ms, w->req.fill_bandwidth_gbps, &w->net, e) != 0)
@@ -265,6 +282,8 @@ int planner_prepare(struct server *srv, int64_t job_id, const struct plan_reques
     avoid_links(&w->net, avoided);
     struct sched_problem *pb = &w->problem;
     jobspec_sched_model(&spec, pb);
+    pb->replicas = (int)replicas;
+    pb->model.micro_batches = spec.replicas * spec.micro_batches / replicas;
     pb->n = w->net.n;
     pb->nodes = w->net.nodes;
     pb->latency_ms = w->net.latency_ms;
@@ -301,15 +320,18 @@ static json_t *plan_stages_json(const struct sched_problem *pb, const struct sch
 /* $1 job, $2 cost model, $3 predicted s, $4 detail, $5-$9 the tasklets
  * (stage, replica, node, layer_start, layer_end arrays), $10 the states it
  * may be stored from, $11 the resume step or NULL, $12 the live resume
- * ({step, roots}) or NULL.  One statement: the new
+ * ({step, roots}) or NULL, $13 replicas, $14 micro-batches per replica and
+ * step.  One statement: the new
  * epoch, the plan, its assignments, and the steps that will be trained
  * again dropped from job_steps (with the count of finished tasklets). */
 #define PLAN_STORE_SQL \
     "WITH j AS (UPDATE jobs SET plan_epoch = plan_epoch + 1, state = 'scheduled', tasklets_finished = 0," \
     "   recover_after = NULL, recovery_waiting = NULL, schedule_refused = NULL, updated_at = now()" \
     "   WHERE id = $1 AND state = ANY ($10::text[]) RETURNING id, plan_epoch)," \
-    " p AS (INSERT INTO plans (job_id, epoch, cost_model, predicted_iteration_s, detail, resume_step, live)" \
-    "   SELECT id, plan_epoch, $2, $3, $4::jsonb, $11::bigint, $12::jsonb FROM j RETURNING id, epoch)," \
+    " p AS (INSERT INTO plans (job_id, epoch, cost_model, predicted_iteration_s, detail, resume_step, live," \
+    "     replicas, micro_batches)" \
+    "   SELECT id, plan_epoch, $2, $3, $4::jsonb, $11::bigint, $12::jsonb, $13::int, $14::int FROM j" \
+    "   RETURNING id, epoch)," \
     " a AS (INSERT INTO assignments (plan_id, stage, replica, node_id, layer_start, layer_end)" \
     "   SELECT p.id, t.s, t.r, t.n, t.ls, t.le FROM p," \
     "   unnest($5::int[], $6::int[], $7::bigint[], $8::int[], $9::int[]) AS t(s, r, n, ls, le) RETURNING 1)," \
@@ -325,7 +347,7 @@ static long planner_store(struct server *srv, const struct plan_work *w, const s
 {
     struct buf a[5];
     const char *sep;
-    char p_id[24], p_cost[32], p_resume[24];
+    char p_id[24], p_cost[32], p_resume[24], p_replicas[24], p_micro[24];
     long epoch = -1;
     char *detail_text = json_dumps(detail, JSON_COMPACT | JSON_REAL_PRECISION(15));
     char *live_text = w->live ? json_dumps(w->live, JSON_COMPACT) : NULL;
@@ -347,8 +369,10 @@ static long planner_store(struct server *srv, const struct plan_work *w, const s
                              db_param_f64(p_cost, plan->cost.total_s), detail_text,
                              a[0].data, a[1].data, a[2].data, a[3].data, a[4].data,
                              w->req.only_if_recovering ? "{recovering}" : "{pending,scheduled,running,recovering}",
-                             w->resume_step >= 0 ? db_param_i64(p_resume, w->resume_step) : NULL, live_text };
-    json_t *res = db_query_json(srv->db, PLAN_STORE_SQL, 12, params, "job", e);
+                             w->resume_step >= 0 ? db_param_i64(p_resume, w->resume_step) : NULL, live_text,
+                             db_param_i64(p_replicas, plan->replicas),
+                             db_param_i64(p_micro, w->problem.model.micro_batches) };
+    json_t *res = db_query_json(srv->db, PLAN_STORE_SQL, 14, params, "job", e);
     if (res) {
         epoch = (long)json_integer_value(json_object_get(res, "epoch"));
         log_info("plan stored job=%s epoch=%ld resume_step=%lld steps_dropped=%lld", p_id, epoch,
@@ -421,6 +445,8 @@ static json_t *planner_finish(struct server *srv, struct plan_work *w, const str
     pred = NULL;
     json_object_set_new(detail, "stages", plan_stages_json(&w->problem, plan));
     json_object_set_new(detail, "nodes_available", json_integer(w->available));
+    json_object_set_new(detail, "replicas", json_integer(plan->replicas));
+    json_object_set_new(detail, "micro_batches", json_integer(w->problem.model.micro_batches));
     json_object_set_new(detail, "resume_step", w->resume_step >= 0 ? json_integer(w->resume_step) : json_null());
     if (!w->req.dry_run && (epoch = planner_store(srv, w, plan, detail, e)) < 0)
         goto fail;

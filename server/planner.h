@@ -30,6 +30,8 @@ struct plan_request {
     double fill_latency_ms;       /* for links never measured; INPUT_NO_FILL: they are an error */
     double fill_bandwidth_gbps;
     int only_if_recovering;       /* store only while the job is still recovering (the recovery thread) */
+    int fewer_replicas;           /* too few nodes: plan fewer replicas with more micro-batches each, the
+                                     global batch kept (sync every_step), rather than none */
 };
 
 /* Everything one planning run needs; owned by its caller. */

@@ -31,6 +31,15 @@
     "  'bandwidth_gbps', (SELECT coalesce(json_agg(bw ORDER BY a), '[]') FROM rows)," \
     "  'measured_at', (SELECT coalesce(json_agg(at ORDER BY a), '[]') FROM rows))"
 
+/* True when step `step` of job `job` is whole: every tasklet of the epoch
+ * that trained it (stages x that plan's replicas: a re-plan short of nodes
+ * may train fewer, planner.h) reported it.  The arguments are SQL
+ * expressions. */
+#define STEP_WHOLE_SQL(job, step) \
+    "(SELECT count(*) >= coalesce(max(sj.stages * sp.replicas), 1) FROM job_steps ss" \
+    " JOIN plans sp ON sp.job_id = ss.job_id AND sp.epoch = ss.epoch JOIN jobs sj ON sj.id = ss.job_id" \
+    " WHERE ss.job_id = " job " AND ss.step = " step ")"
+
 /* The SET list of an UPDATE of jobs that sends a live job to recovery:
  * 'recovering' because of `reason`, re-planned once `after` has passed, or
  * 'failed' when it has been re-planned `max` times already.  The arguments

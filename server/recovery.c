@@ -121,7 +121,8 @@ static void replan(struct server *srv, int64_t job)
 {
     struct plan_request req = { .seed = 1, .budget_ms = RECOVERY_BUDGET_MS,
                                 .fill_latency_ms = RECOVERY_FILL_LATENCY_MS,
-                                .fill_bandwidth_gbps = RECOVERY_FILL_BANDWIDTH_GBPS, .only_if_recovering = 1 };
+                                .fill_bandwidth_gbps = RECOVERY_FILL_BANDWIDTH_GBPS, .only_if_recovering = 1,
+                                .fewer_replicas = 1 };
     struct plan_work *w = NULL;
     struct shoal_err e;
     json_t *detail = NULL;
@@ -146,11 +147,13 @@ static void replan(struct server *srv, int64_t job)
     metrics_schedule_observe(srv->metrics, planner_cost(w), detail ? METRICS_SCHEDULE_STORED : METRICS_SCHEDULE_ERROR,
                              http_now() - started);
     if (detail)
-        log_info("recovery: job %lld re-planned epoch=%lld resume_step=%s nodes_available=%lld", (long long)job,
-                 (long long)json_integer_value(json_object_get(detail, "epoch")),
+        log_info("recovery: job %lld re-planned epoch=%lld resume_step=%s nodes_available=%lld replicas=%lld "
+                 "micro_batches=%lld", (long long)job, (long long)json_integer_value(json_object_get(detail, "epoch")),
                  json_is_null(json_object_get(detail, "resume_step")) ? "start"
                  : planner_resume_live(w) ? "survivors" : "checkpoint",
-                 (long long)json_integer_value(json_object_get(detail, "nodes_available")));
+                 (long long)json_integer_value(json_object_get(detail, "nodes_available")),
+                 (long long)json_integer_value(json_object_get(detail, "replicas")),
+                 (long long)json_integer_value(json_object_get(detail, "micro_batches")));
     else if (e.status != 409)
         log_warn("recovery: re-plan of job %lld failed: %s", (long long)job, e.message);
 out:

@@ -712,6 +712,9 @@ function viewJob(root, id) {
       fill(planBox, el('h2', {}, 'Plan'), el('p', { class: 'empty' }, 'Not scheduled yet.'));
       return;
     }
+    // A re-plan short of nodes trains fewer replicas, each more micro-batches.
+    const fewer = p.replicas < D ? ` Too few nodes: ${p.replicas} of its ${D} replicas, ` +
+      `${p.micro_batches} micro-batches each, the same global batch.` : '';
     const measured = new Map(job.measured.map((t) => [t.stage + ',' + t.replica, t]));
     const cells = p.assignments.map((a) => {
       const t = measured.get(a.stage + ',' + a.replica);
@@ -725,7 +728,7 @@ function viewJob(root, id) {
       `stage ${t.stage} replica ${t.replica} on ${nodeName(t.node_id)} computes ${fmtNum(t.slowdown, 3)}× its predicted time`);
     fill(planBox, el('h2', {}, `Plan, epoch ${p.epoch}`),
       el('p', { class: 'lede' }, `Cost model ${p.cost_model}, made ${fmtAgo(p.created_at)}. ` +
-        'Rows are pipeline stages, columns data-parallel replicas.'),
+        'Rows are pipeline stages, columns data-parallel replicas.' + fewer),
       el('div', { class: 'table-wrap' }, planGrid(cells, P, D, 'plan-grid')),
       stragglers.length ? el('p', { class: 'stragglers', id: 'stragglers', dataset: { count: stragglers.length } },
         `Straggling: ${stragglers.join('; ')}, far more than the job's other tasklets. ` +

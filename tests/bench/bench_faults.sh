@@ -6,6 +6,8 @@
 #
 #   kill-agent       kill -9 one agent of the plan
 #   kill-two         kill -9 two agents of the plan at once
+#   kill-nospare     kill -9 one agent of the plan and both spares: the job
+#                    goes on with one replica of 8 micro-batches
 #   kill-server      kill -9 the server; it is started again 5 s later
 #   kill-postmaster  kill -9 the embedded PostgreSQL's postmaster
 #   stall-agent      SIGSTOP one agent of the plan (woken after the job)
@@ -14,8 +16,10 @@
 # re-plan and to the first step of the new epoch; the steps that had been
 # completed and were trained again (the re-plan's resume step up to the
 # last step reported before the fault; the step in flight is not counted);
-# whether job_steps holds every step once and every step's loss equals the
-# uninterrupted run's.  A table, a JSON line per trial and one for the
+# whether job_steps holds every step once (whole: a row per tasklet of the
+# epoch that trained it), whether every step's loss equals the
+# uninterrupted run's, and the largest difference (fewer replicas sum the
+# gradients in another order: equal to rounding).  A table, a JSON line per trial and one for the
 # campaign.  A partition of one node's peer port is in make test
 # (tests/integration/test_partition.sh: it needs network namespaces).
 # Where a stopped process is resumed by its environment (these sandboxes
@@ -71,6 +75,8 @@ done_() { case $(job_state "$S" "$ADMIN" "$J") in succeeded|failed|cancelled) re
 reached() { [ "$(q "SELECT count(*) FROM job_steps WHERE job_id = $J AND step = $1")" = 4 ]; }
 plan_node() { q "SELECT n.name FROM assignments a JOIN plans p ON p.id = a.plan_id JOIN nodes n ON n.id = a.node_id
                  WHERE p.job_id = $J AND p.epoch = 1 ORDER BY random() LIMIT 1"; }
+spares() { q "SELECT string_agg(name, ' ') FROM nodes WHERE id NOT IN (SELECT a.node_id FROM assignments a
+              JOIN plans p ON p.id = a.plan_id WHERE p.job_id = $J AND p.epoch = 1)"; }
 # since T SQL: seconds from T to the timestamp SQL gives ("-" when none).
 since() { local v; v=$(q "SELECT round((extract(epoch FROM ($2)) - $1)::numeric, 2)"); echo "${v:--}"; }
 idle_fleet() { [ "$(q "SELECT count(*) FROM nodes WHERE state = 'idle' AND last_heartbeat_at > now() - interval '30 s'")" = 6 ]; }
@@ -79,8 +85,9 @@ start_job; wait_for 600 done_
 [ "$(job_state "$S" "$ADMIN" "$J")" = succeeded ] || { echo "bench-faults: the reference job did not succeed" >&2; exit 1; }
 job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/reference.losses"
 
-faults=${ONLY:-kill-agent,kill-two,kill-server,kill-postmaster,stall-agent}
-printf '%-16s %6s %7s %9s %8s %8s %7s %10s %s\n' fault step victims detect_s replan_s train_s redone steps_once losses_equal
+faults=${ONLY:-kill-agent,kill-two,kill-nospare,kill-server,kill-postmaster,stall-agent}
+printf '%-16s %6s %-11s %9s %8s %8s %7s %10s %12s %s\n' fault step victims detect_s replan_s train_s redone steps_once losses_equal \
+    max_loss_diff
 rows="[]"
 for fault in ${faults//,/ }; do
     for trial in $(seq 1 "$TRIALS"); do
@@ -91,11 +98,12 @@ for fault in ${faults//,/ }; do
         case $fault in
             kill-agent|stall-agent) victims=$(plan_node) ;;
             kill-two) victims="$(plan_node)"; while v=$(plan_node); [ "$v" = "$victims" ]; do :; done; victims="$victims $v" ;;
+            kill-nospare) victims="$(plan_node) $(spares)" ;;
         esac
         before=$(q "SELECT coalesce(max(step), -1) FROM job_steps WHERE job_id = $J")
         t=$(now)
         case $fault in
-            kill-agent|kill-two) for v in $victims; do kill -9 "$(cat "$WORK/agent-$v.pid")"; done ;;
+            kill-agent|kill-two|kill-nospare) for v in $victims; do kill -9 "$(cat "$WORK/agent-$v.pid")"; done ;;
             stall-agent) kill -STOP "$(cat "$WORK/agent-$victims.pid")" ;;
             kill-server) kill -9 "$(cat "$WORK/s.pid")"; sleep 5; start_server s --port "$PORT" ${FAULTS_SERVER_ARGS:-} > /dev/null; disown -a ;;
             kill-postmaster) kill -9 "$(head -n 1 "$WORK/s/pg/postmaster.pid")" ;;
@@ -112,7 +120,7 @@ for fault in ${faults//,/ }; do
         wait_for 900 done_
         case $fault in
             stall-agent) kill -CONT "$(cat "$WORK/agent-$victims.pid")" ;;
-            kill-agent|kill-two) for v in $victims; do start_agent "$v" s $AGENT_ARGS; done; disown -a ;;
+            kill-agent|kill-two|kill-nospare) for v in $victims; do start_agent "$v" s $AGENT_ARGS; done; disown -a ;;
         esac
         state=$(job_state "$S" "$ADMIN" "$J")
         replan=$(since "$t" "(SELECT min(created_at) FROM plans WHERE job_id = $J AND epoch > 1)")
@@ -120,23 +128,30 @@ for fault in ${faults//,/ }; do
         resume=$(q "SELECT coalesce(min(resume_step), -1) FROM plans WHERE job_id = $J AND epoch > 1")
         retrained=0
         [ "$(q "SELECT count(*) FROM plans WHERE job_id = $J AND epoch > 1")" != 0 ] && retrained=$((before + 1 - (resume < 0 ? 0 : resume))); [ "$retrained" -lt 0 ] && retrained=0
-        once=$(q "SELECT count(*) = 160 AND count(DISTINCT (step, stage, replica)) = 160 FROM job_steps WHERE job_id = $J")
-        equal=$(job_losses "$S" "$ADMIN" "$J" | sort -k1,1 | join - "$WORK/reference.losses" | awk '$2 != $3 { d++ } END { print (NR == 40 && d == 0) ? "t" : "f" }')
+        once=$(q "SELECT count(*) = count(DISTINCT (s.step, s.stage, s.replica)) AND count(DISTINCT s.step) = 40
+                    AND bool_and(s.n = 2 * p.replicas) FROM (SELECT *, count(*) OVER (PARTITION BY step) AS n
+                    FROM job_steps WHERE job_id = $J) s JOIN plans p ON p.job_id = s.job_id AND p.epoch = s.epoch")
+        job_losses "$S" "$ADMIN" "$J" | sort -k1,1 | join - "$WORK/reference.losses" > "$WORK/joined.losses"
+        equal=$(awk '$2 != $3 { d++ } END { print (NR == 40 && d == 0) ? "t" : "f" }' "$WORK/joined.losses")
+        diff=$(awk '{ d = $2 - $3; if (d < 0) d = -d; if (d > m) m = d } END { printf "%.2g", m }' "$WORK/joined.losses")
         [ "$state" = succeeded ] || equal="f ($state)"
-        printf '%-16s %6s %7s %9s %8s %8s %7s %10s %s\n' "$fault" "$before" "${victims:--}" "$detect" "$replan" "$train" "$retrained" "$once" "$equal"
+        printf '%-16s %6s %-11s %9s %8s %8s %7s %10s %12s %s\n' "$fault" "$before" "${victims:--}" "$detect" "$replan" "$train" \
+            "$retrained" "$once" "$equal" "$diff"
         row=$(jq -nc --arg fault "$fault" --argjson trial "$trial" --argjson step "$before" --arg victims "$victims" \
             --arg detect "$detect" --arg replan "$replan" --arg train "$train" --argjson retrained "$retrained" \
-            --arg once "$once" --arg equal "$equal" --arg state "$state" --argjson seed "$SEED" '
+            --arg once "$once" --arg equal "$equal" --argjson diff "$diff" --arg state "$state" --argjson seed "$SEED" '
             def num: if . == "-" then null else tonumber end;
             {bench: "faults-trial", seed: $seed, fault: $fault, trial: $trial, step: $step,
              victims: ($victims | split(" ") | map(select(. != ""))), state: $state,
              detect_s: ($detect | num), replan_s: ($replan | num), train_again_s: ($train | num),
-             steps_redone: $retrained, steps_once: ($once == "t"), losses_equal: ($equal == "t")}')
+             steps_redone: $retrained, steps_once: ($once == "t"), losses_equal: ($equal == "t"),
+             max_loss_diff: $diff}')
         echo "$row" >> "$WORK/rows.json"
     done
 done
 jq -sc --argjson seed "$SEED" '{bench: "faults", seed: $seed, trials: length,
     all_succeeded: all(.state == "succeeded"), all_steps_once: all(.steps_once), all_losses_equal: all(.losses_equal),
+    all_losses_within_1e5: all(.max_loss_diff <= 1e-5),
     max_train_again_s: ([.[].train_again_s | select(. != null)] | max),
     max_steps_redone: ([.[].steps_redone] | max)}' "$WORK/rows.json"
 cat "$WORK/rows.json"

@@ -90,6 +90,28 @@ static void test_older_server_means_ring(void **state)
     json_decref(a);
 }
 
+/* The epoch's micro-batches win over the spec's (a re-plan short of nodes
+ * trains fewer replicas, each more); absent (an older server): the spec's;
+ * not a positive integer: refused. */
+static void test_epoch_micro_batches(void **state)
+{
+    (void)state;
+    struct assignment o;
+    struct shoal_err err;
+    json_t *a = assignment("ring");
+    assert_int_equal(assign_parse(a, &o, &err), 0);
+    assert_int_equal(o.micro_batches, 4);
+    json_object_set_new(a, "micro_batches", json_integer(12));
+    assert_int_equal(assign_parse(a, &o, &err), 0);
+    assert_int_equal(o.micro_batches, 12);
+    json_object_set_new(a, "micro_batches", json_integer(0));
+    assert_int_equal(assign_parse(a, &o, &err), -1);
+    assert_string_equal(err.code, "bad_assignment");
+    json_object_set_new(a, "micro_batches", json_string("8"));
+    assert_int_equal(assign_parse(a, &o, &err), -1);
+    json_decref(a);
+}
+
 static void test_refused(void **state)
 {
     (void)state;
@@ -127,6 +149,7 @@ int main(void)
         cmocka_unit_test(test_ring_group),
         cmocka_unit_test(test_nccl_group_has_no_ring),
         cmocka_unit_test(test_older_server_means_ring),
+        cmocka_unit_test(test_epoch_micro_batches),
         cmocka_unit_test(test_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
