@@ -149,9 +149,10 @@ check "with its final checkpoint complete" \
     "$(curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$J/checkpoints" | jq -c '[.checkpoints[] | select(.complete) | .step] | max')" 12
 
 # ---- an agent killed mid-run: its neighbours report it and the job goes
-# to recovery (test_recovery.sh follows a recovery through); an operator
-# can cancel it there
-req POST "$S/v1/jobs" "$ADMIN" "$(job long 2 2 2 1f1b 100000 0)"
+# to recovery (test_recovery.sh follows a recovery through); a 4x1 job on
+# the four agents, so that it waits there for a node (fewer replicas are
+# no way out with one); an operator can cancel it there
+req POST "$S/v1/jobs" "$ADMIN" "$(job long 4 1 2 1f1b 100000 0)"
 J=$(printf '%s' "$BODY" | jq -r .id)
 req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":200}'
 running() { [ "$(sql s "SELECT count(*) FROM job_steps WHERE job_id = $J")" -gt 8 ]; }
