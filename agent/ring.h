@@ -67,6 +67,15 @@ int ring_allreduce_codec(struct ring *r, float *data, size_t n, uint64_t step, e
 int ring_broadcast(struct ring *r, int root, unsigned char **data, size_t *len, size_t len_max, uint64_t step,
                    struct shoal_err *err);
 
+/* Sends `mine` (a step's mean loss) to the next rank and returns the
+ * previous rank's in *from_prev: one WIRE_LOSS frame each way, dtype
+ * WIRE_BYTES, step = `step`, micro_batch 0, 8 bytes (a little-endian
+ * IEEE double).  The last stages of a job pass their losses round before
+ * the gradient all-reduce, so that a replica that dies after the
+ * all-reduce, before its report, leaves its loss with a survivor, whose
+ * report carries it (train.c, server/live_resume.h).  size >= 2. */
+int ring_pass_loss(struct ring *r, double mine, double *from_prev, uint64_t step, struct shoal_err *err);
+
 /* Bytes each rank sends for an all-reduce of n floats: 2(size-1)/size * 4n
  * plus frame headers (for reports and the cost model check).  Exact for
  * rank 0; other ranks differ by at most 4 bytes a round (uneven segments).

@@ -65,7 +65,11 @@ static int every_step_gradients(struct tasklet *k, uint64_t t, struct shoal_err 
         g = host;
     }
     struct ring r = tasklet_ring(k);
-    if (ring_allreduce_sum(&r, g, n, t, err) != 0) {
+    /* The last stage's losses go round first: one that dies after the
+     * all-reduce leaves its loss with the next replica (ring.h). */
+    if ((k->as->stage == k->as->stages - 1 && ring_pass_loss(&r, tasklet_loss_mean(k), &k->ring_prev_loss, t,
+                                                             err) != 0) ||
+        ring_allreduce_sum(&r, g, n, t, err) != 0) {
         tasklet_peer_failed(k, &k->as->ring_prev);
         goto out;
     }

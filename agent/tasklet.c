@@ -10,6 +10,14 @@
  * the tasklet within a slice instead of at the timeout. */
 #define TASKLET_WAIT_SLICE_MS PEER_STOP_SLICE_MS
 
+double tasklet_loss_mean(const struct tasklet *k)
+{
+    double sum = 0;
+    for (int m = 0; m < k->as->micro_batches; m++)
+        sum += k->loss[m];
+    return sum / k->as->micro_batches;
+}
+
 int tasklet_peer_failed(struct tasklet *k, const struct assign_peer *peer)
 {
     if (!k->failed_peer)

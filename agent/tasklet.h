@@ -34,6 +34,8 @@ struct tasklet {
     size_t wire_bytes;
     int32_t *tokens, *targets;           /* (B,T) */
     double *loss;                        /* per micro-batch, last stage */
+    double ring_prev_loss;               /* the step's mean loss of the ring's previous replica (last
+                                            stage, TCP ring); NAN: not passed this step */
     struct sync_state sync;
     const struct assign_peer *failed_peer;   /* the neighbour that failed first, or NULL */
     /* the current step's times, s, and bytes sent */
@@ -43,6 +45,9 @@ struct tasklet {
     double val_loss;
     int val_count;
 };
+
+/* The step's mean loss over this replica's micro-batches (last stage). */
+double tasklet_loss_mean(const struct tasklet *k);
 
 /* Notes which neighbour failed (the first one wins; one of k->as's) and
  * returns -1. */

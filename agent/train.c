@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../common/log.h"
 #include "ckpt.h"
@@ -182,12 +183,12 @@ static void post_progress(struct tasklet *k, uint64_t t, double iteration_s, dou
     if (eval_s > 0)
         json_object_set_new(body, "eval_s", json_real(eval_s));
     if (as->stage == as->stages - 1) {
-        double sum = 0;
-        for (int m = 0; m < as->micro_batches; m++)
-            sum += k->loss[m];
-        json_object_set_new(body, "loss", json_real(sum / as->micro_batches));
+        double loss = tasklet_loss_mean(k);
+        json_object_set_new(body, "loss", json_real(loss));
+        if (!isnan(k->ring_prev_loss))   /* the previous replica's, kept should it die before its report */
+            json_object_set_new(body, "ring_prev_loss", json_real(k->ring_prev_loss));
         log_info("step job=%lld step=%llu replica=%d loss=%.6f iteration_s=%.3f", (long long)as->job_id,
-                 (unsigned long long)t, as->replica, sum / as->micro_batches, iteration_s);
+                 (unsigned long long)t, as->replica, loss, iteration_s);
         if (eval_s > 0) {   /* this replica's share of the validation sequences */
             json_object_set_new(body, "val_micro_batches", json_integer(k->val_count));
             if (k->val_count > 0)
@@ -212,6 +213,21 @@ static int checkpoint_due(const struct assignment *as, int64_t t)
            (done == as->steps || (as->checkpoint_interval > 0 && done % as->checkpoint_interval == 0));
 }
 
+/* A fault for the tests (test_recovery.sh): with
+ * SHOAL_AGENT_FAULT_EXIT_AFTER_SYNC=T in its environment the agent dies
+ * at once, as under kill -9, right after step T's all-reduce and global
+ * norm, before its optimizer step and its report: the window in which its
+ * stage's other replicas finish a step that it never reports. */
+static void fault_exit_after_sync(uint64_t t)
+{
+    const char *v = getenv("SHOAL_AGENT_FAULT_EXIT_AFTER_SYNC");
+    if (v && *v && strtoull(v, NULL, 10) == t) {
+        log_warn("SHOAL_AGENT_FAULT_EXIT_AFTER_SYNC=%s: exiting after step %llu's all-reduce", v,
+                 (unsigned long long)t);
+        _exit(137);
+    }
+}
+
 /* One training step; on error the stage's micro-batches in flight are dropped
  * and no optimizer step has been taken. */
 static int train_step(struct tasklet *k, uint64_t t, uint64_t *queued, struct shoal_err *err)
@@ -221,6 +237,7 @@ static int train_step(struct tasklet *k, uint64_t t, uint64_t *queued, struct sh
     double start = ctl_now(), norm2, eval_s = 0;
     k->compute_s = k->allreduce_s = k->send_s = k->recv_s = 0;
     k->pipe_bytes = k->dp_bytes = 0;
+    k->ring_prev_loss = NAN;
     if (kern_stage_zero_grad(k->st, &ke) != 0)
         return tasklet_kern_failed(&ke, err);
     for (int i = 0; i < 2 * as->micro_batches; i++) {
@@ -230,6 +247,7 @@ static int train_step(struct tasklet *k, uint64_t t, uint64_t *queued, struct sh
     }
     if (sync_gradients(k, t, err) != 0 || global_norm2(k, t, &norm2, err) != 0)
         goto fail;
+    fault_exit_after_sync(t);
     double norm = sqrt(norm2);
     double scale = as->grad_clip > 0 && norm > as->grad_clip ? as->grad_clip / norm : 1.0;
     struct kern_adamw h = { .lr = (float)train_lr(as, (int64_t)t), .beta1 = TRAIN_ADAM_BETA1,

@@ -48,11 +48,12 @@
 /* 2: header flags, hello flags, sealed frames.  3: the WIRE_Q8 dtype,
  * bf16 and int8 tensors on stage links and in all-reduce chunks, WIRE_EVAL
  * frames.  4: a role names the node too ("stage=S replica=R node=N"), so
- * a connection proves which node it comes from.  Agents of different
+ * a connection proves which node it comes from.  5: WIRE_STATE frames (a
+ * live resume).  6: WIRE_LOSS frames.  Agents of different
  * versions cannot talk: the first frame
  * (the listener's hello) fails with "peer speaks wire version N, this
  * agent V", so upgrade every agent of a job together. */
-#define WIRE_VERSION 5
+#define WIRE_VERSION 6
 #define WIRE_HEADER_BYTES 72
 #define WIRE_MAX_DIMS 4
 #define WIRE_NONCE_BYTES 32
@@ -83,7 +84,8 @@ enum wire_kind {
     WIRE_GRAD_NORM = 9,       /* payload: one little-endian double, a sum of squared gradients */
     WIRE_EVAL = 10,           /* forward: residual stream of a validation micro-batch (no backward) */
     WIRE_STATE = 11,          /* a piece of a stage's state (a stage file) sent round the ring (ring.h) */
-    WIRE_KIND_MAX = 11
+    WIRE_LOSS = 12,           /* payload: one little-endian double, the sender's mean loss of the step (ring.h) */
+    WIRE_KIND_MAX = 12
 };
 
 enum wire_dtype {

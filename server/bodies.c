@@ -236,6 +236,7 @@ static const struct jv_field progress_fields[] = {
     { "val_micro_batches", JV_INT, 0, 0, 0, 1 << 20, P(val_micro_batches), 0, NULL, NULL },
     { "stage_link_bytes", JV_INT, 0, 0, 0, 9e15, P(stage_link_bytes), 0, NULL, NULL },
     { "sync_bytes", JV_INT, 0, 0, 0, 9e15, P(sync_bytes), 0, NULL, NULL },
+    { "ring_prev_loss", JV_NUM, 0, 1, 0, 1e6, P(ring_prev_loss), 0, NULL, NULL },
     { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
 };
 #undef P
@@ -243,7 +244,7 @@ static const struct jv_field progress_fields[] = {
 int body_progress_parse(const json_t *body, struct body_progress *out, struct shoal_err *e)
 {
     memset(out, 0, sizeof *out);
-    out->loss = out->val_loss = NAN;
+    out->loss = out->val_loss = out->ring_prev_loss = NAN;
     out->val_micro_batches = out->stage_link_bytes = out->sync_bytes = -1;
     if (jv_object(body, progress_fields, "", out, e) != 0)
         return -1;

@@ -19,8 +19,8 @@
 /* $1 job, $2 epoch, $3 step, $4 stage, $5 replica, $6 node, $7 loss (or
  * NULL), $8 iteration_s, $9 compute_s, $10 send_s, $11 recv_wait_s,
  * $12 allreduce_s, $13 bubble_s, $14 tokens, $15 eval_s, $16 val_loss,
- * $17 val_micro_batches, $18 stage_link_bytes, $19 sync_bytes (the last
- * five NULL when not reported).  One row, or none when the job
+ * $17 val_micro_batches, $18 stage_link_bytes, $19 sync_bytes, $20
+ * ring_prev_loss (the last six NULL when not reported).  One row, or none when the job
  * does not exist: {verdict, state, recorded, stages, replicas, total_steps,
  * plan_epoch}.  Only the first report and last-step rows write the job.
  *
@@ -48,10 +48,10 @@
     "   ELSE 'ok' END AS verdict FROM j)," \
     " ins AS (INSERT INTO job_steps (job_id, step, stage, replica, epoch, node_id, loss, iteration_s," \
     "     compute_s, comm_s, send_s, recv_wait_s, allreduce_s, bubble_s, tokens, eval_s, val_loss," \
-    "     val_micro_batches, stage_link_bytes, sync_bytes)" \
+    "     val_micro_batches, stage_link_bytes, sync_bytes, ring_prev_loss)" \
     "   SELECT $1::bigint, $3::bigint, $4::int, $5::int, $2::int, $6::bigint, $7::float8, $8::float8," \
     "     $9::float8, $10::float8 + $11::float8 + $12::float8, $10::float8, $11::float8, $12::float8," \
-    "     $13::float8, $14::bigint, $15::float8, $16::float8, $17::int, $18::bigint, $19::bigint" \
+    "     $13::float8, $14::bigint, $15::float8, $16::float8, $17::int, $18::bigint, $19::bigint, $20::float8" \
     "   FROM v WHERE v.verdict IN ('ok', 'late')" \
     "   ON CONFLICT (job_id, step, stage, replica) DO NOTHING RETURNING step)," \
     " upd AS (UPDATE jobs SET" \
@@ -109,7 +109,7 @@ void h_progress(struct request *rq, struct response *rs)
 {
     struct body_progress p;
     struct shoal_err e;
-    char v[19][32], what[40];
+    char v[20][32], what[40];
     json_t *res = NULL;
     json_t *body = request_json(rq, rs);
     if (!body)
@@ -128,9 +128,10 @@ void h_progress(struct request *rq, struct response *rs)
         p.val_micro_batches >= 0 ? db_param_i64(v[16], p.val_micro_batches) : NULL,
         p.stage_link_bytes >= 0 ? db_param_i64(v[17], p.stage_link_bytes) : NULL,
         p.sync_bytes >= 0 ? db_param_i64(v[18], p.sync_bytes) : NULL,
+        isnan(p.ring_prev_loss) ? NULL : db_param_f64(v[19], p.ring_prev_loss),
     };
     snprintf(what, sizeof what, "job %lld", (long long)p.job_id);
-    res = db_query_json(rq->srv->db, PROGRESS_SQL, 19, params, what, &e);
+    res = db_query_json(rq->srv->db, PROGRESS_SQL, 20, params, what, &e);
     if (!res || progress_verdict(res, &p, rq->node_id, &e) != 0) {
         reply_error(rs, &e);
         goto out;

@@ -12,12 +12,30 @@
 #include "queries.h"
 #include "server.h"
 
+/* True when step `step` (SQL) of job $1 was trained by its current epoch
+ * and stand-ins can make it whole (planner.c stores them with a live
+ * resume): every last-stage place of the plan reported it, or the next
+ * replica's report carries its loss (ring_prev_loss).  The places of
+ * other stages need nothing: the survivors that hold the step after it
+ * finished its all-reduce, which every replica's gradients took part in. */
+#define STEP_FILLABLE_SQL(step) \
+    "(" step " >= (SELECT coalesce(p.resume_step, 0) FROM jobs jj JOIN plans p ON p.job_id = jj.id" \
+    "   AND p.epoch = jj.plan_epoch WHERE jj.id = $1::bigint)" \
+    " AND NOT EXISTS (SELECT 1 FROM jobs jj JOIN plans p ON p.job_id = jj.id AND p.epoch = jj.plan_epoch" \
+    "   JOIN assignments a ON a.plan_id = p.id WHERE jj.id = $1::bigint AND a.stage = jj.stages - 1" \
+    "   AND NOT EXISTS (SELECT 1 FROM job_steps x WHERE x.job_id = jj.id AND x.step = " step \
+    "     AND x.stage = a.stage AND x.replica = a.replica)" \
+    "   AND NOT EXISTS (SELECT 1 FROM job_steps x WHERE x.job_id = jj.id AND x.step = " step \
+    "     AND x.stage = a.stage AND x.replica = (a.replica + 1) % p.replicas AND x.epoch = p.epoch" \
+    "     AND x.ring_prev_loss IS NOT NULL)))"
+
 /* $1 job, $2 --heartbeat-timeout s.  The failed plan's replicas and
  * tasklets: the step each one's node says it holds of that tasklet's
  * layers since the job went to recovery (null: nothing usable), and
  * whether the re-plan still waits to hear from it (alive, not left out, no
  * idle heartbeat since); which steps before a held one are whole
- * (STEP_WHOLE_SQL); the GPU nodes (their groups sum over NCCL). */
+ * (STEP_WHOLE_SQL) or can be made whole (STEP_FILLABLE_SQL); the GPU nodes
+ * (their groups sum over NCCL). */
 #define LIVE_SURVEY_SQL \
     "WITH j AS (SELECT id, plan_epoch, recovery_started_at," \
     "   coalesce(spec->'communication'->>'sync', 'every_step') AS sync FROM jobs WHERE id = $1::bigint)," \
@@ -37,7 +55,7 @@
     "     'node', t.node_id, 'layer_start', t.layer_start, 'layer_end', t.layer_end, 'held_step', t.held_step," \
     "     'pending', t.pending)), '[]') FROM t)," \
     "   'whole', (SELECT coalesce(json_agg(s.step), '[]') FROM (SELECT DISTINCT held_step - 1 AS step FROM t" \
-    "     WHERE held_step > 0) s WHERE " STEP_WHOLE_SQL("$1::bigint", "s.step") ")," \
+    "     WHERE held_step > 0) s WHERE " STEP_WHOLE_SQL("$1::bigint", "s.step") " OR " STEP_FILLABLE_SQL("s.step") ")," \
     "   'gpu', (SELECT coalesce(json_agg(id), '[]') FROM nodes WHERE gpu_count > 0)) FROM j"
 
 /* The failed plan as a grid: per place (stage * D + replica) the node's

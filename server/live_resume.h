@@ -10,7 +10,11 @@
  * the places left filled with spares (each the one that makes the
  * predicted step cheapest), starting at the latest step s such that every
  * stage has a survivor holding s and step s-1 is whole (every tasklet of
- * the epoch that trained it reported it, so each step's losses are whole).  A stage whose replicas do not all hold s gets a root: a replica
+ * the epoch that trained it reported it, so each step's losses are whole)
+ * or can be made whole: trained by the failed epoch, with every last-stage
+ * loss reported or carried by the next replica's report (ring_prev_loss).
+ * The tasklets that finished s-1's all-reduce and died before reporting
+ * it then get stand-in rows when the plan is stored (planner.c).  A stage whose replicas do not all hold s gets a root: a replica
  * that holds it and hands it round the stage's TCP ring.  The planner
  * stores it instead of its search's plan when that is quicker over the
  * rest of the job (planner_offer_repair).

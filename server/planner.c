@@ -323,7 +323,11 @@ static json_t *plan_stages_json(const struct sched_problem *pb, const struct sch
  * ({step, roots}) or NULL, $13 replicas, $14 micro-batches per replica and
  * step.  One statement: the new
  * epoch, the plan, its assignments, and the steps that will be trained
- * again dropped from job_steps (with the count of finished tasklets). */
+ * again dropped from job_steps (with the count of finished tasklets).  A
+ * live resume at step s also records step s-1 for the failed epoch's
+ * tasklets that died after its all-reduce, before their report (stand-ins:
+ * the last stage's loss from the next replica's ring_prev_loss, no times;
+ * live_resume.h), when the failed epoch trained it. */
 #define PLAN_STORE_SQL \
     "WITH j AS (UPDATE jobs SET plan_epoch = plan_epoch + 1, state = 'scheduled', tasklets_finished = 0," \
     "   recover_after = NULL, recovery_waiting = NULL, schedule_refused = NULL, updated_at = now()" \
@@ -336,9 +340,18 @@ static json_t *plan_stages_json(const struct sched_problem *pb, const struct sch
     "   SELECT p.id, t.s, t.r, t.n, t.ls, t.le FROM p," \
     "   unnest($5::int[], $6::int[], $7::bigint[], $8::int[], $9::int[]) AS t(s, r, n, ls, le) RETURNING 1)," \
     " d AS (DELETE FROM job_steps s USING j WHERE s.job_id = j.id AND s.step >= coalesce($11::bigint, 0)" \
-    "   RETURNING 1)" \
+    "   RETURNING 1)," \
+    " si AS (INSERT INTO job_steps (job_id, step, stage, replica, epoch, node_id, loss, stand_in)" \
+    "   SELECT j.id, $11::bigint - 1, a.stage, a.replica, fp.epoch, a.node_id," \
+    "     CASE WHEN a.stage = jj.stages - 1 THEN (SELECT x.ring_prev_loss FROM job_steps x WHERE x.job_id = j.id" \
+    "       AND x.step = $11::bigint - 1 AND x.stage = a.stage AND x.replica = (a.replica + 1) % fp.replicas" \
+    "       AND x.epoch = fp.epoch) END, true" \
+    "   FROM j JOIN jobs jj ON jj.id = j.id JOIN plans fp ON fp.job_id = j.id AND fp.epoch = j.plan_epoch - 1" \
+    "   JOIN assignments a ON a.plan_id = fp.id" \
+    "   WHERE $12::jsonb IS NOT NULL AND $11::bigint - 1 >= coalesce(fp.resume_step, 0)" \
+    "   ON CONFLICT (job_id, step, stage, replica) DO NOTHING RETURNING 1)" \
     " SELECT json_build_object('epoch', p.epoch, 'assignments', (SELECT count(*) FROM a)," \
-    "   'steps_dropped', (SELECT count(*) FROM d)) FROM p"
+    "   'steps_dropped', (SELECT count(*) FROM d), 'stand_ins', (SELECT count(*) FROM si)) FROM p"
 
 /* Stores the plan.  Returns the epoch, or -1 with `e` set (409 if the job
  * left a state it may be stored from meanwhile). */
@@ -375,8 +388,9 @@ static long planner_store(struct server *srv, const struct plan_work *w, const s
     json_t *res = db_query_json(srv->db, PLAN_STORE_SQL, 14, params, "job", e);
     if (res) {
         epoch = (long)json_integer_value(json_object_get(res, "epoch"));
-        log_info("plan stored job=%s epoch=%ld resume_step=%lld steps_dropped=%lld", p_id, epoch,
-                 (long long)w->resume_step, (long long)json_integer_value(json_object_get(res, "steps_dropped")));
+        log_info("plan stored job=%s epoch=%ld resume_step=%lld steps_dropped=%lld stand_ins=%lld", p_id, epoch,
+                 (long long)w->resume_step, (long long)json_integer_value(json_object_get(res, "steps_dropped")),
+                 (long long)json_integer_value(json_object_get(res, "stand_ins")));
     } else if (e->status == 404) {
         err_set(e, 409, "conflict", "state", "job %s changed state while it was being scheduled", p_id);
     }

@@ -6,8 +6,9 @@
 #
 #   kill-agent       kill -9 one agent of the plan
 #   kill-two         kill -9 two agents of the plan at once
-#   kill-nospare     kill -9 one agent of the plan and both spares: the job
-#                    goes on with one replica of 8 micro-batches
+#   kill-nospare     kill -9 two agents and wait until they are lost, then
+#                    one agent of the plan: with no spare the job goes on
+#                    with one replica of 8 micro-batches
 #   kill-server      kill -9 the server; it is started again 5 s later
 #   kill-postmaster  kill -9 the embedded PostgreSQL's postmaster
 #   stall-agent      SIGSTOP one agent of the plan (woken after the job)
@@ -75,8 +76,7 @@ done_() { case $(job_state "$S" "$ADMIN" "$J") in succeeded|failed|cancelled) re
 reached() { [ "$(q "SELECT count(*) FROM job_steps WHERE job_id = $J AND step = $1")" = 4 ]; }
 plan_node() { q "SELECT n.name FROM assignments a JOIN plans p ON p.id = a.plan_id JOIN nodes n ON n.id = a.node_id
                  WHERE p.job_id = $J AND p.epoch = 1 ORDER BY random() LIMIT 1"; }
-spares() { q "SELECT string_agg(name, ' ') FROM nodes WHERE id NOT IN (SELECT a.node_id FROM assignments a
-              JOIN plans p ON p.id = a.plan_id WHERE p.job_id = $J AND p.epoch = 1)"; }
+lost_two() { [ "$(q "SELECT count(*) FROM nodes WHERE state = 'lost'")" = 2 ]; }
 # since T SQL: seconds from T to the timestamp SQL gives ("-" when none).
 since() { local v; v=$(q "SELECT round((extract(epoch FROM ($2)) - $1)::numeric, 2)"); echo "${v:--}"; }
 idle_fleet() { [ "$(q "SELECT count(*) FROM nodes WHERE state = 'idle' AND last_heartbeat_at > now() - interval '30 s'")" = 6 ]; }
@@ -93,12 +93,18 @@ for fault in ${faults//,/ }; do
     for trial in $(seq 1 "$TRIALS"); do
         wait_for 120 idle_fleet
         at=$((6 + RANDOM % 25))
+        gone=""
+        if [ "$fault" = kill-nospare ]; then   # no spare: two agents gone before the job
+            gone=$(q "SELECT string_agg(name, ' ') FROM (SELECT name FROM nodes ORDER BY random() LIMIT 2) n")
+            for v in $gone; do kill -9 "$(cat "$WORK/agent-$v.pid")"; done
+            wait_for 60 lost_two
+        fi
         start_job; wait_for 300 reached "$at"
         victims=""
         case $fault in
             kill-agent|stall-agent) victims=$(plan_node) ;;
             kill-two) victims="$(plan_node)"; while v=$(plan_node); [ "$v" = "$victims" ]; do :; done; victims="$victims $v" ;;
-            kill-nospare) victims="$(plan_node) $(spares)" ;;
+            kill-nospare) victims=$(plan_node) ;;
         esac
         before=$(q "SELECT coalesce(max(step), -1) FROM job_steps WHERE job_id = $J")
         t=$(now)
@@ -120,7 +126,7 @@ for fault in ${faults//,/ }; do
         wait_for 900 done_
         case $fault in
             stall-agent) kill -CONT "$(cat "$WORK/agent-$victims.pid")" ;;
-            kill-agent|kill-two|kill-nospare) for v in $victims; do start_agent "$v" s $AGENT_ARGS; done; disown -a ;;
+            kill-agent|kill-two|kill-nospare) for v in $victims $gone; do start_agent "$v" s $AGENT_ARGS; done; disown -a ;;
         esac
         state=$(job_state "$S" "$ADMIN" "$J")
         replan=$(since "$t" "(SELECT min(created_at) FROM plans WHERE job_id = $J AND epoch > 1)")

@@ -39,6 +39,10 @@ job() {
 run_job "a 2x2 job of 30 steps" "$(job main 2 2 2 1f1b 30 10)"
 MAIN=$J
 check "job_steps holds every step of every tasklet" "$(sql s "SELECT count(*), count(DISTINCT step) FROM job_steps WHERE job_id = $MAIN")" "120|30"
+check "each last-stage report carries the loss of the replica before it on the ring" \
+    "$(sql s "SELECT count(*), bool_and(r.ring_prev_loss = p.loss) FROM job_steps r JOIN job_steps p
+              ON p.job_id = r.job_id AND p.step = r.step AND p.stage = r.stage AND p.replica = (r.replica + 1) % 2
+              WHERE r.job_id = $MAIN AND r.stage = 1")" "60|t"
 check "every last-stage row has a loss" "$(sql s "SELECT count(*) FROM job_steps WHERE job_id = $MAIN AND stage = 1 AND loss > 0")" 60
 job_losses "$S" "$ADMIN" "$MAIN" | sort -k1,1 > "$WORK/main.losses"
 fell=$(awk 'NR <= 3 { a += $2 } NR > 27 { b += $2 } END { print (b / 3 < a / 3 - 0.3) ? "yes" : "no: " a / 3 " -> " b / 3 }' "$WORK/main.losses")

@@ -6,7 +6,8 @@
 # goes on with fewer replicas, and with too few nodes for one it waits in
 # 'recovering' until agents join.  The server itself is
 # killed and restarted mid-run: nothing is lost or recorded twice.  A node
-# that stalls (SIGSTOP) is found out and worked around.  A job whose
+# that stalls (SIGSTOP) is found out and worked around.  A node that dies
+# between its step's all-reduce and its report costs no step.  A job whose
 # dataset is missing or too short fails at once, saying why.
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -214,6 +215,50 @@ back_idle() { [ "$(sql s "SELECT state FROM nodes WHERE name = '$VICTIM'")" = id
 if wait_for 60 back_idle; then ok "a restarted agent is the same node, idle again"
 else fail "a restarted agent is the same node, idle again" "$(sql s "SELECT id, state FROM nodes WHERE name = '$VICTIM'")"; fi
 check "no second node of that name" "$(sql s "SELECT count(*), min(id) FROM nodes WHERE name = '$VICTIM'")" "1|$before"
+
+# ---- a node that dies right after step 30's all-reduce, before its
+# report: its stage's other replica applied the step, so the live resume
+# records step 30 for it (a stand-in, with the loss its ring neighbour was
+# passed before the all-reduce) and goes on at step 31: none trained again.
+# It is put at the last stage, whose loss is the one a survivor must carry.
+# No checkpoints: the repair saves 31 steps over a resume from the start
+# with 9 left, so the planner's rule takes it unless the search's plan is
+# over 4x quicker (this forced plan need not be the search's best).
+stop_agent "$VICTIM"
+ready_before=$(grep -c 'agent ready' "$WORK/agent-$VICTIM.log")
+SHOAL_AGENT_FAULT_EXIT_AFTER_SYNC=30 start_agent "$VICTIM" s --peer-timeout 5
+# (its new peer address registered, not the one of the agent stopped)
+ready_again() { [ "$(grep -c 'agent ready' "$WORK/agent-$VICTIM.log")" -gt "$ready_before" ]; }
+wait_for 60 ready_again
+six_up() { [ "$(sql s "SELECT count(*) FROM nodes WHERE state = 'idle' AND last_heartbeat_at > now() - interval '2 s'")" -ge 6 ]; }
+wait_for 60 six_up
+# and every link among the six measured: a spare's unmeasured links count
+# as slow (RECOVERY_FILL_*), which could make the search's plan, free to
+# leave it out, quicker than a repair that needs it
+six_linked() { [ "$(sql s "SELECT count(*) FROM links_latest l JOIN nodes a ON a.id = l.from_node JOIN nodes b
+                            ON b.id = l.to_node WHERE a.state = 'idle' AND b.state = 'idle' AND l.bandwidth_gbps > 0")" = 30 ]; }
+wait_for 60 six_linked
+req POST "$S/v1/jobs" "$ADMIN" "$(job split | sed 's/"checkpoint_interval":5/"checkpoint_interval":0/')"
+J=$(printf '%s' "$BODY" | jq -r .id)
+OTHERS=$(sql s "SELECT string_agg(id::text, ' ' ORDER BY id) FROM (SELECT id FROM nodes WHERE state = 'idle'
+                AND name <> '$VICTIM' AND last_heartbeat_at > now() - interval '2 s' ORDER BY id LIMIT 3) n")
+set -- $OTHERS
+req POST "$S/v1/jobs/$J/plan" "$ADMIN" "{\"stages\":[{\"nodes\":[$1,$2]},{\"nodes\":[$3,$before]}]}"
+expect "a plan puts it at stage 1, replica 1" 201 '.stages[1].nodes[1]' "$before"
+wait_for 300 is_state "$J" succeeded
+check "the job succeeds" "$(state_of "$J")" succeeded
+if [ "$(sql s "SELECT live->>'step', resume_step FROM plans WHERE job_id = $J AND epoch = 2")" = "31|31" ]; then
+    ok "epoch 2 goes on from the survivors at step 31"
+else fail "epoch 2 goes on from the survivors at step 31" \
+    "$(sql s "SELECT resume_step, detail->'live_resume' FROM plans WHERE job_id = $J AND epoch = 2")"; fi
+check "step 30 of the dead tasklet is a stand-in, with the loss it passed round" \
+    "$(sql s "SELECT s.stage, s.replica, s.loss = r.ring_prev_loss, s.iteration_s IS NULL FROM job_steps s
+              JOIN job_steps r ON r.job_id = s.job_id AND r.step = s.step AND r.stage = 1 AND r.replica = 0
+              WHERE s.job_id = $J AND s.stand_in")" "1|1|t|t"
+check "each step once, with the uninterrupted run's losses" \
+    "$(sql s "SELECT count(*), count(DISTINCT (step, stage, replica)) FROM job_steps WHERE job_id = $J") $(job_losses "$S" "$ADMIN" "$J" | sort -k1,1 | join - "$WORK/reference.losses" | awk '$2 != $3 { d++ } END { print NR, d + 0 }')" \
+    "160|160 40 0"
+start_agent "$VICTIM" s --peer-timeout 5
 
 # ---- a dataset that cannot be read fails the job at once, with the
 # reason, instead of --max-recoveries re-plans onto the same path

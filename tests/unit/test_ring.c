@@ -534,6 +534,64 @@ static void test_ring_broadcast(void **state)
     ring_free(&rs);
 }
 
+/* ring_pass_loss: on rings of 2..4 ranks every rank gets its previous
+ * rank's double, bit for bit (a NaN payload and a tiny value too); a
+ * rank on another step is refused, naming the step. */
+struct loss_job {
+    struct ring *r;
+    double mine, got;
+    uint64_t step;
+    int rc;
+    struct shoal_err err;
+};
+
+static void *loss_main(void *arg)
+{
+    struct loss_job *j = arg;
+    j->rc = ring_pass_loss(j->r, j->mine, &j->got, j->step, &j->err);
+    if (j->rc != 0)
+        tell_neighbours(j->r);
+    return NULL;
+}
+
+static void loss_run(struct ring_set *rs, const double *mine, const uint64_t *steps, struct loss_job *jobs)
+{
+    pthread_t t[RANKS_MAX];
+    for (int k = 0; k < rs->size; k++) {
+        jobs[k] = (struct loss_job){ .r = &rs->r[k], .mine = mine[k], .step = steps[k], .got = -1 };
+        pthread_create(&t[k], NULL, loss_main, &jobs[k]);
+    }
+    for (int k = 0; k < rs->size; k++)
+        pthread_join(t[k], NULL);
+}
+
+static void test_ring_pass_loss(void **state)
+{
+    (void)state;
+    const double values[RANKS_MAX] = { 3.2461, 1e-300, NAN, -0.0 };
+    const uint64_t same[RANKS_MAX] = { 9, 9, 9, 9 };
+    struct loss_job jobs[RANKS_MAX];
+    for (int size = 2; size <= 4; size++) {
+        struct ring_set rs;
+        ring_form(&rs, size, 0, TIMEOUT_MS);
+        loss_run(&rs, values, same, jobs);
+        for (int k = 0; k < size; k++) {
+            assert_int_equal(jobs[k].rc, 0);
+            double want = values[(k + size - 1) % size];
+            assert_memory_equal(&jobs[k].got, &want, sizeof want);
+        }
+        ring_free(&rs);
+    }
+    struct ring_set rs;
+    const uint64_t steps[RANKS_MAX] = { 9, 10, 9 };
+    ring_form(&rs, 3, 0, TIMEOUT_MS);
+    loss_run(&rs, values, steps, jobs);
+    assert_int_not_equal(jobs[2].rc, 0);
+    assert_string_equal(jobs[2].err.code, "peer_protocol");
+    assert_non_null(strstr(jobs[2].err.message, "expected the loss of step 9"));
+    ring_free(&rs);
+}
+
 int main(void)
 {
     log_threshold = LOG_LEVEL_ERROR;
@@ -548,6 +606,7 @@ int main(void)
         cmocka_unit_test(test_ring_packed),
         cmocka_unit_test(test_ring_packed_mismatch),
         cmocka_unit_test(test_ring_broadcast),
+        cmocka_unit_test(test_ring_pass_loss),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -108,7 +108,7 @@ static void test_bad_headers(void **state)
     } bad[] = {
         {"magic", 0, 0x12345678, 4, 1, "bad magic"},
         {"version 1", 4, 1, 2, 1, "version"},
-        {"version 6", 4, 6, 2, 1, "version 6, this agent 5"},
+        {"version 7", 4, 7, 2, 1, "version 7, this agent 6"},
         {"header crc", 8, 43, 1, 0, "CRC"},
         {"kind 0", 6, 0, 2, 1, "kind"},
         {"kind 99", 6, 99, 2, 1, "kind"},
