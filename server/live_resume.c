@@ -198,6 +198,43 @@ static void place_survivors(const struct grid *g, int64_t step, struct sched_pla
     }
 }
 
+/* With fewer places than survivors that hold `step` (the re-plan trains
+ * fewer replicas), swaps in, place by place, the unplaced holder of the
+ * same stage that makes the predicted step cheapest: which survivors stay
+ * is a choice like the spares'.  Returns 0, or -1 with e set. */
+static int cheapest_holders(const struct sched_problem *pb, const struct grid *g, int64_t step, struct sched_plan *p,
+                            const char *holds, struct shoal_err *e)
+{
+    int D = p->replicas;
+    for (int c = 0; c < g->S * D; c++) {
+        int st = c / D;
+        if (!holds[c])
+            continue;
+        if (sched_predict(pb, p, e) != 0)
+            return -1;
+        double best_s = p->cost.feasible ? p->cost.total_s : INFINITY;
+        int best = p->node[c];
+        for (int old = 0; old < g->D; old++) {
+            int h = g->node[st * g->D + old], placed = 0;
+            if (h < 0 || g->held[st * g->D + old] != step)
+                continue;
+            for (int k = 0; k < g->S * D; k++)
+                placed |= p->node[k] == h;
+            if (placed)
+                continue;
+            p->node[c] = h;
+            if (sched_predict(pb, p, e) != 0)
+                return -1;
+            if (p->cost.feasible && p->cost.total_s < best_s) {
+                best_s = p->cost.total_s;
+                best = h;
+            }
+            p->node[c] = best;
+        }
+    }
+    return 0;
+}
+
 /* The repair of grid g at step `step` with the problem's replicas, or
  * NULL with *why or e set. */
 static struct plan_repair *repair_make(const struct sched_problem *pb, const struct grid *g, const json_t *gpu,
@@ -220,6 +257,8 @@ static struct plan_repair *repair_make(const struct sched_problem *pb, const str
         *why = filled > 0 ? "too few spare nodes to fill the places of the nodes that are gone" : NULL;
         goto out;
     }
+    if (cheapest_holders(pb, g, step, &r->plan, holds, e) != 0)
+        goto out;
     for (int st = 0; st < g->S; st++) {
         int all = 1, nccl = 1;
         r->roots[st] = -1;
