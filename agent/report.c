@@ -150,8 +150,8 @@ int report_start(const struct ctl *ctl, int max_pending, struct reporter **out, 
 }
 
 /* Appends `in` (taken over) to its lane once there is room; frees it if
- * stopping.  A file upload first marks the waiting ones with its key
- * replaced. */
+ * stopping.  A file upload that finds REPORT_WAITING_PER_KEY uploads with
+ * its key waiting first marks the oldest of them replaced. */
 static void report_enqueue(struct reporter *r, struct pending *in)
 {
     struct lane *l = &r->lanes[in->file ? LANE_FILES : LANE_POSTS];
@@ -167,12 +167,18 @@ static void report_enqueue(struct reporter *r, struct pending *in)
         r->uploads_queued++;
     else if (in->uploads_before < 0)
         in->uploads_before = r->uploads_queued;
+    struct pending *oldest = NULL;
+    int waiting = 0;
     for (int i = l->sending; in->file && i < l->count; i++) {
         struct pending *q = &l->ring[(l->head + i) % l->cap];
         if (!q->replaced && strcmp(q->key, in->key) == 0) {
-            log_info("checkpoint upload path=%s replaced by path=%s before it was sent", q->path, in->path);
-            q->replaced = 1;
+            oldest = oldest ? oldest : q;
+            waiting++;
         }
+    }
+    if (waiting >= REPORT_WAITING_PER_KEY) {
+        log_info("checkpoint upload path=%s replaced by path=%s before it was sent", oldest->path, in->path);
+        oldest->replaced = 1;
     }
     l->ring[(l->head + l->count) % l->cap] = *in;
     l->count++;

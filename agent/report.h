@@ -8,8 +8,10 @@
  * Each queue is bounded; a post into a full queue waits for room (training
  * slows down rather than losing a step's record).  A checkpoint upload is
  * a local file the queue owns and removes once sent; a newer checkpoint of
- * the same job and stage replaces one still waiting (only the newest is
- * worth having, and the disk holds at most two per stage).  The server
+ * the same job and stage replaces the oldest one still waiting once
+ * REPORT_WAITING_PER_KEY are (uploads that lag a little, on a slow link or
+ * a loaded server, lose none; during an outage only the newest are worth
+ * having, and the disk holds at most three per stage).  The server
  * treats a repeated post or upload as a duplicate, so a retry after a lost
  * answer is safe.  An answer below 500 that is not 2xx is final: the entry
  * is dropped, logged, and the error kept for report_flush. */
@@ -20,6 +22,8 @@
 
 #include "../common/err.h"
 #include "control.h"
+
+#define REPORT_WAITING_PER_KEY 2   /* uploads of one job and stage that may wait behind the one being sent */
 
 struct reporter;
 
