@@ -33,7 +33,9 @@
  * otherwise (that step was trained again).  A late report never moves the
  * job or the node. */
 #define PROGRESS_SQL \
-    "WITH j AS (SELECT id, state, plan_epoch, total_steps, stages, replicas FROM jobs WHERE id = $1::bigint)," \
+    "WITH j AS (SELECT id, state, plan_epoch, total_steps, stages, replicas, stages * (SELECT p.replicas" \
+    "   FROM plans p WHERE p.job_id = jobs.id AND p.epoch = jobs.plan_epoch) AS tasklets" \
+    "   FROM jobs WHERE id = $1::bigint)," \
     " v AS (SELECT j.*, CASE" \
     "   WHEN $4::int >= j.stages OR $5::int >= j.replicas THEN 'out_of_range'" \
     "   WHEN $2::int > j.plan_epoch THEN 'stale_epoch'" \
@@ -57,11 +59,11 @@
     " upd AS (UPDATE jobs SET" \
     "     tasklets_finished = jobs.tasklets_finished + (ins.step = jobs.total_steps - 1)::int," \
     "     state = CASE WHEN jobs.tasklets_finished + (ins.step = jobs.total_steps - 1)::int" \
-    "       >= jobs.stages * (SELECT replicas FROM plans WHERE job_id = jobs.id AND epoch = jobs.plan_epoch) THEN 'succeeded' ELSE 'running' END," \
+    "       >= j.tasklets THEN 'succeeded' ELSE 'running' END," \
     "     finished_at = CASE WHEN jobs.tasklets_finished + (ins.step = jobs.total_steps - 1)::int" \
-    "       >= jobs.stages * (SELECT replicas FROM plans WHERE job_id = jobs.id AND epoch = jobs.plan_epoch) THEN now() END," \
+    "       >= j.tasklets THEN now() END," \
     "     started_at = coalesce(jobs.started_at, now()), updated_at = now()" \
-    "   FROM ins WHERE jobs.id = $1::bigint AND jobs.plan_epoch = $2::int" \
+    "   FROM ins, j WHERE jobs.id = $1::bigint AND jobs.plan_epoch = $2::int" \
     "     AND jobs.state IN ('scheduled', 'running')" \
     "     AND (jobs.state = 'scheduled' OR ins.step = jobs.total_steps - 1)" \
     "   RETURNING jobs.state)," \

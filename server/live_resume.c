@@ -25,9 +25,7 @@
     "   JOIN assignments a ON a.plan_id = p.id WHERE jj.id = $1::bigint AND a.stage = jj.stages - 1" \
     "   AND NOT EXISTS (SELECT 1 FROM job_steps x WHERE x.job_id = jj.id AND x.step = " step \
     "     AND x.stage = a.stage AND x.replica = a.replica)" \
-    "   AND NOT EXISTS (SELECT 1 FROM job_steps x WHERE x.job_id = jj.id AND x.step = " step \
-    "     AND x.stage = a.stage AND x.replica = (a.replica + 1) % p.replicas AND x.epoch = p.epoch" \
-    "     AND x.ring_prev_loss IS NOT NULL)))"
+    "   AND " PASSED_LOSS_SQL("jj.id", step, "a.stage", "a.replica", "p.replicas", "p.epoch") " IS NULL))"
 
 /* $1 job, $2 --heartbeat-timeout s.  The failed plan's replicas and
  * tasklets: the step each one's node says it holds of that tasklet's
@@ -110,6 +108,33 @@ static int64_t common_step(const struct grid *g, const json_t *whole, int64_t af
     return best;
 }
 
+/* Puts at place c of p the node, among those `taken` does not mark, that
+ * makes the predicted step cheapest; the node there stays when none is
+ * cheaper.  Returns the node at c, or -1 with e set. */
+static int cheapest_at(const struct sched_problem *pb, struct sched_plan *p, int c, const char *taken,
+                       struct shoal_err *e)
+{
+    int best = p->node[c];
+    if (sched_predict(pb, p, e) != 0)
+        return -1;
+    double best_s = p->cost.feasible ? p->cost.total_s : INFINITY;
+    for (int i = 0; i < pb->n; i++) {
+        if (taken[i] || i == best)
+            continue;
+        p->node[c] = i;
+        if (sched_predict(pb, p, e) != 0) {
+            p->node[c] = best;
+            return -1;
+        }
+        if (p->cost.feasible && p->cost.total_s < best_s) {
+            best_s = p->cost.total_s;
+            best = i;
+        }
+        p->node[c] = best;
+    }
+    return best;
+}
+
 /* Fills the empty places of p (node -1) with unused nodes, each the one
  * that makes the predicted step cheapest.  Returns 0, 1 when there are too
  * few nodes, or -1 with e set. */
@@ -140,24 +165,11 @@ static int fill_spares(const struct sched_problem *pb, struct sched_plan *p, str
         used[i] = 1;
     }
     for (int k = 0; k < n_empty; k++) {
-        int c = empty[k], best = p->node[c];
-        if (sched_predict(pb, p, e) != 0)
+        int was = p->node[empty[k]], now = cheapest_at(pb, p, empty[k], used, e);
+        if (now < 0)
             goto out;
-        double best_s = p->cost.feasible ? p->cost.total_s : INFINITY;
-        for (int i = 0; i < pb->n; i++) {
-            if (used[i])
-                continue;
-            p->node[c] = i;
-            if (sched_predict(pb, p, e) != 0)
-                goto out;
-            if (p->cost.feasible && p->cost.total_s < best_s) {
-                best_s = p->cost.total_s;
-                used[best] = 0;
-                used[i] = 1;
-                best = i;
-            }
-        }
-        p->node[c] = best;
+        used[was] = 0;
+        used[now] = 1;
     }
     rc = 0;
 out:
@@ -205,34 +217,28 @@ static void place_survivors(const struct grid *g, int64_t step, struct sched_pla
 static int cheapest_holders(const struct sched_problem *pb, const struct grid *g, int64_t step, struct sched_plan *p,
                             const char *holds, struct shoal_err *e)
 {
-    int D = p->replicas;
+    int D = p->replicas, rc = -1;
+    char *taken = malloc((size_t)pb->n + 1);   /* not a candidate for the place at hand */
+    if (!taken)
+        return err_set(e, 500, "internal", NULL, "out of memory");
     for (int c = 0; c < g->S * D; c++) {
         int st = c / D;
         if (!holds[c])
             continue;
-        if (sched_predict(pb, p, e) != 0)
-            return -1;
-        double best_s = p->cost.feasible ? p->cost.total_s : INFINITY;
-        int best = p->node[c];
-        for (int old = 0; old < g->D; old++) {
-            int h = g->node[st * g->D + old], placed = 0;
-            if (h < 0 || g->held[st * g->D + old] != step)
-                continue;
-            for (int k = 0; k < g->S * D; k++)
-                placed |= p->node[k] == h;
-            if (placed)
-                continue;
-            p->node[c] = h;
-            if (sched_predict(pb, p, e) != 0)
-                return -1;
-            if (p->cost.feasible && p->cost.total_s < best_s) {
-                best_s = p->cost.total_s;
-                best = h;
-            }
-            p->node[c] = best;
-        }
+        memset(taken, 1, (size_t)pb->n);
+        for (int old = 0; old < g->D; old++)
+            if (g->node[st * g->D + old] >= 0 && g->held[st * g->D + old] == step)
+                taken[g->node[st * g->D + old]] = 0;
+        for (int k = 0; k < g->S * D; k++)
+            if (p->node[k] >= 0)
+                taken[p->node[k]] = 1;
+        if (cheapest_at(pb, p, c, taken, e) < 0)
+            goto out;
     }
-    return 0;
+    rc = 0;
+out:
+    free(taken);
+    return rc;
 }
 
 /* The repair of grid g at step `step` with the problem's replicas, or

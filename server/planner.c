@@ -147,8 +147,7 @@ static int planner_job(struct server *srv, struct plan_work *w, json_t *job, str
     w->total_steps = json_integer_value(json_object_get(job, "total_steps"));
     if (!json_is_true(json_object_get(job, "started")))
         return 0;
-    return checkpoints_latest_valid(srv, w->job_id, json_integer_value(json_object_get(job, "total_steps")),
-                                    &w->resume_step, e);
+    return checkpoints_latest_valid(srv, w->job_id, w->total_steps, &w->resume_step, e);
 }
 
 /* The replicas a job of `spec` can train with on `available` nodes: its
@@ -343,9 +342,9 @@ static json_t *plan_stages_json(const struct sched_problem *pb, const struct sch
     "   RETURNING 1)," \
     " si AS (INSERT INTO job_steps (job_id, step, stage, replica, epoch, node_id, loss, stand_in)" \
     "   SELECT j.id, $11::bigint - 1, a.stage, a.replica, fp.epoch, a.node_id," \
-    "     CASE WHEN a.stage = jj.stages - 1 THEN (SELECT x.ring_prev_loss FROM job_steps x WHERE x.job_id = j.id" \
-    "       AND x.step = $11::bigint - 1 AND x.stage = a.stage AND x.replica = (a.replica + 1) % fp.replicas" \
-    "       AND x.epoch = fp.epoch) END, true" \
+    "     CASE WHEN a.stage = jj.stages - 1" \
+    "       THEN " PASSED_LOSS_SQL("j.id", "$11::bigint - 1", "a.stage", "a.replica", "fp.replicas", "fp.epoch") \
+    "     END, true" \
     "   FROM j JOIN jobs jj ON jj.id = j.id JOIN plans fp ON fp.job_id = j.id AND fp.epoch = j.plan_epoch - 1" \
     "   JOIN assignments a ON a.plan_id = fp.id" \
     "   WHERE $12::jsonb IS NOT NULL AND $11::bigint - 1 >= coalesce(fp.resume_step, 0)" \

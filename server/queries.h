@@ -40,6 +40,14 @@
     " JOIN plans sp ON sp.job_id = ss.job_id AND sp.epoch = ss.epoch JOIN jobs sj ON sj.id = ss.job_id" \
     " WHERE ss.job_id = " job " AND ss.step = " step ")"
 
+/* The loss that replica `replica`'s last stage (`stage`) passed round the
+ * ring at step `step` of epoch `epoch` before the all-reduce: the next
+ * replica's report carries it (ring_prev_loss).  A scalar subquery, NULL
+ * when no such report has it.  The arguments are SQL expressions. */
+#define PASSED_LOSS_SQL(job, step, stage, replica, replicas, epoch) \
+    "(SELECT x.ring_prev_loss FROM job_steps x WHERE x.job_id = " job " AND x.step = " step \
+    " AND x.stage = " stage " AND x.replica = (" replica " + 1) % " replicas " AND x.epoch = " epoch ")"
+
 /* The SET list of an UPDATE of jobs that sends a live job to recovery:
  * 'recovering' because of `reason`, re-planned once `after` has passed, or
  * 'failed' when it has been re-planned `max` times already.  The arguments
