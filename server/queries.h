@@ -65,7 +65,9 @@
 
 /* The node that failed links of job `job` point to: every link-verdict
  * report (both ends answered the server) counts 2 for the neighbour it
- * names, who was waited for, and 1 for its reporter.  The one node with
+ * names, who was waited for (unless that neighbour had reported a failure
+ * of its own first in the same epoch: it gave up and closed its sockets,
+ * and this report is the echo), and 1 for its reporter.  The one node with
  * the highest count, alone and in reports of two epochs, is taken for the
  * node cut off from its peers (though not from the server): it fails with
  * whoever it is planned beside, while its neighbours' reports, and the
@@ -77,7 +79,8 @@
     "   sum(w.weight) AS score, max(sum(w.weight)) OVER () AS top," \
     "   count(*) OVER (PARTITION BY sum(w.weight)) AS tied" \
     "   FROM (SELECT f.suspect_node AS node_id, f.epoch, 2 AS weight FROM job_faults f" \
-    "     WHERE f.job_id = " job " AND f.verdict = 'link'" \
+    "     WHERE f.job_id = " job " AND f.verdict = 'link' AND NOT EXISTS (SELECT 1 FROM job_faults g" \
+    "       WHERE g.job_id = f.job_id AND g.epoch = f.epoch AND g.reporter_node = f.suspect_node AND g.id < f.id)" \
     "    UNION ALL SELECT f.reporter_node, f.epoch, 1 FROM job_faults f" \
     "     WHERE f.job_id = " job " AND f.verdict = 'link') w" \
     "   WHERE w.node_id IS NOT NULL GROUP BY w.node_id) e" \
