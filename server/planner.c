@@ -478,11 +478,10 @@ fail:
 json_t *planner_run(struct server *srv, struct plan_work *w, struct shoal_err *e)
 {
     struct sched_plan plan;
-    struct sched_baselines bl;
     json_t *detail = NULL;
     memset(&plan, 0, sizeof plan);
     struct sched_options opt = { .seed = (uint64_t)w->req.seed, .budget_ms = (double)w->req.budget_ms,
-                                 .candidates = w->req.candidates };
+                                 .candidates = w->req.candidates, .random_plans = PLANNER_RANDOM_PLANS };
     if (sched_plan_init(&plan, w->problem.stages, w->problem.replicas) != 0) {
         err_set(e, 500, "internal", NULL, "out of memory");
         goto out;
@@ -490,12 +489,11 @@ json_t *planner_run(struct server *srv, struct plan_work *w, struct shoal_err *e
     json_t *choice = NULL;
     const struct sched_plan *chosen;
     if (sched_search(&w->problem, &opt, &plan, e) != 0 ||
-        sched_baselines(&w->problem, opt.seed, PLANNER_RANDOM_PLANS, &bl, e) != 0 ||
         !(chosen = choose_repair(w, &plan, &choice, e)))
         goto out;
     detail = planner_finish(srv, w, chosen, json_pack("{s:{s:f, s:f, s:I}, s:I, s:I, s:I, s:b, s:o*}",
-        "baselines", "sequential_s", bl.sequential_s, "best_random_s", bl.best_random_s,
-        "random_plans", (json_int_t)bl.random_plans,
+        "baselines", "sequential_s", plan.baselines.sequential_s, "best_random_s", plan.baselines.best_random_s,
+        "random_plans", (json_int_t)plan.baselines.random_plans,
         "seed", (json_int_t)w->req.seed, "budget_ms", (json_int_t)w->req.budget_ms,
         "candidates", (json_int_t)w->req.candidates, "forced", 0, "live_resume", choice), e);
 out:

@@ -96,7 +96,9 @@ int cand_alloc(struct cand *c, const struct sched_ctx *cx)
     c->edge = calloc(P * P, sizeof(double));
     c->pairing = calloc(P * P * D, sizeof(int));
     c->order = calloc(P, sizeof(int));
-    if (!c->member || !c->pos || !c->group_dp || !c->group_lat || !c->edge || !c->pairing || !c->order) {
+    c->edge_node = calloc(P * P, sizeof(int));
+    if (!c->member || !c->pos || !c->group_dp || !c->group_lat || !c->edge || !c->pairing || !c->order ||
+        !c->edge_node) {
         cand_free(c);
         return -1;
     }
@@ -112,6 +114,7 @@ void cand_free(struct cand *c)
     free(c->edge);
     free(c->pairing);
     free(c->order);
+    free(c->edge_node);
     memset(c, 0, sizeof *c);
 }
 
@@ -125,8 +128,10 @@ void cand_copy(struct cand *dst, const struct cand *src, const struct sched_ctx 
     memcpy(dst->edge, src->edge, sizeof(double) * P * P);
     memcpy(dst->pairing, src->pairing, sizeof(int) * P * P * D);
     memcpy(dst->order, src->order, sizeof(int) * P);
+    memcpy(dst->edge_node, src->edge_node, sizeof(int) * P * P);
     dst->cost = src->cost;
     dst->tie = src->tie;
+    dst->crit = src->crit;
 }
 
 /* dtfm DP cost of the D nodes at `g`: max over d of the sum of its terms. */
@@ -205,8 +210,14 @@ static void edge_eval(const struct sched_ctx *cx, struct cand *c, int g, int h)
     for (int i = 0; i < D; i++)
         for (int j = 0; j < D; j++)
             cx->wbuf[i * D + j] = cx->pp[a[i] * n + b[j]];
-    double v = match_bottleneck(cx->wbuf, D, c->pairing + (size_t)(g * P + h) * (size_t)D, cx->mw);
+    int *pair = c->pairing + (size_t)(g * P + h) * (size_t)D, worst = 0;
+    double v = match_bottleneck(cx->wbuf, D, pair, cx->mw);
     c->edge[g * P + h] = c->edge[h * P + g] = v;
+    for (int i = 1; i < D; i++)
+        if (cx->wbuf[i * D + pair[i]] > cx->wbuf[worst * D + pair[worst]])
+            worst = i;
+    c->edge_node[g * P + h] = a[worst];
+    c->edge_node[h * P + g] = b[pair[worst]];
 }
 
 /* Writes the plan of candidate `c` with stage order c->order into
@@ -302,9 +313,22 @@ static double shoal_layers(const struct sched_ctx *cx, const int *node, int *lay
  * The server's straggler check repeats a tasklet's compute and AdamW terms
  * (with ctx_init's counts) in SQL, TASKLET_PREDICTED_COMPUTE_S_SQL in
  * server/queries.h: change both together. */
+/* What the search steers by besides the total: the sums behind its maxima
+ * (the all-reduce of every stage, the pipeline time of every replica), and
+ * the stage whose all-reduce is the longest. */
+struct shoal_terms {
+    double allreduce_sum, pipeline_sum;   /* s */
+    int slowest_sync;                     /* stage */
+};
+
 static double shoal_cost(const struct sched_ctx *cx, const int *node, const double *ring_bw,
-                         const double *ring_lat, int *layers, int layers_given, struct sched_breakdown *bd)
+                         const double *ring_lat, int *layers, int layers_given, struct sched_breakdown *bd,
+                         struct shoal_terms *terms)
 {
+    struct shoal_terms local;
+    if (!terms)
+        terms = &local;
+    memset(terms, 0, sizeof *terms);
     const struct sched_problem *pb = cx->pb;
     int P = cx->P, D = cx->D;
     double M = (double)pb->model.micro_batches;
@@ -348,6 +372,7 @@ static double shoal_cost(const struct sched_ctx *cx, const int *node, const doub
             }
         }
         double t_r = sum + (M - 1) * worst;
+        terms->pipeline_sum += t_r;
         if (t_r > pipeline) {
             pipeline = t_r;
             crit_compute = M * worst_compute;
@@ -360,7 +385,11 @@ static double shoal_cost(const struct sched_ctx *cx, const int *node, const doub
             /* the ring's bytes and hops, once every sync_every steps (diloco's H) */
             double ar = (2.0 * (D - 1) / D * params * cx->sync_bytes * 8.0 / (ring_bw[s] * 1e9)
                          + 2.0 * (D - 1) * ring_lat[s] / 1000.0) / cx->sync_every;
-            if (ar > allreduce) allreduce = ar;
+            terms->allreduce_sum += ar;
+            if (ar > allreduce) {
+                allreduce = ar;
+                terms->slowest_sync = s;
+            }
         }
         for (int r = 0; r < D; r++) {
             double o = params * OPT_FLOP_PER_PARAM / (pb->nodes[node[s * D + r]].tflops * 1e12 * OPT_EFFICIENCY);
@@ -381,11 +410,11 @@ static double shoal_cost(const struct sched_ctx *cx, const int *node, const doub
     return shortfall > 0 ? SCHED_INFEASIBLE_S + shortfall : total;
 }
 
-/* Orders the groups and totals the cost of the candidate. */
-static void cand_finish(const struct sched_ctx *cx, struct cand *c)
+/* Totals the cost of the candidate in its current stage order. */
+static void cand_total(const struct sched_ctx *cx, struct cand *c)
 {
     int P = cx->P;
-    double path = path_open_best(c->edge, P, c->order, cx->pw);
+    double path = path_cost(c->edge, P, c->order);
     double edges = 0;
     for (int g = 0; g < P; g++)
         for (int h = g + 1; h < P; h++)
@@ -398,6 +427,9 @@ static void cand_finish(const struct sched_ctx *cx, struct cand *c)
         }
         c->cost = worst + 2.0 * path;
         c->tie = sum + edges;
+        for (int g = 0; g < P; g++)
+            if (c->group_dp[g] == worst)
+                c->crit = g;
         return;
     }
     int *node = cx->ibuf + cx->n + cx->D;   /* P*D */
@@ -409,8 +441,55 @@ static void cand_finish(const struct sched_ctx *cx, struct cand *c)
         inv_bw += 1.0 / ring_bw[s];
     }
     cand_nodes(cx, c, node);
-    c->cost = shoal_cost(cx, node, ring_bw, ring_lat, layers, 0, NULL);
-    c->tie = edges + inv_bw;
+    struct shoal_terms terms;
+    c->cost = shoal_cost(cx, node, ring_bw, ring_lat, layers, 0, NULL, &terms);
+    c->tie = terms.allreduce_sum + terms.pipeline_sum / cx->D + 1e-3 * (edges + inv_bw);
+    c->crit = c->order[terms.slowest_sync];
+}
+
+/* Orders the groups (the cheapest path over pipeline links) and totals the
+ * cost; keeps the order it had if that costs less (the path heuristic
+ * above PATH_EXACT_MAX groups, or shoal's full cost, can disagree). */
+static void cand_finish(const struct sched_ctx *cx, struct cand *c, int had_order)
+{
+    int P = cx->P, old_order[P];
+    double old_cost = c->cost, old_tie = c->tie;
+    int old_crit = c->crit;
+    memcpy(old_order, c->order, sizeof old_order);
+    path_open_best(c->edge, P, c->order, cx->pw);
+    cand_total(cx, c);
+    if (had_order && old_cost < c->cost) {
+        memcpy(c->order, old_order, sizeof old_order);
+        c->cost = old_cost;
+        c->tie = old_tie;
+        c->crit = old_crit;
+    }
+}
+
+/* A lower bound of the shortest open path through the groups: the weight
+ * of their minimum spanning tree (Prim, O(P^2)). */
+static double path_lower_bound(const double *edge, int P)
+{
+    if (P < 2)
+        return 0;
+    double dist[P], sum = 0;
+    char in[P];
+    memset(in, 0, sizeof in);
+    for (int g = 0; g < P; g++)
+        dist[g] = edge[g];
+    in[0] = 1;
+    for (int k = 1; k < P; k++) {
+        int next = -1;
+        for (int g = 0; g < P; g++)
+            if (!in[g] && (next < 0 || dist[g] < dist[next]))
+                next = g;
+        in[next] = 1;
+        sum += dist[next];
+        for (int g = 0; g < P; g++)
+            if (!in[g] && edge[next * P + g] < dist[g])
+                dist[g] = edge[next * P + g];
+    }
+    return sum;
 }
 
 void cand_eval_full(const struct sched_ctx *cx, struct cand *c)
@@ -420,10 +499,10 @@ void cand_eval_full(const struct sched_ctx *cx, struct cand *c)
     for (int g = 0; g < cx->P; g++)
         for (int h = g + 1; h < cx->P; h++)
             edge_eval(cx, c, g, h);
-    cand_finish(cx, c);
+    cand_finish(cx, c, 0);
 }
 
-void cand_eval_groups(const struct sched_ctx *cx, struct cand *c, int a, int b)
+void cand_eval_groups(const struct sched_ctx *cx, struct cand *c, int a, int b, double bound)
 {
     int P = cx->P;
     int moved[2] = { a, b };
@@ -436,7 +515,22 @@ void cand_eval_groups(const struct sched_ctx *cx, struct cand *c, int a, int b)
             if (h != g && !(k == 1 && h == a))
                 edge_eval(cx, c, g, h);
     }
-    cand_finish(cx, c);
+    /* First the cost in the order the candidate had (a real plan's cost).
+     * A move that is no better there is rejected without a new order
+     * when it cannot beat `bound`: under dtfm when its DP term plus twice
+     * the path's lower bound is above it; under shoal always (the order
+     * is searched again on every full evaluation and on the final plan). */
+    cand_total(cx, c);
+    if (c->cost >= bound - 1e-12) {
+        if (cx->pb->cost == SCHED_COST_SHOAL)
+            return;
+        double worst = 0;
+        for (int g = 0; g < P; g++)
+            if (c->group_dp[g] > worst) worst = c->group_dp[g];
+        if (worst + 2.0 * path_lower_bound(c->edge, P) > bound + 1e-12)
+            return;
+    }
+    cand_finish(cx, c, 1);
 }
 
 /* Even split for dtfm: the first L % P stages get one layer more. */
@@ -479,7 +573,7 @@ void cost_plan(const struct sched_ctx *cx, struct sched_plan *plan, int layers_g
         double ring_bw[P], ring_lat[P];
         for (int s = 0; s < P; s++)
             group_ring(cx, plan->node + s * D, &ring_bw[s], &ring_lat[s]);
-        shoal_cost(cx, plan->node, ring_bw, ring_lat, layers, layers_given, bd);
+        shoal_cost(cx, plan->node, ring_bw, ring_lat, layers, layers_given, bd, NULL);
     }
     int start = 0;
     for (int s = 0; s < P; s++) {

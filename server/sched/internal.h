@@ -45,8 +45,11 @@ struct cand {
     double *edge;             /* P*P: bottleneck matching cost between groups */
     int *pairing;             /* P*P*D: for g < h, member i of g pairs with member pairing[..+i] of h */
     int *order;               /* P: stage -> group, from the last finish */
+    int *edge_node;           /* P*P: [g*P + h] the node of g in the worst pair of the g-h matching */
     double cost;              /* the plan's cost, s */
     double tie;               /* tie-breaker: lower is better among equal costs */
+    int crit;                 /* the group whose term sets the largest max: dtfm's worst DP cost,
+                                 shoal's slowest all-reduce */
 };
 
 int ctx_init(struct sched_ctx *cx, const struct sched_problem *pb);
@@ -59,8 +62,10 @@ void cand_copy(struct cand *dst, const struct cand *src, const struct sched_ctx 
 /* Recomputes every cached cost of `c` and its total. */
 void cand_eval_full(const struct sched_ctx *cx, struct cand *c);
 /* After nodes moved between groups a and b (either may be P, the spares):
- * recomputes what depends on those groups and the total. */
-void cand_eval_groups(const struct sched_ctx *cx, struct cand *c, int a, int b);
+ * recomputes what depends on those groups and the total.  A move whose
+ * cost cannot come below `bound` may keep the old stage order (its cost
+ * is then that order's, still a real plan's); DBL_MAX: always reorder. */
+void cand_eval_groups(const struct sched_ctx *cx, struct cand *c, int a, int b, double bound);
 
 /* Writes the plan the candidate stands for (order, pairing, layer ranges,
  * cost breakdown) into `plan`. */
@@ -70,6 +75,19 @@ void cand_to_plan(const struct sched_ctx *cx, const struct cand *c, struct sched
  * ranges (the cost model's split) and the cost, or with `layers_given`
  * keeps the plan's layer ranges and only fills the cost. */
 void cost_plan(const struct sched_ctx *cx, struct sched_plan *plan, int layers_given);
+
+/* The sequential plan and the best of `random_plans` random ones (sched.h);
+ * `best_node`, when not NULL, gets the cheapest of them all (P*D).  0 or -1. */
+int baselines_run(const struct sched_ctx *cx, uint64_t seed, long random_plans, struct sched_baselines *out,
+                  int *best_node);
+
+/* Structured starts (starts.c): a chain of nodes in which neighbours are
+ * close, from a nearest-neighbour walk (which 0, 1) or average-linkage
+ * clustering (2, 3), dealt into groups in runs of D (even `which`: data
+ * parallelism inside a cluster) or round-robin (odd: each pipeline inside
+ * a cluster); the chain's tail is the spares.  Fills member and pos. */
+int starts_count(void);
+void cand_structured(const struct sched_ctx *cx, struct cand *c, int which);
 
 /* splitmix64: small, fast, and the same everywhere for a given seed. */
 static inline uint64_t rng_next(uint64_t *s)

@@ -19,64 +19,51 @@ static int match_augment(const double *w, int D, double t, int i, struct match_w
     return 0;
 }
 
-/* 1 if the edges no dearer than t hold a perfect matching (left in match_right). */
-static int match_perfect(const double *w, int D, double t, struct match_work *ws)
-{
-    for (int j = 0; j < D; j++)
-        ws->match_right[j] = -1;
-    for (int i = 0; i < D; i++) {
-        if (ws->stamp == INT_MAX) {   /* about to wrap: reset the marks */
-            for (int j = 0; j < MATCH_MAX_D; j++)
-                ws->seen[j] = 0;
-            ws->stamp = 0;
-        }
-        ws->stamp++;
-        if (!match_augment(w, D, t, i, ws))
-            return 0;
-    }
-    return 1;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 double match_bottleneck(const double *w, int D, int *pair, struct match_work *ws)
 {
     /* Lower bound: every row and every column needs one edge. */
-    double lb = -DBL_MAX;
+    double t = -DBL_MAX;
     for (int i = 0; i < D; i++) {
         double rmin = w[i * D], cmin = w[i];
         for (int j = 1; j < D; j++) {
             if (w[i * D + j] < rmin) rmin = w[i * D + j];
             if (w[j * D + i] < cmin) cmin = w[j * D + i];
         }
-        if (rmin > lb) lb = rmin;
-        if (cmin > lb) lb = cmin;
+        if (rmin > t) t = rmin;
+        if (cmin > t) t = cmin;
     }
-    double best = lb;
-    if (!match_perfect(w, D, lb, ws)) {
-        /* Binary search over the distinct costs above the bound. */
-        int n = 0;
-        for (int k = 0; k < D * D; k++)
-            if (w[k] > lb)
-                ws->sorted[n++] = w[k];
-        qsort(ws->sorted, (size_t)n, sizeof ws->sorted[0], cmp_double);
-        int lo = 0, hi = n - 1;   /* the largest cost always admits a perfect matching */
-        while (lo < hi) {
-            int mid = lo + (hi - lo) / 2;
-            if (match_perfect(w, D, ws->sorted[mid], ws))
-                hi = mid;
-            else
-                lo = mid + 1;
+    /* Match the left vertices in turn at threshold t.  When vertex i finds
+     * no augmenting path, the vertices its search reached cannot all be
+     * matched at t, and any augmenting path must leave them by an edge
+     * from a reached left vertex to an unreached right one: raise t to the
+     * cheapest such edge (a lower bound of the optimum) and search again,
+     * keeping the matching (still valid at a higher t). */
+    for (int j = 0; j < D; j++)
+        ws->match_right[j] = -1;
+    for (int i = 0; i < D; i++) {
+        for (;;) {
+            if (ws->stamp == INT_MAX) {   /* about to wrap: reset the marks */
+                for (int j = 0; j < MATCH_MAX_D; j++)
+                    ws->seen[j] = 0;
+                ws->stamp = 0;
+            }
+            ws->stamp++;
+            if (match_augment(w, D, t, i, ws))
+                break;
+            double next = DBL_MAX;
+            for (int l = -1; l < D; l++) {
+                int left = l < 0 ? i : (ws->seen[l] == ws->stamp ? ws->match_right[l] : -1);
+                if (left < 0)
+                    continue;
+                for (int j = 0; j < D; j++)
+                    if (ws->seen[j] != ws->stamp && w[left * D + j] < next)
+                        next = w[left * D + j];
+            }
+            t = next;
         }
-        best = ws->sorted[lo];
-        match_perfect(w, D, best, ws);
     }
     if (pair)
         for (int j = 0; j < D; j++)
             pair[ws->match_right[j]] = j;
-    return best;
+    return t;
 }

@@ -3,15 +3,15 @@
  * Pairs every node of one data-parallel group with one node of the next
  * stage's group so that the worst pair's cost is as small as possible: the
  * smallest threshold at which the bipartite graph of pairs no dearer than it
- * has a perfect matching (binary search over the sorted costs, Kuhn's
- * augmenting paths to test each threshold).  Exact. */
+ * has a perfect matching.  Kuhn's augmenting paths from a lower bound, the
+ * threshold raised to the cheapest edge leaving a failed search's reach
+ * (each raise is still a lower bound).  Exact. */
 #ifndef SHOAL_SCHED_MATCHING_H
 #define SHOAL_SCHED_MATCHING_H
 
 #define MATCH_MAX_D 256   /* largest group the workspace is sized for */
 
 struct match_work {
-    double sorted[MATCH_MAX_D * MATCH_MAX_D];
     int match_right[MATCH_MAX_D];   /* right vertex -> left vertex, -1 free */
     int seen[MATCH_MAX_D];
     int stamp;

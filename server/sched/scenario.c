@@ -1,5 +1,6 @@
 #include "scenario.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -153,6 +154,170 @@ int scenario_generated(int n, int regions, uint64_t seed, struct scenario *sc, s
             int b = j * regions / n;
             set_link(sc, i, j, lat[a * regions + b], bw[a * regions + b]);
         }
+    }
+    return 0;
+}
+
+/* Uniform in [0, 1). */
+static double unit_draw(uint64_t *rng)
+{
+    return (double)(rng_next(rng) >> 11) / 9007199254740992.0;
+}
+
+/* Multiplicative noise: a factor in [1 - f, 1 + f). */
+static double noise(uint64_t *rng, double f)
+{
+    return 1.0 - f + 2.0 * f * unit_draw(rng);
+}
+
+static double dist_km(const double *xy, int a, int b)
+{
+    double dx = xy[2 * a] - xy[2 * b], dy = xy[2 * a + 1] - xy[2 * b + 1];
+    return sqrt(dx * dx + dy * dy);
+}
+
+/* One-way latency over `km` of fibre (about 100 km per ms with routing), ms. */
+static double fibre_ms(double km)
+{
+    return 1.0 + km / 100.0;
+}
+
+static void set_node(struct scenario *sc, int i, const char *region, double tflops, double mem_gib)
+{
+    sc->nodes[i].id = i;
+    sc->nodes[i].tflops = tflops;
+    sc->nodes[i].mem_bytes = mem_gib * 1024.0 * 1024.0 * 1024.0;
+    snprintf(sc->nodes[i].region, sizeof sc->nodes[i].region, "%s", region);
+}
+
+/* plane: every node at its own spot of an 8,000 km square; latency grows
+ * with distance, bandwidth falls with it, each link with its own noise. */
+static void family_plane(struct scenario *sc, uint64_t *rng, double *xy)
+{
+    int n = sc->n;
+    for (int i = 0; i < n; i++) {
+        xy[2 * i] = 8000.0 * unit_draw(rng);
+        xy[2 * i + 1] = 8000.0 * unit_draw(rng);
+        char label[32];
+        snprintf(label, sizeof label, "x%.0f-y%.0f", xy[2 * i], xy[2 * i + 1]);
+        set_node(sc, i, label, 60.0 + 80.0 * unit_draw(rng), 32);
+    }
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) {
+            double km = dist_km(xy, i, j);
+            set_link(sc, i, j, fibre_ms(km) * noise(rng, 0.2), 10.0 / (1.0 + km / 300.0) * noise(rng, 0.3));
+        }
+}
+
+/* regions: about n/6 regions of unequal size (region k drawn with weight
+ * 1/(k+1), every region non-empty), each with its own inside links; one
+ * draw per pair of regions across; 10% noise per link. */
+static int family_regions(struct scenario *sc, uint64_t *rng, int *site)
+{
+    int n = sc->n, R = n / 6 > 2 ? n / 6 : 2;
+    double weight = 0, in_lat[R], in_bw[R];
+    for (int k = 0; k < R; k++) {
+        weight += 1.0 / (k + 1);
+        in_lat[k] = 0.5 + 4.5 * unit_draw(rng);
+        in_bw[k] = 5.0 + 20.0 * unit_draw(rng);
+    }
+    for (int i = 0; i < n; i++) {
+        int k = i;
+        if (i >= R) {
+            double u = unit_draw(rng) * weight;
+            for (k = 0; k < R - 1 && (u -= 1.0 / (k + 1)) > 0; k++) {}
+        }
+        site[i] = k;
+        char label[32];
+        snprintf(label, sizeof label, "region-%d", k);
+        set_node(sc, i, label, 100, 32);
+    }
+    double *lat = malloc(sizeof(double) * (size_t)R * (size_t)R), *bw = malloc(sizeof(double) * (size_t)R * (size_t)R);
+    int rc = lat && bw ? 0 : -1;
+    for (int a = 0; a < R && rc == 0; a++)
+        for (int b = a + 1; b < R; b++) {
+            lat[a * R + b] = 10.0 + 240.0 * unit_draw(rng);
+            bw[a * R + b] = 0.1 + 1.9 * unit_draw(rng);
+        }
+    for (int i = 0; i < n && rc == 0; i++)
+        for (int j = i + 1; j < n; j++) {
+            int a = site[i] < site[j] ? site[i] : site[j], b = site[i] < site[j] ? site[j] : site[i];
+            double l = a == b ? in_lat[a] : lat[a * R + b], w = a == b ? in_bw[a] : bw[a * R + b];
+            set_link(sc, i, j, l * noise(rng, 0.1), w * noise(rng, 0.1));
+        }
+    free(lat);
+    free(bw);
+    return rc;
+}
+
+/* mixed: 3/8 data-centre GPUs (8 per site, 300 TFLOP/s, 80 GiB, 50 Gbit/s
+ * inside, 5 Gbit/s uplinks), 3/8 university GPUs (4 per site, 100 TFLOP/s,
+ * 32 GiB, 10 Gbit/s inside, 1 Gbit/s uplinks), the rest home machines
+ * (alone, 70 TFLOP/s, 24 GiB, 0.05-0.5 Gbit/s uplinks).  Sites sit on an
+ * 8,000 km square; between sites the slower uplink and the distance count. */
+static int family_mixed(struct scenario *sc, uint64_t *rng, int *site, double *xy)
+{
+    int n = sc->n, dc = 3 * n / 8, uni = 3 * n / 8, sites = 0;
+    double *uplink = malloc(sizeof(double) * (size_t)n);
+    if (!uplink)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        int kind = i < dc ? 0 : i < dc + uni ? 1 : 2;
+        int first = i == 0 || (kind == 0 && i % 8 == 0) || (kind == 1 && (i - dc) % 4 == 0) || kind == 2 ||
+                    (kind == 1 && i == dc);
+        if (first) {
+            xy[2 * sites] = 8000.0 * unit_draw(rng);
+            xy[2 * sites + 1] = 8000.0 * unit_draw(rng);
+            uplink[sites] = kind == 0 ? 5.0 : kind == 1 ? 1.0 : 0.05 + 0.45 * unit_draw(rng);
+            sites++;
+        }
+        site[i] = sites - 1;
+        char label[32];
+        snprintf(label, sizeof label, "%s-%d", kind == 0 ? "dc" : kind == 1 ? "uni" : "home", sites - 1);
+        set_node(sc, i, label, kind == 0 ? 300 : kind == 1 ? 100 : 70, kind == 0 ? 80 : kind == 1 ? 32 : 24);
+    }
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) {
+            int a = site[i], b = site[j];
+            if (a == b) {
+                int in_dc = i < dc;
+                set_link(sc, i, j, in_dc ? 0.1 : 0.5, in_dc ? 50 : 10);
+                continue;
+            }
+            double up = uplink[a] < uplink[b] ? uplink[a] : uplink[b];
+            set_link(sc, i, j, fibre_ms(dist_km(xy, a, b)) * noise(rng, 0.1) + (j >= dc + uni ? 5 : 0),
+                     up * noise(rng, 0.1));
+        }
+    free(uplink);
+    return 0;
+}
+
+int scenario_family(const char *family, int n, uint64_t seed, struct scenario *sc, struct shoal_err *err)
+{
+    int known = strcmp(family, "plane") == 0 || strcmp(family, "regions") == 0 || strcmp(family, "mixed") == 0;
+    if (!known)
+        return err_set(err, 422, "invalid_field", "family", "unknown family '%s'; use plane, regions or mixed",
+                       family);
+    if (n < 2 || scenario_alloc(sc, n) != 0)
+        return err_set(err, 500, "internal", NULL, "out of memory or fewer than 2 nodes");
+    uint64_t rng = seed ^ 0xfa3117ULL;
+    int *site = malloc(sizeof(int) * (size_t)n);
+    double *xy = malloc(sizeof(double) * 2 * (size_t)n);
+    int rc = -1;
+    if (site && xy) {
+        rc = 0;
+        if (family[0] == 'p')
+            family_plane(sc, &rng, xy);
+        else if (family[0] == 'r')
+            rc = family_regions(sc, &rng, site);
+        else
+            rc = family_mixed(sc, &rng, site, xy);
+    }
+    free(site);
+    free(xy);
+    if (rc != 0) {
+        scenario_free(sc);
+        return err_set(err, 500, "internal", NULL, "out of memory");
     }
     return 0;
 }

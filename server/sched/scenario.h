@@ -24,6 +24,15 @@ int scenario_paper(const char *name, struct scenario *sc, struct shoal_err *err)
  * per pair of regions, from `seed`).  Returns 0, or -1 if memory is short. */
 int scenario_generated(int n, int regions, uint64_t seed, struct scenario *sc, struct shoal_err *err);
 
+/* Generated families of irregular networks (seeded, any size >= 2):
+ *   plane    nodes scattered on a plane: distance sets latency and
+ *            bandwidth, per-link noise, 60-140 TFLOP/s;
+ *   regions  many small regions of unequal size, each with its own links;
+ *   mixed    data-centre, university and home GPUs (uplinks of 5, 1 and
+ *            0.05-0.5 Gbit/s), of unequal speed and memory.
+ * Details in scenario.c.  Returns 0, or -1 with `err` (unknown family). */
+int scenario_family(const char *family, int n, uint64_t seed, struct scenario *sc, struct shoal_err *err);
+
 /* Allocates an n-node scenario with zeroed matrices; 0 or -1. */
 int scenario_alloc(struct scenario *sc, int n);
 void scenario_free(struct scenario *sc);

@@ -144,41 +144,56 @@ int sched_baseline_random(const struct sched_problem *pb, uint64_t seed, struct 
     return sched_evaluate(pb, plan, err);
 }
 
-int sched_baselines(const struct sched_problem *pb, uint64_t seed, long random_plans,
-                    struct sched_baselines *out, struct shoal_err *err)
+int baselines_run(const struct sched_ctx *cx, uint64_t seed, long random_plans, struct sched_baselines *out,
+                  int *best_node)
 {
-    struct sched_ctx cx;
+    const struct sched_problem *pb = cx->pb;
     struct sched_plan plan;
     int n = pb->n, T = pb->stages * pb->replicas, rc = -1;
-    int *perm = NULL;
-    if (sched_problem_check(pb, err) != 0)
+    int *perm = malloc(sizeof(int) * (size_t)n);
+    if (!perm || sched_plan_init(&plan, pb->stages, pb->replicas) != 0) {
+        free(perm);
         return -1;
-    memset(&cx, 0, sizeof cx);
-    if (sched_plan_init(&plan, pb->stages, pb->replicas) != 0 || ctx_init(&cx, pb) != 0 ||
-        !(perm = malloc(sizeof(int) * (size_t)n))) {
-        err_set(err, 500, "internal", NULL, "out of memory");
-        goto out;
     }
     for (int t = 0; t < T; t++)
         plan.node[t] = t;
-    cost_plan(&cx, &plan, 0);
+    cost_plan(cx, &plan, 0);
     out->sequential_s = plan.cost.total_s;
     out->best_random_s = out->sequential_s;
     out->random_plans = random_plans;
+    double best = out->sequential_s;
+    if (best_node)
+        memcpy(best_node, plan.node, sizeof(int) * (size_t)T);
     uint64_t rng = seed ^ 0xba5e11e5ULL;
     for (long k = 0; k < random_plans; k++) {
         rng_permutation(perm, n, &rng);
         memcpy(plan.node, perm, sizeof(int) * (size_t)T);
-        cost_plan(&cx, &plan, 0);
+        cost_plan(cx, &plan, 0);
         if (k == 0 || plan.cost.total_s < out->best_random_s)
             out->best_random_s = plan.cost.total_s;
+        if (plan.cost.total_s < best) {
+            best = plan.cost.total_s;
+            if (best_node)
+                memcpy(best_node, plan.node, sizeof(int) * (size_t)T);
+        }
     }
     rc = 0;
-out:
     free(perm);
-    ctx_free(&cx);
     sched_plan_free(&plan);
     return rc;
+}
+
+int sched_baselines(const struct sched_problem *pb, uint64_t seed, long random_plans,
+                    struct sched_baselines *out, struct shoal_err *err)
+{
+    struct sched_ctx cx;
+    if (sched_problem_check(pb, err) != 0)
+        return -1;
+    if (ctx_init(&cx, pb) != 0)
+        return err_set(err, 500, "internal", NULL, "out of memory");
+    int rc = baselines_run(&cx, seed, random_plans, out, NULL);
+    ctx_free(&cx);
+    return rc == 0 ? 0 : err_set(err, 500, "internal", NULL, "out of memory");
 }
 
 void sched_paper_job(struct sched_problem *pb)

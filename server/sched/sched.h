@@ -69,6 +69,12 @@ struct sched_breakdown {
     int feasible;          /* 0: some node lacks memory for its stage */
 };
 
+struct sched_baselines {
+    double sequential_s;     /* node i at tasklet i, stage-major */
+    double best_random_s;    /* best of `random_plans` uniformly random assignments */
+    long random_plans;
+};
+
 struct sched_plan {
     int stages, replicas;
     int *node;             /* [stage * replicas + replica] -> node index */
@@ -77,14 +83,21 @@ struct sched_plan {
     struct sched_breakdown cost;
     long evaluations;      /* sched_search: candidate evaluations made */
     double best_at_ms;     /* sched_search: when the returned plan's cost was first reached, ms */
+    struct sched_baselines baselines;   /* sched_search: the baselines it computed and never returns worse than */
 };
 
+#define SCHED_THREADS_DEFAULT 2   /* fixed, so that a plan does not depend on the machine's cores */
+#define SCHED_THREADS_MAX 64
+
 struct sched_options {
-    uint64_t seed;          /* same seed, problem and candidate budget -> same plan, when the
-                               candidate budget ends the search before the time budget does */
+    uint64_t seed;          /* same seed, problem, threads and candidate budget -> same plan, when
+                               the candidate budget ends the search before the time budget does */
     double budget_ms;       /* wall-clock limit for the search; 0 = none */
     long candidates;        /* evaluations limit; 0 = none (then budget_ms must be > 0) */
-    int population;         /* GA population; 0 = 100 */
+    int population;         /* GA population, over all islands; 0 = 100 */
+    int threads;            /* islands searched in parallel, one thread each; 0 = SCHED_THREADS_DEFAULT */
+    long random_plans;      /* the random baseline: best of this many random plans (0: sequential only) */
+    int random_starts_only; /* 1: no structured starts nor baseline start (measures the search itself) */
     /* Called now and then with the fraction done (0..1); may be NULL. */
     void (*progress)(double fraction, double best_cost, void *arg);
     void *progress_arg;
@@ -126,12 +139,6 @@ int sched_baseline_sequential(const struct sched_problem *pb, struct sched_plan 
                               struct shoal_err *err);
 int sched_baseline_random(const struct sched_problem *pb, uint64_t seed, struct sched_plan *plan,
                           struct shoal_err *err);
-
-struct sched_baselines {
-    double sequential_s;     /* node i at tasklet i, stage-major */
-    double best_random_s;    /* best of `random_plans` uniformly random assignments */
-    long random_plans;
-};
 
 /* Both baselines at once, sharing one evaluation context (fast enough for
  * thousands of random plans on large networks).  Returns 0, or -1. */

@@ -7,6 +7,7 @@
 #include <float.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <time.h>
 
 #include "internal.h"
@@ -51,57 +52,43 @@ static void cand_random(const struct sched_ctx *cx, struct cand *c, uint64_t *rn
         c->pos[c->member[i]] = i;
 }
 
-/* Orders the nodes so that neighbours are close (a nearest-neighbour chain
- * over the pipeline edge costs), then deals them into groups: `strided` 0
- * puts runs of D close nodes in one group (data parallelism inside a
- * cluster), 1 deals them round-robin (each pipeline inside a cluster).
- * Two structured starting points the random population lacks. */
-static void cand_structured(const struct sched_ctx *cx, struct cand *c, int strided)
-{
-    int n = cx->n, P = cx->P, D = cx->D;
-    int chain[n];
-    char used[n];
-    memset(used, 0, sizeof used);
-    chain[0] = 0;
-    used[0] = 1;
-    for (int k = 1; k < n; k++) {
-        int last = chain[k - 1], next = -1;
-        for (int x = 0; x < n; x++)
-            if (!used[x] && (next < 0 || cx->pp[last * n + x] < cx->pp[last * n + next]))
-                next = x;
-        chain[k] = next;
-        used[next] = 1;
-    }
-    for (int k = 0; k < n; k++) {
-        int slot = k;
-        if (strided && k < P * D)
-            slot = (k % P) * D + k / P;
-        c->member[slot] = chain[k];
-        c->pos[chain[k]] = slot;
-    }
-}
-
-struct search {
-    const struct sched_ctx *cx;
-    const struct sched_options *opt;
-    uint64_t rng;
-    long evals;
-    double started;         /* ms on the monotonic clock */
-    double deadline;        /* ms on the monotonic clock, 0 = none */
-    double best_cost;       /* lowest cost seen in any evaluation */
-    double best_at;         /* ms after `started` when it was first seen */
-    struct cand trial;      /* scratch for reverting swaps */
+/* Where the islands meet to swap their bests: a barrier whose slots are
+ * double-buffered by generation, so an island that runs ahead to the next
+ * meeting cannot overwrite a slot another is still to read.  An island
+ * whose budget is spent leaves, and no longer holds the others up. */
+struct meeting {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int islands, active, arrived;
+    long generation;
+    struct cand *slot;        /* [2 * islands]: [parity * islands + island] */
+    long *slot_generation;    /* the generation each slot was written in */
 };
 
-static int out_of_budget(struct search *S)
+struct island {
+    struct sched_ctx cx;      /* each island its own scratch */
+    const struct sched_options *opt;
+    struct meeting *meet;
+    int id, npop, made, patience;
+    uint64_t rng;
+    long evals, budget;       /* evaluations made, and this island's share of the candidate budget */
+    long next_meeting;        /* evaluation count of the next meeting */
+    double started, deadline; /* ms on the monotonic clock, deadline 0 = none */
+    double best_cost, best_at;/* lowest cost seen, and when (ms after `started`) */
+    struct cand *pop, best, walker, trial, child;
+    const int *start_node;    /* a complete plan to start from (the best baseline), or NULL */
+    int failed;               /* out of memory */
+};
+
+static int out_of_budget(struct island *S)
 {
-    if (S->opt->candidates > 0 && S->evals >= S->opt->candidates)
+    if (S->budget > 0 && S->evals >= S->budget)
         return 1;
     return S->deadline > 0 && now_ms() > S->deadline;
 }
 
 /* Counts one evaluation and notes when a new lowest cost first appears. */
-static void evaluated(struct search *S, const struct cand *c)
+static void evaluated(struct island *S, const struct cand *c)
 {
     S->evals++;
     if (c->cost < S->best_cost - 1e-12) {
@@ -110,14 +97,33 @@ static void evaluated(struct search *S, const struct cand *c)
     }
 }
 
-/* Swaps random pairs of nodes in different groups, keeping improvements,
- * until `patience` swaps in a row have failed or the budget is gone. */
-static void local_search(struct search *S, struct cand *c, int patience)
+/* A node to move, one way in three each: a member of the critical group
+ * (whose term sets the max the cost is made of: only moving one of those
+ * can lower it), a node of the worst pair on a pipeline link (the
+ * bottleneck of that link), or any node. */
+static int pick_node(struct island *S, const struct cand *c)
 {
-    const struct sched_ctx *cx = S->cx;
+    const struct sched_ctx *cx = &S->cx;
+    int P = cx->P, how = rng_below(&S->rng, 3);
+    if (how == 0)
+        return c->member[c->crit * cx->D + rng_below(&S->rng, cx->D)];
+    if (how == 1 && P > 1) {   /* one end of the worst pair of a pipeline link */
+        int s = rng_below(&S->rng, P - 1), side = rng_below(&S->rng, 2);
+        int g = c->order[s + side], h = c->order[s + 1 - side];
+        return c->edge_node[g * P + h];
+    }
+    return rng_below(&S->rng, cx->n);
+}
+
+/* Swaps pairs of nodes in different groups, keeping improvements (on the
+ * true cost, then the tie-breaker), until `patience` swaps in a row have
+ * failed or the budget is gone.  Only the two groups' terms are re-costed. */
+static void local_search(struct island *S, struct cand *c, int patience)
+{
+    const struct sched_ctx *cx = &S->cx;
     int fails = 0;
     while (fails < patience && !out_of_budget(S)) {
-        int x = rng_below(&S->rng, cx->n), y = rng_below(&S->rng, cx->n);
+        int x = pick_node(S, c), y = rng_below(&S->rng, cx->n);
         int gx = group_of(cx, c, x), gy = group_of(cx, c, y);
         if (gx == gy) {
             fails++;
@@ -125,7 +131,7 @@ static void local_search(struct search *S, struct cand *c, int patience)
         }
         cand_copy(&S->trial, c, cx);
         swap_nodes(&S->trial, x, y);
-        cand_eval_groups(cx, &S->trial, gx, gy);
+        cand_eval_groups(cx, &S->trial, gx, gy, c->cost);
         evaluated(S, &S->trial);
         if (better(&S->trial, c)) {
             cand_copy(c, &S->trial, cx);
@@ -134,6 +140,21 @@ static void local_search(struct search *S, struct cand *c, int patience)
             fails++;
         }
     }
+}
+
+/* The perturbation of iterated local search: `k` random swaps between
+ * groups, the first from the critical group, then a full evaluation. */
+static void kick(struct island *S, struct cand *c, int k)
+{
+    const struct sched_ctx *cx = &S->cx;
+    for (int i = 0; i < k; i++) {
+        int x = i == 0 ? c->member[c->crit * cx->D + rng_below(&S->rng, cx->D)] : rng_below(&S->rng, cx->n);
+        int y = rng_below(&S->rng, cx->n);
+        if (group_of(cx, c, x) != group_of(cx, c, y))
+            swap_nodes(c, x, y);
+    }
+    cand_eval_full(cx, c);
+    evaluated(S, c);
 }
 
 /* Relabels parent 1's groups so that each matches the parent 2 group it
@@ -172,9 +193,9 @@ static void aligned_labels(const struct sched_ctx *cx, const struct cand *p1, co
 
 /* Child = parent 2 with parent 1's (aligned) group at a few random nodes,
  * then balance repaired by moving nodes out of over-full groups. */
-static void crossover(struct search *S, const struct cand *p1, const struct cand *p2, struct cand *child)
+static void crossover(struct island *S, const struct cand *p1, const struct cand *p2, struct cand *child)
 {
-    const struct sched_ctx *cx = S->cx;
+    const struct sched_ctx *cx = &S->cx;
     int n = cx->n, P = cx->P, D = cx->D, G = P + (cx->spares > 0);
     int label1[n], label[n], size[G], cap[G];
     aligned_labels(cx, p1, p2, label1);
@@ -247,95 +268,380 @@ static void refine_pairings(const struct sched_ctx *cx, struct sched_plan *plan)
     }
 }
 
+/* Moves stage `from`'s row of nodes to position `to`, shifting those between. */
+static void move_row(int *node, int D, int from, int to)
+{
+    int row[D];
+    memcpy(row, node + from * D, sizeof row);
+    if (from < to)
+        memmove(node + from * D, node + (from + 1) * D, sizeof(int) * (size_t)((to - from) * D));
+    else
+        memmove(node + (to + 1) * D, node + to * D, sizeof(int) * (size_t)((from - to) * D));
+    memcpy(node + to * D, row, sizeof row);
+}
+
+/* shoal: the candidate's stage order is the cheapest path over pipeline
+ * links, but the first and last stages also hold the embeddings and the
+ * head, whose all-reduce is the largest, and the split of layers follows
+ * the order too.  Reorders whole stages (each replica's chain kept) under
+ * the full cost: move one stage to another position while that helps. */
+static void reorder_stages(const struct sched_ctx *cx, struct sched_plan *plan)
+{
+    int P = cx->P, D = cx->D;
+    for (int improved = 1; improved;) {
+        improved = 0;
+        for (int from = 0; from < P; from++) {
+            for (int to = 0; to < P; to++) {
+                if (to == from)
+                    continue;
+                double before = plan->cost.total_s;
+                move_row(plan->node, D, from, to);
+                cost_plan(cx, plan, 0);
+                if (plan->cost.total_s < before * (1 - 1e-12)) {
+                    improved = 1;
+                    break;
+                }
+                move_row(plan->node, D, to, from);
+                cost_plan(cx, plan, 0);
+            }
+        }
+    }
+}
+
+/* Publishes this island's best and takes the best of those published at
+ * the same meeting (lowest island number among equals) into its worst
+ * population slot and its best, if better.  Deterministic: the k-th
+ * meeting of each island pairs with the k-th of the others. */
+static void meet(struct island *S)
+{
+    struct meeting *m = S->meet;
+    const struct sched_ctx *cx = &S->cx;
+    pthread_mutex_lock(&m->mu);
+    long gen = m->generation;
+    int parity = (int)(gen & 1);
+    cand_copy(&m->slot[parity * m->islands + S->id], &S->best, cx);
+    m->slot_generation[parity * m->islands + S->id] = gen;
+    if (++m->arrived >= m->active) {
+        m->arrived = 0;
+        m->generation++;
+        pthread_cond_broadcast(&m->cv);
+    } else {
+        while (m->generation == gen)
+            pthread_cond_wait(&m->cv, &m->mu);
+    }
+    const struct cand *in = NULL;
+    for (int i = 0; i < m->islands; i++) {
+        const struct cand *c = &m->slot[parity * m->islands + i];
+        if (m->slot_generation[parity * m->islands + i] == gen && (!in || better(c, in)))
+            in = c;
+    }
+    if (in && better(in, &S->best)) {
+        int worst = 0;
+        for (int i = 1; i < S->made; i++)
+            if (better(&S->pop[worst], &S->pop[i]))
+                worst = i;
+        cand_copy(&S->pop[worst], in, cx);
+        cand_copy(&S->best, in, cx);
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void leave(struct island *S)
+{
+    struct meeting *m = S->meet;
+    pthread_mutex_lock(&m->mu);
+    m->active--;
+    if (m->arrived > 0 && m->arrived >= m->active) {
+        m->arrived = 0;
+        m->generation++;
+        pthread_cond_broadcast(&m->cv);
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+static void keep_best(struct island *S, const struct cand *c)
+{
+    if (better(c, &S->best))
+        cand_copy(&S->best, c, &S->cx);
+}
+
+/* Candidate `c` from a complete plan's rows: stage s's nodes are group s,
+ * the nodes left out the spares. */
+static void cand_from_plan(const struct sched_ctx *cx, const int *node, struct cand *c)
+{
+    int T = cx->P * cx->D, k = T;
+    for (int x = 0; x < cx->n; x++)
+        c->pos[x] = -1;
+    for (int t = 0; t < T; t++)
+        c->pos[node[t]] = t;
+    for (int x = 0; x < cx->n; x++)
+        if (c->pos[x] < 0)
+            c->pos[x] = k++;
+    for (int x = 0; x < cx->n; x++)
+        c->member[c->pos[x]] = x;
+}
+
+/* The starts: island 0 takes the structured ones and the best baseline,
+ * every island random ones; each is costed, then improved locally in turn
+ * (random ones made just before their turn, while budget remains). */
+static int populate(struct island *S)
+{
+    const struct sched_ctx *cx = &S->cx;
+    int structured = S->id == 0 && !S->opt->random_starts_only ? starts_count() : 0;
+    int fixed = structured + (S->id == 0 && S->start_node != NULL);
+    for (S->made = 0; S->made < fixed && S->made < S->npop; S->made++) {
+        struct cand *c = &S->pop[S->made];
+        if (cand_alloc(c, cx) != 0)
+            return -1;
+        if (S->made < structured)
+            cand_structured(cx, c, S->made);
+        else
+            cand_from_plan(cx, S->start_node, c);
+        cand_eval_full(cx, c);
+        evaluated(S, c);
+        if (S->made == 0)
+            cand_copy(&S->best, c, cx);
+        keep_best(S, c);
+    }
+    for (int i = 0; i < S->npop; i++) {
+        if (i >= S->made) {
+            if (out_of_budget(S))
+                break;
+            if (cand_alloc(&S->pop[i], cx) != 0)
+                return -1;
+            S->made++;
+            cand_random(cx, &S->pop[i], &S->rng);
+            cand_eval_full(cx, &S->pop[i]);
+            evaluated(S, &S->pop[i]);
+            if (i == 0)
+                cand_copy(&S->best, &S->pop[i], cx);
+        }
+        local_search(S, &S->pop[i], S->patience);
+        keep_best(S, &S->pop[i]);
+    }
+    return 0;
+}
+
+/* Steady-state genetic step: two parents, one child by crossover and local
+ * search; the child replaces the worse parent if it is no worse. */
+static void genetic_step(struct island *S)
+{
+    int a = rng_below(&S->rng, S->made), b = rng_below(&S->rng, S->made - 1);
+    if (b >= a)
+        b++;
+    crossover(S, &S->pop[a], &S->pop[b], &S->child);
+    local_search(S, &S->child, S->patience);
+    int worse = better(&S->pop[a], &S->pop[b]) ? b : a;
+    if (!better(&S->pop[worse], &S->child))
+        cand_copy(&S->pop[worse], &S->child, &S->cx);
+    keep_best(S, &S->child);
+}
+
+/* Iterated local search step: kick the walker by 1-3 swaps, improve it
+ * locally, and move there unless it is worse (so the walker crosses the
+ * plateaus of max-based costs).  After `ILS_STALL` steps without a new
+ * island best the walker restarts from a random member of the population. */
+#define ILS_STALL 64
+static void ils_step(struct island *S, int *stall)
+{
+    const struct sched_ctx *cx = &S->cx;
+    cand_copy(&S->child, &S->walker, cx);
+    kick(S, &S->child, 1 + rng_below(&S->rng, 3));
+    local_search(S, &S->child, S->patience);
+    if (S->child.cost <= S->walker.cost + 1e-12)
+        cand_copy(&S->walker, &S->child, cx);
+    if (better(&S->child, &S->best)) {
+        cand_copy(&S->best, &S->child, cx);
+        *stall = 0;
+    } else if (++*stall > ILS_STALL) {
+        cand_copy(&S->walker, &S->pop[rng_below(&S->rng, S->made)], cx);
+        *stall = 0;
+    }
+}
+
+#define MEETING_EVALS 4096   /* evaluations between the islands' meetings */
+
+static void *island_run(void *arg)
+{
+    struct island *S = arg;
+    if (populate(S) != 0) {
+        S->failed = 1;
+        goto out;
+    }
+    if (S->made == 0)
+        goto out;
+    cand_copy(&S->walker, &S->best, &S->cx);
+    int stall = 0;
+    long step = 0;
+    while (!out_of_budget(S)) {
+        if (S->made > 1 && rng_below(&S->rng, 2) == 0)
+            genetic_step(S);
+        else
+            ils_step(S, &stall);
+        if (S->meet->islands > 1 && S->evals >= S->next_meeting) {
+            meet(S);
+            while (S->next_meeting <= S->evals)
+                S->next_meeting += MEETING_EVALS;
+        }
+        if (S->id == 0 && S->opt->progress && (++step & 7) == 0) {
+            double frac = S->budget > 0 ? (double)S->evals / (double)S->budget : 0;
+            if (S->deadline > 0) {
+                double t = 1.0 - (S->deadline - now_ms()) / S->opt->budget_ms;
+                if (t > frac) frac = t;
+            }
+            S->opt->progress(frac > 1 ? 1 : frac, S->best.cost, S->opt->progress_arg);
+        }
+    }
+out:
+    leave(S);
+    return NULL;
+}
+
+static void island_free(struct island *S)
+{
+    for (int i = 0; i < S->made && S->pop; i++)
+        cand_free(&S->pop[i]);
+    free(S->pop);
+    cand_free(&S->best);
+    cand_free(&S->walker);
+    cand_free(&S->trial);
+    cand_free(&S->child);
+    ctx_free(&S->cx);
+}
+
+static int island_init(struct island *S, const struct sched_problem *pb, const struct sched_options *opt,
+                       int id, int islands)
+{
+    memset(S, 0, sizeof *S);
+    S->id = id;
+    S->opt = opt;
+    S->best_cost = DBL_MAX;
+    S->rng = (opt->seed ^ 0x5c4ed5c4ed5c4edULL) + 0x9e3779b97f4a7c15ULL * (uint64_t)id;
+    S->next_meeting = MEETING_EVALS;
+    if (opt->candidates > 0)
+        S->budget = opt->candidates / islands + (id == 0 ? opt->candidates % islands : 0);
+    if (ctx_init(&S->cx, pb) != 0)
+        return -1;
+    int npop = opt->population > 0 ? opt->population : 100;
+    S->npop = npop / islands > 4 ? npop / islands : 4;
+    S->patience = S->cx.n <= 128 ? 2 * S->cx.n : 256;
+    S->pop = calloc((size_t)S->npop, sizeof *S->pop);
+    if (!S->pop || cand_alloc(&S->best, &S->cx) || cand_alloc(&S->walker, &S->cx) ||
+        cand_alloc(&S->trial, &S->cx) || cand_alloc(&S->child, &S->cx))
+        return -1;
+    return 0;
+}
+
+/* The plan of the best candidate, finished under the full cost (shoal:
+ * stage order and pairings), and never worse than the baselines computed
+ * for it: the cheapest of them replaces it if it is. */
+static void finish_plan(const struct sched_ctx *cx, const struct cand *best, const int *baseline_node,
+                        struct sched_plan *plan)
+{
+    struct sched_plan alt = { 0 };
+    cand_to_plan(cx, best, plan);
+    for (int k = 0; k < 2; k++) {
+        struct sched_plan *p = k == 0 ? plan : &alt;
+        if (k == 1) {
+            if (sched_plan_init(&alt, cx->P, cx->D) != 0)
+                break;
+            memcpy(alt.node, baseline_node, sizeof(int) * (size_t)(cx->P * cx->D));
+            cost_plan(cx, &alt, 0);
+        }
+        if (cx->pb->cost == SCHED_COST_SHOAL) {
+            for (double before = DBL_MAX; p->cost.total_s < before * (1 - 1e-12);) {
+                before = p->cost.total_s;
+                reorder_stages(cx, p);
+                refine_pairings(cx, p);
+            }
+        }
+    }
+    if (alt.node && alt.cost.total_s < plan->cost.total_s) {
+        memcpy(plan->node, alt.node, sizeof(int) * (size_t)(cx->P * cx->D));
+        cost_plan(cx, plan, 0);
+    }
+    sched_plan_free(&alt);
+}
+
 int sched_search(const struct sched_problem *pb, const struct sched_options *opt,
                  struct sched_plan *plan, struct shoal_err *err)
 {
+    struct meeting meet;
+    struct island *isl = NULL;
     struct sched_ctx cx;
-    struct search S;
-    struct cand *pop = NULL, child, best;
-    int npop = opt->population > 0 ? opt->population : 100, made = 0, rc = -1;
+    int *baseline_node = NULL, islands = opt->threads > 0 ? opt->threads : SCHED_THREADS_DEFAULT, rc = -1;
+    int started = 0;
+    pthread_t th[SCHED_THREADS_MAX];
 
     if (sched_problem_check(pb, err) != 0)
         return -1;
     if (opt->candidates <= 0 && opt->budget_ms <= 0)
         return err_set(err, 422, "invalid_field", "budget_ms", "give a time budget or a candidate budget");
+    if (islands > SCHED_THREADS_MAX)
+        islands = SCHED_THREADS_MAX;
+    if (opt->candidates > 0 && opt->candidates < islands)
+        islands = (int)opt->candidates;
+    memset(&meet, 0, sizeof meet);
     if (ctx_init(&cx, pb) != 0)
         return err_set(err, 500, "internal", NULL, "out of memory");
-    memset(&S, 0, sizeof S);
-    memset(&child, 0, sizeof child);
-    memset(&best, 0, sizeof best);
-    S.cx = &cx;
-    S.opt = opt;
-    S.rng = opt->seed ^ 0x5c4ed5c4ed5c4edULL;
-    S.started = now_ms();
-    S.best_cost = DBL_MAX;
-    S.deadline = opt->budget_ms > 0 ? S.started + opt->budget_ms : 0;
-    pop = calloc((size_t)npop, sizeof *pop);
-    if (!pop || cand_alloc(&S.trial, &cx) || cand_alloc(&child, &cx) || cand_alloc(&best, &cx)) {
-        err_set(err, 500, "internal", NULL, "out of memory");
-        goto out;
+    pthread_mutex_init(&meet.mu, NULL);
+    pthread_cond_init(&meet.cv, NULL);
+    meet.islands = meet.active = islands;
+    isl = calloc((size_t)islands, sizeof *isl);
+    meet.slot = calloc(2 * (size_t)islands, sizeof *meet.slot);
+    meet.slot_generation = calloc(2 * (size_t)islands, sizeof *meet.slot_generation);
+    baseline_node = malloc(sizeof(int) * (size_t)(pb->stages * pb->replicas));
+    if (!isl || !meet.slot || !meet.slot_generation || !baseline_node)
+        goto oom;
+    for (int i = 0; i < 2 * islands; i++) {
+        meet.slot_generation[i] = -1;
+        if (cand_alloc(&meet.slot[i], &cx) != 0)
+            goto oom;
     }
-    /* Initial population: the two structured seeds, both costed before any
-     * local search so a large network cannot spend the budget on the first,
-     * then random partitions; each is improved locally, with a patience
-     * that stays bounded on large networks. */
-    int patience = cx.n <= 128 ? 2 * cx.n : 256;
-    for (made = 0; made < 2 && made < npop; made++) {
-        if (cand_alloc(&pop[made], &cx) != 0) {
-            err_set(err, 500, "internal", NULL, "out of memory");
-            goto out;
+    /* The baselines first (outside the budget): the search starts from the
+     * best of them too, and never returns a plan worse than it. */
+    if (baselines_run(&cx, opt->seed, opt->random_plans, &plan->baselines, baseline_node) != 0)
+        goto oom;
+    double t0 = now_ms();
+    for (started = 0; started < islands; started++) {
+        struct island *S = &isl[started];
+        if (island_init(S, pb, opt, started, islands) != 0) {
+            island_free(S);
+            goto oom;
         }
-        cand_structured(&cx, &pop[made], made);
-        cand_eval_full(&cx, &pop[made]);
-        evaluated(&S, &pop[made]);
-        if (made == 0 || better(&pop[made], &best))
-            cand_copy(&best, &pop[made], &cx);
+        S->meet = &meet;
+        S->start_node = baseline_node;
+        S->started = t0;
+        S->deadline = opt->budget_ms > 0 ? t0 + opt->budget_ms : 0;
     }
-    for (int i = 0; i < npop; i++) {
-        if (i >= made) {
-            if (out_of_budget(&S))
-                break;
-            if (cand_alloc(&pop[made], &cx) != 0) {
-                err_set(err, 500, "internal", NULL, "out of memory");
-                goto out;
-            }
-            made++;
-            cand_random(&cx, &pop[i], &S.rng);
-            cand_eval_full(&cx, &pop[i]);
-            evaluated(&S, &pop[i]);
+    int spawned = 1;
+    for (; spawned < islands; spawned++)
+        if (pthread_create(&th[spawned], NULL, island_run, &isl[spawned]) != 0) {
+            leave(&isl[spawned]);   /* runs alone: the others must not wait for it */
+            isl[spawned].failed = 2;
         }
-        local_search(&S, &pop[i], patience);
-        if (better(&pop[i], &best))
-            cand_copy(&best, &pop[i], &cx);
+    island_run(&isl[0]);
+    for (int i = 1; i < islands; i++)
+        if (isl[i].failed != 2)
+            pthread_join(th[i], NULL);
+    int winner = -1;
+    plan->evaluations = 0;
+    for (int i = 0; i < islands; i++) {
+        if (isl[i].failed == 1)
+            goto oom;
+        plan->evaluations += isl[i].evals;
+        if (isl[i].made > 0 && (winner < 0 || better(&isl[i].best, &isl[winner].best)))
+            winner = i;
     }
-    /* Steady state: two parents, one child, the child replaces the worse
-     * parent if it is no worse. */
-    long generation = 0;
-    while (made > 1 && !out_of_budget(&S)) {
-        int a = rng_below(&S.rng, made), b = rng_below(&S.rng, made - 1);
-        if (b >= a)
-            b++;
-        crossover(&S, &pop[a], &pop[b], &child);
-        local_search(&S, &child, patience);
-        int worse = better(&pop[a], &pop[b]) ? b : a;
-        if (!better(&pop[worse], &child))
-            cand_copy(&pop[worse], &child, &cx);
-        if (better(&child, &best))
-            cand_copy(&best, &child, &cx);
-        if (opt->progress && (++generation & 7) == 0) {
-            double frac = opt->candidates > 0 ? (double)S.evals / (double)opt->candidates : 0;
-            if (S.deadline > 0) {
-                double t = 1.0 - (S.deadline - now_ms()) / opt->budget_ms;
-                if (t > frac) frac = t;
-            }
-            opt->progress(frac > 1 ? 1 : frac, best.cost, opt->progress_arg);
-        }
+    if (winner < 0) {   /* no island had budget for even one start */
+        cand_from_plan(&cx, baseline_node, &isl[0].best);
+        cand_eval_full(&cx, &isl[0].best);
+        winner = 0;
     }
-    cand_to_plan(&cx, &best, plan);
-    if (pb->cost == SCHED_COST_SHOAL)
-        refine_pairings(&cx, plan);
-    plan->evaluations = S.evals;
-    plan->best_at_ms = S.best_at;
+    finish_plan(&cx, &isl[winner].best, baseline_node, plan);
+    plan->best_at_ms = isl[winner].best_at;
+    if (plan->cost.total_s < isl[winner].best.cost * (1 - 1e-12))
+        plan->best_at_ms = now_ms() - t0;
     if (!plan->cost.feasible) {
         err_set(err, 422, "infeasible", NULL,
                 "no plan fits: some stage's layers, optimizer state and stashed activations "
@@ -343,13 +649,20 @@ int sched_search(const struct sched_problem *pb, const struct sched_options *opt
         goto out;
     }
     rc = 0;
+    goto out;
+oom:
+    err_set(err, 500, "internal", NULL, "out of memory");
 out:
-    for (int i = 0; i < made && pop; i++)
-        cand_free(&pop[i]);
-    free(pop);
-    cand_free(&S.trial);
-    cand_free(&child);
-    cand_free(&best);
+    for (int i = 0; i < started; i++)
+        island_free(&isl[i]);
+    for (int i = 0; meet.slot && i < 2 * islands; i++)
+        cand_free(&meet.slot[i]);
+    free(meet.slot);
+    free(meet.slot_generation);
+    free(isl);
+    free(baseline_node);
+    pthread_mutex_destroy(&meet.mu);
+    pthread_cond_destroy(&meet.cv);
     ctx_free(&cx);
     return rc;
 }

@@ -31,6 +31,7 @@ struct cli {
     int baseline;          /* which baselines to show: BASE_RANDOM | BASE_SEQUENTIAL */
     int json;
     int generated_n, generated_regions;
+    char family[16];                               /* --family's name, with generated_n its size */
     uint64_t network_seed;                         /* --generated's links */
     int budget_given;
     double fill_latency_ms, fill_bandwidth_gbps;   /* < 0: missing links are an error */
@@ -44,6 +45,8 @@ static void usage(FILE *out)
         "network (one of):\n"
         "  --scenario dc|spot|multi|regional|world   the paper's 64-GPU networks\n"
         "  --generated N:R        N nodes in R regions (5 ms/10 Gbit/s inside, 20-200 ms/0.2-2 Gbit/s across)\n"
+        "  --family plane|regions|mixed:N   N generated nodes: scattered on a plane, in many small\n"
+        "                         regions, or data-centre + university + home GPUs\n"
         "  --nodes FILE --links FILE   GET /v1/nodes and GET /v1/links output of a server\n"
         "job (one of):\n"
         "  --paper-job            GPT-3 XL as in the paper: 24 layers, 8 stages x 8 replicas,\n"
@@ -52,12 +55,16 @@ static void usage(FILE *out)
         "options:\n"
         "  --cost dtfm|shoal      cost model [shoal]\n"
         "  --seed N               search seed [1]\n"
-        "  --network-seed N       --generated's links [1]\n"
+        "  --network-seed N       --generated's and --family's network [1]\n"
         "  --budget-ms MS         search time limit [1000; none when --candidates is given alone]\n"
-        "  --candidates N         search evaluation limit; same seed and N, same plan [none]\n"
+        "  --candidates N         search evaluation limit; same seed, threads and N, same plan [none]\n"
+        "  --threads N            islands searched in parallel, one thread each [2]\n"
+        "  --starts all|random    all: structured starts and the best baseline too; random: random\n"
+        "                         starts only, to measure the search itself [all]\n"
         "  --baseline random|sequential|both   baselines to compare with [both]\n"
         "  --random-plans N       the random baseline: best of N random plans [5000]\n"
-        "  --stages P --replicas D   with --generated: the job's shape [sqrt-ish of N]\n"
+        "  --stages P --replicas D   the job's shape, on any network [the job's; with --generated\n"
+        "                         or --family and neither given, P = D = floor(sqrt(N))]\n"
         "  --fill-latency-ms MS --fill-bandwidth-gbps G   use these for unmeasured links\n"
         "  --json                 one JSON object on stdout\n");
 }
@@ -119,6 +126,9 @@ static int parse_args(struct cli *c, int argc, char **argv)
             c->links_file = v;
         } else if (strcmp(f, "--job") == 0) {
             c->job_file = v;
+        } else if ((strcmp(f, "--generated") == 0 || strcmp(f, "--family") == 0) && c->generated_n) {
+            fprintf(stderr, "shoal-sched: give one of --generated and --family, once\n");
+            return -1;
         } else if (strcmp(f, "--generated") == 0) {
             long n, r;
             char buf[64];
@@ -129,6 +139,14 @@ static int parse_args(struct cli *c, int argc, char **argv)
             if (parse_long(buf, 2, 100000, &n) || parse_long(colon + 1, 1, 1000, &r)) goto bad;
             c->generated_n = (int)n;
             c->generated_regions = (int)r;
+        } else if (strcmp(f, "--family") == 0) {
+            long n;
+            const char *colon = strchr(v, ':');
+            if (!colon || colon == v || (size_t)(colon - v) >= sizeof c->family ||
+                parse_long(colon + 1, 2, 100000, &n)) goto bad;
+            snprintf(c->family, sizeof c->family, "%.*s", (int)(colon - v), v);
+            c->generated_n = (int)n;
+            c->generated_regions = 0;
         } else if (strcmp(f, "--cost") == 0) {
             if (strcmp(v, "dtfm") == 0) c->cost = SCHED_COST_DTFM;
             else if (strcmp(v, "shoal") == 0) c->cost = SCHED_COST_SHOAL;
@@ -149,6 +167,13 @@ static int parse_args(struct cli *c, int argc, char **argv)
             c->budget_given = 1;
         } else if (strcmp(f, "--candidates") == 0) {
             if (parse_long(v, 0, 1000000000L, &c->opt.candidates)) goto bad;
+        } else if (strcmp(f, "--threads") == 0) {
+            if (parse_long(v, 1, SCHED_THREADS_MAX, &l)) goto bad;
+            c->opt.threads = (int)l;
+        } else if (strcmp(f, "--starts") == 0) {
+            if (strcmp(v, "all") == 0) c->opt.random_starts_only = 0;
+            else if (strcmp(v, "random") == 0) c->opt.random_starts_only = 1;
+            else goto bad;
         } else if (strcmp(f, "--random-plans") == 0) {
             if (parse_long(v, 0, 100000000L, &c->random_plans)) goto bad;
         } else if (strcmp(f, "--stages") == 0) {
@@ -222,9 +247,12 @@ static int load_network(const struct cli *c, struct scenario *net, struct shoal_
 {
     int given = !!c->scenario + !!c->generated_n + !!(c->nodes_file || c->links_file);
     if (given != 1)
-        return err_set(err, 2, "usage", NULL, "give one network: --scenario, --generated, or --nodes and --links");
+        return err_set(err, 2, "usage", NULL,
+                       "give one network: --scenario, --generated, --family, or --nodes and --links");
     if (c->scenario)
         return scenario_paper(c->scenario, net, err);
+    if (c->generated_n && c->family[0])
+        return scenario_family(c->family, c->generated_n, c->network_seed, net, err);
     if (c->generated_n)
         return scenario_generated(c->generated_n, c->generated_regions, c->network_seed, net, err);
     if (!c->nodes_file || !c->links_file)
@@ -315,16 +343,14 @@ int main(int argc, char **argv)
     if (!c.json && isatty(2)) {
         c.opt.progress = progress_bar;
     }
+    c.opt.random_plans = c.baseline & BASE_RANDOM ? c.random_plans : 0;
     if (sched_search(pb, &c.opt, &plan, &err) != 0)
         goto fail;
     if (c.opt.progress)
         fprintf(stderr, "\r%60s\r", "");
 
-    /* Baselines: the best of N random plans, and the sequential plan. */
-    struct sched_baselines bl;
-    if (sched_baselines(pb, c.opt.seed, c.baseline & BASE_RANDOM ? c.random_plans : 0, &bl, &err) != 0)
-        goto fail;
-    double best_random = bl.best_random_s, sequential = bl.sequential_s;
+    /* Baselines, computed by the search: the best of N random plans, and the sequential plan. */
+    double best_random = plan.baselines.best_random_s, sequential = plan.baselines.sequential_s;
 
     const char *cost_name = pb->cost == SCHED_COST_DTFM ? "dtfm" : "shoal";
     if (c.json) {
@@ -341,11 +367,13 @@ int main(int argc, char **argv)
             "best_random_s", c.baseline & BASE_RANDOM ? json_real(best_random) : json_null(),
             "random_plans", (json_int_t)(c.baseline & BASE_RANDOM ? c.random_plans : 0),
             "sequential_s", c.baseline & BASE_SEQUENTIAL ? json_real(sequential) : json_null());
-        json_t *out = json_pack("{s:s, s:i, s:i, s:i, s:o, s:o, s:{s:I, s:f, s:f}, s:o}",
+        json_t *out = json_pack("{s:s, s:i, s:i, s:i, s:o, s:o, s:{s:I, s:f, s:f, s:i, s:s}, s:o}",
                                 "cost_model", cost_name, "nodes", pb->n, "stages", pb->stages,
                                 "replicas", pb->replicas, "plan", grid, "cost", breakdown_json(&plan.cost),
                                 "search", "evaluations", (json_int_t)plan.evaluations, "best_at_ms",
-                                plan.best_at_ms, "budget_ms", c.opt.budget_ms, "baselines", baselines);
+                                plan.best_at_ms, "budget_ms", c.opt.budget_ms, "threads",
+                                c.opt.threads > 0 ? c.opt.threads : SCHED_THREADS_DEFAULT, "starts",
+                                c.opt.random_starts_only ? "random" : "all", "baselines", baselines);
         json_dumpf(out, stdout, JSON_COMPACT | JSON_REAL_PRECISION(10));
         printf("\n");
         json_decref(out);

@@ -503,10 +503,13 @@ static void check_incremental(int P, int D, int n, enum sched_cost cost)
     random_net(&w, n, &rng, 0);
     struct sched_problem pb = net_problem(&w, P, D, cost);
     struct sched_ctx cx;
-    struct cand c, full;
+    struct cand c, full, bounded;
+    struct sched_plan plan;
     assert_int_equal(ctx_init(&cx, &pb), 0);
     assert_int_equal(cand_alloc(&c, &cx), 0);
     assert_int_equal(cand_alloc(&full, &cx), 0);
+    assert_int_equal(cand_alloc(&bounded, &cx), 0);
+    assert_int_equal(sched_plan_init(&plan, P, D), 0);
     random_cand(&cx, &c, &rng);
     cand_eval_full(&cx, &c);
     for (int it = 0; it < 300; it++) {
@@ -517,17 +520,42 @@ static void check_incremental(int P, int D, int n, enum sched_cost cost)
         int px = c.pos[x], py = c.pos[y];
         c.member[px] = y; c.member[py] = x;
         c.pos[x] = py; c.pos[y] = px;
-        cand_eval_groups(&cx, &c, gx, gy);
+        double before = c.cost;
+        cand_copy(&bounded, &c, &cx);
+        cand_eval_groups(&cx, &c, gx, gy, DBL_MAX);
+        cand_eval_groups(&cx, &bounded, gx, gy, before);
         cand_copy(&full, &c, &cx);
         cand_eval_full(&cx, &full);
-        assert_near(c.cost, full.cost, 1e-12);
-        assert_near(c.tie, full.tie, 1e-12);
+        /* shoal keeps the old order where it costs less than the path's */
+        if (cost == SCHED_COST_DTFM) {
+            assert_near(c.cost, full.cost, 1e-12);
+            assert_near(c.tie, full.tie, 1e-12);
+        } else {
+            assert_true(c.cost <= full.cost + 1e-12 * full.cost);
+        }
+        cand_to_plan(&cx, &c, &plan);
+        assert_near(plan.cost.total_s, c.cost, 1e-12);
         for (int g = 0; g < P; g++)
             for (int h = 0; h < P; h++)
                 assert_true(c.edge[g * P + h] == full.edge[g * P + h]);
+        /* With a bound: under dtfm a move that beats it in the best order
+         * gets that order's cost, one that does not may keep the old order
+         * (never below the full evaluation: the path is exact); under
+         * shoal a move that does not beat it in the old order keeps that
+         * order.  Either way the cost is that of the plan its order
+         * describes. */
+        if (cost == SCHED_COST_DTFM) {
+            if (full.cost < before - 1e-9)
+                assert_near(bounded.cost, full.cost, 1e-12);
+            assert_true(bounded.cost >= full.cost - 1e-12 * full.cost);
+        }
+        cand_to_plan(&cx, &bounded, &plan);
+        assert_near(plan.cost.total_s, bounded.cost, 1e-12);
     }
     cand_free(&c);
     cand_free(&full);
+    cand_free(&bounded);
+    sched_plan_free(&plan);
     ctx_free(&cx);
 }
 
