@@ -97,8 +97,9 @@ int cand_alloc(struct cand *c, const struct sched_ctx *cx)
     c->pairing = calloc(P * P * D, sizeof(int));
     c->order = calloc(P, sizeof(int));
     c->edge_node = calloc(P * P, sizeof(int));
+    c->edge_soft = calloc(P * P, sizeof(double));
     if (!c->member || !c->pos || !c->group_dp || !c->group_lat || !c->edge || !c->pairing || !c->order ||
-        !c->edge_node) {
+        !c->edge_node || !c->edge_soft) {
         cand_free(c);
         return -1;
     }
@@ -115,6 +116,7 @@ void cand_free(struct cand *c)
     free(c->pairing);
     free(c->order);
     free(c->edge_node);
+    free(c->edge_soft);
     memset(c, 0, sizeof *c);
 }
 
@@ -129,6 +131,7 @@ void cand_copy(struct cand *dst, const struct cand *src, const struct sched_ctx 
     memcpy(dst->pairing, src->pairing, sizeof(int) * P * P * D);
     memcpy(dst->order, src->order, sizeof(int) * P);
     memcpy(dst->edge_node, src->edge_node, sizeof(int) * P * P);
+    memcpy(dst->edge_soft, src->edge_soft, sizeof(double) * P * P);
     dst->cost = src->cost;
     dst->tie = src->tie;
     dst->crit = src->crit;
@@ -218,6 +221,16 @@ static void edge_eval(const struct sched_ctx *cx, struct cand *c, int g, int h)
             worst = i;
     c->edge_node[g * P + h] = a[worst];
     c->edge_node[h * P + g] = b[pair[worst]];
+    double soft = 0;
+    for (int i = 0; i < D; i++) {
+        double rmin = cx->wbuf[i * D], cmin = cx->wbuf[i];
+        for (int j = 1; j < D; j++) {
+            if (cx->wbuf[i * D + j] < rmin) rmin = cx->wbuf[i * D + j];
+            if (cx->wbuf[j * D + i] < cmin) cmin = cx->wbuf[j * D + i];
+        }
+        soft += rmin + cmin;
+    }
+    c->edge_soft[g * P + h] = c->edge_soft[h * P + g] = soft / (2.0 * D);
 }
 
 /* Writes the plan of candidate `c` with stage order c->order into
@@ -418,7 +431,7 @@ static void cand_total(const struct sched_ctx *cx, struct cand *c)
     double edges = 0;
     for (int g = 0; g < P; g++)
         for (int h = g + 1; h < P; h++)
-            edges += c->edge[g * P + h];
+            edges += c->edge[g * P + h] + c->edge_soft[g * P + h];
     if (cx->pb->cost == SCHED_COST_DTFM) {
         double worst = 0, sum = 0;
         for (int g = 0; g < P; g++) {

@@ -46,6 +46,8 @@ struct cand {
     int *pairing;             /* P*P*D: for g < h, member i of g pairs with member pairing[..+i] of h */
     int *order;               /* P: stage -> group, from the last finish */
     int *edge_node;           /* P*P: [g*P + h] the node of g in the worst pair of the g-h matching */
+    double *edge_soft;        /* P*P: mean cost of each node's best partner in the other group, s
+                                 (in the tie-breaker: it moves before the bottleneck does) */
     double cost;              /* the plan's cost, s */
     double tie;               /* tie-breaker: lower is better among equal costs */
     int crit;                 /* the group whose term sets the largest max: dtfm's worst DP cost,

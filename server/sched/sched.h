@@ -83,18 +83,21 @@ struct sched_plan {
     struct sched_breakdown cost;
     long evaluations;      /* sched_search: candidate evaluations made */
     double best_at_ms;     /* sched_search: when the returned plan's cost was first reached, ms */
+    double start_cost;     /* sched_search: its cheapest start's cost before any local search (the
+                              structured and baseline starts, and the first random ones) */
     struct sched_baselines baselines;   /* sched_search: the baselines it computed and never returns worse than */
 };
 
 #define SCHED_THREADS_DEFAULT 2   /* fixed, so that a plan does not depend on the machine's cores */
 #define SCHED_THREADS_MAX 64
+#define SCHED_POPULATION_DEFAULT 16   /* small: a large one spends a short budget on its first local searches */
 
 struct sched_options {
     uint64_t seed;          /* same seed, problem, threads and candidate budget -> same plan, when
                                the candidate budget ends the search before the time budget does */
     double budget_ms;       /* wall-clock limit for the search; 0 = none */
     long candidates;        /* evaluations limit; 0 = none (then budget_ms must be > 0) */
-    int population;         /* GA population, over all islands; 0 = 100 */
+    int population;         /* GA population, over all islands; 0 = SCHED_POPULATION_DEFAULT */
     int threads;            /* islands searched in parallel, one thread each; 0 = SCHED_THREADS_DEFAULT */
     long random_plans;      /* the random baseline: best of this many random plans (0: sequential only) */
     int random_starts_only; /* 1: no structured starts nor baseline start (measures the search itself) */

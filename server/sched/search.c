@@ -75,7 +75,8 @@ struct island {
     long next_meeting;        /* evaluation count of the next meeting */
     double started, deadline; /* ms on the monotonic clock, deadline 0 = none */
     double best_cost, best_at;/* lowest cost seen, and when (ms after `started`) */
-    struct cand *pop, best, walker, trial, child;
+    double start_cost;        /* the cheapest start before any local search */
+    struct cand *pop, best, walker, trial, child, swap;
     const int *start_node;    /* a complete plan to start from (the best baseline), or NULL */
     int failed;               /* out of memory */
 };
@@ -115,26 +116,37 @@ static int pick_node(struct island *S, const struct cand *c)
     return rng_below(&S->rng, cx->n);
 }
 
-/* Swaps pairs of nodes in different groups, keeping improvements (on the
- * true cost, then the tie-breaker), until `patience` swaps in a row have
- * failed or the budget is gone.  Only the two groups' terms are re-costed. */
+/* Best-partner local search: draws a node to move (pick_node), costs its
+ * swap with every node of another group (up to PARTNERS_MAX of them, from
+ * a random offset), and makes the best swap if it improves the candidate
+ * (true cost, then tie-breaker).  Stops after `patience` nodes in a row
+ * found no improving partner, or when the budget is gone.  Only the two
+ * groups' terms are re-costed, and a swap that cannot beat the best so far
+ * skips the new stage order (cand_eval_groups' bound). */
+#define PARTNERS_MAX 64
+#define LS_PATIENCE 8
 static void local_search(struct island *S, struct cand *c, int patience)
 {
     const struct sched_ctx *cx = &S->cx;
-    int fails = 0;
+    int n = cx->n, fails = 0;
     while (fails < patience && !out_of_budget(S)) {
-        int x = pick_node(S, c), y = rng_below(&S->rng, cx->n);
-        int gx = group_of(cx, c, x), gy = group_of(cx, c, y);
-        if (gx == gy) {
-            fails++;
-            continue;
+        int x = pick_node(S, c), gx = group_of(cx, c, x), found = 0;
+        int tries = n < PARTNERS_MAX ? n : PARTNERS_MAX, first = rng_below(&S->rng, n);
+        for (int k = 0; k < tries && !out_of_budget(S); k++) {
+            int y = (first + k) % n, gy = group_of(cx, c, y);
+            if (gy == gx)
+                continue;
+            cand_copy(&S->trial, c, cx);
+            swap_nodes(&S->trial, x, y);
+            cand_eval_groups(cx, &S->trial, gx, gy, found ? S->swap.cost : c->cost);
+            evaluated(S, &S->trial);
+            if (better(&S->trial, found ? &S->swap : c)) {
+                cand_copy(&S->swap, &S->trial, cx);
+                found = 1;
+            }
         }
-        cand_copy(&S->trial, c, cx);
-        swap_nodes(&S->trial, x, y);
-        cand_eval_groups(cx, &S->trial, gx, gy, c->cost);
-        evaluated(S, &S->trial);
-        if (better(&S->trial, c)) {
-            cand_copy(c, &S->trial, cx);
+        if (found) {
+            cand_copy(c, &S->swap, cx);
             fails = 0;
         } else {
             fails++;
@@ -403,6 +415,7 @@ static int populate(struct island *S)
             cand_copy(&S->best, c, cx);
         keep_best(S, c);
     }
+    S->start_cost = S->made > 0 ? S->best.cost : DBL_MAX;
     for (int i = 0; i < S->npop; i++) {
         if (i >= S->made) {
             if (out_of_budget(S))
@@ -415,6 +428,8 @@ static int populate(struct island *S)
             evaluated(S, &S->pop[i]);
             if (i == 0)
                 cand_copy(&S->best, &S->pop[i], cx);
+            if (S->pop[i].cost < S->start_cost)
+                S->start_cost = S->pop[i].cost;
         }
         local_search(S, &S->pop[i], S->patience);
         keep_best(S, &S->pop[i]);
@@ -438,17 +453,19 @@ static void genetic_step(struct island *S)
 }
 
 /* Iterated local search step: kick the walker by 1-3 swaps, improve it
- * locally, and move there unless it is worse (so the walker crosses the
- * plateaus of max-based costs).  After `ILS_STALL` steps without a new
- * island best the walker restarts from a random member of the population. */
+ * locally, and move there unless it is more than ILS_SLACK worse (so the
+ * walker crosses the plateaus of max-based costs and shallow ridges).
+ * After `ILS_STALL` steps without a new island best the walker restarts
+ * from a random member of the population. */
 #define ILS_STALL 64
+#define ILS_SLACK 0.01
 static void ils_step(struct island *S, int *stall)
 {
     const struct sched_ctx *cx = &S->cx;
     cand_copy(&S->child, &S->walker, cx);
     kick(S, &S->child, 1 + rng_below(&S->rng, 3));
     local_search(S, &S->child, S->patience);
-    if (S->child.cost <= S->walker.cost + 1e-12)
+    if (S->child.cost <= S->walker.cost * (1 + ILS_SLACK) + 1e-12)
         cand_copy(&S->walker, &S->child, cx);
     if (better(&S->child, &S->best)) {
         cand_copy(&S->best, &S->child, cx);
@@ -506,6 +523,7 @@ static void island_free(struct island *S)
     cand_free(&S->walker);
     cand_free(&S->trial);
     cand_free(&S->child);
+    cand_free(&S->swap);
     ctx_free(&S->cx);
 }
 
@@ -522,12 +540,12 @@ static int island_init(struct island *S, const struct sched_problem *pb, const s
         S->budget = opt->candidates / islands + (id == 0 ? opt->candidates % islands : 0);
     if (ctx_init(&S->cx, pb) != 0)
         return -1;
-    int npop = opt->population > 0 ? opt->population : 100;
+    int npop = opt->population > 0 ? opt->population : SCHED_POPULATION_DEFAULT;
     S->npop = npop / islands > 4 ? npop / islands : 4;
-    S->patience = S->cx.n <= 128 ? 2 * S->cx.n : 256;
+    S->patience = LS_PATIENCE;
     S->pop = calloc((size_t)S->npop, sizeof *S->pop);
     if (!S->pop || cand_alloc(&S->best, &S->cx) || cand_alloc(&S->walker, &S->cx) ||
-        cand_alloc(&S->trial, &S->cx) || cand_alloc(&S->child, &S->cx))
+        cand_alloc(&S->trial, &S->cx) || cand_alloc(&S->child, &S->cx) || cand_alloc(&S->swap, &S->cx))
         return -1;
     return 0;
 }
@@ -626,7 +644,10 @@ int sched_search(const struct sched_problem *pb, const struct sched_options *opt
             pthread_join(th[i], NULL);
     int winner = -1;
     plan->evaluations = 0;
+    plan->start_cost = DBL_MAX;
     for (int i = 0; i < islands; i++) {
+        if (isl[i].made > 0 && isl[i].start_cost < plan->start_cost)
+            plan->start_cost = isl[i].start_cost;
         if (isl[i].failed == 1)
             goto oom;
         plan->evaluations += isl[i].evals;

@@ -367,13 +367,14 @@ int main(int argc, char **argv)
             "best_random_s", c.baseline & BASE_RANDOM ? json_real(best_random) : json_null(),
             "random_plans", (json_int_t)(c.baseline & BASE_RANDOM ? c.random_plans : 0),
             "sequential_s", c.baseline & BASE_SEQUENTIAL ? json_real(sequential) : json_null());
-        json_t *out = json_pack("{s:s, s:i, s:i, s:i, s:o, s:o, s:{s:I, s:f, s:f, s:i, s:s}, s:o}",
+        json_t *out = json_pack("{s:s, s:i, s:i, s:i, s:o, s:o, s:{s:I, s:f, s:f, s:i, s:s, s:f}, s:o}",
                                 "cost_model", cost_name, "nodes", pb->n, "stages", pb->stages,
                                 "replicas", pb->replicas, "plan", grid, "cost", breakdown_json(&plan.cost),
                                 "search", "evaluations", (json_int_t)plan.evaluations, "best_at_ms",
                                 plan.best_at_ms, "budget_ms", c.opt.budget_ms, "threads",
                                 c.opt.threads > 0 ? c.opt.threads : SCHED_THREADS_DEFAULT, "starts",
-                                c.opt.random_starts_only ? "random" : "all", "baselines", baselines);
+                                c.opt.random_starts_only ? "random" : "all", "start_cost", plan.start_cost,
+                                "baselines", baselines);
         json_dumpf(out, stdout, JSON_COMPACT | JSON_REAL_PRECISION(10));
         printf("\n");
         json_decref(out);
@@ -387,7 +388,8 @@ int main(int argc, char **argv)
         else
             printf("  pipeline %.4f s (compute %.4f, comm %.4f, bubble %.4f) + all-reduce %.4f s + optimizer %.4f s\n",
                    b->pipeline_s, b->compute_s, b->comm_s, b->bubble_s, b->dp_s, b->optimizer_s);
-        printf("search: %ld evaluations, best found after %.0f ms\n", plan.evaluations, plan.best_at_ms);
+        printf("search: %ld evaluations, best found after %.0f ms (best start %.4f s)\n", plan.evaluations,
+               plan.best_at_ms, plan.start_cost);
         if (c.baseline & BASE_RANDOM)
             printf("baseline: best of %ld random plans %.4f s (%.2fx the plan's cost)\n", c.random_plans,
                    best_random, best_random / b->total_s);
