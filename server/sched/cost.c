@@ -49,11 +49,13 @@ int ctx_init(struct sched_ctx *cx, const struct sched_problem *pb)
     cx->pw = path_work_new(cx->P);
     cx->wbuf = malloc(sizeof(double) * (size_t)cx->D * (size_t)cx->D);
     cx->ibuf = malloc(sizeof(int) * (size_t)(2 * n + cx->P * cx->D));
-    if (!cx->pp || !cx->dp || !cx->mw || !cx->pw || !cx->wbuf || !cx->ibuf) {
+    cx->near = malloc(sizeof(int) * (size_t)n * NEAR_MAX);
+    if (!cx->pp || !cx->dp || !cx->mw || !cx->pw || !cx->wbuf || !cx->ibuf || !cx->near) {
         ctx_free(cx);
         return -1;
     }
     memset(cx->mw, 0, sizeof *cx->mw);
+    cx->near_k = n - 1 < NEAR_MAX ? n - 1 : NEAR_MAX;
     for (int i = 0; i < n; i++) {
         for (int j = 0; j < n; j++) {
             if (i == j) {
@@ -71,6 +73,23 @@ int ctx_init(struct sched_ctx *cx, const struct sched_problem *pb)
                 cx->pp[i * n + j] = (xfer_s(pb, i, j, cx->boundary_bytes) + xfer_s(pb, j, i, cx->boundary_bytes)) / 2.0;
         }
     }
+    /* Each node's nearest others: insertion into a sorted list of near_k. */
+    for (int i = 0; i < n; i++) {
+        int *list = cx->near + (size_t)i * NEAR_MAX, have = 0;
+        for (int j = 0; j < n; j++) {
+            if (j == i)
+                continue;
+            double v = cx->pp[i * n + j];
+            if (have == cx->near_k && v >= cx->pp[i * n + list[have - 1]])
+                continue;
+            int k = have < cx->near_k ? have++ : have - 1;
+            while (k > 0 && cx->pp[i * n + list[k - 1]] > v) {
+                list[k] = list[k - 1];
+                k--;
+            }
+            list[k] = j;
+        }
+    }
     return 0;
 }
 
@@ -82,6 +101,7 @@ void ctx_free(struct sched_ctx *cx)
     path_work_free(cx->pw);
     free(cx->wbuf);
     free(cx->ibuf);
+    free(cx->near);
     memset(cx, 0, sizeof *cx);
 }
 
@@ -214,7 +234,7 @@ static void edge_eval(const struct sched_ctx *cx, struct cand *c, int g, int h)
         for (int j = 0; j < D; j++)
             cx->wbuf[i * D + j] = cx->pp[a[i] * n + b[j]];
     int *pair = c->pairing + (size_t)(g * P + h) * (size_t)D, worst = 0;
-    double v = match_bottleneck(cx->wbuf, D, pair, cx->mw);
+    double v = match_bottleneck_hint(cx->wbuf, D, pair, pair, cx->mw);
     c->edge[g * P + h] = c->edge[h * P + g] = v;
     for (int i = 1; i < D; i++)
         if (cx->wbuf[i * D + pair[i]] > cx->wbuf[worst * D + pair[worst]])
@@ -531,8 +551,10 @@ void cand_eval_groups(const struct sched_ctx *cx, struct cand *c, int a, int b, 
     /* First the cost in the order the candidate had (a real plan's cost).
      * A move that is no better there is rejected without a new order
      * when it cannot beat `bound`: under dtfm when its DP term plus twice
-     * the path's lower bound is above it; under shoal always (the order
-     * is searched again on every full evaluation and on the final plan). */
+     * the path's lower bound is above it, or (above PATH_EXACT_MAX groups)
+     * when the old order improved by 2-opt and Or-opt is no better either;
+     * under shoal always (the order is searched again on every full
+     * evaluation and on the final plan). */
     cand_total(cx, c);
     if (c->cost >= bound - 1e-12) {
         if (cx->pb->cost == SCHED_COST_SHOAL)
@@ -542,6 +564,12 @@ void cand_eval_groups(const struct sched_ctx *cx, struct cand *c, int a, int b, 
             if (c->group_dp[g] > worst) worst = c->group_dp[g];
         if (worst + 2.0 * path_lower_bound(c->edge, P) > bound + 1e-12)
             return;
+        if (P > PATH_EXACT_MAX) {   /* the bound is weak here: improve the old order only */
+            path_improve_order(c->edge, P, c->order, cx->pw);
+            cand_total(cx, c);
+            if (c->cost >= bound - 1e-12)
+                return;
+        }
     }
     cand_finish(cx, c, 1);
 }

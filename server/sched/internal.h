@@ -10,6 +10,8 @@
 #include "sched.h"
 #include "../../common/mix.h"
 
+#define NEAR_MAX 32   /* nearest neighbours kept per node (the local search's partners) */
+
 /* A plan that does not fit in memory costs this much plus its shortfall,
  * so the search still prefers plans that are closer to fitting. */
 #define SCHED_INFEASIBLE_S 1e9
@@ -30,6 +32,8 @@ struct sched_ctx {
     double boundary_bytes;    /* hidden state crossing a stage boundary, bytes */
     double sync_bytes;        /* bytes per parameter a sync sends (4: f32) */
     double sync_every;        /* steps per sync, its cost spread over them */
+    int near_k;               /* entries per node in `near` */
+    int *near;                /* n*near_k: each node's nearest others by pp, nearest first */
     struct match_work *mw;
     struct path_work *pw;
     double *wbuf;             /* D*D scratch for matchings */

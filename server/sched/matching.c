@@ -21,6 +21,11 @@ static int match_augment(const double *w, int D, double t, int i, struct match_w
 
 double match_bottleneck(const double *w, int D, int *pair, struct match_work *ws)
 {
+    return match_bottleneck_hint(w, D, pair, NULL, ws);
+}
+
+double match_bottleneck_hint(const double *w, int D, int *pair, const int *hint, struct match_work *ws)
+{
     /* Lower bound: every row and every column needs one edge. */
     double t = -DBL_MAX;
     for (int i = 0; i < D; i++) {
@@ -40,7 +45,17 @@ double match_bottleneck(const double *w, int D, int *pair, struct match_work *ws
      * keeping the matching (still valid at a higher t). */
     for (int j = 0; j < D; j++)
         ws->match_right[j] = -1;
+    for (int i = 0; hint && i < D; i++) {   /* the hint's pairs that are valid at the bound */
+        int j = hint[i];
+        if (j >= 0 && j < D && ws->match_right[j] < 0 && w[i * D + j] <= t)
+            ws->match_right[j] = i;
+    }
     for (int i = 0; i < D; i++) {
+        int matched = 0;   /* by the hint (an augmenting path may have moved it since) */
+        for (int j = 0; hint && j < D && !matched; j++)
+            matched = ws->match_right[j] == i;
+        if (matched)
+            continue;
         for (;;) {
             if (ws->stamp == INT_MAX) {   /* about to wrap: reset the marks */
                 for (int j = 0; j < MATCH_MAX_D; j++)

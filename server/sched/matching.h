@@ -22,4 +22,10 @@ struct match_work {
  * attains it (pair may be NULL).  D must be 1..MATCH_MAX_D. */
 double match_bottleneck(const double *w, int D, int *pair, struct match_work *ws);
 
+/* The same, starting from the pairs of `hint` (hint[i] = j, a matching of
+ * the same two groups before one node changed) that cost no more than the
+ * lower bound: fewer augmenting paths, the same exact value.  `hint` may
+ * be `pair` itself. */
+double match_bottleneck_hint(const double *w, int D, int *pair, const int *hint, struct match_work *ws);
+
 #endif

@@ -201,3 +201,10 @@ double path_open_best(const double *c, int P, int *order, struct path_work *pw)
         return path_exact(c, P, order, pw);
     return path_heuristic(c, P, order, pw);
 }
+
+double path_improve_order(const double *c, int P, int *order, struct path_work *pw)
+{
+    if (P > 1)
+        path_improve(c, P, order, pw->tmp);
+    return path_cost(c, P, order);
+}

@@ -20,6 +20,10 @@ void path_work_free(struct path_work *pw);
  * at stage s) and returns the path's cost. */
 double path_open_best(const double *c, int P, int *order, struct path_work *pw);
 
+/* Improves a given order in place by 2-opt and Or-opt moves (the
+ * heuristic's last step, from one start only) and returns its cost. */
+double path_improve_order(const double *c, int P, int *order, struct path_work *pw);
+
 /* The cost of a given order: the sum of its consecutive edges. */
 double path_cost(const double *c, int P, const int *order);
 

@@ -101,39 +101,47 @@ static void evaluated(struct island *S, const struct cand *c)
 /* A node to move, one way in three each: a member of the critical group
  * (whose term sets the max the cost is made of: only moving one of those
  * can lower it), a node of the worst pair on a pipeline link (the
- * bottleneck of that link), or any node. */
-static int pick_node(struct island *S, const struct cand *c)
+ * bottleneck of that link), or any node.  `*anchor` gets a node whose
+ * neighbours are good places to look for a partner: the worst pair's
+ * other end (a node near it would pair better), another member of the
+ * critical group, or the node itself. */
+static int pick_node(struct island *S, const struct cand *c, int *anchor)
 {
     const struct sched_ctx *cx = &S->cx;
-    int P = cx->P, how = rng_below(&S->rng, 3);
-    if (how == 0)
-        return c->member[c->crit * cx->D + rng_below(&S->rng, cx->D)];
-    if (how == 1 && P > 1) {   /* one end of the worst pair of a pipeline link */
+    int P = cx->P, D = cx->D, how = rng_below(&S->rng, 3);
+    if (how == 0) {
+        *anchor = c->member[c->crit * D + rng_below(&S->rng, D)];
+        return c->member[c->crit * D + rng_below(&S->rng, D)];
+    }
+    if (how == 1 && P > 1) {
         int s = rng_below(&S->rng, P - 1), side = rng_below(&S->rng, 2);
         int g = c->order[s + side], h = c->order[s + 1 - side];
+        *anchor = c->edge_node[h * P + g];
         return c->edge_node[g * P + h];
     }
-    return rng_below(&S->rng, cx->n);
+    int x = rng_below(&S->rng, cx->n);
+    *anchor = x;
+    return x;
 }
 
 /* Best-partner local search: draws a node to move (pick_node), costs its
- * swap with every node of another group (up to PARTNERS_MAX of them, from
- * a random offset), and makes the best swap if it improves the candidate
- * (true cost, then tie-breaker).  Stops after `patience` nodes in a row
- * found no improving partner, or when the budget is gone.  Only the two
- * groups' terms are re-costed, and a swap that cannot beat the best so far
- * skips the new stage order (cand_eval_groups' bound). */
-#define PARTNERS_MAX 64
+ * swap with each of up to 2 * NEAR_MAX partners in other groups (the
+ * anchor's nearest nodes, then random ones), and makes the best swap if it
+ * improves the candidate (true cost, then tie-breaker).  Stops after
+ * `patience` nodes in a row found no improving partner, or when the budget
+ * is gone.  Only the two groups' terms are re-costed, and a swap that
+ * cannot beat the best so far skips the new stage order (cand_eval_groups'
+ * bound). */
 #define LS_PATIENCE 8
 static void local_search(struct island *S, struct cand *c, int patience)
 {
     const struct sched_ctx *cx = &S->cx;
-    int n = cx->n, fails = 0;
+    int n = cx->n, K = cx->near_k, fails = 0;
     while (fails < patience && !out_of_budget(S)) {
-        int x = pick_node(S, c), gx = group_of(cx, c, x), found = 0;
-        int tries = n < PARTNERS_MAX ? n : PARTNERS_MAX, first = rng_below(&S->rng, n);
-        for (int k = 0; k < tries && !out_of_budget(S); k++) {
-            int y = (first + k) % n, gy = group_of(cx, c, y);
+        int anchor, x = pick_node(S, c, &anchor), gx = group_of(cx, c, x), found = 0;
+        const int *near = cx->near + (size_t)anchor * NEAR_MAX;
+        for (int k = 0; k < 2 * K && !out_of_budget(S); k++) {
+            int y = k < K ? near[k] : rng_below(&S->rng, n), gy = group_of(cx, c, y);
             if (gy == gx)
                 continue;
             cand_copy(&S->trial, c, cx);
@@ -394,8 +402,10 @@ static void cand_from_plan(const struct sched_ctx *cx, const int *node, struct c
 }
 
 /* The starts: island 0 takes the structured ones and the best baseline,
- * every island random ones; each is costed, then improved locally in turn
- * (random ones made just before their turn, while budget remains). */
+ * every island random ones, all costed and none improved yet: the walker
+ * of the iterated local search starts from the best, and the genetic
+ * steps improve what they make.  (Improving each start first spends a
+ * large network's whole budget on the first ones, whatever they cost.) */
 static int populate(struct island *S)
 {
     const struct sched_ctx *cx = &S->cx;
@@ -431,7 +441,6 @@ static int populate(struct island *S)
             if (S->pop[i].cost < S->start_cost)
                 S->start_cost = S->pop[i].cost;
         }
-        local_search(S, &S->pop[i], S->patience);
         keep_best(S, &S->pop[i]);
     }
     return 0;

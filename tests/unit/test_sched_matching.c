@@ -182,6 +182,42 @@ static void test_match_workspace_reuse(void **state)
     free(fresh);
 }
 
+/* A hint (the matching before one row changed, or any permutation, or
+ * junk) changes how the matching is found, never its value, and the pairs
+ * returned attain it. */
+static void test_match_hint_same_value(void **state)
+{
+    (void)state;
+    struct match_work *ws = calloc(1, sizeof *ws);
+    assert_non_null(ws);
+    uint64_t rng = 4242;
+    double w[MAX_D * MAX_D];
+    int pair[MAX_D], hint[MAX_D];
+    for (int it = 0; it < 3000; it++) {
+        int D = 1 + rng_below(&rng, MAX_D);
+        fill(w, D, it & 1 ? KIND_TIES : KIND_REAL, &rng);
+        double want = match_bottleneck(w, D, hint, ws);
+        int changed = rng_below(&rng, D);   /* one node replaced: its row redrawn */
+        for (int j = 0; j < D; j++)
+            w[changed * D + j] = (double)rng_below(&rng, 100);
+        want = match_bottleneck(w, D, NULL, ws);
+        if (it % 3 == 1)
+            rng_permutation(hint, D, &rng);
+        if (it % 3 == 2)
+            for (int i = 0; i < D; i++)
+                hint[i] = rng_below(&rng, D + 3) - 1;   /* duplicates, -1 and past the end */
+        memcpy(pair, hint, sizeof(int) * (size_t)D);
+        double got = match_bottleneck_hint(w, D, pair, pair, ws);
+        assert_true(got == want);
+        double worst = -1;
+        for (int i = 0; i < D; i++)
+            if (w[i * D + pair[i]] > worst)
+                worst = w[i * D + pair[i]];
+        assert_true(worst == want);
+    }
+    free(ws);
+}
+
 /* match_work.stamp is reset before it would overflow, so a long search
  * never reaches signed overflow (UBSan would abort).  Run in a child so an
  * abort fails this test only. */
@@ -212,6 +248,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_match_random_real_costs),
+        cmocka_unit_test(test_match_hint_same_value),
         cmocka_unit_test(test_match_random_with_ties),
         cmocka_unit_test(test_match_duplicate_rows),
         cmocka_unit_test(test_match_all_equal),
