@@ -5,7 +5,8 @@
 #   make deps       install the Debian and npm packages the project needs (idempotent)
 #   make test       deps, then unit and integration tests under sanitizers
 #   make demo       deps, build, a server and four CPU agents train a small GPT, then sample it
-#   make bench-sched  the scheduler against the paper's results (table + JSON lines)
+#   make bench-sched  the scheduler against the paper's results and generated networks' best
+#                     known costs (table + JSON lines); bench-sched-long refreshes those (hours)
 #   make fuzz         libFuzzer on every parser of untrusted input, FUZZ_SECONDS each (clang)
 #   make test-gpu     CUDA kernels against the CPU oracle (needs a GPU)
 #   make bench-kernels  stage forward+backward speed, MFU, vs PyTorch (needs a GPU)
@@ -84,7 +85,7 @@ DEB_COMMANDS := npm
 # The browser test's playwright-core, from package-lock.json.
 NPM_DIRS     := tests/browser
 
-.PHONY: all deps test test-gpu demo bench-sched bench-kernels bench-peer bench-load bench-wan bench-faults testbed fuzz clean
+.PHONY: all deps test test-gpu demo bench-sched bench-sched-long bench-kernels bench-peer bench-load bench-wan bench-faults testbed fuzz clean
 all: $(BINDIR)/shoal-server $(BINDIR)/shoal-sched $(BINDIR)/shoal-agent
 
 $(BINDIR)/shoal-server: $(BUILD)/server/main.o $(SERVER_OBJ) $(COMMON_OBJ)
@@ -184,6 +185,10 @@ bench-faults: deps all
 
 bench-sched: all
 	@sh tests/bench/bench_sched.sh bin/shoal-sched
+
+# bench-sched-long: hours; refreshes the best known costs bench-sched compares with.
+bench-sched-long: all
+	@sh tests/bench/bench_sched_long.sh bin/shoal-sched
 
 # bench-load: simulated agents (tests/load/) in steps against a release server on an
 # embedded Postgres, then wrk heartbeats at full rate beside 1,000 of them.

@@ -20,6 +20,43 @@ check "and the cost breakdown" "$(grep -c '^cost model dtfm: ' "$WORK/out")" 1
 "$SCHED" --scenario multi --paper-job --cost shoal --seed 3 --candidates 400 --budget-ms 60000 --random-plans 0 --json > "$WORK/b.json"
 check "same seed and candidate budget, same plan" "$(jq -c .plan "$WORK/a.json")" "$(jq -c .plan "$WORK/b.json")"
 
+# The search itself from random starts only (no structured start, no
+# baseline to start from) reaches the paper's target on dc, and reports
+# how it ran.
+"$SCHED" --scenario dc --paper-job --cost dtfm --starts random --threads 2 --candidates 60000 --random-plans 0 --json > "$WORK/out"
+check "dc from random starts reaches 3.440" "$(jq '.cost.total_s <= 3.4399' "$WORK/out")" true
+check "the search says how it ran" "$(jq -c '[.search.starts, .search.threads]' "$WORK/out")" '["random",2]'
+"$SCHED" --scenario multi --paper-job --cost shoal --seed 4 --threads 2 --candidates 9000 --random-plans 0 --json > "$WORK/a.json"
+"$SCHED" --scenario multi --paper-job --cost shoal --seed 4 --threads 2 --candidates 9000 --random-plans 0 --json > "$WORK/b.json"
+check "two threads, same seed and candidates: same plan" "$(jq -c .plan "$WORK/a.json")" "$(jq -c .plan "$WORK/b.json")"
+check "with every evaluation spent" "$(jq '.search.evaluations' "$WORK/a.json")" 9000
+
+# Generated families: any shape with --stages/--replicas, never worse
+# than the baselines the run computed.
+"$SCHED" --family mixed:40 --network-seed 2 --paper-job --stages 4 --replicas 8 --candidates 2000 --random-plans 500 --json > "$WORK/out"
+check "a mixed family of 40 nodes schedules 4 x 8" "$(jq -c '[.nodes, .stages, .replicas, ([.plan[].nodes[]] | unique | length)]' "$WORK/out")" "[40,4,8,32]"
+check "and its plan is no worse than its baselines" \
+    "$(jq '.cost.total_s <= .baselines.best_random_s and .cost.total_s <= .baselines.sequential_s' "$WORK/out")" true
+check "--family with a size under 2 exits 2" "$("$SCHED" --family plane:1 > /dev/null 2>&1; echo $?)" 2
+"$SCHED" --family ring:10 > /dev/null 2> "$WORK/err"; check "an unknown family fails" "$?" 1
+check "and says which exist" "$(grep -c 'use plane, regions or mixed' "$WORK/err")" 1
+"$SCHED" --family plane:10 --generated 10:2 > /dev/null 2> "$WORK/err"; check "--family and --generated together exit 2" "$?" 2
+"$SCHED" --scenario dc --threads 0 > /dev/null 2>&1; check "--threads 0 exits 2" "$?" 2
+"$SCHED" --scenario dc --starts some > /dev/null 2>&1; check "--starts some exits 2" "$?" 2
+
+# server/sched/README.md's examples that need no files, run as written:
+# their cost, breakdown and baseline lines must be what the tool prints.
+README="$(dirname "$0")/../../server/sched/README.md"
+grep '^\$ bin/shoal-sched ' "$README" | grep -v -- '--help\|--nodes' | sed 's/^\$ //' > "$WORK/examples"
+check "the README has its three examples" "$(wc -l < "$WORK/examples")" 3
+while read -r cmd; do
+    awk -v cmd="\$ $cmd" '$0 == cmd {on = 1; next} on && /^```/ {exit} on' "$README" |
+        grep '^cost model\|^  data-parallel\|^  pipeline\|^baseline' > "$WORK/want"
+    eval "\"\$SCHED\" ${cmd#bin/shoal-sched }" 2>/dev/null |
+        grep '^cost model\|^  data-parallel\|^  pipeline\|^baseline' > "$WORK/got"
+    check "README example prints what it shows: $cmd" "$(diff "$WORK/want" "$WORK/got" && wc -l < "$WORK/got")" 4
+done < "$WORK/examples"
+
 # The server's own JSON: three nodes, one link missing.
 cat > "$WORK/nodes.json" <<'JSON'
 {"nodes":[{"id":11,"region":"eu","hardware":{"tflops":50,"gpu_memory_bytes":17179869184}},
