@@ -47,7 +47,7 @@ int ctx_init(struct sched_ctx *cx, const struct sched_problem *pb)
     cx->dp = malloc(sizeof(double) * (size_t)n * (size_t)n);
     cx->mw = malloc(sizeof *cx->mw);
     cx->pw = path_work_new(cx->P);
-    cx->wbuf = malloc(sizeof(double) * (size_t)cx->D * (size_t)cx->D);
+    cx->wbuf = malloc(sizeof(double) * (size_t)cx->D * (size_t)(cx->D + 1));
     cx->ibuf = malloc(sizeof(int) * (size_t)(2 * n + cx->P * cx->D));
     cx->near = malloc(sizeof(int) * (size_t)n * NEAR_MAX);
     if (!cx->pp || !cx->dp || !cx->mw || !cx->pw || !cx->wbuf || !cx->ibuf || !cx->near) {
@@ -230,26 +230,33 @@ static void edge_eval(const struct sched_ctx *cx, struct cand *c, int g, int h)
     int D = cx->D, P = cx->P, n = cx->n;
     if (g > h) { int t = g; g = h; h = t; }
     const int *a = c->member + g * D, *b = c->member + h * D;
-    for (int i = 0; i < D; i++)
-        for (int j = 0; j < D; j++)
-            cx->wbuf[i * D + j] = cx->pp[a[i] * n + b[j]];
+    double *w = cx->wbuf, *cmin = cx->wbuf + D * D;   /* D column minima */
+    double lb = -DBL_MAX, soft = 0;
+    for (int i = 0; i < D; i++) {
+        const double *row = cx->pp + (size_t)a[i] * (size_t)n;
+        double rmin = DBL_MAX;
+        for (int j = 0; j < D; j++) {
+            double v = row[b[j]];
+            w[i * D + j] = v;
+            if (v < rmin) rmin = v;
+            if (i == 0 || v < cmin[j]) cmin[j] = v;
+        }
+        soft += rmin;
+        if (rmin > lb) lb = rmin;
+    }
+    for (int j = 0; j < D; j++) {
+        soft += cmin[j];
+        if (cmin[j] > lb) lb = cmin[j];
+    }
     int *pair = c->pairing + (size_t)(g * P + h) * (size_t)D, worst = 0;
-    double v = match_bottleneck_hint(cx->wbuf, D, pair, pair, cx->mw);
+    double v = match_bottleneck_bound(w, D, lb, pair, pair, cx->mw);
     c->edge[g * P + h] = c->edge[h * P + g] = v;
     for (int i = 1; i < D; i++)
-        if (cx->wbuf[i * D + pair[i]] > cx->wbuf[worst * D + pair[worst]])
+        if (w[i * D + pair[i]] > w[worst * D + pair[worst]])
             worst = i;
     c->edge_node[g * P + h] = a[worst];
     c->edge_node[h * P + g] = b[pair[worst]];
-    double soft = 0;
-    for (int i = 0; i < D; i++) {
-        double rmin = cx->wbuf[i * D], cmin = cx->wbuf[i];
-        for (int j = 1; j < D; j++) {
-            if (cx->wbuf[i * D + j] < rmin) rmin = cx->wbuf[i * D + j];
-            if (cx->wbuf[j * D + i] < cmin) cmin = cx->wbuf[j * D + i];
-        }
-        soft += rmin + cmin;
-    }
+    /* the mean cost of each node's best partner in the other group */
     c->edge_soft[g * P + h] = c->edge_soft[h * P + g] = soft / (2.0 * D);
 }
 

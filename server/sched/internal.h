@@ -36,7 +36,7 @@ struct sched_ctx {
     int *near;                /* n*near_k: each node's nearest others by pp, nearest first */
     struct match_work *mw;
     struct path_work *pw;
-    double *wbuf;             /* D*D scratch for matchings */
+    double *wbuf;             /* D*(D+1) scratch for matchings: the costs, then column minima */
     int *ibuf;                /* scratch, 2n + P*D ints */
 };
 

@@ -37,6 +37,11 @@ double match_bottleneck_hint(const double *w, int D, int *pair, const int *hint,
         if (rmin > t) t = rmin;
         if (cmin > t) t = cmin;
     }
+    return match_bottleneck_bound(w, D, t, pair, hint, ws);
+}
+
+double match_bottleneck_bound(const double *w, int D, double t, int *pair, const int *hint, struct match_work *ws)
+{
     /* Match the left vertices in turn at threshold t.  When vertex i finds
      * no augmenting path, the vertices its search reached cannot all be
      * matched at t, and any augmenting path must leave them by an edge

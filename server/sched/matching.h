@@ -28,4 +28,9 @@ double match_bottleneck(const double *w, int D, int *pair, struct match_work *ws
  * be `pair` itself. */
 double match_bottleneck_hint(const double *w, int D, int *pair, const int *hint, struct match_work *ws);
 
+/* The same, with the lower bound `lb` (the largest row or column minimum)
+ * computed by the caller. */
+double match_bottleneck_bound(const double *w, int D, double lb, int *pair, const int *hint,
+                              struct match_work *ws);
+
 #endif

@@ -46,17 +46,18 @@ static double path_exact(const double *c, int P, int *order, struct path_work *p
     for (int j = 0; j < P; j++)
         dp[((size_t)1 << j) * (size_t)P + (size_t)j] = 0;
     for (size_t s = 1; s <= full; s++) {
-        for (int j = 0; j < P; j++) {
+        for (size_t in = s; in; in &= in - 1) {   /* j over the set bits of s */
+            int j = __builtin_ctzll((unsigned long long)in);
             double here = dp[s * (size_t)P + (size_t)j];
-            if (!(s >> j & 1) || here == DBL_MAX)
+            if (here == DBL_MAX)
                 continue;
-            for (int k = 0; k < P; k++) {
-                if (s >> k & 1)
-                    continue;
-                size_t t = s | ((size_t)1 << k);
-                double v = here + c[j * P + k];
-                if (v < dp[t * (size_t)P + (size_t)k])
-                    dp[t * (size_t)P + (size_t)k] = v;
+            const double *cj = c + j * P;
+            for (size_t out = full & ~s; out; out &= out - 1) {   /* k over the others */
+                int k = __builtin_ctzll((unsigned long long)out);
+                double *to = &dp[(s | ((size_t)1 << k)) * (size_t)P + (size_t)k];
+                double v = here + cj[k];
+                if (v < *to)
+                    *to = v;
             }
         }
     }
