@@ -50,7 +50,8 @@ int ctx_init(struct sched_ctx *cx, const struct sched_problem *pb)
     cx->wbuf = malloc(sizeof(double) * (size_t)cx->D * (size_t)(cx->D + 1));
     cx->ibuf = malloc(sizeof(int) * (size_t)(2 * n + cx->P * cx->D));
     cx->near = malloc(sizeof(int) * (size_t)n * NEAR_MAX);
-    if (!cx->pp || !cx->dp || !cx->mw || !cx->pw || !cx->wbuf || !cx->ibuf || !cx->near) {
+    cx->ebuf = malloc(sizeof(double) * (size_t)cx->P * (size_t)cx->P);
+    if (!cx->pp || !cx->dp || !cx->mw || !cx->pw || !cx->wbuf || !cx->ibuf || !cx->near || !cx->ebuf) {
         ctx_free(cx);
         return -1;
     }
@@ -102,6 +103,7 @@ void ctx_free(struct sched_ctx *cx)
     free(cx->wbuf);
     free(cx->ibuf);
     free(cx->near);
+    free(cx->ebuf);
     memset(cx, 0, sizeof *cx);
 }
 
@@ -542,15 +544,62 @@ void cand_eval_full(const struct sched_ctx *cx, struct cand *c)
     cand_finish(cx, c, 0);
 }
 
-void cand_eval_groups(const struct sched_ctx *cx, struct cand *c, int a, int b, double bound)
+/* dtfm: a lower bound of the pipeline link between groups g and h, from
+ * the costs alone (every node needs a partner): the largest row or column
+ * minimum, without the matching. */
+static double edge_lower(const struct sched_ctx *cx, const struct cand *c, int g, int h)
+{
+    int D = cx->D, n = cx->n;
+    const int *x = c->member + g * D, *y = c->member + h * D;
+    double *cmin = cx->wbuf, lb = -DBL_MAX;
+    for (int i = 0; i < D; i++) {
+        const double *row = cx->pp + (size_t)x[i] * (size_t)n;
+        double rmin = DBL_MAX;
+        for (int j = 0; j < D; j++) {
+            double v = row[y[j]];
+            if (v < rmin) rmin = v;
+            if (i == 0 || v < cmin[j]) cmin[j] = v;
+        }
+        if (rmin > lb) lb = rmin;
+    }
+    for (int j = 0; j < D; j++)
+        if (cmin[j] > lb) lb = cmin[j];
+    return lb;
+}
+
+int cand_eval_groups(const struct sched_ctx *cx, struct cand *c, int a, int b, double bound)
 {
     int P = cx->P;
     int moved[2] = { a, b };
+    for (int k = 0; k < 2; k++)
+        if (moved[k] < P)
+            group_eval(cx, c, moved[k]);
+    /* dtfm with a bound: the new DP term plus twice the spanning tree of
+     * the links (the moved groups' ones by their lower bounds) already
+     * above it rejects the move before any matching. */
+    if (cx->pb->cost == SCHED_COST_DTFM && bound < DBL_MAX) {
+        double worst = 0;
+        for (int g = 0; g < P; g++)
+            if (c->group_dp[g] > worst) worst = c->group_dp[g];
+        if (worst > bound + 1e-12)
+            return 0;
+        double *e = cx->ebuf;
+        memcpy(e, c->edge, sizeof(double) * (size_t)P * (size_t)P);
+        for (int k = 0; k < 2; k++) {
+            int g = moved[k];
+            if (g >= P)
+                continue;
+            for (int h = 0; h < P; h++)
+                if (h != g)
+                    e[g * P + h] = e[h * P + g] = edge_lower(cx, c, g, h);
+        }
+        if (worst + 2.0 * path_lower_bound(e, P) > bound + 1e-12)
+            return 0;
+    }
     for (int k = 0; k < 2; k++) {
         int g = moved[k];
         if (g >= P || (k == 1 && b == a))
             continue;
-        group_eval(cx, c, g);
         for (int h = 0; h < P; h++)
             if (h != g && !(k == 1 && h == a))
                 edge_eval(cx, c, g, h);
@@ -565,20 +614,21 @@ void cand_eval_groups(const struct sched_ctx *cx, struct cand *c, int a, int b, 
     cand_total(cx, c);
     if (c->cost >= bound - 1e-12) {
         if (cx->pb->cost == SCHED_COST_SHOAL)
-            return;
+            return 1;
         double worst = 0;
         for (int g = 0; g < P; g++)
             if (c->group_dp[g] > worst) worst = c->group_dp[g];
         if (worst + 2.0 * path_lower_bound(c->edge, P) > bound + 1e-12)
-            return;
+            return 1;
         if (P > PATH_EXACT_MAX) {   /* the bound is weak here: improve the old order only */
             path_improve_order(c->edge, P, c->order, cx->pw);
             cand_total(cx, c);
             if (c->cost >= bound - 1e-12)
-                return;
+                return 1;
         }
     }
     cand_finish(cx, c, 1);
+    return 1;
 }
 
 /* Even split for dtfm: the first L % P stages get one layer more. */

@@ -38,6 +38,7 @@ struct sched_ctx {
     struct path_work *pw;
     double *wbuf;             /* D*(D+1) scratch for matchings: the costs, then column minima */
     int *ibuf;                /* scratch, 2n + P*D ints */
+    double *ebuf;             /* scratch, P*P: links' lower bounds */
 };
 
 /* A candidate: P groups of D nodes, spares after them, and cached costs. */
@@ -68,10 +69,12 @@ void cand_copy(struct cand *dst, const struct cand *src, const struct sched_ctx 
 /* Recomputes every cached cost of `c` and its total. */
 void cand_eval_full(const struct sched_ctx *cx, struct cand *c);
 /* After nodes moved between groups a and b (either may be P, the spares):
- * recomputes what depends on those groups and the total.  A move whose
- * cost cannot come below `bound` may keep the old stage order (its cost
- * is then that order's, still a real plan's); DBL_MAX: always reorder. */
-void cand_eval_groups(const struct sched_ctx *cx, struct cand *c, int a, int b, double bound);
+ * recomputes what depends on those groups and the total; returns 1.  A
+ * move whose cost cannot come below `bound` may keep the old stage order
+ * (its cost is then that order's, still a real plan's), or, under dtfm,
+ * be rejected by lower bounds before its matchings: 0, and `c` must be
+ * discarded.  DBL_MAX: always evaluated in full, with a new order. */
+int cand_eval_groups(const struct sched_ctx *cx, struct cand *c, int a, int b, double bound);
 
 /* Writes the plan the candidate stands for (order, pairing, layer ranges,
  * cost breakdown) into `plan`. */

@@ -146,9 +146,9 @@ static void local_search(struct island *S, struct cand *c, int patience)
                 continue;
             cand_copy(&S->trial, c, cx);
             swap_nodes(&S->trial, x, y);
-            cand_eval_groups(cx, &S->trial, gx, gy, found ? S->swap.cost : c->cost);
-            evaluated(S, &S->trial);
-            if (better(&S->trial, found ? &S->swap : c)) {
+            int whole = cand_eval_groups(cx, &S->trial, gx, gy, found ? S->swap.cost : c->cost);
+            evaluated(S, whole ? &S->trial : c);
+            if (whole && better(&S->trial, found ? &S->swap : c)) {
                 cand_copy(&S->swap, &S->trial, cx);
                 found = 1;
             }

@@ -512,6 +512,7 @@ static void check_incremental(int P, int D, int n, enum sched_cost cost)
     assert_int_equal(sched_plan_init(&plan, P, D), 0);
     random_cand(&cx, &c, &rng);
     cand_eval_full(&cx, &c);
+    int rejected = 0;
     for (int it = 0; it < 300; it++) {
         int x = rng_below(&rng, n), y = rng_below(&rng, n);
         int gx = c.pos[x] / D < P ? c.pos[x] / D : P, gy = c.pos[y] / D < P ? c.pos[y] / D : P;
@@ -523,7 +524,7 @@ static void check_incremental(int P, int D, int n, enum sched_cost cost)
         double before = c.cost;
         cand_copy(&bounded, &c, &cx);
         cand_eval_groups(&cx, &c, gx, gy, DBL_MAX);
-        cand_eval_groups(&cx, &bounded, gx, gy, before);
+        int whole = cand_eval_groups(&cx, &bounded, gx, gy, before);
         cand_copy(&full, &c, &cx);
         cand_eval_full(&cx, &full);
         /* shoal keeps the old order where it costs less than the path's */
@@ -544,6 +545,12 @@ static void check_incremental(int P, int D, int n, enum sched_cost cost)
          * shoal a move that does not beat it in the old order keeps that
          * order.  Either way the cost is that of the plan its order
          * describes. */
+        if (!whole) {   /* rejected by lower bounds: rightly */
+            assert_int_equal(cost, SCHED_COST_DTFM);
+            assert_true(full.cost > before);
+            rejected++;
+            continue;
+        }
         if (cost == SCHED_COST_DTFM) {
             if (full.cost < before - 1e-9)
                 assert_near(bounded.cost, full.cost, 1e-12);
@@ -552,6 +559,8 @@ static void check_incremental(int P, int D, int n, enum sched_cost cost)
         cand_to_plan(&cx, &bounded, &plan);
         assert_near(plan.cost.total_s, bounded.cost, 1e-12);
     }
+    if (cost == SCHED_COST_DTFM)   /* the bounds do reject moves */
+        assert_true(rejected > 0);
     cand_free(&c);
     cand_free(&full);
     cand_free(&bounded);
