@@ -236,19 +236,25 @@ static void edge_eval(const struct sched_ctx *cx, struct cand *c, int g, int h)
     double lb = -DBL_MAX, soft = 0;
     for (int i = 0; i < D; i++) {
         const double *row = cx->pp + (size_t)a[i] * (size_t)n;
-        double rmin = DBL_MAX;
-        for (int j = 0; j < D; j++) {
-            double v = row[b[j]];
-            w[i * D + j] = v;
-            if (v < rmin) rmin = v;
-            if (i == 0 || v < cmin[j]) cmin[j] = v;
-        }
+        for (int j = 0; j < D; j++)
+            w[i * D + j] = row[b[j]];
+    }
+    /* Row and column minima (each node's best partner), in simple loops
+     * the compiler vectorises. */
+    memcpy(cmin, w, sizeof(double) * (size_t)D);
+    for (int i = 0; i < D; i++) {
+        const double *wi = w + i * D;
+        double rmin = wi[0];
+        for (int j = 1; j < D; j++)
+            rmin = wi[j] < rmin ? wi[j] : rmin;
+        for (int j = 0; j < D; j++)
+            cmin[j] = wi[j] < cmin[j] ? wi[j] : cmin[j];
         soft += rmin;
-        if (rmin > lb) lb = rmin;
+        lb = rmin > lb ? rmin : lb;
     }
     for (int j = 0; j < D; j++) {
         soft += cmin[j];
-        if (cmin[j] > lb) lb = cmin[j];
+        lb = cmin[j] > lb ? cmin[j] : lb;
     }
     int *pair = c->pairing + (size_t)(g * P + h) * (size_t)D, worst = 0;
     double v = match_bottleneck_bound(w, D, lb, pair, pair, cx->mw);
@@ -577,7 +583,7 @@ int cand_eval_groups(const struct sched_ctx *cx, struct cand *c, int a, int b, d
     /* dtfm with a bound: the new DP term plus twice the spanning tree of
      * the links (the moved groups' ones by their lower bounds) already
      * above it rejects the move before any matching. */
-    if (cx->pb->cost == SCHED_COST_DTFM && bound < DBL_MAX) {
+    if (cx->pb->cost == SCHED_COST_DTFM && bound < DBL_MAX && P <= PATH_EXACT_MAX) {
         double worst = 0;
         for (int g = 0; g < P; g++)
             if (c->group_dp[g] > worst) worst = c->group_dp[g];
