@@ -580,9 +580,10 @@ int cand_eval_groups(const struct sched_ctx *cx, struct cand *c, int a, int b, d
     for (int k = 0; k < 2; k++)
         if (moved[k] < P)
             group_eval(cx, c, moved[k]);
-    /* dtfm with a bound: the new DP term plus twice the spanning tree of
-     * the links (the moved groups' ones by their lower bounds) already
-     * above it rejects the move before any matching. */
+    /* dtfm with a bound, up to PATH_EXACT_MAX groups (above, the tree is
+     * too loose to pay for itself): the new DP term plus twice the
+     * spanning tree of the links (the moved groups' ones by their lower
+     * bounds) already above it rejects the move before any matching. */
     if (cx->pb->cost == SCHED_COST_DTFM && bound < DBL_MAX && P <= PATH_EXACT_MAX) {
         double worst = 0;
         for (int g = 0; g < P; g++)
