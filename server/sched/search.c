@@ -669,7 +669,14 @@ int sched_search(const struct sched_problem *pb, const struct sched_options *opt
         winner = 0;
     }
     finish_plan(&cx, &isl[winner].best, baseline_node, plan);
-    plan->best_at_ms = isl[winner].best_at;
+    /* when the returned cost was first reached: by whichever island
+     * evaluated it (the others may have it from a meeting) */
+    plan->best_at_ms = DBL_MAX;
+    for (int i = 0; i < islands; i++)
+        if (isl[i].best_cost <= isl[winner].best.cost + 1e-12 && isl[i].best_at < plan->best_at_ms)
+            plan->best_at_ms = isl[i].best_at;
+    if (plan->best_at_ms == DBL_MAX)
+        plan->best_at_ms = isl[winner].best_at;
     if (plan->cost.total_s < isl[winner].best.cost * (1 - 1e-12))
         plan->best_at_ms = now_ms() - t0;
     if (!plan->cost.feasible) {
