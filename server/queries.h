@@ -63,27 +63,29 @@
 
 /* ---- failures judged (sql/008_fault_attribution.sql, recovery.c) */
 
-/* The node that failed links of job `job` point to: every link-verdict
- * report (both ends answered the server) counts 2 for the neighbour it
- * names, who was waited for (unless that neighbour had reported a failure
- * of its own first in the same epoch: it gave up and closed its sockets,
- * and this report is the echo), and 1 for its reporter.  The one node with
- * the highest count, alone and in reports of two epochs, is taken for the
- * node cut off from its peers (though not from the server): it fails with
- * whoever it is planned beside, while its neighbours' reports, and the
- * echoes of those (a neighbour that gave up closes its sockets, and its
- * other peers report it), spread over several nodes.  A tie excludes
- * nobody: the next failure tells more.  A subquery (node_id, epochs). */
+/* The node that failed links of job `job` point to: for each epoch, each
+ * node counts the distinct peers it shares a link-verdict report with
+ * (both ends answered the server), as reporter or as the neighbour named.
+ * The node cut off from its peers (though not from the server) fails with
+ * whoever it is planned beside, so it has several such peers in every
+ * failed epoch, while a neighbour that merely waited on it, or gave up
+ * after it and was reported in turn, has them in one epoch or few.  Who
+ * reported first is no evidence: the cut node often times out first and
+ * names its neighbour.  The one node with the highest sum over epochs,
+ * alone and in reports of two epochs, is taken for the cut node.  A tie
+ * excludes nobody: the next failure tells more.  A subquery (node_id,
+ * epochs). */
 #define JOB_LINK_SUSPECT_SQL(job) \
-    "(SELECT e.node_id, e.epochs FROM (SELECT w.node_id, count(DISTINCT w.epoch) AS epochs," \
-    "   sum(w.weight) AS score, max(sum(w.weight)) OVER () AS top," \
-    "   count(*) OVER (PARTITION BY sum(w.weight)) AS tied" \
-    "   FROM (SELECT f.suspect_node AS node_id, f.epoch, 2 AS weight FROM job_faults f" \
-    "     WHERE f.job_id = " job " AND f.verdict = 'link' AND NOT EXISTS (SELECT 1 FROM job_faults g" \
-    "       WHERE g.job_id = f.job_id AND g.epoch = f.epoch AND g.reporter_node = f.suspect_node AND g.id < f.id)" \
-    "    UNION ALL SELECT f.reporter_node, f.epoch, 1 FROM job_faults f" \
-    "     WHERE f.job_id = " job " AND f.verdict = 'link') w" \
-    "   WHERE w.node_id IS NOT NULL GROUP BY w.node_id) e" \
+    "(SELECT e.node_id, e.epochs FROM (SELECT p.node_id, count(*) AS epochs," \
+    "   sum(p.peers) AS score, max(sum(p.peers)) OVER () AS top," \
+    "   count(*) OVER (PARTITION BY sum(p.peers)) AS tied" \
+    "   FROM (SELECT w.node_id, w.epoch, count(DISTINCT w.peer) AS peers" \
+    "     FROM (SELECT f.suspect_node AS node_id, f.reporter_node AS peer, f.epoch FROM job_faults f" \
+    "       WHERE f.job_id = " job " AND f.verdict = 'link'" \
+    "      UNION ALL SELECT f.reporter_node, f.suspect_node, f.epoch FROM job_faults f" \
+    "       WHERE f.job_id = " job " AND f.verdict = 'link') w" \
+    "     WHERE w.node_id IS NOT NULL AND w.peer IS NOT NULL GROUP BY w.node_id, w.epoch) p" \
+    "   GROUP BY p.node_id) e" \
     "  WHERE e.score = e.top AND e.tied = 1 AND e.epochs >= 2)"
 
 /* The nodes left out of job `job`'s plans (SQL expressions, e.g. "$1" and
