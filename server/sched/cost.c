@@ -226,21 +226,24 @@ static void group_eval(const struct sched_ctx *cx, struct cand *c, int g)
         group_ring(cx, members, &c->group_dp[g], &c->group_lat[g]);
 }
 
-/* Bottleneck matching between groups g < h; caches cost and pairing. */
-static void edge_eval(const struct sched_ctx *cx, struct cand *c, int g, int h)
+/* The D x D costs between the members of groups g and h, into `w`. */
+static void gather_link(const struct sched_ctx *cx, const struct cand *c, int g, int h, double *w)
 {
-    int D = cx->D, P = cx->P, n = cx->n;
-    if (g > h) { int t = g; g = h; h = t; }
+    int D = cx->D, n = cx->n;
     const int *a = c->member + g * D, *b = c->member + h * D;
-    double *w = cx->wbuf, *cmin = cx->wbuf + D * D;   /* D column minima */
-    double lb = -DBL_MAX, soft = 0;
     for (int i = 0; i < D; i++) {
         const double *row = cx->pp + (size_t)a[i] * (size_t)n;
         for (int j = 0; j < D; j++)
             w[i * D + j] = row[b[j]];
     }
-    /* Row and column minima (each node's best partner), in simple loops
-     * the compiler vectorises. */
+}
+
+/* Row and column minima of `w` (each node's best partner), in simple
+ * loops the compiler vectorises: returns the largest (a lower bound of the
+ * bottleneck matching) and writes their sum to `*sum`; `cmin` is D scratch. */
+static double link_minima(const double *w, int D, double *cmin, double *sum)
+{
+    double lb = -DBL_MAX, total = 0;
     memcpy(cmin, w, sizeof(double) * (size_t)D);
     for (int i = 0; i < D; i++) {
         const double *wi = w + i * D;
@@ -249,13 +252,26 @@ static void edge_eval(const struct sched_ctx *cx, struct cand *c, int g, int h)
             rmin = wi[j] < rmin ? wi[j] : rmin;
         for (int j = 0; j < D; j++)
             cmin[j] = wi[j] < cmin[j] ? wi[j] : cmin[j];
-        soft += rmin;
+        total += rmin;
         lb = rmin > lb ? rmin : lb;
     }
     for (int j = 0; j < D; j++) {
-        soft += cmin[j];
+        total += cmin[j];
         lb = cmin[j] > lb ? cmin[j] : lb;
     }
+    *sum = total;
+    return lb;
+}
+
+/* Bottleneck matching between groups g < h; caches cost and pairing. */
+static void edge_eval(const struct sched_ctx *cx, struct cand *c, int g, int h)
+{
+    int D = cx->D, P = cx->P;
+    if (g > h) { int t = g; g = h; h = t; }
+    const int *a = c->member + g * D, *b = c->member + h * D;
+    double *w = cx->wbuf, soft;
+    gather_link(cx, c, g, h, w);
+    double lb = link_minima(w, D, cx->wbuf + D * D, &soft);
     int *pair = c->pairing + (size_t)(g * P + h) * (size_t)D, worst = 0;
     double v = match_bottleneck_bound(w, D, lb, pair, pair, cx->mw);
     c->edge[g * P + h] = c->edge[h * P + g] = v;
@@ -555,22 +571,9 @@ void cand_eval_full(const struct sched_ctx *cx, struct cand *c)
  * minimum, without the matching. */
 static double edge_lower(const struct sched_ctx *cx, const struct cand *c, int g, int h)
 {
-    int D = cx->D, n = cx->n;
-    const int *x = c->member + g * D, *y = c->member + h * D;
-    double *cmin = cx->wbuf, lb = -DBL_MAX;
-    for (int i = 0; i < D; i++) {
-        const double *row = cx->pp + (size_t)x[i] * (size_t)n;
-        double rmin = DBL_MAX;
-        for (int j = 0; j < D; j++) {
-            double v = row[y[j]];
-            if (v < rmin) rmin = v;
-            if (i == 0 || v < cmin[j]) cmin[j] = v;
-        }
-        if (rmin > lb) lb = rmin;
-    }
-    for (int j = 0; j < D; j++)
-        if (cmin[j] > lb) lb = cmin[j];
-    return lb;
+    double soft;
+    gather_link(cx, c, g, h, cx->wbuf);
+    return link_minima(cx->wbuf, cx->D, cx->wbuf + cx->D * cx->D, &soft);
 }
 
 int cand_eval_groups(const struct sched_ctx *cx, struct cand *c, int a, int b, double bound)
