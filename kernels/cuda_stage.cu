@@ -498,8 +498,12 @@ static int kcu_transfer(struct kern_stage *st, enum kern_buffer which, float *ho
     struct kcu_stage *c = (struct kcu_stage *)st->impl;
     float *dev = kcu_buffer(c, which);
     size_t bytes = st->n_params * sizeof(float);
-    if (!dev) {
+    if (which != KERN_PARAMS && which != KERN_GRADS && which != KERN_ADAM_M && which != KERN_ADAM_V) {
         kern_fail(err, "unknown buffer %d", (int)which);
+        goto out;
+    }
+    if (bytes == 0) { /* a stage of no blocks has no buffers (cudaMalloc of 0 gives NULL) */
+        rc = 0;
         goto out;
     }
     KCU_TRY(cudaSetDevice(st->device.index));
