@@ -79,11 +79,16 @@ UNIT_BIN    := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 DEB_PACKAGES := build-essential pkg-config libmicrohttpd-dev libjansson-dev \
                 libcurl4-openssl-dev libpq-dev libssl-dev libcmocka-dev \
                 postgresql curl jq procps bc libopenblas-openmp-dev nodejs chromium \
-                fortunes docker-compose clang libclang-rt-dev wrk openssl
+                fortunes docker-compose clang libclang-rt-dev wrk openssl \
+                prometheus
+# prometheus: for promtool (the tests lint /metrics, prometheus.yml and the
+# Grafana dashboard's queries); deploy/deps.sh keeps its daemon stopped.
+
 # Installed only when the command is missing (NodeSource's nodejs has its own npm).
 DEB_COMMANDS := npm
-# The browser test's playwright-core, from package-lock.json.
-NPM_DIRS     := tests/browser
+# From each package-lock.json: the browser test's playwright-core; the
+# OpenAPI lint (Redocly) and response validator (ajv) of tests/api.
+NPM_DIRS     := tests/browser tests/api
 
 .PHONY: all deps test test-gpu demo bench-sched bench-sched-long bench-kernels bench-peer bench-load bench-wan bench-faults testbed fuzz clean
 all: $(BINDIR)/shoal-server $(BINDIR)/shoal-sched $(BINDIR)/shoal-agent

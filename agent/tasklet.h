@@ -38,8 +38,9 @@ struct tasklet {
                                             stage, TCP ring); NAN: not passed this step */
     struct sync_state sync;
     const struct assign_peer *failed_peer;   /* the neighbour that failed first, or NULL */
-    /* the current step's times, s, and bytes sent */
-    double compute_s, allreduce_s, send_s, recv_s;
+    /* the current step's parts, s: disjoint stretches of its iteration
+     * (train.c, post_progress), and bytes sent */
+    double compute_s, allreduce_s, send_s, recv_wait_s, bubble_s;
     uint64_t pipe_bytes, dp_bytes;       /* on stage links, in the data-parallel group */
     /* the current step's validation, last stage: mean loss over val_count micro-batches */
     double val_loss;

@@ -135,9 +135,10 @@ static int backward(struct tasklet *k, uint64_t t, int m, struct shoal_err *err)
 static int global_norm2(struct tasklet *k, uint64_t t, double *total, struct shoal_err *err)
 {
     struct kern_err ke = {{0}};
-    double mine, below = 0;
+    double mine, below = 0, t0 = ctl_now();
     if (kern_stage_grad_norm2(k->st, &mine, &ke) != 0)
         return tasklet_kern_failed(&ke, err);
+    k->compute_s += ctl_now() - t0;
     if (k->prev && tasklet_recv_bytes(k, k->prev, WIRE_GRAD_NORM, t, 0, &below, sizeof below, err) != 0)
         return -1;
     *total = below + mine;
@@ -149,24 +150,52 @@ static int global_norm2(struct tasklet *k, uint64_t t, double *total, struct sho
     return 0;
 }
 
-/* The step's waits on the pipeline streams, and the bytes queued on them
- * since the last call. */
-static void take_waits(struct tasklet *k, uint64_t *queued)
+/* Adds the waits on the pipeline streams since the last call to the
+ * step's parts: the send waits to *send, the receive waits to *recv (the
+ * step's recv_wait_s or bubble_s); NULL drops them (validation's: they are
+ * part of its own time). */
+static void take_waits(struct tasklet *k, double *send, double *recv)
 {
     struct peer_stream *s[2] = { k->prev, k->next };
     for (int i = 0; i < 2; i++) {
-        double send = 0, recv = 0;
+        double sw = 0, rw = 0;
         if (!s[i])
             continue;
-        peer_stream_take_waits(s[i], &send, &recv);
-        k->send_s += send;
-        k->recv_s += recv;
+        peer_stream_take_waits(s[i], &sw, &rw);
+        if (send)
+            *send += sw;
+        if (recv)
+            *recv += rw;
+    }
+}
+
+/* Adds the bytes queued on the pipeline streams since the last call to
+ * the step's pipe_bytes. */
+static void take_queued(struct tasklet *k, uint64_t *queued)
+{
+    struct peer_stream *s[2] = { k->prev, k->next };
+    for (int i = 0; i < 2; i++) {
+        if (!s[i])
+            continue;
         uint64_t q = peer_stream_queued_bytes(s[i]);
         k->pipe_bytes += q - queued[i];
         queued[i] = q;
     }
 }
 
+/* Reports step t.  Its parts are disjoint stretches of iteration_s, each
+ * timed where it happens, so they add up to at most iteration_s (README.md,
+ * the step parts under /metrics):
+ *   compute_s    the kernels: forward, backward, gradient norm, optimizer;
+ *   send_s       blocked on a full send queue to a pipeline neighbour;
+ *   bubble_s     waiting for the step's first activation and first
+ *                activation gradient and for the global gradient norm: the
+ *                pipeline's fill and drain, which the schedule imposes;
+ *   recv_wait_s  waiting for every other activation or gradient: transfers
+ *                and neighbours slower than this stage's own work;
+ *   allreduce_s  the data-parallel group's exchange (and DiLoCo's outer step).
+ * The rest (validation, eval_s; handing a checkpoint to the uploader; data
+ * loading and codecs) is in no part. */
 static void post_progress(struct tasklet *k, uint64_t t, double iteration_s, double eval_s)
 {
     const struct assignment *as = k->as;
@@ -174,10 +203,8 @@ static void post_progress(struct tasklet *k, uint64_t t, double iteration_s, dou
     json_t *body = json_pack("{s:I, s:I, s:I, s:i, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:I, s:I, s:I}",
         "job_id", (json_int_t)as->job_id, "epoch", (json_int_t)as->epoch, "step", (json_int_t)t,
         "stage", as->stage, "replica", as->replica, "iteration_s", iteration_s, "compute_s", k->compute_s,
-        "send_s", k->send_s, "recv_wait_s", k->recv_s, "allreduce_s", k->allreduce_s,
-        /* Waiting on a neighbour is, on these schedules, mostly the pipeline's
-         * bubble; the transfer itself overlaps the neighbour's compute. */
-        "bubble_s", k->recv_s,
+        "send_s", k->send_s, "recv_wait_s", k->recv_wait_s, "allreduce_s", k->allreduce_s,
+        "bubble_s", k->bubble_s,
         "tokens", (json_int_t)as->micro_batches * sp->micro_batch * sp->seq_len,
         "stage_link_bytes", (json_int_t)k->pipe_bytes, "sync_bytes", (json_int_t)k->dp_bytes);
     if (eval_s > 0)
@@ -235,18 +262,32 @@ static int train_step(struct tasklet *k, uint64_t t, uint64_t *queued, struct sh
     const struct assignment *as = k->as;
     struct kern_err ke = {{0}};
     double start = ctl_now(), norm2, eval_s = 0;
-    k->compute_s = k->allreduce_s = k->send_s = k->recv_s = 0;
+    int first_forward = 1, first_backward = 1;
+    take_waits(k, NULL, NULL);   /* a failed step's, if any */
+    k->compute_s = k->allreduce_s = k->send_s = k->recv_wait_s = k->bubble_s = 0;
     k->pipe_bytes = k->dp_bytes = 0;
     k->ring_prev_loss = NAN;
     if (kern_stage_zero_grad(k->st, &ke) != 0)
         return tasklet_kern_failed(&ke, err);
     for (int i = 0; i < 2 * as->micro_batches; i++) {
-        int m = k->ops[i].micro_batch;
-        if ((k->ops[i].kind == PIPE_FORWARD ? forward(k, t, m, err) : backward(k, t, m, err)) != 0)
+        int m = k->ops[i].micro_batch, fwd = k->ops[i].kind == PIPE_FORWARD;
+        if ((fwd ? forward(k, t, m, err) : backward(k, t, m, err)) != 0)
             goto fail;
+        /* The first activation waits out the pipeline's fill (the stages
+         * before this one compute their first forward), the first gradient
+         * its turn (the stages after it run their forwards and first
+         * backward); a later wait is a tensor that came late. */
+        int opens = fwd ? first_forward : first_backward;
+        take_waits(k, &k->send_s, opens ? &k->bubble_s : &k->recv_wait_s);
+        if (fwd)
+            first_forward = 0;
+        else
+            first_backward = 0;
     }
     if (sync_gradients(k, t, err) != 0 || global_norm2(k, t, &norm2, err) != 0)
         goto fail;
+    /* The norm passes stage 0's last backward down the pipeline: the drain. */
+    take_waits(k, &k->send_s, &k->bubble_s);
     fault_exit_after_sync(t);
     double norm = sqrt(norm2);
     double scale = as->grad_clip > 0 && norm > as->grad_clip ? as->grad_clip / norm : 1.0;
@@ -262,6 +303,7 @@ static int train_step(struct tasklet *k, uint64_t t, uint64_t *queued, struct sh
         t0 = ctl_now();
         rc = eval_run(k, t, err);
         eval_s = rc == 0 ? ctl_now() - t0 : 0;
+        take_waits(k, NULL, NULL);   /* in eval_s */
     }
     if (rc == 0 && checkpoint_due(as, (int64_t)t))
         rc = ckpt_queue_upload(k->env->reporter, k->env->data_dir, k->st, as->job_id, (int64_t)t + 1, as->stage,
@@ -269,7 +311,7 @@ static int train_step(struct tasklet *k, uint64_t t, uint64_t *queued, struct sh
     /* The optimizer step is taken: it is reported even when what follows
      * failed, so that a live resume from this stage's state (live.h) finds
      * its step recorded. */
-    take_waits(k, queued);
+    take_queued(k, queued);
     post_progress(k, t, ctl_now() - start, eval_s);
     return rc;
 fail:

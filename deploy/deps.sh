@@ -39,6 +39,15 @@ if [ -n "$missing" ]; then
     $SUDO apt-get update -qq
     # shellcheck disable=SC2086
     $SUDO apt-get install -y -qq --no-install-recommends $missing
+    # Debian's prometheus is here for promtool alone: its daemon, which the
+    # package enables and starts under systemd, would take port 9090 (the
+    # compose stack's Prometheus) and scrape for nothing.
+    case " $missing " in
+        *" prometheus "*)
+            if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+                $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+            fi ;;
+    esac
 fi
 # npm writes node_modules/.package-lock.json last; a lock file newer than it
 # (a pulled change) means the installed tree is stale.

@@ -47,7 +47,7 @@ static int auth_token_file(const char *data_dir, const char *kind, char *out, si
         goto out;
     }
     if (token_generate(prefix, out, n) != 0) {
-        err_set(err, 500, "no_randomness", NULL, "cannot generate a %s token", kind);
+        err_set(err, 500, "no_randomness", NULL, "cannot generate a new %s token", kind);
         goto out;
     }
     fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -58,7 +58,7 @@ static int auth_token_file(const char *data_dir, const char *kind, char *out, si
         goto out;
     }
     /* The token itself is never logged: logs travel further than the file. */
-    fprintf(stderr, "shoal-server: generated a %s token into %s\n", kind, path);
+    fprintf(stderr, "shoal-server: generated a new %s token into %s\n", kind, path);
     rc = 0;
 out:
     if (fd >= 0)

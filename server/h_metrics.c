@@ -16,8 +16,11 @@
  *   About 150 bytes a measured pair, so the 16 MiB body cap holds roughly
  *   330 fully measured nodes; past that the link families are left out
  *   (with a warning in the log) rather than failing the whole scrape.
- * - per job: only live jobs (running, recovering) with reported steps.
- * - per tasklet (job, stage, replica, node): the tasklets of live jobs whose
+ * - per job (job_id): only live jobs (running, recovering) with reported
+ *   steps.  The label is job_id, not job: Prometheus sets `job` on every
+ *   series it scrapes (the scrape job's name) and would rename ours to
+ *   exported_job.
+ * - per tasklet (job_id, stage, replica, node): the tasklets of live jobs whose
  *   slowdown is measured (TASKLET_MEASURED_SQL in queries.h), so at most
  *   stages x replicas series a live job, as many as it has tasklets. */
 #include <stdlib.h>
@@ -31,7 +34,7 @@
 #include "routes.h"
 
 #define METRICS_NODE_HORIZON_S 86400.0   /* s: nodes silent longer have no per-node or link series */
-#define BITS_PER_GBIT 1e9                /* the database keeps bandwidth in Gbit/s */
+#define BYTES_PER_GBIT 1.25e8           /* the database keeps bandwidth in Gbit/s; 1e9 bits / 8 */
 #define MS_PER_SECOND 1e3                /* and latency in ms */
 
 /* What the renderers below return besides 0. */
@@ -134,14 +137,18 @@ static int h_metrics_nodes(PGconn *c, struct buf *out, long heartbeat_timeout)
  *  4 the mean loss of the latest last-stage rows that have one;
  *  5 the validation loss of the latest step whose validation every replica
  *    reported (VAL_LOSSES_SQL);
- *  6-10 the means over every tasklet of that same complete step of
- *    compute_s, send_s, recv_wait_s, allreduce_s and bubble_s (s).  The
- *    complete step, not the latest: a step some stages have not reported
- *    yet would give a mean over whichever stages came first, and stages
- *    differ most in exactly these parts (the first waits, the last idles);
- *  11-12 bytes sent per step on stage links and to the data-parallel
+ *  6-11 the means over every tasklet of that same complete step of
+ *    compute_s, send_s, recv_wait_s, bubble_s, allreduce_s and the rest of
+ *    its iteration_s (s): what no other part covers (validation, checkpoint
+ *    hand-off, data loading), never below 0.  The agents measure the five
+ *    as disjoint parts of the iteration (README.md, the step parts under
+ *    /metrics), so the six add up to the mean iteration time of the step.  The complete step, not the
+ *    latest: a step some stages have not reported yet would give a mean
+ *    over whichever stages came first, and stages differ most in exactly
+ *    these parts (the first waits, the last idles);
+ *  12-13 bytes sent per step on stage links and to the data-parallel
  *    groups (JOB_TRAFFIC_SQL);
- *  13 checkpoint uploads the server's store failed (h_checkpoints.c).
+ *  14 checkpoint uploads the server's store failed (h_checkpoints.c).
  * A NULL cell (no complete step among the last 16, no loss yet) has no
  * sample. */
 #define JOB_GAUGES_SQL \
@@ -160,16 +167,18 @@ static int h_metrics_nodes(PGconn *c, struct buf *out, long heartbeat_timeout)
     "     AND s.step = (SELECT max(m.step) FROM job_steps m WHERE m.job_id = k.id" \
     "       AND m.stage = k.stages - 1 AND m.loss IS NOT NULL))," \
     "  (SELECT v.val_loss FROM " VAL_LOSSES_SQL("k") " v ORDER BY v.step DESC LIMIT 1)," \
-    "  b.compute, b.send, b.recv_wait, b.allreduce, b.bubble," \
+    "  b.compute, b.send, b.recv_wait, b.bubble, b.allreduce, b.other," \
     "  (" JOB_TRAFFIC_SQL("k") ")->>'stage_link_bytes_per_step', (" JOB_TRAFFIC_SQL("k") ")->>'sync_bytes_per_step'," \
     "  k.checkpoint_failures" \
     " FROM k LEFT JOIN LATERAL (SELECT avg(s.compute_s) AS compute, avg(s.send_s) AS send," \
-    "   avg(s.recv_wait_s) AS recv_wait, avg(s.allreduce_s) AS allreduce, avg(s.bubble_s) AS bubble" \
+    "   avg(s.recv_wait_s) AS recv_wait, avg(s.bubble_s) AS bubble, avg(s.allreduce_s) AS allreduce," \
+    "   avg(greatest(0, s.iteration_s - s.compute_s - s.send_s - s.recv_wait_s - s.bubble_s - s.allreduce_s))" \
+    "     AS other" \
     "   FROM job_steps s WHERE s.job_id = k.id AND s.step = k.complete) b ON true" \
     " ORDER BY k.id"
 #define JOB_COL_PARTS 6   /* the first part's column */
-#define JOB_COL_BYTES 11  /* stage link bytes, then sync bytes */
-#define JOB_COL_CKPT_FAILURES 13
+#define JOB_COL_BYTES 12  /* stage link bytes, then sync bytes */
+#define JOB_COL_CKPT_FAILURES 14
 
 /* Writes the job gauges of columns 1-5 above, one family per column.
  * Returns 0 or METRICS_FULL. */
@@ -188,7 +197,7 @@ static int h_metrics_job_gauges(PGresult *r, struct buf *out)
         for (int i = 0; i < PQntuples(r); i++) {
             if (PQgetisnull(r, i, f + 1))
                 continue;
-            const char *labels[] = { "job", PQgetvalue(r, i, 0), NULL };
+            const char *labels[] = { "job_id", PQgetvalue(r, i, 0), NULL };
             if (prom_sample(out, fam[f].name, labels, strtod(PQgetvalue(r, i, f + 1), NULL)) != 0)
                 return METRICS_FULL;
         }
@@ -196,24 +205,25 @@ static int h_metrics_job_gauges(PGresult *r, struct buf *out)
     return 0;
 }
 
-/* Writes shoal_job_step_part_seconds from columns 5-9 above.  One family
+/* Writes shoal_job_step_part_seconds from columns 6-11 above.  One family
  * with a `part` label rather than a family per part: the parts divide one
- * whole, so sum without(part) is meaningful (the step time the agents
- * accounted for) and a stacked graph of a job's step is one query.  The
- * part names are the progress report's fields without "_s".  Returns 0 or
- * METRICS_FULL. */
+ * whole, so sum without(part) is meaningful (the mean iteration time of the
+ * step) and a stacked graph of a job's step is one query.  The part names
+ * are the progress report's fields without "_s", and "other".  Returns 0
+ * or METRICS_FULL. */
 static int h_metrics_job_parts(PGresult *r, struct buf *out)
 {
-    static const char *const parts[] = { "compute", "send", "recv_wait", "allreduce", "bubble" };
+    static const char *const parts[] = { "compute", "send", "recv_wait", "bubble", "allreduce", "other" };
     if (prom_family(out, "shoal_job_step_part_seconds", "gauge",
                     "Mean time per tasklet in each part of the latest complete step (compute, send, "
-                    "recv_wait, allreduce, bubble), seconds.") != 0)
+                    "recv_wait, bubble, allreduce, other: disjoint, they add up to the step's mean "
+                    "iteration time), seconds.") != 0)
         return METRICS_FULL;
     for (int i = 0; i < PQntuples(r); i++) {
         for (int p = 0; p < (int)(sizeof parts / sizeof parts[0]); p++) {
             if (PQgetisnull(r, i, JOB_COL_PARTS + p))
                 continue;
-            const char *labels[] = { "job", PQgetvalue(r, i, 0), "part", parts[p], NULL };
+            const char *labels[] = { "job_id", PQgetvalue(r, i, 0), "part", parts[p], NULL };
             if (prom_sample(out, "shoal_job_step_part_seconds", labels,
                             strtod(PQgetvalue(r, i, JOB_COL_PARTS + p), NULL)) != 0)
                 return METRICS_FULL;
@@ -222,7 +232,7 @@ static int h_metrics_job_parts(PGresult *r, struct buf *out)
     return 0;
 }
 
-/* Writes shoal_job_step_sent_bytes from columns 11-12 above, with a
+/* Writes shoal_job_step_sent_bytes from columns 12-13 above, with a
  * `link` label: "stage" (pipeline links) and "sync" (the data-parallel
  * groups).  Returns 0 or METRICS_FULL. */
 static int h_metrics_job_bytes(PGresult *r, struct buf *out)
@@ -237,7 +247,7 @@ static int h_metrics_job_bytes(PGresult *r, struct buf *out)
         for (int l = 0; l < 2; l++) {
             if (PQgetisnull(r, i, JOB_COL_BYTES + l))
                 continue;
-            const char *labels[] = { "job", PQgetvalue(r, i, 0), "link", links[l], NULL };
+            const char *labels[] = { "job_id", PQgetvalue(r, i, 0), "link", links[l], NULL };
             if (prom_sample(out, "shoal_job_step_sent_bytes", labels,
                             strtod(PQgetvalue(r, i, JOB_COL_BYTES + l), NULL)) != 0)
                 return METRICS_FULL;
@@ -246,7 +256,7 @@ static int h_metrics_job_bytes(PGresult *r, struct buf *out)
     return 0;
 }
 
-/* Writes shoal_job_checkpoint_failures_total from column 13 above.
+/* Writes shoal_job_checkpoint_failures_total from column 14 above.
  * Returns 0 or METRICS_FULL. */
 static int h_metrics_job_checkpoints(PGresult *r, struct buf *out)
 {
@@ -255,7 +265,7 @@ static int h_metrics_job_checkpoints(PGresult *r, struct buf *out)
                     "read-only, I/O error); the job detail's checkpoint_error says the latest.") != 0)
         return METRICS_FULL;
     for (int i = 0; i < PQntuples(r); i++) {
-        const char *labels[] = { "job", PQgetvalue(r, i, 0), NULL };
+        const char *labels[] = { "job_id", PQgetvalue(r, i, 0), NULL };
         if (prom_sample(out, "shoal_job_checkpoint_failures_total", labels,
                         strtod(PQgetvalue(r, i, JOB_COL_CKPT_FAILURES), NULL)) != 0)
             return METRICS_FULL;
@@ -305,7 +315,7 @@ static int h_metrics_tasklet_rows(PGresult *r, struct buf *out)
         flagged += strcmp(PQgetvalue(r, i, 5), "t") == 0;
         if (i + 1 < n && strcmp(PQgetvalue(r, i + 1, 0), PQgetvalue(r, i, 0)) == 0)
             continue;   /* the job has more rows */
-        const char *labels[] = { "job", PQgetvalue(r, i, 0), NULL };
+        const char *labels[] = { "job_id", PQgetvalue(r, i, 0), NULL };
         if (prom_sample(out, "shoal_job_stragglers", labels, flagged) != 0)
             return METRICS_FULL;
         flagged = 0;
@@ -317,7 +327,7 @@ static int h_metrics_tasklet_rows(PGresult *r, struct buf *out)
     for (int i = 0; i < n; i++) {
         if (PQgetisnull(r, i, 4))
             continue;
-        const char *labels[] = { "job", PQgetvalue(r, i, 0), "stage", PQgetvalue(r, i, 1),
+        const char *labels[] = { "job_id", PQgetvalue(r, i, 0), "stage", PQgetvalue(r, i, 1),
                                  "replica", PQgetvalue(r, i, 2), "node", PQgetvalue(r, i, 3), NULL };
         if (prom_sample(out, "shoal_tasklet_slowdown_ratio", labels, strtod(PQgetvalue(r, i, 4), NULL)) != 0)
             return METRICS_FULL;
@@ -360,18 +370,19 @@ static PGresult *h_metrics_links_query(PGconn *c)
     return db_exec(c, LINK_GAUGES_SQL, 1, params, &e);
 }
 
-/* Writes shoal_link_bandwidth_bits_per_second and shoal_link_latency_seconds
- * from the rows of LINK_GAUGES_SQL, converted to base units.  Directional:
- * from -> to need not equal to -> from.  Returns 0 or METRICS_FULL. */
+/* Writes shoal_link_bandwidth_bytes_per_second and shoal_link_latency_seconds
+ * from the rows of LINK_GAUGES_SQL, converted to Prometheus's base units
+ * (bytes, seconds; promtool warns on bits).  Directional: from -> to need
+ * not equal to -> from.  Returns 0 or METRICS_FULL. */
 static int h_metrics_links(PGresult *r, struct buf *out)
 {
-    if (prom_family(out, "shoal_link_bandwidth_bits_per_second", "gauge",
-                    "Latest measured bandwidth from one node to another, bits per second.") != 0)
+    if (prom_family(out, "shoal_link_bandwidth_bytes_per_second", "gauge",
+                    "Latest measured bandwidth from one node to another, bytes per second.") != 0)
         return METRICS_FULL;
     for (int i = 0; i < PQntuples(r); i++) {
         const char *labels[] = { "from", PQgetvalue(r, i, 0), "to", PQgetvalue(r, i, 1), NULL };
         double gbps = strtod(PQgetvalue(r, i, 2), NULL);   /* Gbit/s */
-        if (prom_sample(out, "shoal_link_bandwidth_bits_per_second", labels, gbps * BITS_PER_GBIT) != 0)
+        if (prom_sample(out, "shoal_link_bandwidth_bytes_per_second", labels, gbps * BYTES_PER_GBIT) != 0)
             return METRICS_FULL;
     }
     if (prom_family(out, "shoal_link_latency_seconds", "gauge",

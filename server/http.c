@@ -594,8 +594,9 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
         return;
     http_conn_mark(conn, 0);   /* waiting for its next head, if it stays open */
     double secs = http_now() - rq->started;
-    int route = rq->route_status == 0 ? rq->match.index : -1;
-    metrics_observe(srv->metrics, route, rq->status, secs);
+    /* A matched route, or the route whose id was bad (400); else -1. */
+    int route = rq->match.index;
+    metrics_observe(srv->metrics, route, rq->method, rq->status, secs);
     log_info("http method=%s route=%s status=%d ms=%.2f%s", rq->method,
              route >= 0 ? routes[route].pattern : "-", rq->status, secs * 1000.0,
              why == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted=1");

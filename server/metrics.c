@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "prom.h"
 
@@ -18,6 +19,13 @@ static const double bucket_le[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1
 static const double schedule_le[] = { 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
                                       5, 10, 30, 60, 120, 300 };
 #define N_SCHEDULE_BUCKETS (sizeof schedule_le / sizeof schedule_le[0])
+
+/* The method label of a request that matched no route: its method if it
+ * is one of HTTP's (RFC 9110, and PATCH), else "other", so a client
+ * sending made-up methods cannot grow the label set. */
+static const char *const http_methods[] = { "GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT",
+                                            "OPTIONS", "TRACE", "PATCH", "other" };
+#define N_METHODS (sizeof http_methods / sizeof http_methods[0])
 
 /* The label values; indexed by enum sched_cost and enum metrics_schedule_result. */
 static const char *const cost_model_names[] = { [SCHED_COST_DTFM] = "dtfm", [SCHED_COST_SHOAL] = "shoal" };
@@ -50,7 +58,7 @@ struct schedule_stats {
 
 struct metrics {
     size_t n_routes;
-    struct route_stats *routes;   /* n_routes + 1; the last is "unmatched" */
+    struct route_stats *routes;   /* n_routes + N_METHODS: the table's, then "unmatched" per method */
     struct schedule_stats schedule[N_COST_MODELS];
 };
 
@@ -59,13 +67,13 @@ struct metrics *metrics_new(size_t n_routes)
     struct metrics *m = calloc(1, sizeof *m);
     if (!m)
         return NULL;
-    m->routes = calloc(n_routes + 1, sizeof *m->routes);
+    m->routes = calloc(n_routes + N_METHODS, sizeof *m->routes);
     if (!m->routes) {
         free(m);
         return NULL;
     }
     m->n_routes = n_routes;
-    for (size_t r = 0; r <= n_routes; r++)
+    for (size_t r = 0; r < n_routes + N_METHODS; r++)
         m->routes[r].duration.bucket = m->routes[r].slots;
     for (size_t c = 0; c < N_COST_MODELS; c++)
         m->schedule[c].duration.bucket = m->schedule[c].slots;
@@ -91,9 +99,20 @@ static void histogram_observe(struct histogram *h, const double *le, size_t n_le
     atomic_fetch_add(&h->sum_ns, seconds > 0 ? (uint_fast64_t)(seconds * 1e9) : 0);
 }
 
-void metrics_observe(struct metrics *m, int route, int status, double seconds)
+/* The "unmatched" slot of `method`: its index in http_methods, the last
+ * ("other") if it has none. */
+static size_t metrics_method_slot(const char *method)
 {
-    size_t slot = route >= 0 && (size_t)route < m->n_routes ? (size_t)route : m->n_routes;
+    for (size_t i = 0; i + 1 < N_METHODS; i++)
+        if (method && strcmp(method, http_methods[i]) == 0)
+            return i;
+    return N_METHODS - 1;
+}
+
+void metrics_observe(struct metrics *m, int route, const char *method, int status, double seconds)
+{
+    size_t slot = route >= 0 && (size_t)route < m->n_routes ? (size_t)route
+                                                           : m->n_routes + metrics_method_slot(method);
     struct route_stats *s = &m->routes[slot];
     if (status >= 100 && status < 100 + N_STATUS)
         atomic_fetch_add(&s->by_status[status - 100], 1);
@@ -140,11 +159,12 @@ static int histogram_render(struct buf *out, const char *name, const char **labe
     return prom_sample(out, series, labels, (double)atomic_load(&h->count));
 }
 
-/* The route's labels: its method and pattern, or "unmatched". */
+/* The slot's labels: its route's method and pattern, or "unmatched" and
+ * the request's method. */
 static void metrics_route_labels(const struct route *table, size_t slot, size_t n_routes,
                                  const char **method, const char **pattern)
 {
-    *method = slot < n_routes ? table[slot].method : "";
+    *method = slot < n_routes ? table[slot].method : http_methods[slot - n_routes];
     *pattern = slot < n_routes ? table[slot].pattern : "unmatched";
 }
 
@@ -155,7 +175,7 @@ static int metrics_render_http(struct metrics *m, const struct route *table, str
     if (prom_family(out, "shoal_http_requests_total", "counter",
                     "HTTP requests answered, by route pattern, method and status.") != 0)
         return -1;
-    for (size_t r = 0; r <= m->n_routes; r++) {
+    for (size_t r = 0; r < m->n_routes + N_METHODS; r++) {
         metrics_route_labels(table, r, m->n_routes, &method, &pattern);
         for (int st = 0; st < N_STATUS; st++) {
             uint_fast64_t v = atomic_load(&m->routes[r].by_status[st]);
@@ -171,7 +191,7 @@ static int metrics_render_http(struct metrics *m, const struct route *table, str
     if (prom_family(out, "shoal_http_request_duration_seconds", "histogram",
                     "Time from the first byte of a request to the end of its response, seconds.") != 0)
         return -1;
-    for (size_t r = 0; r <= m->n_routes; r++) {
+    for (size_t r = 0; r < m->n_routes + N_METHODS; r++) {
         struct route_stats *s = &m->routes[r];
         if (!atomic_load(&s->duration.count))
             continue;

@@ -1,9 +1,10 @@
 /* metrics.h - counters and latency histograms kept in memory.
  *
  * HTTP requests are counted per route (the pattern, so label sets stay
- * bounded) and status; scheduler runs per cost model and result.  Gauges
- * that live in the database (the fleet, jobs, links) are read at scrape
- * time by the /metrics handler instead (h_metrics.c). */
+ * bounded), method and status, their durations per route and method;
+ * scheduler runs per cost model and result.  Gauges that live in the
+ * database (the fleet, jobs, links) are read at scrape time by the
+ * /metrics handler instead (h_metrics.c). */
 #ifndef SHOAL_METRICS_H
 #define SHOAL_METRICS_H
 
@@ -28,9 +29,12 @@ enum metrics_schedule_result {
 struct metrics *metrics_new(size_t n_routes);
 void metrics_free(struct metrics *m);
 
-/* Records one finished request; `route` is the table index or -1 for a
- * request that matched no route.  Thread-safe, lock-free. */
-void metrics_observe(struct metrics *m, int route, int status, double seconds);
+/* Records one finished request; `route` is the table index (a request
+ * whose path has the route's shape and method but a bad id included), or
+ * -1 for a request that matched no route, counted as route "unmatched"
+ * under its `method` (one of HTTP's, else "other").  Thread-safe,
+ * lock-free. */
+void metrics_observe(struct metrics *m, int route, const char *method, int status, double seconds);
 
 /* Records one scheduler run with cost model `cost` that took `seconds` on
  * its thread (search, baselines and storing the plan).  Thread-safe,

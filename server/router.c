@@ -70,7 +70,7 @@ int router_match(const struct route *table, size_t n, const char *method,
                  const char *path, struct route_match *m, struct shoal_err *err)
 {
     char norm[512];
-    int path_known = 0, bad_id = 0;
+    int path_known = 0, bad_id = 0, bad_index = -1;
     size_t used = 0;
 
     m->index = -1;
@@ -83,8 +83,11 @@ int router_match(const struct route *table, size_t n, const char *method,
         char pattern[256];
         router_normalise(table[i].pattern, pattern, sizeof pattern);
         int r = router_match_one(pattern, norm, &tmp);
-        if (r == -1)
+        if (r == -1) {
             bad_id = 1;
+            if (bad_index < 0 && strcmp(table[i].method, method) == 0)
+                bad_index = (int)i;
+        }
         if (r != 1)
             continue;
         if (strcmp(table[i].method, method) == 0) {
@@ -102,6 +105,8 @@ int router_match(const struct route *table, size_t n, const char *method,
     if (path_known)
         return 405;
     if (bad_id) {
+        m->index = bad_index;
+        m->n_ids = 0;
         err_set(err, 400, "invalid_id", "id", "ids are positive integers (steps and stages non-negative); '%s' has one that is not", path);
         return 400;
     }

@@ -35,7 +35,8 @@ struct route {
 #define ROUTE_MAX_IDS 3
 
 struct route_match {
-    int index;                    /* into the table, -1 if none */
+    int index;                    /* into the table, -1 if none; on 400, the route with the
+                                     path's shape and method, if any (for metrics and logs) */
     int64_t ids[ROUTE_MAX_IDS];   /* captured {id} and {n} values, in path order */
     int n_ids;
     char allow[64];               /* for 405: the methods the path accepts */
@@ -44,7 +45,9 @@ struct route_match {
 /* Finds the route for `method` and `path`.  Returns 0 on a match (m filled),
  * 404 if no pattern matches the path, 405 if one does but not for this
  * method (m->allow lists those that do), or 400 with `err` set when an
- * "{id}" or "{n}" segment is not a valid number. */
+ * "{id}" or "{n}" segment is not a valid number (m->index then names the
+ * route of that shape and method, or is -1 when no route has both: the
+ * request is refused either way, but is counted under its route). */
 int router_match(const struct route *table, size_t n, const char *method,
                  const char *path, struct route_match *m, struct shoal_err *err);
 

@@ -5,14 +5,30 @@
 # Unit tests are cmocka binaries (build/*/tests/test_*); integration suites are
 # tests/integration/test_*.sh, which print "ok - ..." / "not ok - ..." lines.
 # A suite that crashes or exits non-zero counts as a failure even if its
-# lines said ok.
+# lines said ok.  Every answer the suites get is logged (SHOAL_RESPONSE_LOG)
+# and, after them, checked against server/openapi.yaml (tests/api/check.sh).
 set -u
 build=${1:?usage: tests/run.sh BUILD_DIR}
 top=$(cd "$(dirname "$0")/.." && pwd)
 passed=0
 failed=0
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT INT TERM
+responses=$(mktemp)
+trap 'rm -f "$log" "$responses"' EXIT INT TERM
+
+# tally NAME RC: counts the ok / not ok lines in $log of a script that
+# exited RC; non-zero without a "not ok" line is one failure.
+tally() {
+    cat "$log"
+    p=$(grep -c '^ok - ' "$log")
+    f=$(grep -c '^not ok - ' "$log")
+    passed=$((passed + p))
+    failed=$((failed + f))
+    if [ "$2" -ne 0 ] && [ "$f" -eq 0 ]; then
+        echo "not ok - $1 exited with status $2"
+        failed=$((failed + 1))
+    fi
+}
 
 # ASan/UBSan: stop at the first error so it cannot scroll by unnoticed.
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=0:halt_on_error=1:detect_leaks=1}"
@@ -39,18 +55,13 @@ for s in "$top"/tests/integration/test_*.sh; do
     name=$(basename "$s" .sh)
     echo "== integration $name"
     SHOAL_SERVER="$top/$build/bin/shoal-server" SHOAL_AGENT="$top/$build/bin/shoal-agent" \
-        bash "$s" >"$log" 2>&1
-    rc=$?
-    cat "$log"
-    p=$(grep -c '^ok - ' "$log")
-    f=$(grep -c '^not ok - ' "$log")
-    passed=$((passed + p))
-    failed=$((failed + f))
-    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
-        echo "not ok - $name exited with status $rc"
-        failed=$((failed + 1))
-    fi
+        SHOAL_RESPONSE_LOG="$responses" bash "$s" >"$log" 2>&1
+    tally "$name" $?
 done
+
+echo "== api openapi"
+sh "$top/tests/api/check.sh" "$top/server/openapi.yaml" "$responses" >"$log" 2>&1
+tally api $?
 
 echo
 echo "$passed passed, $failed failed"

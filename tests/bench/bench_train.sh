@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # bench_train.sh - a 2x2 CPU training run on loopback: four real agents, a
-# real server; prints each tasklet's median step time split into compute,
-# send, receive wait (mostly the pipeline's bubble), all-reduce and the rest
-# (norm exchange, checkpoint, bookkeeping; the median of each row's remainder),
-# as a table and one JSON line.  A benchmark, not a test: nothing is asserted.
+# real server; prints each tasklet's median step time split into the parts
+# the agents report (README.md, the step parts under /metrics): compute,
+# send, receive wait, bubble (the pipeline's fill and drain), all-reduce
+# and the rest
+# (checkpoint, data, codecs, bookkeeping; the median of each row's
+# remainder), as a table and one JSON line.  A benchmark, not a test: nothing is asserted.
 # usage: tests/bench/bench_train.sh SHOAL_SERVER SHOAL_AGENT [STEPS]
 set -u
 export SHOAL_SERVER=$(realpath "${1:?usage: bench_train.sh SERVER AGENT [STEPS]}")
@@ -36,17 +38,17 @@ wait_for 900 done_ || { echo "the job did not succeed: $(job_state "$URL_s" "$AD
 q="SELECT stage, replica,
   percentile_cont(0.5) WITHIN GROUP (ORDER BY iteration_s), percentile_cont(0.5) WITHIN GROUP (ORDER BY compute_s),
   percentile_cont(0.5) WITHIN GROUP (ORDER BY send_s), percentile_cont(0.5) WITHIN GROUP (ORDER BY recv_wait_s),
-  percentile_cont(0.5) WITHIN GROUP (ORDER BY allreduce_s),
-  percentile_cont(0.5) WITHIN GROUP (ORDER BY iteration_s - compute_s - send_s - recv_wait_s - allreduce_s)
+  percentile_cont(0.5) WITHIN GROUP (ORDER BY bubble_s), percentile_cont(0.5) WITHIN GROUP (ORDER BY allreduce_s),
+  percentile_cont(0.5) WITHIN GROUP (ORDER BY iteration_s - compute_s - send_s - recv_wait_s - bubble_s - allreduce_s)
   FROM job_steps WHERE job_id = $J AND step >= 2 GROUP BY stage, replica ORDER BY stage, replica"
 echo
 echo "2x2 CPU training, d_model 256, context 128, 4 layers, M=4, B=4, $STEPS steps (medians, ms)"
-printf '%-8s %-8s %10s %10s %10s %12s %10s %10s\n' stage replica step compute send recv_wait allreduce other
+printf '%-8s %-8s %10s %10s %10s %12s %10s %10s %10s\n' stage replica step compute send recv_wait bubble allreduce other
 json=""
-while IFS='|' read -r s r it c se rw ar rest; do
-    awk -v s="$s" -v r="$r" -v it="$it" -v c="$c" -v se="$se" -v rw="$rw" -v ar="$ar" -v rest="$rest" 'BEGIN {
-        printf "%-8s %-8s %10.1f %10.1f %10.1f %12.1f %10.1f %10.1f\n", s, r, it*1e3, c*1e3, se*1e3, rw*1e3, ar*1e3,
-               rest*1e3 }'
-    json="$json{\"stage\":$s,\"replica\":$r,\"step_s\":$it,\"compute_s\":$c,\"send_s\":$se,\"recv_wait_s\":$rw,\"allreduce_s\":$ar,\"other_s\":$rest},"
+while IFS='|' read -r s r it c se rw bu ar rest; do
+    awk -v s="$s" -v r="$r" -v it="$it" -v c="$c" -v se="$se" -v rw="$rw" -v bu="$bu" -v ar="$ar" -v rest="$rest" 'BEGIN {
+        printf "%-8s %-8s %10.1f %10.1f %10.1f %12.1f %10.1f %10.1f %10.1f\n", s, r, it*1e3, c*1e3, se*1e3, rw*1e3,
+               bu*1e3, ar*1e3, rest*1e3 }'
+    json="$json{\"stage\":$s,\"replica\":$r,\"step_s\":$it,\"compute_s\":$c,\"send_s\":$se,\"recv_wait_s\":$rw,\"bubble_s\":$bu,\"allreduce_s\":$ar,\"other_s\":$rest},"
 done < <(sql s "$q")
 echo "{\"bench\":\"train_2x2\",\"steps\":$STEPS,\"tasklets\":[${json%,}]}"

@@ -55,7 +55,7 @@ job_state() {
 
 # job_losses SERVER_URL ADMIN JOB: one "step loss" line per step.
 job_losses() {
-    curl -s -H "Authorization: Bearer $2" "$1/v1/jobs/$3" | jq -r '.progress.losses[] | "\(.[0]) \(.[1])"'
+    fetch "$1/v1/jobs/$3" "$2" | jq -r '.progress.losses[] | "\(.[0]) \(.[1])"'
 }
 
 # start_server_s: start_server s, then S (its URL), ADMIN (its admin token)
@@ -108,19 +108,20 @@ check_no_secrets() {
     admin=$(cat "$WORK/$server/admin.token")
     mkdir -p "$WORK/seen"
     seen="$WORK/seen"
+    # (fetch: these answers, every job's detail after its run, also go to
+    # the response log that tests/api checks against the OpenAPI document)
     for p in /metrics / /app.js /v1/nodes /v1/jobs /v1/links; do
-        curl -s ${SERVER_CA:+--cacert "$SERVER_CA"} -H "Authorization: Bearer $admin" "$url$p" \
+        fetch "$url$p" "$admin" ${SERVER_CA:+--cacert "$SERVER_CA"} \
             > "$seen/$(printf '%s' "$p" | tr -c 'a-z0-9\n' _).answer"
     done
     for j in $(sql "$server" "SELECT id FROM jobs"); do
         for p in "" /checkpoints; do
-            curl -s ${SERVER_CA:+--cacert "$SERVER_CA"} -H "Authorization: Bearer $admin" \
-                "$url/v1/jobs/$j$p" > "$seen/job$j$(printf '%s' "$p" | tr / _).answer"
+            fetch "$url/v1/jobs/$j$p" "$admin" ${SERVER_CA:+--cacert "$SERVER_CA"} \
+                > "$seen/job$j$(printf '%s' "$p" | tr / _).answer"
         done
     done
     for j in $(sql "$server" "SELECT id FROM nodes"); do
-        curl -s ${SERVER_CA:+--cacert "$SERVER_CA"} -H "Authorization: Bearer $admin" \
-            "$url/v1/nodes/$j" > "$seen/node$j.answer"
+        fetch "$url/v1/nodes/$j" "$admin" ${SERVER_CA:+--cacert "$SERVER_CA"} > "$seen/node$j.answer"
     done
     {
         printf 'admin token\t%s\n' "$admin"

@@ -93,18 +93,48 @@ stop_server() {
 }
 
 # req METHOD URL [TOKEN] [BODY] [extra curl args...]: one request.  Sets STATUS
-# (HTTP code) and BODY (response text); headers land in $WORK/headers.
+# (HTTP code) and BODY (response text); headers land in $WORK/headers.  The
+# answer goes to the response log (resp_log).
 req() {
-    local method=$1 url=$2 token=${3:-} body=${4-}
+    local method=$1 url=$2 token=${3:-} body=${4-} answer
     shift 2; [ $# -gt 0 ] && shift; [ $# -gt 0 ] && shift
-    set -- -s -X "$method" -o "$WORK/body" -D "$WORK/headers" -w '%{http_code}' "$@"
+    set -- -s -X "$method" -o "$WORK/body" -D "$WORK/headers" -w '%{http_code} %{content_type}' "$@"
     [ -n "$token" ] && set -- "$@" -H "Authorization: Bearer $token"
     if [ -n "$body" ]; then
         printf '%s' "$body" > "$WORK/request"
         set -- "$@" -H 'Content-Type: application/json' --data-binary "@$WORK/request"
     fi
-    STATUS=$(curl "$@" "$url")
+    answer=$(curl "$@" "$url")
+    STATUS=${answer%% *}
     BODY=$(cat "$WORK/body")
+    resp_log "$method" "$url" "$STATUS" "${answer#* }" "$BODY"
+}
+
+# fetch URL [TOKEN] [extra curl args...]: GET URL (with TOKEN as the bearer
+# token), the body to stdout and the answer to the response log (resp_log);
+# unlike req it leaves STATUS and BODY alone.
+fetch() {
+    local url=$1 token=${2:-} f="$WORK/fetch.$BASHPID" answer
+    shift; [ $# -gt 0 ] && shift
+    answer=$(curl -s -o "$f" -w '%{http_code} %{content_type}' ${token:+-H "Authorization: Bearer $token"} "$@" "$url")
+    resp_log GET "$url" "${answer%% *}" "${answer#* }" "$(cat "$f" 2>/dev/null)"
+    cat "$f" 2>/dev/null
+    rm -f "$f"
+}
+
+# resp_log METHOD URL STATUS CONTENT_TYPE BODY: with SHOAL_RESPONSE_LOG set
+# (tests/run.sh sets it), appends the answer to that file for
+# tests/api/validate_responses.mjs, which checks it against
+# server/openapi.yaml.  One record: a line of tab-separated fields
+# "SHOAL-RESPONSE METHOD STATUS CONTENT_TYPE URL BYTES", then BYTES bytes of
+# body (JSON and plain text only) and a newline.  Status 000 (no answer)
+# is not logged.  Builtins only: it runs on every request.
+resp_log() {
+    [ -n "${SHOAL_RESPONSE_LOG:-}" ] && [ "$3" != 000 ] || return 0
+    local LC_ALL=C body=""
+    case "${4,,}" in application/json*|text/plain*) body=$5 ;; esac
+    printf 'SHOAL-RESPONSE\t%s\t%s\t%s\t%s\t%d\n%s\n' "$1" "$3" "$4" "$2" "${#body}" "$body" \
+        >> "$SHOAL_RESPONSE_LOG"
 }
 
 # expect NAME STATUS [JQ_FILTER EXPECTED]: checks the last response's status

@@ -286,11 +286,11 @@ req GET "$S/v1/jobs/$J" "$ADMIN"
 expect "the job shows the latest step and its mean loss" 200 '[.progress.step, .progress.loss] | tostring' '[1,4.25]'
 check "and the loss curve" "$(printf '%s' "$BODY" | jq -c .progress.losses)" '[[0,5.25],[1,4.25]]'
 req GET "$S/metrics"; printf '%s\n' "$BODY" > "$WORK/metrics"
-check "metric: the job's step" "$(grep "^shoal_job_step{job=\"$J\"}" "$WORK/metrics")" "shoal_job_step{job=\"$J\"} 1"
-check "metric: the job's loss" "$(grep "^shoal_job_loss{job=\"$J\"}" "$WORK/metrics")" "shoal_job_loss{job=\"$J\"} 4.25"
-check "metric: mean step time" "$(grep "^shoal_job_step_seconds{job=\"$J\"}" "$WORK/metrics" | awk '{printf "%.2f", $2}')" 0.55
+check "metric: the job's step" "$(grep "^shoal_job_step{job_id=\"$J\"}" "$WORK/metrics")" "shoal_job_step{job_id=\"$J\"} 1"
+check "metric: the job's loss" "$(grep "^shoal_job_loss{job_id=\"$J\"}" "$WORK/metrics")" "shoal_job_loss{job_id=\"$J\"} 4.25"
+check "metric: mean step time" "$(grep "^shoal_job_step_seconds{job_id=\"$J\"}" "$WORK/metrics" | awk '{printf "%.2f", $2}')" 0.55
 # tokens: 256 per replica, 2 replicas, over the slowest iteration 0.6 s
-check "metric: tokens per second" "$(grep "^shoal_job_tokens_per_second{job=\"$J\"}" "$WORK/metrics" | awk '{printf "%.1f", $2}')" 853.3
+check "metric: tokens per second" "$(grep "^shoal_job_tokens_per_second{job_id=\"$J\"}" "$WORK/metrics" | awk '{printf "%.1f", $2}')" 853.3
 # step, step time, tokens per second, loss, validation loss, the step's
 # parts, bytes sent per step, and stragglers
 check "metric: families have HELP and TYPE" "$(grep -c '^# TYPE shoal_job_[a-z_]* gauge$' "$WORK/metrics")" 8
@@ -415,7 +415,7 @@ wait $p3
 check "a waiting long-poll learns the job is over" "$(jq -c .assignment "$WORK/lp3")" null
 progress 0 0 2 null; expect "a report after the end is 409" 409
 nccl_put "$(tok_of 0 0)"; expect "nccl: a finished job forms no group" 409 .error.field state
-req GET "$S/metrics"; check "a finished job has no job series" "$(printf '%s\n' "$BODY" | grep -c "job=\"$J\"")" 0
+req GET "$S/metrics"; check "a finished job has no job series" "$(printf '%s\n' "$BODY" | grep -c "job_id=\"$J\"")" 0
 check "jobs by state counts succeeded" "$(printf '%s\n' "$BODY" | grep '^shoal_jobs{state="succeeded"}')" 'shoal_jobs{state="succeeded"} 1'
 put_ckpt "$CK/3/stages/1" "$(tok_of 1 0)" "$WORK/stage1.bin"
 expect "the final checkpoint may come after the job succeeded" 201 .step 3

@@ -58,11 +58,30 @@ ONE=$J
 job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/one.losses"
 same_losses "2x2 equals 1x1 to 1e-5" "$WORK/main.losses" "$WORK/one.losses" 1e-5
 run_job "a 4x1 gpipe job" "$(job deep 4 1 4 gpipe 30 30)"
+DEEP=$J
 job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/deep.losses"
 same_losses "4x1 equals 1x1 to 1e-5" "$WORK/deep.losses" "$WORK/one.losses" 1e-5
 run_job "a 1x4 job" "$(job wide 1 4 1 1f1b 30 30)"
+WIDE=$J
 job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/wide.losses"
 same_losses "1x4 equals 1x1 to 1e-5" "$WORK/wide.losses" "$WORK/one.losses" 1e-5
+
+# ---- the step parts the agents report (README.md, the step parts under
+# /metrics), on every step of the four layouts above: disjoint stretches of
+# the iteration, so none is negative and together they never exceed it
+check "step parts: none negative, on all $(sql s "SELECT count(*) FROM job_steps") reports" \
+    "$(sql s "SELECT count(*) FROM job_steps WHERE least(compute_s, send_s, recv_wait_s, bubble_s, allreduce_s) < 0")" 0
+check "step parts: compute + send + recv_wait + bubble + allreduce <= iteration_s" \
+    "$(sql s "SELECT count(*) || ' over, worst ' || coalesce(max(compute_s + send_s + recv_wait_s + bubble_s + allreduce_s
+                - iteration_s)::text, '-') FROM job_steps
+              WHERE compute_s + send_s + recv_wait_s + bubble_s + allreduce_s > iteration_s + 1e-6")" "0 over, worst -"
+check "step parts: the bubble is not the receive wait counted twice" \
+    "$(sql s "SELECT count(*) FROM job_steps WHERE recv_wait_s > 0 AND bubble_s = recv_wait_s")" 0
+check "step parts: every stage after the first of the 4x1 job waits out the pipeline's fill, every step" \
+    "$(sql s "SELECT count(*) FILTER (WHERE bubble_s > 0) || '/' || count(*) FROM job_steps
+              WHERE job_id = $DEEP AND stage > 0")" "90/90"
+check "step parts: the 1x1 and 1x4 jobs have no pipeline neighbour to wait for" \
+    "$(sql s "SELECT max(send_s + recv_wait_s + bubble_s) FROM job_steps WHERE job_id IN ($ONE, $WIDE)")" 0
 
 # ---- a restart from the main job's checkpoint at step 10
 run_job "a 2x2 job resumed from step 10" "$(job resumed 2 2 2 1f1b 30 10 ",\"resume_from\":{\"job_id\":$MAIN,\"step\":10}")"
@@ -143,8 +162,21 @@ if wait_for 90 store_failed; then ok "a failing store: progress goes on to the s
 else fail "a failing store: progress goes on to the step before the last" "$(job_detail_field "$J" '[.state, .latest_step, .checkpoint_failures] | tostring')"; fi
 check "the job is still running and says why" \
     "$(job_detail_field "$J" '[.state, (.checkpoint_error | test("Not a directory"))] | join(" ")')" "running true"
-scrape_failures() { curl -s "$S/metrics" | sed -n "s/^shoal_job_checkpoint_failures_total{job=\"$J\"} //p"; }
+scrape_failures() { curl -s "$S/metrics" | sed -n "s/^shoal_job_checkpoint_failures_total{job_id=\"$J\"} //p"; }
 check "/metrics counts the failures" "$([ "$(scrape_failures)" -ge 1 ] 2>/dev/null && echo yes)" yes
+# The job holds still here (its last report waits for the final checkpoint):
+# /metrics of a real training job.  Its step parts are the complete step's
+# (both stages reported) and add up to that step's mean iteration time.
+curl -s "$S/metrics" > "$WORK/live.metrics"
+lint=$(promtool check metrics < "$WORK/live.metrics" 2>&1)
+check "promtool check metrics on a training job's series: no warnings" "$?:$lint" "0:"
+check "/metrics: the training job's six step parts, none negative" \
+    "$(grep "^shoal_job_step_part_seconds{job_id=\"$J\"," "$WORK/live.metrics" | awk '$2 >= 0 { n++ } END { print n + 0 }')" 6
+complete_s=$(sql s "SELECT avg(iteration_s) FROM job_steps WHERE job_id = $J AND step =
+                      (SELECT max(step) FROM (SELECT step FROM job_steps WHERE job_id = $J GROUP BY step HAVING count(*) = 2) c)")
+parts_s=$(grep "^shoal_job_step_part_seconds{job_id=\"$J\"," "$WORK/live.metrics" | awk '{ s += $2 } END { printf "%.17g", s }')
+check "/metrics: sum without(part) is the complete step's mean iteration time, not more" \
+    "$(awk -v p="$parts_s" -v c="$complete_s" 'BEGIN { d = p - c; if (d < 0) d = -d; print (c > 0 && d <= 1e-9 * c) ? "yes" : p " vs " c }')" yes
 rm "$WORK/s/checkpoints/job$J"
 wait_for 60 finished "$J"
 check "the store back, the retried uploads land and the job succeeds, the error cleared" \

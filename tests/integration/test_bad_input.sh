@@ -109,14 +109,17 @@ json_error() {
 # allows) and checks each answer is WANT (a status, or 4xx) with a
 # single-line JSON body {"error":{"code":CODE}} and Content-Type
 # application/json, and that /healthz answered 200 after it.
-CASE_ARGS=() CASE_WANT=()
-case_add() {  # NAME WANT CODE CURL_ARGS... (method, headers, body, URL)
-    local name=$1 want=$2 code=$3
+# CASE_REQ keeps each case's method and URL for the response log (resp_log).
+CASE_ARGS=() CASE_WANT=() CASE_REQ=()
+case_add() {  # NAME WANT CODE CURL_ARGS... (method, headers, body, URL last)
+    local name=$1 want=$2 code=$3 method=GET a prev=""
     shift 3
+    for a in "$@"; do [ "$prev" = -X ] && method=$a; prev=$a; done
     [ ${#CASE_ARGS[@]} -gt 0 ] && CASE_ARGS+=(--next)
     CASE_ARGS+=(-s -m 20 -w '\n%{http_code} %{content_type}\n' "$@"
                 --next -s -m 10 -o /dev/null -w 'H%{http_code}\n' "$S/healthz")
     CASE_WANT+=("$want|$code|$name")
+    CASE_REQ+=("$method ${!#}")
 }
 json_add() {  # NAME WANT CODE METHOD PATH TOKEN FILE [CONTENT_TYPE [curl args...]]
     local name=$1 want=$2 code=$3 method=$4 path=$5 token=$6 file=$7 type=${8:-application/json}
@@ -133,6 +136,7 @@ cases_run() {
     for ((i = 0; i < n; i++)); do
         IFS='|' read -r want code name <<<"${CASE_WANT[i]}"
         answer=${lines[3 * i]-} status=${lines[3 * i + 1]%% *} type=${lines[3 * i + 1]#* } health=${lines[3 * i + 2]-}
+        [ "${#lines[@]}" = $((3 * n)) ] && resp_log "${CASE_REQ[i]%% *}" "${CASE_REQ[i]#* }" "$status" "$type" "$answer"
         GROUP_N=$((GROUP_N + 1))
         if [ "${#lines[@]}" != $((3 * n)) ]; then
             fail "$name" "answers are not one line each: $(head -c 300 "$WORK/cases.out")"
@@ -151,7 +155,7 @@ cases_run() {
         fi
         GROUP_BAD=$((GROUP_BAD + 1))
     done
-    CASE_ARGS=() CASE_WANT=()
+    CASE_ARGS=() CASE_WANT=() CASE_REQ=()
 }
 
 # raw FILE: sends FILE's bytes on a new connection and reads until the
@@ -179,8 +183,13 @@ raw_expect() {
 
 # raw_json NAME STATUS CODE: RAW is STATUS with a JSON error CODE.
 raw_json() {
-    local body
+    local body method target type
     body=$(printf '%s' "$RAW" | sed '1,/^$/d')
+    # To the response log, as the request line of $WORK/raw asked.
+    read -r method target _ < "$WORK/raw"
+    type=$(printf '%s' "$RAW" | sed -n '1,/^$/s/^[Cc]ontent-[Tt]ype: *//p')
+    [[ $target == /* ]] && target="http://127.0.0.1:$PORT$target"
+    [[ $RAW_STATUS == [0-9]* ]] && resp_log "$method" "$target" "$RAW_STATUS" "$type" "$body"
     if [ "$RAW_STATUS" = "$2" ] && [ "$(printf '%s' "$body" | jq -r .error.code 2>/dev/null)" = "$3" ]; then
         case_done "$1" 0
     else

@@ -172,9 +172,9 @@ check "measured: each tasklet's mean bytes per step" \
 check "measured: the node of each tasklet's latest report" \
       "$(printf '%s' "$BODY" | jq -c '[.measured[] | .node_id]')" "$(printf '%s' "$PLAN" | jq -c '[.[] | .node_id]')"
 scrape
-near "metric: the job's validation loss" "$(value "shoal_job_validation_loss{job=\"$J\"}")" 3.45
-near "metric: bytes sent per step on stage links" "$(value "shoal_job_step_sent_bytes{job=\"$J\",link=\"stage\"}")" 4200
-near "metric: and to the data-parallel groups" "$(value "shoal_job_step_sent_bytes{job=\"$J\",link=\"sync\"}")" 2000
+near "metric: the job's validation loss" "$(value "shoal_job_validation_loss{job_id=\"$J\"}")" 3.45
+near "metric: bytes sent per step on stage links" "$(value "shoal_job_step_sent_bytes{job_id=\"$J\",link=\"stage\"}")" 4200
+near "metric: and to the data-parallel groups" "$(value "shoal_job_step_sent_bytes{job_id=\"$J\",link=\"sync\"}")" 2000
 req GET "$S/v1/jobs" "$ADMIN"
 expect "the job list shows each job's latest step" 200 ".jobs[] | select(.id == $J) | .latest_step" 4
 

@@ -5,7 +5,9 @@
 # the Dockerfiles build with the Makefile's own packages and targets and
 # ship exactly the binaries make links, as a non-root user, with runtime
 # packages that provide every library the binaries load; Prometheus scrapes
-# the server's port and metrics path.  Then the real binaries run with the
+# the server's port and metrics path; the server keeps its data directory
+# (the checkpoint files) on a named volume; Grafana mounts the provisioning
+# and dashboards of deploy/grafana/ and reads Prometheus.  Then the real binaries run with the
 # compose environment: the server takes the .env tokens and serves the
 # scraped path, an agent registers with the compose join token, and both
 # services' health-check commands pass while they run and fail when they
@@ -35,7 +37,7 @@ rand_hex() {
 }
 ENVF="$WORK/env"
 cp "$DEPLOY/.env.example" "$ENVF"
-for v in SHOAL_ADMIN_TOKEN SHOAL_JOIN_TOKEN POSTGRES_PASSWORD; do
+for v in SHOAL_ADMIN_TOKEN SHOAL_JOIN_TOKEN POSTGRES_PASSWORD GRAFANA_ADMIN_PASSWORD; do
     sed -i "s/^$v=.*/$v=$(rand_hex)/" "$ENVF"
 done
 envval() { sed -n "s/^$1=//p" "$ENVF" | tail -n 1; }
@@ -63,7 +65,7 @@ if [ -n "$COMPOSE" ]; then
         fail "$COMPOSE config refuses .env.example while its secrets are empty" "it resolved"
     else
         check "$COMPOSE config refuses .env.example while its secrets are empty" \
-            "$(grep -c 'SHOAL_ADMIN_TOKEN\|SHOAL_JOIN_TOKEN\|POSTGRES_PASSWORD' "$WORK/unfilled.out" | awk '{print ($1 > 0)}')" 1
+            "$(grep -c 'SHOAL_ADMIN_TOKEN\|SHOAL_JOIN_TOKEN\|POSTGRES_PASSWORD\|GRAFANA_ADMIN_PASSWORD' "$WORK/unfilled.out" | awk '{print ($1 > 0)}')" 1
     fi
     if compose "$ENVF" config >"$WORK/compose.yml" 2>"$WORK/compose.err"; then
         ok "$COMPOSE config resolves deploy/docker-compose.yml with a filled-in .env.example"
@@ -187,7 +189,7 @@ def dockerfile_of(svc):
     return ctx, os.path.normpath(os.path.join(ctx, b.get("dockerfile", "Dockerfile")))
 
 # --- services and what they reference
-for want in ("postgres", "shoal-server", "prometheus"):
+for want in ("postgres", "shoal-server", "prometheus", "grafana"):
     check("compose has the %s service" % want, want in S, "services: %s" % sorted(S))
 agents = sorted(s for s in S if (dockerfile_of(s) or ("", ""))[1].endswith("deploy/Dockerfile.agent"))
 gpu_agents = sorted(s for s in S if (dockerfile_of(s) or ("", ""))[1].endswith("deploy/Dockerfile.agent-cuda"))
@@ -296,7 +298,7 @@ undoc = sorted(v for v in used if not documented.get(v))
 check(".env.example documents every variable the compose file reads", not undoc and used, "undocumented: %s" % undoc)
 stale = sorted(v for v in documented if v not in used and not v.startswith("COMPOSE_"))
 check(".env.example has no variable the compose file does not read", not stale, "unused: %s" % stale)
-secrets = [v for v in ("SHOAL_ADMIN_TOKEN", "SHOAL_JOIN_TOKEN", "POSTGRES_PASSWORD")
+secrets = [v for v in ("SHOAL_ADMIN_TOKEN", "SHOAL_JOIN_TOKEN", "POSTGRES_PASSWORD", "GRAFANA_ADMIN_PASSWORD")
            if env_pairs(os.path.join(deploy, ".env.example")).get(v, "x") != ""]
 check(".env.example ships no secret values", not secrets, "filled: %s" % secrets)
 check(".env.example says how to generate the secrets", "openssl rand -hex 32" in "\n".join(example))
@@ -328,6 +330,101 @@ check("prometheus scrapes shoal-server on the SHOAL_PORT compose gives it (%s)" 
 mpath = jobs[0].get("metrics_path", "/metrics") if jobs else ""
 check("prometheus scrapes the path /metrics over http", mpath == "/metrics" and jobs[0].get("scheme", "http") == "http",
       mpath)
+
+# --- volumes: what outlives a container (deploy/README.md, "What survives")
+def mounts(svc):
+    """(source, target, kind, read_only) of each of a service's volumes."""
+    out = []
+    for v in S.get(svc, {}).get("volumes") or []:
+        if isinstance(v, dict):
+            out.append((v.get("source"), v.get("target"), v.get("type"), bool(v.get("read_only"))))
+            continue
+        parts = v.split(":")
+        src, tgt = parts[0], parts[1] if len(parts) > 1 else parts[0]
+        out.append((src, tgt, "bind" if re.match(r"^[./~]", src) else "volume",
+                    len(parts) > 2 and "ro" in parts[2].split(",")))
+    return out
+
+def under(path, d):
+    return path == d or path.startswith(d.rstrip("/") + "/")
+
+ddir = se.get("SHOAL_DATA_DIR", "/var/lib/shoal")
+cdir = se.get("SHOAL_CHECKPOINT_DIR") or ddir.rstrip("/") + "/checkpoints"
+named = [m for m in mounts("shoal-server") if m[2] == "volume" and not m[3]]
+check("shoal-server keeps its checkpoint directory (%s) on a named, writable volume" % cdir,
+      any(under(cdir, m[1]) for m in named), str(mounts("shoal-server")))
+check("that volume is shoal-server's own data directory %s" % ddir, any(m[1] == ddir for m in named),
+      str(mounts("shoal-server")))
+check("no other service mounts the server's data volume",
+      not [n for n in S if n != "shoal-server" for m in mounts(n) if m[2] == "volume" and m[0] in {x[0] for x in named}])
+
+# --- Grafana: provisioned from deploy/grafana/, reading Prometheus
+import glob as globmod_, json as json_
+if "grafana" in S:
+    gm = mounts("grafana")
+    at = {m[1]: m for m in gm}
+    for rel, tgt in (("grafana/provisioning", "/etc/grafana/provisioning"), ("grafana/dashboards", "/var/lib/grafana/dashboards")):
+        m = at.get(tgt)
+        check("grafana mounts deploy/%s at %s read-only" % (rel, tgt),
+              m and m[2] == "bind" and hostpath(m[0]) == os.path.join(deploy, rel) and m[3], str(m))
+    m = at.get("/var/lib/grafana")
+    check("grafana keeps its own database (/var/lib/grafana) on a named volume", m and m[2] == "volume" and not m[3], str(m))
+    check("grafana is the official OSS image, pinned to a release",
+          re.match(r"^grafana/grafana(-oss)?:\d+\.\d+\.\d+$", S["grafana"].get("image", "")), S["grafana"].get("image"))
+    ge = env_of("grafana")
+    check("grafana's admin password comes from .env",
+          ge.get("GF_SECURITY_ADMIN_PASSWORD") and ge.get("GF_SECURITY_ADMIN_PASSWORD") == ENV.get("GRAFANA_ADMIN_PASSWORD"))
+    gports = [str(p.get("target")) if isinstance(p, dict) else str(p).split(":")[-1].split("/")[0]
+              for p in S["grafana"].get("ports") or []]
+    check("grafana publishes its port 3000", "3000" in gports, str(gports))
+
+    def yaml_files(d):
+        return sorted(globmod_.glob(os.path.join(deploy, "grafana/provisioning", d, "*.y*ml")))
+    sources = []
+    for f in yaml_files("datasources"):
+        try:
+            sources += (yaml.safe_load(read(f)) or {}).get("datasources") or []
+        except Exception as e:
+            fail("grafana datasource file %s parses" % os.path.relpath(f, top), str(e))
+    prom = [d for d in sources if d.get("type") == "prometheus"]
+    prom_ports = [str(p.get("target")) if isinstance(p, dict) else str(p).split(":")[-1].split("/")[0]
+                  for p in S["prometheus"].get("ports") or []]
+    check("grafana's provisioned Prometheus datasource is http://prometheus:%s, uid 'prometheus'" % (prom_ports or ["?"])[0],
+          prom and all(d.get("url") == "http://prometheus:%s" % p for d in prom for p in prom_ports[:1])
+          and any(d.get("uid") == "prometheus" for d in prom), str(prom))
+    providers = []
+    for f in yaml_files("dashboards"):
+        try:
+            providers += (yaml.safe_load(read(f)) or {}).get("providers") or []
+        except Exception as e:
+            fail("grafana dashboard provider file %s parses" % os.path.relpath(f, top), str(e))
+    paths = [((p.get("options") or {}).get("path") or "") for p in providers]
+    check("grafana's dashboard provider reads the mounted /var/lib/grafana/dashboards",
+          paths and all(under(x, "/var/lib/grafana/dashboards") for x in paths), str(paths))
+    home = ge.get("GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH", "")
+    check("grafana's home dashboard %s is a file under deploy/grafana/dashboards" % home, not home or (
+          under(home, "/var/lib/grafana/dashboards") and os.path.isfile(os.path.join(
+              deploy, "grafana/dashboards", os.path.relpath(home, "/var/lib/grafana/dashboards")))))
+    uids = {d.get("uid") for d in sources}
+    def ds_refs(x):
+        if isinstance(x, dict):
+            d = x.get("datasource")
+            if isinstance(d, dict) and isinstance(d.get("uid"), str):
+                yield d["uid"]
+            for v in x.values():
+                yield from ds_refs(v)
+        elif isinstance(x, list):
+            for v in x:
+                yield from ds_refs(v)
+    refs, bad_json = set(), []
+    for f in sorted(globmod_.glob(os.path.join(deploy, "grafana/dashboards", "*.json"))):
+        try:
+            refs |= set(ds_refs(json_.loads(read(f))))
+        except ValueError as e:
+            bad_json.append("%s: %s" % (os.path.basename(f), e))
+    check("the dashboards in deploy/grafana/dashboards are JSON", not bad_json, "; ".join(bad_json))
+    unknown_ds = sorted(u for u in refs if u not in uids and not u.startswith("$") and u not in ("grafana", "-- Grafana --"))
+    check("every datasource uid the dashboards name is provisioned", not unknown_ds, "unknown: %s" % unknown_ds)
 
 # --- Dockerfiles
 def parse_dockerfile(path):
@@ -405,6 +502,19 @@ for df, cuda, binary in specs:
     check("%s: the runtime stage runs as a non-root user it creates (%s)" % (df, user),
           user not in ("root", "0") and (made or user.isdigit()))
     check("%s: the runtime stage has a HEALTHCHECK" % df, any(k == "HEALTHCHECK" for k, _ in final["ins"]))
+    if df == "Dockerfile.server":
+        # A new named volume takes the owner of the directory it is mounted
+        # on: the server can write its checkpoints only if the image makes
+        # its data directory the runtime user's.
+        fenv = {}
+        for k, r in final["ins"]:
+            if k == "ENV":
+                fenv.update(x.split("=", 1) for x in shlex.split(r) if "=" in x)
+        dd = fenv.get("SHOAL_DATA_DIR", "")
+        owns = re.compile(r"(install\s+-d\s+-o\s+%s\b|chown\s+(-\S+\s+)*%s[:\s]|--create-home)[^&;]*\s%s/?(\s|$)"
+                          % (re.escape(user), re.escape(user), re.escape(dd)))
+        check("%s: the image makes SHOAL_DATA_DIR (%s) the runtime user's, so a volume there is writable" % (df, dd),
+              dd and any(k == "RUN" and owns.search(r) for k, r in final["ins"]))
     # build stage: the packages of `make deps`, through deploy/deps.sh
     b = builds[-1]
     runs = [r for k, r in b["ins"] if k == "RUN"]

@@ -61,7 +61,7 @@ req POST "$S/v1/agent/heartbeat" "${TOK[1]}" '{"state":"idle"}'; expect "a heart
 scrape
 cmp_num "a heartbeat brings it back down" "$(value "shoal_node_heartbeat_age_seconds{$(lab 1)}")" '<' "$age1"
 
-# ---- links: every ordered pair, in bits/s and seconds
+# ---- links: every ordered pair, in bytes/s and seconds (base units)
 # bw I J (Gbit/s) and lat I J (ms): distinct per direction, not round in binary.
 bw()  { awk -v i="$1" -v j="$2" 'BEGIN { printf "%.4f", 0.1 + i * 1.3 + j * 0.07 }'; }
 lat() { awk -v i="$1" -v j="$2" 'BEGIN { printf "%.3f", 0.35 + i * 17.1 + j * 2.3 }'; }
@@ -74,28 +74,28 @@ for i in 0 1 2 3; do
     req PUT "$S/v1/links" "${TOK[$i]}" "{\"samples\":[${s%,}]}"; expect "node $i puts its three links" 200 .accepted 3
 done
 scrape
-check "twelve bandwidth series (N^2 - N)" "$(grep -c '^shoal_link_bandwidth_bits_per_second{' "$M")" 12
+check "twelve bandwidth series (N^2 - N)" "$(grep -c '^shoal_link_bandwidth_bytes_per_second{' "$M")" 12
 check "twelve latency series" "$(grep -c '^shoal_link_latency_seconds{' "$M")" 12
 for i in 0 1 2 3; do
     for j in 0 1 2 3; do
         [ "$i" = "$j" ] && continue
         l="from=\"${ID[$i]}\",to=\"${ID[$j]}\""
-        near "link $i->$j: bandwidth is the Gbit/s put times 1e9" \
-             "$(value "shoal_link_bandwidth_bits_per_second{$l}")" "$(awk -v g="$(bw "$i" "$j")" 'BEGIN { printf "%.6f", g * 1e9 }')"
+        near "link $i->$j: bandwidth is the Gbit/s put times 1.25e8 (bytes/s)" \
+             "$(value "shoal_link_bandwidth_bytes_per_second{$l}")" "$(awk -v g="$(bw "$i" "$j")" 'BEGIN { printf "%.6f", g * 1.25e8 }')"
         near "link $i->$j: latency is the ms put over 1000" \
              "$(value "shoal_link_latency_seconds{$l}")" "$(awk -v m="$(lat "$i" "$j")" 'BEGIN { printf "%.9f", m / 1000 }')"
     done
 done
 req PUT "$S/v1/links" "${TOK[2]}" "{\"samples\":[{\"to\":${ID[0]},\"latency_ms\":250,\"bandwidth_gbps\":0.042}]}"
 scrape
-near "a newer sample replaces a link's bandwidth" "$(value "shoal_link_bandwidth_bits_per_second{from=\"${ID[2]}\",to=\"${ID[0]}\"}")" 42000000
+near "a newer sample replaces a link's bandwidth" "$(value "shoal_link_bandwidth_bytes_per_second{from=\"${ID[2]}\",to=\"${ID[0]}\"}")" 5250000
 near "and its latency" "$(value "shoal_link_latency_seconds{from=\"${ID[2]}\",to=\"${ID[0]}\"}")" 0.25
-near "the reverse direction keeps its own" "$(value "shoal_link_bandwidth_bits_per_second{from=\"${ID[0]}\",to=\"${ID[2]}\"}")" \
-     "$(awk -v g="$(bw 0 2)" 'BEGIN { printf "%.6f", g * 1e9 }')"
+near "the reverse direction keeps its own" "$(value "shoal_link_bandwidth_bytes_per_second{from=\"${ID[0]}\",to=\"${ID[2]}\"}")" \
+     "$(awk -v g="$(bw 0 2)" 'BEGIN { printf "%.6f", g * 1.25e8 }')"
 check "still one series per direction" "$(grep -c '^shoal_link_latency_seconds{' "$M")" 12
 
 # ---- scheduler runs: one count per run, the histogram agrees
-JOB='{"name":"metrics","model":{"vocab_size":256,"context_length":64,"d_model":64,"heads":4,"layers":4},"parallelism":{"stages":2,"replicas":2,"micro_batches":2,"micro_batch_size":2},"training":{"steps":5,"learning_rate":0.001},"data":{"path":"/data/corpus.txt","format":"text"}}'
+JOB='{"name":"metrics","model":{"vocab_size":256,"context_length":64,"d_model":64,"heads":4,"layers":4},"parallelism":{"stages":2,"replicas":2,"micro_batches":2,"micro_batch_size":2},"training":{"steps":5,"learning_rate":0.001},"data":{"path":"/data/corpus.txt","format":"text"},"validation":{"holdout":0.1,"sequences":4,"eval_interval":3}}'
 req POST "$S/v1/jobs" "$ADMIN" "$JOB"; expect "create a 2x2 job" 201
 J=$(printf '%s' "$BODY" | jq -r .id)
 # schedule_counts BODY WANT_STATUS COST RESULT NAME: schedules, then checks
@@ -152,17 +152,18 @@ for i in 0 1 2 3; do
     ST[$i]=$(printf '%s' "$BODY" | jq .assignment.stage); RP[$i]=$(printf '%s' "$BODY" | jq .assignment.replica)
 done
 tok_of() { local i; for i in 0 1 2 3; do [ "${ST[$i]}" = "$1" ] && [ "${RP[$i]}" = "$2" ] && echo "${TOK[$i]}"; done; }
-# report STAGE REPLICA STEP SCALE: posts one report whose parts differ per
-# tasklet (SCALE multiplies them all) and keeps its body in $WORK/posted.STEP.
+# report STAGE REPLICA STEP SCALE [EXTRA]: posts one report whose parts differ
+# per tasklet (SCALE multiplies them all), with EXTRA's fields (a JSON
+# object) added, and keeps its body in $WORK/posted.STEP.
 report() {
     local s=$1 r=$2 loss=null body
     [ "$s" = 1 ] && loss=4.5
     body=$(jq -cn --argjson j "$J" --argjson e "$E" --argjson step "$3" --argjson s "$s" --argjson r "$r" \
-                  --argjson loss "$loss" --argjson k "$4" \
+                  --argjson loss "$loss" --argjson k "$4" --argjson extra "${5:-{\}}" \
         '{job_id: $j, epoch: $e, step: $step, stage: $s, replica: $r, loss: $loss,
           compute_s: ((0.11 + 0.2 * $s + 0.013 * $r) * $k), send_s: ((0.017 + 0.01 * $s) * $k),
           recv_wait_s: ((0.029 + 0.05 * $r) * $k), allreduce_s: ((0.041 + 0.003 * $s + 0.02 * $r) * $k),
-          bubble_s: ((0.07 - 0.03 * $s) * $k), iteration_s: (0.6 * $k), tokens: 256}')
+          bubble_s: ((0.07 - 0.03 * $s) * $k), iteration_s: (0.6 * $k), tokens: 256} + $extra')
     req POST "$S/v1/agent/progress" "$(tok_of "$s" "$r")" "$body"
     expect "progress: step $3 stage $s replica $r" 201 .recorded true
     printf '%s\n' "$body" >> "$WORK/posted.$3"
@@ -170,23 +171,67 @@ report() {
 for s in 0 1; do for r in 0 1; do report "$s" "$r" 0 1; done; done
 report 0 0 1 10   # step 1 has begun: one report, ten times slower
 scrape
-check "the job's step is the latest reported" "$(value "shoal_job_step{job=\"$J\"}")" 1
-for p in compute send recv_wait allreduce bubble; do
+check "the job's step is the latest reported" "$(value "shoal_job_step{job_id=\"$J\"}")" 1
+for p in compute send recv_wait bubble allreduce; do
     near "part $p: the mean over the tasklets of the latest complete step" \
-         "$(value "shoal_job_step_part_seconds{job=\"$J\",part=\"$p\"}")" \
+         "$(value "shoal_job_step_part_seconds{job_id=\"$J\",part=\"$p\"}")" \
          "$(jq -s --arg f "${p}_s" 'map(.[$f]) | add / length' "$WORK/posted.0")"
 done
-check "five parts per job" "$(grep -c "^shoal_job_step_part_seconds{job=\"$J\"," "$M")" 5
+near "part other: the mean of what the five leave of each tasklet's iteration" \
+     "$(value "shoal_job_step_part_seconds{job_id=\"$J\",part=\"other\"}")" \
+     "$(jq -s 'map(.iteration_s - .compute_s - .send_s - .recv_wait_s - .bubble_s - .allreduce_s) | add / length' "$WORK/posted.0")"
+check "six parts per job" "$(grep -c "^shoal_job_step_part_seconds{job_id=\"$J\"," "$M")" 6
+# sum without(part), as the README promises: the step's mean iteration time, not more
+near "the parts add up to the step's mean iteration time" \
+     "$(grep "^shoal_job_step_part_seconds{job_id=\"$J\"," "$M" | awk '{ s += $2 } END { printf "%.12f", s }')" \
+     "$(jq -s 'map(.iteration_s) | add / length' "$WORK/posted.0")"
 for s in 0 1; do for r in 0 1; do [ "$s$r" = 00 ] || report "$s" "$r" 1 10; done; done
 scrape
-near "once step 1 is complete its parts are shown" "$(value "shoal_job_step_part_seconds{job=\"$J\",part=\"compute\"}")" \
+near "once step 1 is complete its parts are shown" "$(value "shoal_job_step_part_seconds{job_id=\"$J\",part=\"compute\"}")" \
      "$(jq -s 'map(.compute_s) | add / length' "$WORK/posted.1")"
-near "the tokens per second are still right beside them" "$(value "shoal_job_tokens_per_second{job=\"$J\"}")" \
+near "the tokens per second are still right beside them" "$(value "shoal_job_tokens_per_second{job_id=\"$J\"}")" \
      "$(awk 'BEGIN { printf "%.9f", 512 / 6 }')"
 for i in 0 1 2 3; do
     check "node $i is busy now, one-hot" \
           "$(for s in idle busy draining lost; do value "shoal_node_state{$(lab $i),state=\"$s\"}"; done | tr '\n' ' ')" "0 1 0 0 "
 done
+# A third step, with a validation (eval_interval 3) and byte counts: every
+# tasklet's slowdown is measured, and every per-job family has samples.
+for s in 0 1; do for r in 0 1; do
+    extra='{"stage_link_bytes":1000,"sync_bytes":500}'
+    [ "$s" = 1 ] && extra='{"stage_link_bytes":1000,"sync_bytes":500,"eval_s":0.05,"val_loss":3.75,"val_micro_batches":1}'
+    report "$s" "$r" 2 1 "$extra"
+done; done
+scrape
+check "four tasklet slowdown series" "$(grep -c "^shoal_tasklet_slowdown_ratio{job_id=\"$J\"," "$M")" 4
+check "a validation loss and two byte series" \
+      "$(value "shoal_job_validation_loss{job_id=\"$J\"}") $(grep -c "^shoal_job_step_sent_bytes{job_id=\"$J\"," "$M")" "3.75 2"
+
+# ---- HTTP requests: route and method labels, bounded
+# reqs ROUTE METHOD STATUS: shoal_http_requests_total of that series, 0 when absent.
+reqs() { local v; v=$(value "shoal_http_requests_total{route=\"$1\",method=\"$2\",status=\"$3\"}"); [ "$v" = absent ] && v=0; echo "$v"; }
+# hcount_route ROUTE METHOD: the request histogram's _count of that series, 0 when absent.
+hcount_route() { local v; v=$(value "shoal_http_request_duration_seconds_count{route=\"$1\",method=\"$2\"}"); [ "$v" = absent ] && v=0; echo "$v"; }
+scrape
+b_bad=$(reqs "/v1/jobs/{id}" GET 400) b_bad_n=$(hcount_route "/v1/jobs/{id}" GET)
+b_del=$(reqs unmatched DELETE 404) b_other=$(reqs unmatched other 404) b_unm=$(reqs unmatched GET 400)
+req GET "$S/v1/jobs/abc" "$ADMIN"; expect "GET /v1/jobs/abc is 400" 400 .error.code invalid_id
+req DELETE "$S/v1/no-such-thing" "$ADMIN"; expect "DELETE of an unknown path is 404" 404
+check "a made-up method on an unknown path is 404" \
+      "$(curl -s -o /dev/null -w '%{http_code}' -X BREW "$S/v1/no-such-thing")" 404
+check "a made-up method on an unknown id's path is 400" \
+      "$(curl -s -o /dev/null -w '%{http_code}' -X BREW "$S/v1/jobs/abc")" 400
+scrape
+check "a bad id on a known route counts under the route's pattern" "$(reqs "/v1/jobs/{id}" GET 400)" "$((b_bad + 1))"
+check "and in its duration histogram" "$(hcount_route "/v1/jobs/{id}" GET)" "$((b_bad_n + 1))"
+check "not as unmatched" "$(reqs unmatched GET 400)" "$b_unm"
+check "an unmatched request keeps its method" "$(reqs unmatched DELETE 404)" "$((b_del + 1))"
+check "a method HTTP does not have is counted as method=\"other\", once per request" \
+      "$(reqs unmatched other 404)/$(reqs unmatched other 400)" "$((b_other + 1))/1"
+check "no request series has an empty method" "$(grep -c '^shoal_http_[a-z_]*{[^}]*method=""' "$M")" 0
+check "the made-up method is no label value" "$(grep -c 'BREW' "$M")" 0
+check "the duration histogram is by route and method only" \
+      "$(grep '^shoal_http_request_duration_seconds_' "$M" | grep -cv '^shoal_http_request_duration_seconds_[a-z]*{route="[^"]*",method="[A-Za-z]*"\(,le="[^"]*"\)\?} ')" 0
 
 # ---- the exposition as a whole
 scrape
@@ -203,7 +248,7 @@ check "every family has one HELP and one TYPE before its samples" "$(awk '
     END { for (f in help) if (help[f] != 1) bad[f] = 1; n = 0; for (f in bad) { print f; n++ } if (n == 0) print "all" }' "$M")" all
 check "counters end in _total, and only counters" \
       "$(awk '/^# TYPE / && (($4 == "counter") != ($3 ~ /_total$/)) { print $3 }' "$M" | tr '\n' ' ')" ""
-for f in shoal_node_up shoal_node_state shoal_node_heartbeat_age_seconds shoal_link_bandwidth_bits_per_second \
+for f in shoal_node_up shoal_node_state shoal_node_heartbeat_age_seconds shoal_link_bandwidth_bytes_per_second \
          shoal_link_latency_seconds shoal_job_step_part_seconds; do
     check "$f is a gauge with HELP" "$(grep -c "^# TYPE $f gauge$" "$M")$(grep -c "^# HELP $f " "$M")" 11
 done
@@ -211,6 +256,22 @@ check "shoal_scheduler_runs_total is a counter" "$(grep -c '^# TYPE shoal_schedu
 check "shoal_scheduler_duration_seconds is a histogram" "$(grep -c '^# TYPE shoal_scheduler_duration_seconds histogram$' "$M")" 1
 check "no series appears twice" "$(grep -v '^#' "$M" | sed 's/ [^ ]*$//' | sort | uniq -d | wc -l)" 0
 check "the database is up" "$(value shoal_database_up)" 1
+check "no series has a label that Prometheus sets on every target (job, instance)" \
+      "$(grep -cE '^[a-z_]+\{(.*,)?(job|instance)=' "$M")" 0
+# Prometheus's own linter, on every family with samples (nodes, links, a live
+# job and its tasklets, the scheduler, requests): any warning fails.
+if command -v promtool >/dev/null 2>&1; then
+    lint=$(promtool check metrics < "$M" 2>&1); rc=$?
+    check "promtool check metrics: no warnings" "$rc:$lint" "0:"
+    lint=$(promtool check config "$(dirname "$0")/../../deploy/prometheus.yml" 2>&1); rc=$?
+    check "promtool check config deploy/prometheus.yml" "$rc" 0
+    [ "$rc" = 0 ] || echo "$lint"
+else
+    fail "promtool check metrics" "promtool is missing: make deps installs Debian's prometheus package"
+fi
+# The Grafana dashboard's queries against this server's families (grafana.sh).
+. "$(dirname "$0")/grafana.sh"
+check_dashboard "$(dirname "$0")/../../deploy/grafana/dashboards/shoal.json" "$M"
 
 # ---- a spare node: drained, then silent past the horizon
 req POST "$S/v1/agent/register" "$JOIN" '{"name":"spare","peer_address":"127.0.0.1:7109","hardware":{"tflops":1,"cpu_cores":2}}'
@@ -221,7 +282,7 @@ scrape
 check "a draining node is one-hot draining" \
       "$(for s in idle busy draining lost; do value "shoal_node_state{node=\"$N5\",name=\"spare\",state=\"$s\"}"; done | tr '\n' ' ')" "0 0 1 0 "
 check "and not up" "$(value "shoal_node_up{node=\"$N5\",name=\"spare\"}")" 0
-check "its link is shown" "$(value "shoal_link_bandwidth_bits_per_second{from=\"$N5\",to=\"${ID[0]}\"}")" 1000000000
+check "its link is shown" "$(value "shoal_link_bandwidth_bytes_per_second{from=\"$N5\",to=\"${ID[0]}\"}")" 125000000
 sql a "UPDATE nodes SET last_heartbeat_at = now() - interval '1 hour' WHERE id = ${ID[3]}" >/dev/null
 scrape
 check "an idle-or-busy node without a heartbeat within the timeout is not up" "$(value "shoal_node_up{$(lab 3)}")" 0
@@ -238,7 +299,7 @@ sql a "UPDATE nodes SET last_heartbeat_at = now() WHERE id = ${ID[3]}" >/dev/nul
 req POST "$S/v1/jobs" "$ADMIN" "$JOB"; K=$(printf '%s' "$BODY" | jq -r .id)
 req DELETE "$S/v1/jobs/$J" "$ADMIN"; expect "cancel the first job" 200 .state cancelled
 scrape
-check "a cancelled job has no job series" "$(grep -c "job=\"$J\"" "$M")" 0
+check "a cancelled job has no job series" "$(grep -c "job_id=\"$J\"" "$M")" 0
 before_err=$(runs shoal error); before_n=$(hcount shoal)
 curl -s -o "$WORK/race" -w '%{http_code}' -X POST -H "Authorization: Bearer $ADMIN" -H 'Content-Type: application/json' \
      -d '{"budget_ms":4000}' "$S/v1/jobs/$K/schedule" > "$WORK/race.status" &

@@ -117,8 +117,8 @@ check "but has no slowdown before 3 steps, so no straggler" \
       "$(printf '%s' "$BODY" | jq -c '[[.measured[] | [.slowdown, .straggler]], .stragglers]')" \
       '[[[null,false],[null,false],[null,false],[null,false]],[]]'
 scrape
-check "metrics: A has no straggler yet" "$(value "shoal_job_stragglers{job=\"$A\"}")" 0
-check "metrics: and no tasklet slowdown" "$(grep -c "^shoal_tasklet_slowdown_ratio{job=\"$A\"," "$M")" 0
+check "metrics: A has no straggler yet" "$(value "shoal_job_stragglers{job_id=\"$A\"}")" 0
+check "metrics: and no tasklet slowdown" "$(grep -c "^shoal_tasklet_slowdown_ratio{job_id=\"$A\"," "$M")" 0
 steps "$A" 2 5 "$STRAGGLER"
 req GET "$S/v1/jobs/$A" "$ADMIN"
 DETAIL_A=$BODY
@@ -172,18 +172,18 @@ check "a 1x1 job has no straggler, however slow" \
 
 # ---- metrics
 scrape
-check "metrics: A has one straggler" "$(value "shoal_job_stragglers{job=\"$A\"}")" 1
-check "metrics: B and C none" "$(value "shoal_job_stragglers{job=\"$B\"}") $(value "shoal_job_stragglers{job=\"$C\"}")" "0 0"
+check "metrics: A has one straggler" "$(value "shoal_job_stragglers{job_id=\"$A\"}")" 1
+check "metrics: B and C none" "$(value "shoal_job_stragglers{job_id=\"$B\"}") $(value "shoal_job_stragglers{job_id=\"$C\"}")" "0 0"
 check "metrics: a slowdown per measured tasklet of the live jobs (4 + 3 + 1)" "$(grep -c '^shoal_tasklet_slowdown_ratio{' "$M")" 8
 near "metrics: the straggler's slowdown, labelled with its node" \
-     "$(value "shoal_tasklet_slowdown_ratio{job=\"$A\",stage=\"1\",replica=\"0\",node=\"$N10\"}")" 3.3
+     "$(value "shoal_tasklet_slowdown_ratio{job_id=\"$A\",stage=\"1\",replica=\"0\",node=\"$N10\"}")" 3.3
 N00=$(printf '%s' "$DETAIL_A" | jq '.measured[0].node_id')
-near "metrics: a peer's slowdown" "$(value "shoal_tasklet_slowdown_ratio{job=\"$A\",stage=\"0\",replica=\"0\",node=\"$N00\"}")" 1.1
+near "metrics: a peer's slowdown" "$(value "shoal_tasklet_slowdown_ratio{job_id=\"$A\",stage=\"0\",replica=\"0\",node=\"$N00\"}")" 1.1
 check "metrics: both families are gauges with HELP" \
       "$(grep -c -e '^# TYPE shoal_job_stragglers gauge$' -e '^# TYPE shoal_tasklet_slowdown_ratio gauge$' -e '^# HELP shoal_job_stragglers ' -e '^# HELP shoal_tasklet_slowdown_ratio ' "$M")" 4
 req DELETE "$S/v1/jobs/$B" "$ADMIN"; expect "cancel B" 200 .state cancelled
 scrape
-check "metrics: a cancelled job has no straggler series" "$(grep -c "job=\"$B\"" "$M")" 0
+check "metrics: a cancelled job has no straggler series" "$(grep -c "job_id=\"$B\"" "$M")" 0
 
 # ---- job D, 2x1 on B's nodes: one tasklet ten times slower than the other,
 # but two tasklets have no majority (their median is their mean)
@@ -211,7 +211,7 @@ expect "POST schedule on the running job re-plans it from its latest checkpoint"
 req GET "$S/v1/jobs/$A" "$ADMIN"
 check "the new epoch starts unmeasured, without stragglers" "$(printf '%s' "$BODY" | jq -c '[.state, .plan_epoch, .measured, .stragglers]')" '["scheduled",2,[],[]]'
 scrape
-check "metrics: and its straggler series are gone" "$(grep -c "^shoal_[a-z_]*{job=\"$A\"" "$M")" 0
+check "metrics: and its straggler series are gone" "$(grep -c "^shoal_[a-z_]*{job_id=\"$A\"" "$M")" 0
 
 stop_server a
 [ "$FAILS" -eq 0 ]

@@ -124,7 +124,7 @@ run_network() {
                predicted_s: $plan.predictions.shoal.total_s, predicted_dtfm: $plan.predictions.dtfm.total_s,
                measured_s: $it, error: (if $it then ($plan.predictions.shoal.total_s - $it) / $it else null end),
                measured: {compute_s: $busy.compute_s, comm_s: ($busy.send_s + $busy.allreduce_s),
-                          wait_s: $busy.recv_wait_s},
+                          wait_s: ($busy.recv_wait_s + $busy.bubble_s)},
                predicted: ($plan.predictions.shoal | {compute_s: (.compute_s + .optimizer_s),
                           comm_s: (.comm_s + .dp_s), bubble_s}),
                stages: [$plan.stages[] | [.nodes[] as $id | $nodes.nodes[] | select(.id == $id) | .name]]}' <<< "$detail")

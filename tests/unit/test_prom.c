@@ -146,10 +146,14 @@ static void test_metrics_render_counts_by_status(void **state)
     struct metrics *m = metrics_new(2);
     assert_non_null(m);
     for (int i = 0; i < 3; i++)
-        metrics_observe(m, 0, 200, 0.002);
-    metrics_observe(m, 0, 404, 0.002);
-    metrics_observe(m, -1, 404, 0.002);
-    metrics_observe(m, 7, 405, 0.002);   /* out of the table: also "unmatched" */
+        metrics_observe(m, 0, "GET", 200, 0.002);
+    metrics_observe(m, 0, "GET", 404, 0.002);
+    metrics_observe(m, -1, "GET", 404, 0.002);
+    metrics_observe(m, 7, "DELETE", 405, 0.002);   /* out of the table: also "unmatched" */
+    /* Unmatched requests keep their method if HTTP has it, else "other". */
+    metrics_observe(m, -1, "BREW", 404, 0.002);
+    metrics_observe(m, -1, "get", 404, 0.002);
+    metrics_observe(m, -1, NULL, 404, 0.002);
 
     struct buf out;
     buf_init(&out, 1 << 20);
@@ -163,10 +167,14 @@ static void test_metrics_render_counts_by_status(void **state)
                               "status=\"200\"}") == 3);
     assert_true(must_value(t, "shoal_http_requests_total{route=\"/v1/jobs\",method=\"GET\","
                               "status=\"404\"}") == 1);
-    assert_true(must_value(t, "shoal_http_requests_total{route=\"unmatched\",method=\"\","
+    assert_true(must_value(t, "shoal_http_requests_total{route=\"unmatched\",method=\"GET\","
                               "status=\"404\"}") == 1);
-    assert_true(must_value(t, "shoal_http_requests_total{route=\"unmatched\",method=\"\","
+    assert_true(must_value(t, "shoal_http_requests_total{route=\"unmatched\",method=\"DELETE\","
                               "status=\"405\"}") == 1);
+    assert_true(must_value(t, "shoal_http_requests_total{route=\"unmatched\",method=\"other\","
+                              "status=\"404\"}") == 3);
+    assert_null(strstr(t, "method=\"\""));
+    assert_null(strstr(t, "BREW"));
     /* No traffic, no series; and no status that was never seen. */
     assert_null(strstr(t, "route=\"/v1/jobs/{id}\""));
     assert_null(strstr(t, "status=\"500\""));
@@ -193,10 +201,10 @@ static void test_metrics_histogram_cumulative(void **state)
     assert_non_null(m);
     double sum = 0;
     for (size_t i = 0; i < sizeof secs / sizeof secs[0]; i++) {
-        metrics_observe(m, 1, 200, secs[i]);
+        metrics_observe(m, 1, "DELETE", 200, secs[i]);
         sum += secs[i];
     }
-    metrics_observe(m, -1, 404, 0.05);
+    metrics_observe(m, -1, "POST", 404, 0.05);
 
     struct buf out;
     buf_init(&out, 1 << 20);
@@ -224,13 +232,13 @@ static void test_metrics_histogram_cumulative(void **state)
 
     /* The unmatched slot has its own histogram, labelled route="unmatched". */
     assert_true(must_value(t, "shoal_http_request_duration_seconds_bucket{route=\"unmatched\","
-                              "method=\"\",le=\"0.025\"}") == 0);
+                              "method=\"POST\",le=\"0.025\"}") == 0);
     assert_true(must_value(t, "shoal_http_request_duration_seconds_bucket{route=\"unmatched\","
-                              "method=\"\",le=\"0.05\"}") == 1);
+                              "method=\"POST\",le=\"0.05\"}") == 1);
     assert_true(must_value(t, "shoal_http_request_duration_seconds_bucket{route=\"unmatched\","
-                              "method=\"\",le=\"+Inf\"}") ==
+                              "method=\"POST\",le=\"+Inf\"}") ==
                 must_value(t, "shoal_http_request_duration_seconds_count{route=\"unmatched\","
-                              "method=\"\"}"));
+                              "method=\"POST\"}"));
     /* A route without traffic has no histogram. */
     assert_null(strstr(t, "route=\"/v1/jobs\""));
     buf_free(&out);
@@ -242,7 +250,7 @@ static void test_metrics_render_full_buffer(void **state)
     (void)state;
     struct metrics *m = metrics_new(2);
     assert_non_null(m);
-    metrics_observe(m, 0, 200, 0.01);
+    metrics_observe(m, 0, "GET", 200, 0.01);
     struct buf full;
     buf_init(&full, 1 << 20);
     assert_int_equal(metrics_render(m, metric_routes, &full), 0);
