@@ -272,6 +272,9 @@ fi
 # The Grafana dashboard's queries against this server's families (grafana.sh).
 . "$(dirname "$0")/grafana.sh"
 check_dashboard "$(dirname "$0")/../../deploy/grafana/dashboards/shoal.json" "$M"
+# A real Prometheus on deploy/prometheus.yml, and the README's queries in it.
+. "$(dirname "$0")/prometheus.sh"
+check_prometheus "$S" "$J"
 
 # ---- a spare node: drained, then silent past the horizon
 req POST "$S/v1/agent/register" "$JOIN" '{"name":"spare","peer_address":"127.0.0.1:7109","hardware":{"tflops":1,"cpu_cores":2}}'
