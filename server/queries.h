@@ -72,21 +72,25 @@
  * after it and was reported in turn, has them in one epoch or few.  Who
  * reported first is no evidence: the cut node often times out first and
  * names its neighbour.  The one node with the highest sum over epochs,
- * alone and in reports of two epochs, is taken for the cut node.  A tie
+ * alone and in reports of two epochs, is taken for the cut node.  Equal
+ * sums go to the node named by more peers (summed the same way): every
+ * live neighbour of the cut node names it, while a neighbour is named by
+ * the cut node and by those that gave up after it.  A tie on both
  * excludes nobody: the next failure tells more.  A subquery (node_id,
  * epochs). */
 #define JOB_LINK_SUSPECT_SQL(job) \
     "(SELECT e.node_id, e.epochs FROM (SELECT p.node_id, count(*) AS epochs," \
-    "   sum(p.peers) AS score, max(sum(p.peers)) OVER () AS top," \
-    "   count(*) OVER (PARTITION BY sum(p.peers)) AS tied" \
-    "   FROM (SELECT w.node_id, w.epoch, count(DISTINCT w.peer) AS peers" \
-    "     FROM (SELECT f.suspect_node AS node_id, f.reporter_node AS peer, f.epoch FROM job_faults f" \
+    "   rank() OVER (ORDER BY sum(p.peers) DESC, sum(p.namers) DESC) AS pos," \
+    "   count(*) OVER (PARTITION BY sum(p.peers), sum(p.namers)) AS tied" \
+    "   FROM (SELECT w.node_id, w.epoch, count(DISTINCT w.peer) AS peers," \
+    "       count(DISTINCT w.peer) FILTER (WHERE w.named) AS namers" \
+    "     FROM (SELECT f.suspect_node AS node_id, f.reporter_node AS peer, f.epoch, true AS named FROM job_faults f" \
     "       WHERE f.job_id = " job " AND f.verdict = 'link'" \
-    "      UNION ALL SELECT f.reporter_node, f.suspect_node, f.epoch FROM job_faults f" \
+    "      UNION ALL SELECT f.reporter_node, f.suspect_node, f.epoch, false FROM job_faults f" \
     "       WHERE f.job_id = " job " AND f.verdict = 'link') w" \
     "     WHERE w.node_id IS NOT NULL AND w.peer IS NOT NULL GROUP BY w.node_id, w.epoch) p" \
     "   GROUP BY p.node_id) e" \
-    "  WHERE e.score = e.top AND e.tied = 1 AND e.epochs >= 2)"
+    "  WHERE e.pos = 1 AND e.tied = 1 AND e.epochs >= 2)"
 
 /* The nodes left out of job `job`'s plans (SQL expressions, e.g. "$1" and
  * a subquery for its epoch): a culprit of a failure of epoch `epoch` (the

@@ -560,6 +560,35 @@ wait $p5
 within "and wakes a node without an assignment when it gets one" "$t0" 0 4
 check "with that assignment" "$(jq .assignment.job_id "$WORK/lp5")" "$J2"
 
+# ---- the node failed links point to (JOB_LINK_SUSPECT_SQL), on judged reports
+# written straight into job_faults: [epoch, reporter, neighbour named] over
+# nodes 1-5 of this server.  A cut node 3: in epoch 1 its neighbour 2 was
+# also reported by 5, which gave up after it; in epoch 2 the spare 5 was
+# reported by 1.  Nodes 3 and 5 then share reports with 3 peers each, and
+# the tie goes to 3, named by three peers against 5's one.
+NODES=($(sql a "SELECT id FROM nodes ORDER BY id LIMIT 5"))
+link_faults() {   # link_faults JOB "epoch reporter named" ...: judged link verdicts
+    local job=$1 e r n values=""; shift
+    for f in "$@"; do
+        read -r e r n <<< "$f"
+        values="$values,($job, $e, 0, 0, ${NODES[$((r - 1))]}, ${NODES[$((n - 1))]}, 'peer timeout', 'link', now())"
+    done
+    sql a "INSERT INTO job_faults (job_id, epoch, stage, replica, reporter_node, suspect_node, reason, verdict, judged_at)
+           VALUES ${values#,}" >/dev/null
+}
+req POST "$S/v1/jobs" "$ADMIN" "$JOB"; JL=$(printf '%s' "$BODY" | jq -r .id)
+link_faults "$JL" "1 2 3" "1 3 2" "1 5 2"
+req GET "$S/v1/jobs/$JL" "$ADMIN"
+check "one failed epoch leaves no one out" "$(printf '%s' "$BODY" | jq -c .excluded_nodes)" '[]'
+link_faults "$JL" "2 1 5" "2 5 3" "2 3 4" "2 4 3"
+req GET "$S/v1/jobs/$JL" "$ADMIN"
+check "after two, equal peer counts go to the node named by more peers" \
+    "$(printf '%s' "$BODY" | jq -c .excluded_nodes)" "[${NODES[2]}]"
+req POST "$S/v1/jobs" "$ADMIN" "$JOB"; JL=$(printf '%s' "$BODY" | jq -r .id)
+link_faults "$JL" "1 1 2" "1 2 1" "2 1 2" "2 2 1"
+req GET "$S/v1/jobs/$JL" "$ADMIN"
+check "a tie on both excludes no one" "$(printf '%s' "$BODY" | jq -c .excluded_nodes)" '[]'
+
 # ---- shutting down with long-polls waiting is clean
 bg_get "$B/v1/agent/assignment?wait=30&job=$J2&epoch=1" "${TOK[0]}" "$WORK/lp6"; p6=$BG
 bg_get "$S/v1/agent/assignment?wait=30&job=$J2&epoch=1" "${TOK[1]}" "$WORK/lp7"; p7=$BG
