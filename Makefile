@@ -41,7 +41,7 @@ NVCC    ?= /usr/local/cuda/bin/nvcc
 CUDA_HOME ?= /usr/local/cuda
 CUDA    ?= $(if $(SAN),0,$(if $(wildcard $(NVCC)),1,0))
 CUDA_ARCH ?= sm_90
-NVCCFLAGS := -std=c++17 -O3 -g -arch=$(CUDA_ARCH) -Xcompiler=-Wall,-Wextra,-Werror \
+NVCCFLAGS := -std=c++17 -O3 -g -arch=$(CUDA_ARCH) -Xcompiler=-Wall,-Wextra,-Werror,-fopenmp \
              -Wno-deprecated-gpu-targets
 
 KERNELS_CFLAGS := -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-openmp

@@ -16,6 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Hidden states cross the host boundary through the pinned staging buffer in
+ * at most KCU_COPY_CHUNKS pieces, so that the CPU's copy of one piece (by the
+ * OpenMP threads) overlaps the DMA of the next: a pageable memcpy on one
+ * thread was half of an XL middle stage's time on an H200 (kernels/README.md). */
+#define KCU_COPY_CHUNKS 8
+#define KCU_COPY_MIN ((size_t)1 << 20) /* bytes: smaller pieces, one thread */
+
 /* Activations one block keeps for its backward, per micro-batch (device). */
 struct kcu_block_acts {
     bf16 *ln1;                   /* (B,T,C) */
@@ -72,6 +79,7 @@ struct kcu_stage {
     float *h_act;                  /* (B,T,C): hidden states in and out, token ids, loss */
     int32_t *h_targets;            /* (B,T) */
     double *h_norm_partial;        /* (KCU_NORM_BLOCKS) */
+    cudaEvent_t copied[KCU_COPY_CHUNKS]; /* a download's pieces, landed in h_act */
 };
 
 /* Hands out consecutive 256-byte aligned pieces of one allocation; pass base
@@ -179,6 +187,9 @@ static void kcu_release(struct kern_stage *st)
         (void)cudaFreeHost(c->h_targets);
     if (c->h_norm_partial)
         (void)cudaFreeHost(c->h_norm_partial);
+    for (int i = 0; i < KCU_COPY_CHUNKS; i++)
+        if (c->copied[i])
+            (void)cudaEventDestroy(c->copied[i]);
     if (c->cx.blas)
         (void)cublasDestroy(c->cx.blas);
     if (c->cx.stream)
@@ -204,6 +215,8 @@ static int kcu_init(struct kern_stage *st, const float *params, struct kern_err 
     st->impl = c;
     KCU_TRY(cudaSetDevice(st->device.index));
     KCU_TRY(cudaStreamCreateWithFlags(&c->cx.stream, cudaStreamNonBlocking));
+    for (int i = 0; i < KCU_COPY_CHUNKS; i++)
+        KCU_TRY(cudaEventCreateWithFlags(&c->copied[i], cudaEventDisableTiming));
     KCU_TRY_BLAS(cublasCreate(&c->cx.blas));
     KCU_TRY_BLAS(cublasSetStream(c->cx.blas, c->cx.stream));
     KCU_TRY_BLAS(cublasSetMathMode(c->cx.blas, CUBLAS_DEFAULT_MATH));
@@ -260,6 +273,64 @@ static size_t toff(const struct kern_stage *st, int l, enum kern_block_tensor t)
     return st->off_block0 + (size_t)l * st->block_floats + kern_block_offset(st->model.d_model, t);
 }
 
+/* memcpy by the OpenMP threads, in 256 KiB pieces. */
+static void host_copy(void *dst, const void *src, size_t bytes)
+{
+    const size_t piece = (size_t)256 << 10;
+    long n = (long)((bytes + piece - 1) / piece);
+#pragma omp parallel for schedule(static) if (bytes >= KCU_COPY_MIN)
+    for (long i = 0; i < n; i++) {
+        size_t off = (size_t)i * piece;
+        memcpy((char *)dst + off, (const char *)src + off, bytes - off < piece ? bytes - off : piece);
+    }
+}
+
+/* Bytes per piece of a copy of `bytes`: at most KCU_COPY_CHUNKS pieces. */
+static size_t copy_piece(size_t bytes)
+{
+    size_t piece = ((bytes + KCU_COPY_CHUNKS - 1) / KCU_COPY_CHUNKS + 4095) & ~(size_t)4095;
+    return piece < KCU_COPY_MIN ? KCU_COPY_MIN : piece;
+}
+
+/* host -> h_act -> dev, queued on the stream piece by piece: h_act is in
+ * use until the stream has passed this point. */
+static cudaError_t kcu_upload(struct kcu_stage *c, void *dev, const void *host, size_t bytes)
+{
+    size_t piece = copy_piece(bytes);
+    for (size_t off = 0; off < bytes; off += piece) {
+        size_t len = bytes - off < piece ? bytes - off : piece;
+        host_copy((char *)c->h_act + off, (const char *)host + off, len);
+        cudaError_t e = cudaMemcpyAsync((char *)dev + off, (char *)c->h_act + off, len,
+                                        cudaMemcpyHostToDevice, c->cx.stream);
+        if (e != cudaSuccess)
+            return e;
+    }
+    return cudaSuccess;
+}
+
+/* dev -> h_act -> host, after all the stream's work so far; each piece is
+ * copied out as soon as it lands. Returns when host holds it all. */
+static cudaError_t kcu_download(struct kcu_stage *c, void *host, const void *dev, size_t bytes)
+{
+    size_t piece = copy_piece(bytes), off;
+    int k;
+    cudaError_t e = cudaSuccess;
+    for (off = 0, k = 0; off < bytes && e == cudaSuccess; off += piece, k++) {
+        size_t len = bytes - off < piece ? bytes - off : piece;
+        e = cudaMemcpyAsync((char *)c->h_act + off, (const char *)dev + off, len,
+                            cudaMemcpyDeviceToHost, c->cx.stream);
+        if (e == cudaSuccess)
+            e = cudaEventRecord(c->copied[k], c->cx.stream);
+    }
+    for (off = 0, k = 0; off < bytes && e == cudaSuccess; off += piece, k++) {
+        size_t len = bytes - off < piece ? bytes - off : piece;
+        e = cudaEventSynchronize(c->copied[k]);
+        if (e == cudaSuccess)
+            host_copy((char *)host + off, (const char *)c->h_act + off, len);
+    }
+    return e;
+}
+
 static int kcu_forward(struct kern_stage *st, int slot, const void *input,
                        const int32_t *targets, float *output, struct kern_err *err)
 {
@@ -283,9 +354,7 @@ static int kcu_forward(struct kern_stage *st, int slot, const void *input,
         KCU_TRY_OK(kcu_encoder_forward(cx, s->x0, s->tokens, p + st->off_wte,
                                        p + st->off_wpe, B, T, C, err));
     } else {
-        memcpy(c->h_act, input, BTC * sizeof(float));
-        KCU_TRY(cudaMemcpyAsync(s->x0, c->h_act, BTC * sizeof(float), cudaMemcpyHostToDevice,
-                                cx->stream));
+        KCU_TRY(kcu_upload(c, s->x0, input, BTC * sizeof(float)));
     }
     for (int l = 0; l < nb; l++) {
         struct kcu_block_acts *a = &s->blocks[l];
@@ -312,10 +381,7 @@ static int kcu_forward(struct kern_stage *st, int slot, const void *input,
         res = a->res3;
     }
     if (!st->spec.last) {
-        KCU_TRY(cudaMemcpyAsync(c->h_act, res, BTC * sizeof(float), cudaMemcpyDeviceToHost,
-                                cx->stream));
-        KCU_TRY(cudaStreamSynchronize(cx->stream));
-        memcpy(output, c->h_act, BTC * sizeof(float));
+        KCU_TRY(kcu_download(c, output, res, BTC * sizeof(float)));
         rc = 0;
         goto out;
     }
@@ -334,6 +400,8 @@ static int kcu_forward(struct kern_stage *st, int slot, const void *input,
     *output = c->h_act[0];
     rc = 0;
 out:
+    if (rc != 0) /* copies queued from the staging buffers must finish before their reuse */
+        (void)cudaStreamSynchronize(cx->stream);
     return rc;
 }
 
@@ -365,9 +433,7 @@ static int kcu_backward(struct kern_stage *st, int slot, const float *grad_outpu
                                           c->dln, res, p + st->off_lnfw, s->lnf_mean,
                                           s->lnf_rstd, N, C, err));
     } else {
-        memcpy(c->h_act, grad_output, BTC * sizeof(float));
-        KCU_TRY(cudaMemcpyAsync(c->dres, c->h_act, BTC * sizeof(float),
-                                cudaMemcpyHostToDevice, cx->stream));
+        KCU_TRY(kcu_upload(c, c->dres, grad_output, BTC * sizeof(float)));
     }
     for (int l = nb - 1; l >= 0; l--) {
         struct kcu_block_acts *a = &s->blocks[l];
@@ -408,13 +474,12 @@ static int kcu_backward(struct kern_stage *st, int slot, const float *grad_outpu
                                         s->tokens, B, T, C, err));
         KCU_TRY(cudaStreamSynchronize(cx->stream));
     } else {
-        KCU_TRY(cudaMemcpyAsync(c->h_act, c->dres, BTC * sizeof(float),
-                                cudaMemcpyDeviceToHost, cx->stream));
-        KCU_TRY(cudaStreamSynchronize(cx->stream));
-        memcpy(grad_input, c->h_act, BTC * sizeof(float));
+        KCU_TRY(kcu_download(c, grad_input, c->dres, BTC * sizeof(float)));
     }
     rc = 0;
 out:
+    if (rc != 0) /* copies queued from the staging buffers must finish before their reuse */
+        (void)cudaStreamSynchronize(cx->stream);
     return rc;
 }
 
