@@ -1,5 +1,6 @@
 /* cpu_layers.c - compiles cpu_layers_impl.inc for float and for double. */
 #include "cpu_layers.h"
+#include "cpu_tanh.h"
 
 #include <cblas.h>
 #include <tgmath.h>
@@ -7,15 +8,19 @@
 #define KERN_REAL float
 #define KERN_SFX(name) name##_f32
 #define KERN_GEMM cblas_sgemm
+#define KERN_TANH kern_tanh_f32 /* vectorises (cpu_tanh.h) */
 #include "cpu_layers_impl.inc"
 #undef KERN_REAL
 #undef KERN_SFX
 #undef KERN_GEMM
+#undef KERN_TANH
 
 #define KERN_REAL double
 #define KERN_SFX(name) name##_f64
 #define KERN_GEMM cblas_dgemm
+#define KERN_TANH tanh
 #include "cpu_layers_impl.inc"
 #undef KERN_REAL
 #undef KERN_SFX
 #undef KERN_GEMM
+#undef KERN_TANH
