@@ -9,7 +9,8 @@
 #                     known costs (table + JSON lines); bench-sched-long refreshes those (hours)
 #   make fuzz         libFuzzer on every parser of untrusted input, FUZZ_SECONDS each (clang)
 #   make test-gpu     CUDA kernels against the CPU oracle (needs a GPU)
-#   make bench-kernels  stage forward+backward speed, MFU, vs PyTorch (needs a GPU)
+#   make bench-kernels  stage forward+backward speed, MFU, side by side with PyTorch where
+#                       python3-torch is installed (GPU; BENCH_ARGS="--device cpu" on the CPU)
 #   make bench-peer   peer frames vs plain TCP, ring all-reduce, a 2x2 step's time split
 #   make bench-load   simulated agents in steps (heartbeats, long-polls, progress) + wrk: latency, knee
 #   make testbed      hosts in network namespaces on shaped links: measured links and four
@@ -167,8 +168,7 @@ test-gpu: deps
 # BENCH_ARGS="--only xl-mid-b2 --steps 20" narrows it; PyTorch runs the same configs.
 bench-kernels: deps
 	@$(MAKE) --no-print-directory build/rel/bench/bench_kernels
-	build/rel/bench/bench_kernels $(BENCH_ARGS)
-	python3 tests/bench/bench_kernels_torch.py $(BENCH_ARGS)
+	@bash tests/bench/bench_kernels.sh build/rel/bench/bench_kernels $(BENCH_ARGS)
 
 # Benchmarks print a table and JSON lines; they are not tests.
 # bench-peer: activation frames against plain TCP on loopback, the ring

@@ -8,7 +8,11 @@ whole, C=768, NH=12, L=12, T=1024; and the small CPU smoke set), built as a
 GPT-2 block stack like shoal's: pre-LayerNorm, one fused qkv Linear, causal
 softmax attention, GELU (tanh), 4x MLP, residual adds; token and position
 embeddings on a first stage, final LayerNorm, untied head and cross-entropy
-on a last one. Weights are fp32 and the forward runs under bf16 autocast.
+on a last one. Weights are fp32; the forward runs under bf16 autocast on a
+GPU (shoal's CUDA products are bf16) and in plain fp32 on the CPU (shoal's
+CPU backend is fp32), or as --dtype says. On the CPU torch uses --threads
+threads (default: OMP_NUM_THREADS, else every core, as shoal's OpenMP does),
+stated in the header and the JSON.
 Two attention implementations, each timed on its own:
   torch-eager  explicit matmuls, masked fill and softmax (the eager reference)
   torch-sdpa   torch.nn.functional.scaled_dot_product_attention(is_causal=True)
@@ -27,16 +31,19 @@ Output: per implementation a table with bench_kernels.c's columns, then one
 JSON line per config and implementation:
   {"bench":"kernels","impl":"torch-eager","config":...,"device":...,"B":...,
    "T":...,"steps":...,"ms":...,"fwd_ms":...,"bwd_ms":...,"tokens_per_s":...,
-   "tflops":...,"mfu":...,"gpu":...,"host_io":false}   (or "error":"...")
+   "tflops":...,"mfu":...,"gpu":...,"host_io":false,"dtype":...,"threads":...}
+   (or "error":"...")
 
 Run: python3 tests/bench/bench_kernels_torch.py [--steps N] [--only NAME]
        [--impl eager|sdpa|both] [--peak-tflops X] [--host-io] [--device cuda|cpu]
+       [--dtype bf16|fp32] [--threads N]
 Exit: 0 every config ran, 1 one failed, 2 usage, 3 no torch or no device.
 """
 import argparse
 import json
 import math
 import sys
+import os
 import time
 
 try:
@@ -176,7 +183,7 @@ def make_batch(cfg, device, host_io):
     return inp, targets, grad_out
 
 
-def one_iteration(model, cfg, batch, device, host_io):
+def one_iteration(model, cfg, batch, device, host_io, dtype):
     """Forward then backward; (fwd seconds, bwd seconds)."""
     inp, targets, grad_out = batch
     sync(device)
@@ -184,7 +191,7 @@ def one_iteration(model, cfg, batch, device, host_io):
     x = inp.to(device, non_blocking=False) if host_io else inp
     if not cfg.first:
         x = x.detach().requires_grad_()
-    with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
+    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=dtype == "bf16"):
         out = model(x, targets)
     if host_io:
         out_host = out.detach().to("cpu")   # noqa: F841  (the copy is what is timed)
@@ -198,7 +205,7 @@ def one_iteration(model, cfg, batch, device, host_io):
     return t1 - t0, t2 - t1
 
 
-def bench_one(cfg, impl, steps, device, host_io):
+def bench_one(cfg, impl, steps, device, host_io, dtype):
     """Mean (fwd_ms, bwd_ms) over the timed iterations."""
     if impl == "sdpa" and not hasattr(F, "scaled_dot_product_attention"):
         raise RuntimeError("scaled_dot_product_attention needs torch >= 2.0, this is "
@@ -208,7 +215,7 @@ def bench_one(cfg, impl, steps, device, host_io):
     batch = make_batch(cfg, device, host_io)
     fwd = bwd = 0.0
     for i in range(WARMUP + steps):
-        f, b = one_iteration(model, cfg, batch, device, host_io)
+        f, b = one_iteration(model, cfg, batch, device, host_io, dtype)
         if i >= WARMUP:
             fwd, bwd = fwd + f, bwd + b
     return 1e3 * fwd / steps, 1e3 * bwd / steps
@@ -225,7 +232,8 @@ def result_fields(cfg, fwd_ms, bwd_ms, peak):
 def print_header(impl_name, args):
     print(f"# bench_kernels_torch: {impl_name}, device {args.device}, timed steps "
           f"{args.steps} (after {WARMUP} warm-up), peak {args.peak_tflops:.0f} TFLOP/s"
-          f"{', host io' if args.host_io else ''}")
+          f"{', host io' if args.host_io else ''}, {args.dtype}"
+          f"{f', {args.threads} threads' if args.device == 'cpu' else ''}")
     print(f"{'config':<16} {'B':>3} {'T':>5} {'fwd ms':>10} {'bwd ms':>10} {'ms':>10} "
           f"{'tokens/s':>12} {'TFLOP/s':>9} {'MFU':>7}")
 
@@ -257,7 +265,18 @@ def parse_args(argv):
                    help="MFU denominator (default 989, H100 SXM dense bf16)")
     p.add_argument("--host-io", action="store_true",
                    help="copy stage inputs/outputs between host and device, as shoal's API")
+    p.add_argument("--dtype", choices=["bf16", "fp32"],
+                   help="bf16 autocast or plain fp32 (default: bf16 on cuda, fp32 on cpu)")
+    p.add_argument("--threads", type=int,
+                   help="CPU threads (default: OMP_NUM_THREADS, else every core)")
     args = p.parse_args(argv)
+    if args.dtype is None:
+        args.dtype = "fp32" if args.device == "cpu" else "bf16"
+    if args.threads is None:
+        env = os.environ.get("OMP_NUM_THREADS", "")
+        args.threads = int(env) if env.isdigit() and int(env) > 0 else os.cpu_count() or 1
+    if args.threads < 1:
+        p.error("--threads must be >= 1")
     if args.steps < 1 or not args.peak_tflops > 0:
         p.error("--steps must be >= 1 and --peak-tflops > 0")
     if args.only and args.only not in [c[0] for c in CONFIGS]:
@@ -299,6 +318,8 @@ def main(argv):
     if device is None:
         return EXIT_NO_DEVICE
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    if device.type == "cpu":
+        torch.set_num_threads(args.threads)
     configs = [Config(c) for c in CONFIGS
                if (c[0] == args.only if args.only else c[6] == (device.type == "cpu"))]
     impls = ["eager", "sdpa"] if args.impl == "both" else [args.impl]
@@ -308,8 +329,8 @@ def main(argv):
         for cfg in configs:
             r, error = None, None
             try:
-                r = result_fields(cfg, *bench_one(cfg, impl, args.steps, device, args.host_io),
-                                  args.peak_tflops)
+                r = result_fields(cfg, *bench_one(cfg, impl, args.steps, device, args.host_io,
+                                                  args.dtype), args.peak_tflops)
             except RuntimeError as exc:  # torch.cuda.OutOfMemoryError is one
                 error = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 failed += 1
@@ -318,7 +339,8 @@ def main(argv):
             line = {"bench": "kernels", "impl": IMPLS[impl], "config": cfg.name,
                     "device": args.device, "B": cfg.B, "T": cfg.T, "steps": args.steps}
             line.update(r if r is not None else {"error": error})
-            line.update({"gpu": gpu, "host_io": args.host_io})
+            line.update({"gpu": gpu, "host_io": args.host_io, "dtype": args.dtype,
+                         "threads": args.threads if device.type == "cpu" else None})
             lines.append(line)
         print()
     for line in lines:

@@ -18,6 +18,20 @@ check "with positive tokens/s" \
 "$BENCH" --steps 0 > "$WORK/out" 2> "$WORK/err"
 check "a bad argument exits 2" "$?" 2
 
+# make bench-kernels' side-by-side: PyTorch's rows where a python3 has torch
+# (an optional bench dependency), else a line that says it is missing.
+bash "$TOP/tests/bench/bench_kernels.sh" "$BENCH" --device cpu --steps 1 --only small-mid-b2 \
+    > "$WORK/out" 2> "$WORK/err"
+check "bench_kernels.sh on the cpu exits 0" "$?" 0
+if grep -q '^# no python3 with torch' "$WORK/out"; then
+    ok "without PyTorch it says so and prints shoal's row alone"
+    check "(shoal's row)" "$(grep -c '^{"bench":"kernels","impl":"shoal"' "$WORK/out")" 1
+else
+    check "with PyTorch: one side-by-side row, both timed, in fp32 on the cpu" \
+        "$(grep '^{"bench":"kernels_vs_torch"' "$WORK/out" | jq -c '[.dtype, (.rows | length), (.rows[0].eager_over_shoal > 0)]')" \
+        '["fp32",1,true]'
+fi
+
 if command -v nvidia-smi > /dev/null 2>&1 && nvidia-smi -L > /dev/null 2>&1; then
     ok "a GPU is present: the CUDA paths run under make test-gpu, not here"
 else
