@@ -81,7 +81,8 @@ DEB_PACKAGES := build-essential pkg-config libmicrohttpd-dev libjansson-dev \
                 libcurl4-openssl-dev libpq-dev libssl-dev libcmocka-dev \
                 postgresql curl jq procps bc libopenblas-openmp-dev nodejs chromium \
                 fortunes docker-compose clang libclang-rt-dev wrk openssl \
-                prometheus
+                prometheus python3
+# python3: test_examples.sh extracts and compares the documents' examples.
 # prometheus: for promtool (the tests lint /metrics, prometheus.yml and the
 # Grafana dashboard's queries); deploy/deps.sh keeps its daemon stopped.
 

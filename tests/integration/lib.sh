@@ -170,6 +170,12 @@ wait_for() {
     return 1
 }
 
+# example_block FILE NAME: the lines of the fenced block under FILE's
+# `<!-- example: NAME ... -->` marker, a documented example to run as written.
+example_block() {
+    sed -n "/^<!-- example: $2 /,/^\`\`\`\$/p" "$1" | sed '1,2d;$d'
+}
+
 # sql NAME QUERY: runs QUERY on server NAME's embedded database, prints rows.
 sql() {
     psql -X -q -t -A "host=$WORK/$1/pg-socket dbname=shoal user=shoal" -c "$2"

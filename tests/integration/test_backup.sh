@@ -131,7 +131,7 @@ check "sample writes text from job A's checkpoint" "$? $(head -c 4 "$WORK/sample
 # block NAME: the commands of deploy/README.md's block <!-- example: NAME ... -->
 # into $WORK/NAME.sh, one command a line.
 block() {
-    sed -n "/^<!-- example: $1 /,/^\`\`\`\$/p" "$TOP/deploy/README.md" | sed '1,2d;$d' | grep -v '^\s*\(#\|$\)' > "$WORK/$1.sh"
+    example_block "$TOP/deploy/README.md" "$1" | grep -v '^\s*\(#\|$\)' > "$WORK/$1.sh"
     [ -s "$WORK/$1.sh" ] || { fail "deploy/README.md has the $1 block"; return 1; }
 }
 # in_service SERVICE CMD...: CMD where the service would run it.
