@@ -150,6 +150,42 @@ $(BUILD)/bench/bench_kernels: tests/bench/bench_kernels.c $(KERNELS_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(KERNELS_LIBS)
 
+# The host emulation of CUDA, cuBLAS and NCCL (tests/gpu/host, README.md
+# there): the CUDA backend's own sources and agent/nccl.c compiled as host
+# code, so make test runs them under the sanitizers on a machine with no GPU.
+HOSTCUDA_DIR      := tests/gpu/host
+HOSTCUDA_CXXFLAGS := -std=c++17 -Wall -Wextra -Werror -O2 -g -pthread -fopenmp -MMD -MP -ftls-model=initial-exec \
+                     -I$(HOSTCUDA_DIR) $(KERNELS_CFLAGS) \
+                     $(filter -fsanitize% -fno-sanitize% -fno-omit-frame-pointer,$(CFLAGS))
+HOSTCUDA_OBJ      := $(patsubst $(HOSTCUDA_DIR)/%.cc,$(BUILD)/hostcuda/%.o,$(wildcard $(HOSTCUDA_DIR)/*.cc))
+HOSTCUDA_KERNELS  := $(patsubst kernels/%.cu,$(BUILD)/hostcuda/kernels/%.o,$(wildcard kernels/cuda_*.cu))
+HOSTCUDA_CPU_OBJ  := $(filter-out $(BUILD)/kernels/cuda_%,$(KERNELS_OBJ))
+HOSTCUDA_LIBS     := -lopenblas -fopenmp -lm -lstdc++
+
+$(BUILD)/hostcuda/%.o: $(HOSTCUDA_DIR)/%.cc
+	@mkdir -p $(@D)
+	$(CXX) $(HOSTCUDA_CXXFLAGS) -c -o $@ $<
+
+$(BUILD)/hostcuda/kernels/%.o: kernels/%.cu
+	@mkdir -p $(@D)
+	$(CXX) $(HOSTCUDA_CXXFLAGS) -Ikernels -x c++ -c -o $@ $<
+
+$(BUILD)/hostcuda/agent/nccl.o: agent/nccl.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -I$(HOSTCUDA_DIR) -c -o $@ $<
+
+# test_kernels_gpu's sources against the emulated device.
+$(BUILD)/tests/gpu/test_kernels_host: $(wildcard tests/gpu/*.c) $(HOSTCUDA_CPU_OBJ) $(HOSTCUDA_KERNELS) $(HOSTCUDA_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(HOSTCUDA_LIBS)
+
+# agent/nccl.c's groups, ranks as threads of one process, against a real server.
+$(BUILD)/tests/gpu/test_nccl_host: tests/gpu/nccl/test_nccl_host.c $(BUILD)/hostcuda/agent/nccl.o \
+        $(filter-out $(BUILD)/agent/nccl%,$(AGENT_OBJ)) $(COMMON_OBJ) $(HOSTCUDA_CPU_OBJ) \
+        $(HOSTCUDA_KERNELS) $(HOSTCUDA_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS) -lcurl $(HOSTCUDA_LIBS)
+
 deps:
 	@sh deploy/deps.sh $(DEB_COMMANDS:%=--command %) $(NPM_DIRS:%=--npm %) $(DEB_PACKAGES)
 
@@ -157,7 +193,8 @@ deps:
 # The release binaries and kernel tools are built too, so CI compiles the CUDA
 # backend and sees what -O2 alone warns about.
 test: deps
-	@$(MAKE) --no-print-directory SAN=1 build/san/bin/shoal-server build/san/bin/shoal-sched build/san/bin/shoal-agent $(UNIT_SRC:tests/unit/%.c=build/san/tests/%)
+	@$(MAKE) --no-print-directory SAN=1 build/san/bin/shoal-server build/san/bin/shoal-sched build/san/bin/shoal-agent $(UNIT_SRC:tests/unit/%.c=build/san/tests/%) \
+	    build/san/tests/gpu/test_kernels_host build/san/tests/gpu/test_nccl_host
 	@$(MAKE) --no-print-directory all build/rel/tests/gpu/test_kernels_gpu build/rel/bench/bench_kernels
 	@sh tests/run.sh build/san
 

@@ -18,12 +18,25 @@
 
 typedef __nv_bfloat16 bf16;
 
+/* KCU_LAUNCH(kernel, grid, block, stream)(args...) queues a kernel with no
+ * dynamic shared memory. Under nvcc it is the <<<...>>> launch; compiled as
+ * host code against tests/gpu/host (make test), it runs the same kernel body
+ * on the host emulation, which is how CI runs every kernel here. */
+#ifdef __CUDACC__
+#define KCU_LAUNCH(kernel, grid, block, stream) kernel<<<(grid), (block), 0, (stream)>>>
+#else
+#define KCU_LAUNCH(kernel, grid, block, stream) hcu_launch(#kernel, (grid), (block), (stream), kernel)
+#endif
+
 /* A CUDA runtime call; the error string comes first so that a long call text
- * is what the 256-byte message loses. */
+ * is what the 256-byte message loses. A failed call also leaves its error as
+ * the thread's last error, which the next KCU_TRY_LAUNCH would report as its
+ * own: it is taken (cudaGetLastError) here. */
 #define KCU_TRY(call)                                                               \
     do {                                                                            \
         cudaError_t kcu_e_ = (call);                                                \
         if (kcu_e_ != cudaSuccess) {                                                \
+            (void)cudaGetLastError();                                               \
             kern_fail(err, "CUDA: %s (%s at %s:%d)", cudaGetErrorString(kcu_e_),     \
                       #call, __FILE__, __LINE__);                                   \
             goto out;                                                               \

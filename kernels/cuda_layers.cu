@@ -78,8 +78,10 @@ __device__ static double block_sum_d(double v)
 
 /* ---- column sums: dst (width) += sums over rows, in two passes ---- */
 
-/* partial (chunks, OC): row c = sum of a (N,OC) over rows [c*R, c*R+R). */
-__global__ static void colsum_partial_kernel(float *partial, const float *a, int N, int OC)
+/* partial (chunks, OC): row c = sum of a (N,OC), rows ld apart, over rows
+ * [c*R, c*R+R). */
+__global__ static void colsum_partial_kernel(float *partial, const float *a, int N, int OC,
+                                             int ld)
 {
     int o = blockIdx.y * blockDim.x + threadIdx.x;
     int n0 = blockIdx.x * KCU_COLSUM_ROWS, n1 = min(N, n0 + KCU_COLSUM_ROWS);
@@ -87,7 +89,7 @@ __global__ static void colsum_partial_kernel(float *partial, const float *a, int
         return;
     float sum = 0.0f;
     for (int n = n0; n < n1; n++)
-        sum += a[(size_t)n * OC + o];
+        sum += a[(size_t)n * ld + o];
     partial[(size_t)blockIdx.x * OC + o] = sum;
 }
 
@@ -150,7 +152,7 @@ int kcu_encoder_forward(const struct kcu_ctx *cx, float *out, const int32_t *inp
 {
     int rc = -1;
     size_t n = (size_t)B * T * C;
-    encoder_forward_kernel<<<kcu_blocks(n, KCU_THREADS), KCU_THREADS, 0, cx->stream>>>(
+    KCU_LAUNCH(encoder_forward_kernel, kcu_blocks(n, KCU_THREADS), KCU_THREADS, cx->stream)(
         out, inp, wte, wpe, T, C, n);
     KCU_TRY_LAUNCH("encoder_forward_kernel");
     rc = 0;
@@ -185,11 +187,11 @@ int kcu_encoder_backward(const struct kcu_ctx *cx, float *dwte, float *dwpe, con
 {
     int rc = -1;
     size_t n = (size_t)B * T * C;
-    encoder_backward_wte_kernel<<<kcu_blocks(n, KCU_THREADS), KCU_THREADS, 0, cx->stream>>>(
+    KCU_LAUNCH(encoder_backward_wte_kernel, kcu_blocks(n, KCU_THREADS), KCU_THREADS, cx->stream)(
         dwte, dout, inp, C, n);
     KCU_TRY_LAUNCH("encoder_backward_wte_kernel");
-    encoder_backward_wpe_kernel<<<kcu_blocks((size_t)T * C, KCU_THREADS), KCU_THREADS, 0,
-                                  cx->stream>>>(dwpe, dout, B, T, C);
+    KCU_LAUNCH(encoder_backward_wpe_kernel, kcu_blocks((size_t)T * C, KCU_THREADS), KCU_THREADS,
+               cx->stream)(dwpe, dout, B, T, C);
     KCU_TRY_LAUNCH("encoder_backward_wpe_kernel");
     rc = 0;
 out:
@@ -228,7 +230,7 @@ int kcu_layernorm_forward(const struct kcu_ctx *cx, bf16 *out, float *mean, floa
                           int C, struct kern_err *err)
 {
     int rc = -1;
-    layernorm_forward_kernel<<<N, kcu_row_threads(C, KCU_ROW_THREADS), 0, cx->stream>>>(
+    KCU_LAUNCH(layernorm_forward_kernel, N, kcu_row_threads(C, KCU_ROW_THREADS), cx->stream)(
         out, mean, rstd, inp, weight, bias, C);
     KCU_TRY_LAUNCH("layernorm_forward_kernel");
     rc = 0;
@@ -288,16 +290,16 @@ int kcu_layernorm_backward(const struct kcu_ctx *cx, float *dinp, float *dweight
     int chunks = (int)kcu_colsum_chunks(N);
     dim3 grid(chunks, (C + KCU_THREADS - 1) / KCU_THREADS);
     unsigned finish_blocks = (C + KCU_THREADS - 1) / KCU_THREADS;
-    layernorm_backward_dinp_kernel<<<N, kcu_row_threads(C, KCU_ROW_THREADS), 0, cx->stream>>>(
+    KCU_LAUNCH(layernorm_backward_dinp_kernel, N, kcu_row_threads(C, KCU_ROW_THREADS), cx->stream)(
         dinp, dout, inp, weight, mean, rstd, C);
     KCU_TRY_LAUNCH("layernorm_backward_dinp_kernel");
-    layernorm_backward_colsum_kernel<<<grid, KCU_THREADS, 0, cx->stream>>>(
+    KCU_LAUNCH(layernorm_backward_colsum_kernel, grid, KCU_THREADS, cx->stream)(
         cx->colsum, dout, inp, mean, rstd, N, C);
     KCU_TRY_LAUNCH("layernorm_backward_colsum_kernel");
-    colsum_finish_kernel<<<finish_blocks, KCU_THREADS, 0, cx->stream>>>(dweight, cx->colsum,
+    KCU_LAUNCH(colsum_finish_kernel, finish_blocks, KCU_THREADS, cx->stream)(dweight, cx->colsum,
                                                                        chunks, C, 2 * C);
     KCU_TRY_LAUNCH("colsum_finish_kernel (dweight)");
-    colsum_finish_kernel<<<finish_blocks, KCU_THREADS, 0, cx->stream>>>(dbias, cx->colsum + C,
+    KCU_LAUNCH(colsum_finish_kernel, finish_blocks, KCU_THREADS, cx->stream)(dbias, cx->colsum + C,
                                                                        chunks, C, 2 * C);
     KCU_TRY_LAUNCH("colsum_finish_kernel (dbias)");
     rc = 0;
@@ -307,25 +309,25 @@ out:
 
 /* ---- matmul ---- */
 
-/* out (N,OC) += bias (OC) on every row */
-__global__ static void add_bias_kernel(float *out, const float *bias, int OC, size_t n)
+/* out (N,OC), rows ld apart, += bias (OC) on every row; n = N * OC */
+__global__ static void add_bias_kernel(float *out, const float *bias, int OC, int ld, size_t n)
 {
     KCU_FOR(i, n)
-        out[i] += bias[i % OC];
+        out[i / OC * ld + i % OC] += bias[i % OC];
 }
 
 int kcu_matmul_forward(const struct kcu_ctx *cx, float *out, const bf16 *inp,
-                       const bf16 *weight, const float *bias, int N, int IC, int OC,
+                       const bf16 *weight, const float *bias, int N, int IC, int OC, int ldo,
                        struct kern_err *err)
 {
     int rc = -1;
     size_t n = (size_t)N * OC;
     /* out (N,OC) = inp (N,IC) . weight^T (IC,OC) */
     KCU_TRY_OK(kcu_gemm(cx, 0, 1, N, OC, IC, 1.0f, inp, IC, 0, weight, IC, 0, 0.0f, out,
-                        CUDA_R_32F, OC, 0, 1, err));
+                        CUDA_R_32F, ldo, 0, 1, err));
     if (bias) {
-        add_bias_kernel<<<kcu_blocks(n, KCU_THREADS), KCU_THREADS, 0, cx->stream>>>(out, bias,
-                                                                                  OC, n);
+        KCU_LAUNCH(add_bias_kernel, kcu_blocks(n, KCU_THREADS), KCU_THREADS, cx->stream)(
+            out, bias, OC, ldo, n);
         KCU_TRY_LAUNCH("add_bias_kernel");
     }
     rc = 0;
@@ -335,24 +337,26 @@ out:
 
 int kcu_matmul_backward(const struct kcu_ctx *cx, float *dinp, float *dweight, float *dbias,
                         const float *dout, const bf16 *dout_bf, const bf16 *inp,
-                        const bf16 *weight, int N, int IC, int OC, struct kern_err *err)
+                        const bf16 *weight, int N, int IC, int OC, int ldd,
+                        struct kern_err *err)
 {
     int rc = -1;
     int chunks = (int)kcu_colsum_chunks(N);
     dim3 grid(chunks, (OC + KCU_THREADS - 1) / KCU_THREADS);
     /* dinp (N,IC) = dout (N,OC) . weight (OC,IC); the CPU adds into zeros */
     if (dinp)
-        KCU_TRY_OK(kcu_gemm(cx, 0, 0, N, IC, OC, 1.0f, dout_bf, OC, 0, weight, IC, 0, 0.0f,
+        KCU_TRY_OK(kcu_gemm(cx, 0, 0, N, IC, OC, 1.0f, dout_bf, ldd, 0, weight, IC, 0, 0.0f,
                             dinp, CUDA_R_32F, IC, 0, 1, err));
     /* dweight (OC,IC) += dout^T (OC,N) . inp (N,IC), straight into fp32 */
-    KCU_TRY_OK(kcu_gemm(cx, 1, 0, OC, IC, N, 1.0f, dout_bf, OC, 0, inp, IC, 0, 1.0f, dweight,
+    KCU_TRY_OK(kcu_gemm(cx, 1, 0, OC, IC, N, 1.0f, dout_bf, ldd, 0, inp, IC, 0, 1.0f, dweight,
                         CUDA_R_32F, IC, 0, 1, err));
     if (dbias) {
         /* dbias (OC) += sum over n of dout (N,OC), from the fp32 copy */
-        colsum_partial_kernel<<<grid, KCU_THREADS, 0, cx->stream>>>(cx->colsum, dout, N, OC);
+        KCU_LAUNCH(colsum_partial_kernel, grid, KCU_THREADS, cx->stream)(cx->colsum, dout, N, OC,
+                                                                        ldd);
         KCU_TRY_LAUNCH("colsum_partial_kernel");
-        colsum_finish_kernel<<<(OC + KCU_THREADS - 1) / KCU_THREADS, KCU_THREADS, 0,
-                               cx->stream>>>(dbias, cx->colsum, chunks, OC, OC);
+        KCU_LAUNCH(colsum_finish_kernel, (OC + KCU_THREADS - 1) / KCU_THREADS, KCU_THREADS,
+                   cx->stream)(dbias, cx->colsum, chunks, OC, OC);
         KCU_TRY_LAUNCH("colsum_finish_kernel (dbias)");
     }
     rc = 0;
@@ -470,18 +474,18 @@ int kcu_attention_forward(const struct kcu_ctx *cx, bf16 *out, bf16 *qkvr, bf16 
     float scale = 1.0f / sqrtf((float)hs);
     unsigned blocks = kcu_blocks(n, KCU_THREADS);
 
-    permute_qkv_kernel<<<blocks, KCU_THREADS, 0, cx->stream>>>(q, k, v, qkv, T, NH, hs, n);
+    KCU_LAUNCH(permute_qkv_kernel, blocks, KCU_THREADS, cx->stream)(q, k, v, qkv, T, NH, hs, n);
     KCU_TRY_LAUNCH("permute_qkv_kernel");
     /* scores (T,T) = q (T,hs) . k^T (hs,T), per (b,h) */
     KCU_TRY_OK(kcu_gemm(cx, 0, 1, T, T, hs, 1.0f, q, hs, s_th, k, hs, s_th, 0.0f, scores,
                         CUDA_R_32F, T, s_tt, BH, err));
-    softmax_forward_kernel<<<BH * T, kcu_row_threads(T, KCU_ROW_THREADS), 0, cx->stream>>>(
+    KCU_LAUNCH(softmax_forward_kernel, BH * T, kcu_row_threads(T, KCU_ROW_THREADS), cx->stream)(
         att, scores, T, scale);
     KCU_TRY_LAUNCH("softmax_forward_kernel");
     /* y (T,hs) = att (T,T) . v (T,hs), per (b,h) */
     KCU_TRY_OK(kcu_gemm(cx, 0, 0, T, hs, T, 1.0f, att, T, s_tt, v, hs, s_th, 0.0f, y,
                         CUDA_R_16BF, hs, s_th, BH, err));
-    unpermute_kernel<<<blocks, KCU_THREADS, 0, cx->stream>>>(out, y, T, NH, hs, n);
+    KCU_LAUNCH(unpermute_kernel, blocks, KCU_THREADS, cx->stream)(out, y, T, NH, hs, n);
     KCU_TRY_LAUNCH("unpermute_kernel");
     rc = 0;
 out:
@@ -502,7 +506,7 @@ int kcu_attention_backward(const struct kcu_ctx *cx, float *dqkv, bf16 *dqkv_bf,
     float scale = 1.0f / sqrtf((float)hs);
     unsigned blocks = kcu_blocks(n, KCU_THREADS);
 
-    permute_kernel<<<blocks, KCU_THREADS, 0, cx->stream>>>(dy, dout, T, NH, hs, n);
+    KCU_LAUNCH(permute_kernel, blocks, KCU_THREADS, cx->stream)(dy, dout, T, NH, hs, n);
     KCU_TRY_LAUNCH("permute_kernel");
     /* datt (T,T) = dy (T,hs) . v^T (hs,T) */
     KCU_TRY_OK(kcu_gemm(cx, 0, 1, T, T, hs, 1.0f, dy, hs, s_th, v, hs, s_th, 0.0f, datt,
@@ -510,7 +514,7 @@ int kcu_attention_backward(const struct kcu_ctx *cx, float *dqkv, bf16 *dqkv_bf,
     /* dv (T,hs) = att^T (T,T) . dy (T,hs); the CPU adds into zeros */
     KCU_TRY_OK(kcu_gemm(cx, 1, 0, T, hs, T, 1.0f, att, T, s_tt, dy, hs, s_th, 0.0f, dv,
                         CUDA_R_32F, hs, s_th, BH, err));
-    softmax_backward_kernel<<<BH * T, kcu_row_threads(T, KCU_ROW_THREADS), 0, cx->stream>>>(
+    KCU_LAUNCH(softmax_backward_kernel, BH * T, kcu_row_threads(T, KCU_ROW_THREADS), cx->stream)(
         dpre, att, datt, T, scale);
     KCU_TRY_LAUNCH("softmax_backward_kernel");
     /* dq (T,hs) = dpre (T,T) . k (T,hs); dk (T,hs) = dpre^T (T,T) . q (T,hs) */
@@ -518,7 +522,7 @@ int kcu_attention_backward(const struct kcu_ctx *cx, float *dqkv, bf16 *dqkv_bf,
                         CUDA_R_32F, hs, s_th, BH, err));
     KCU_TRY_OK(kcu_gemm(cx, 1, 0, T, hs, T, 1.0f, dpre, T, s_tt, q, hs, s_th, 0.0f, dk,
                         CUDA_R_32F, hs, s_th, BH, err));
-    unpermute_qkv_kernel<<<blocks, KCU_THREADS, 0, cx->stream>>>(dqkv, dqkv_bf, dq, dk, dv, T,
+    KCU_LAUNCH(unpermute_qkv_kernel, blocks, KCU_THREADS, cx->stream)(dqkv, dqkv_bf, dq, dk, dv, T,
                                                                  NH, hs, n);
     KCU_TRY_LAUNCH("unpermute_qkv_kernel");
     rc = 0;
@@ -558,7 +562,7 @@ int kcu_gelu_forward(const struct kcu_ctx *cx, bf16 *out, const float *inp, size
                      struct kern_err *err)
 {
     int rc = -1;
-    gelu_forward_kernel<<<kcu_blocks(n, KCU_THREADS), KCU_THREADS, 0, cx->stream>>>(out, inp,
+    KCU_LAUNCH(gelu_forward_kernel, kcu_blocks(n, KCU_THREADS), KCU_THREADS, cx->stream)(out, inp,
                                                                                    n);
     KCU_TRY_LAUNCH("gelu_forward_kernel");
     rc = 0;
@@ -570,7 +574,7 @@ int kcu_gelu_backward(const struct kcu_ctx *cx, float *dinp, bf16 *dinp_bf, cons
                       const float *dout, size_t n, struct kern_err *err)
 {
     int rc = -1;
-    gelu_backward_kernel<<<kcu_blocks(n, KCU_THREADS), KCU_THREADS, 0, cx->stream>>>(
+    KCU_LAUNCH(gelu_backward_kernel, kcu_blocks(n, KCU_THREADS), KCU_THREADS, cx->stream)(
         dinp, dinp_bf, inp, dout, n);
     KCU_TRY_LAUNCH("gelu_backward_kernel");
     rc = 0;
@@ -591,7 +595,7 @@ int kcu_residual_forward(const struct kcu_ctx *cx, float *out, const float *a, c
                          size_t n, struct kern_err *err)
 {
     int rc = -1;
-    residual_forward_kernel<<<kcu_blocks(n, KCU_THREADS), KCU_THREADS, 0, cx->stream>>>(
+    KCU_LAUNCH(residual_forward_kernel, kcu_blocks(n, KCU_THREADS), KCU_THREADS, cx->stream)(
         out, a, b, n);
     KCU_TRY_LAUNCH("residual_forward_kernel");
     rc = 0;
@@ -606,10 +610,10 @@ out:
  * elements it read, and z[target] is read before the first barrier, so the
  * in-place update is safe. */
 __global__ static void crossentropy_forward_kernel(float *losses, float *probs,
-                                                   const int32_t *targets, int V)
+                                                   const int32_t *targets, int V, int ld)
 {
     size_t n = blockIdx.x;
-    float *z = probs + n * V; /* (V) */
+    float *z = probs + n * ld; /* (V) */
     float zt = z[targets[n]], max = -INFINITY, sum = 0.0f;
     for (int i = threadIdx.x; i < V; i += blockDim.x)
         max = fmaxf(max, z[i]);
@@ -625,22 +629,23 @@ __global__ static void crossentropy_forward_kernel(float *losses, float *probs,
 
 /* dlogits (N,V) = (probs - onehot(target)) * dloss, one block per row. */
 __global__ static void crossentropy_backward_kernel(bf16 *dlogits, const float *probs,
-                                                    const int32_t *targets, float dloss, int V)
+                                                    const int32_t *targets, float dloss, int V,
+                                                    int ld)
 {
     size_t n = blockIdx.x;
-    const float *p = probs + n * V; /* (V) */
-    bf16 *d = dlogits + n * V;      /* (V) */
+    const float *p = probs + n * ld; /* (V) */
+    bf16 *d = dlogits + n * ld;      /* (V) */
     int target = targets[n];
     for (int i = threadIdx.x; i < V; i += blockDim.x)
         d[i] = __float2bfloat16((p[i] - (i == target ? 1.0f : 0.0f)) * dloss);
 }
 
 int kcu_crossentropy_forward(const struct kcu_ctx *cx, float *losses, float *probs,
-                             const int32_t *targets, int N, int V, struct kern_err *err)
+                             const int32_t *targets, int N, int V, int ld, struct kern_err *err)
 {
     int rc = -1;
-    crossentropy_forward_kernel<<<N, kcu_row_threads(V, KCU_CE_THREADS), 0, cx->stream>>>(
-        losses, probs, targets, V);
+    KCU_LAUNCH(crossentropy_forward_kernel, N, kcu_row_threads(V, KCU_CE_THREADS), cx->stream)(
+        losses, probs, targets, V, ld);
     KCU_TRY_LAUNCH("crossentropy_forward_kernel");
     rc = 0;
 out:
@@ -648,12 +653,12 @@ out:
 }
 
 int kcu_crossentropy_backward(const struct kcu_ctx *cx, bf16 *dlogits, const float *probs,
-                              const int32_t *targets, float dloss, int N, int V,
+                              const int32_t *targets, float dloss, int N, int V, int ld,
                               struct kern_err *err)
 {
     int rc = -1;
-    crossentropy_backward_kernel<<<N, kcu_row_threads(V, KCU_CE_THREADS), 0, cx->stream>>>(
-        dlogits, probs, targets, dloss, V);
+    KCU_LAUNCH(crossentropy_backward_kernel, N, kcu_row_threads(V, KCU_CE_THREADS), cx->stream)(
+        dlogits, probs, targets, dloss, V, ld);
     KCU_TRY_LAUNCH("crossentropy_backward_kernel");
     rc = 0;
 out:
@@ -676,7 +681,7 @@ __global__ static void mean_kernel(float *out, const float *x, int n)
 int kcu_mean(const struct kcu_ctx *cx, float *out, const float *x, int n, struct kern_err *err)
 {
     int rc = -1;
-    mean_kernel<<<1, 1024, 0, cx->stream>>>(out, x, n);
+    KCU_LAUNCH(mean_kernel, 1, 1024, cx->stream)(out, x, n);
     KCU_TRY_LAUNCH("mean_kernel");
     rc = 0;
 out:
@@ -693,7 +698,7 @@ int kcu_to_bf16(const struct kcu_ctx *cx, bf16 *out, const float *inp, size_t n,
                 struct kern_err *err)
 {
     int rc = -1;
-    to_bf16_kernel<<<kcu_blocks(n, KCU_THREADS), KCU_THREADS, 0, cx->stream>>>(out, inp, n);
+    KCU_LAUNCH(to_bf16_kernel, kcu_blocks(n, KCU_THREADS), KCU_THREADS, cx->stream)(out, inp, n);
     KCU_TRY_LAUNCH("to_bf16_kernel");
     rc = 0;
 out:
@@ -715,7 +720,7 @@ int kcu_sum_squares(const struct kcu_ctx *cx, double *partial, const float *x, s
                     struct kern_err *err)
 {
     int rc = -1;
-    sum_squares_kernel<<<KCU_NORM_BLOCKS, KCU_THREADS, 0, cx->stream>>>(partial, x, n);
+    KCU_LAUNCH(sum_squares_kernel, KCU_NORM_BLOCKS, KCU_THREADS, cx->stream)(partial, x, n);
     KCU_TRY_LAUNCH("sum_squares_kernel");
     rc = 0;
 out:
@@ -746,7 +751,7 @@ int kcu_adamw(const struct kcu_ctx *cx, float *p, bf16 *p_bf, const float *g, fl
               struct kern_err *err)
 {
     int rc = -1;
-    adamw_kernel<<<kcu_blocks(n, KCU_THREADS), KCU_THREADS, 0, cx->stream>>>(
+    KCU_LAUNCH(adamw_kernel, kcu_blocks(n, KCU_THREADS), KCU_THREADS, cx->stream)(
         p, p_bf, g, m, v, n, h->lr, h->beta1, h->beta2, h->eps, h->grad_scale, b1c, b2c, wd);
     KCU_TRY_LAUNCH("adamw_kernel");
     rc = 0;

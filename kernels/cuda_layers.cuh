@@ -12,13 +12,14 @@
  *   layernorm  inp (N,C) fp32, weight (C), bias (C) -> out (N,C) bf16,
  *              mean (N), rstd (N) fp32
  *   matmul     inp (N,IC) bf16, weight (OC,IC) bf16, bias (OC) fp32 or NULL
- *              -> out (N,OC) fp32
+ *              -> out (N,OC) fp32, rows ldo apart (the head's: a padded vocab)
  *   attention  qkv (B,T,3C) fp32 -> out (B,T,C) bf16; keeps q,k,v per head
  *              (3,B,NH,T,hs) and the causal softmax att (B,NH,T,T), bf16
  *   gelu       inp (n) fp32 -> out (n) bf16, tanh approximation
  *   residual   a (n), b (n) fp32 -> out (n) fp32
  *   crossentropy logits (N,V) fp32 -> probs (N,V) fp32 in place, losses (N);
- *              backward: dlogits (N,V) bf16 = (probs - onehot) * dloss
+ *              backward: dlogits (N,V) bf16 = (probs - onehot) * dloss; the
+ *              rows of all three are ld >= V apart (kcu_padded_vocab)
  *
  * Where the CPU layer accumulates (+=) into an input gradient that every
  * caller has just zeroed (matmul dinp, gelu dinp, attention dqkv), the
@@ -48,6 +49,19 @@ static inline size_t kcu_colsum_chunks(int N)
 
 #define KCU_NORM_BLOCKS 1024 /* partial sums of kcu_sum_squares */
 
+/* Row stride (elements) of the logits, probabilities and their gradient: V
+ * rounded up to a multiple of 64, as llm.c pads its vocabulary, so that
+ * every row of the largest products of the model starts aligned (GPT-2's
+ * V = 50257 misaligns every row after the first, and cuBLAS then falls back
+ * to slow kernels). Only the strides are padded: the head (V,C) and the
+ * stage files are unchanged, and the columns [V, ld) are neither computed
+ * nor read, so they are never predicted and never in the loss. */
+#define KCU_VOCAB_ALIGN 64
+static inline int kcu_padded_vocab(int V)
+{
+    return (V + KCU_VOCAB_ALIGN - 1) / KCU_VOCAB_ALIGN * KCU_VOCAB_ALIGN;
+}
+
 /* Row-major C (M,N) = alpha * op(A) (M,K) . op(B) (K,N) + beta * C, with the
  * argument meanings of cblas_sgemm(CblasRowMajor, ...): lda, ldb, ldc are
  * elements between rows as stored, op(X) is X^T when trans_x. batch > 1
@@ -74,16 +88,18 @@ int kcu_layernorm_backward(const struct kcu_ctx *cx, float *dinp, float *dweight
                            const float *mean, const float *rstd, int N, int C,
                            struct kern_err *err);
 
+/* out's rows are ldo >= OC apart. */
 int kcu_matmul_forward(const struct kcu_ctx *cx, float *out, const bf16 *inp,
-                       const bf16 *weight, const float *bias, int N, int IC, int OC,
+                       const bf16 *weight, const float *bias, int N, int IC, int OC, int ldo,
                        struct kern_err *err);
 /* dinp (N,IC) = dout . weight, overwritten (NULL: skipped); dweight (OC,IC)
  * += dout^T . inp; dbias (OC) += column sums of dout (NULL: skipped).
  * dout is given in bf16 (dout_bf, for the products) and, when dbias is set,
- * in fp32 (dout, for the bias sum). */
+ * in fp32 (dout, for the bias sum), its rows ldd >= OC apart in both. */
 int kcu_matmul_backward(const struct kcu_ctx *cx, float *dinp, float *dweight, float *dbias,
                         const float *dout, const bf16 *dout_bf, const bf16 *inp,
-                        const bf16 *weight, int N, int IC, int OC, struct kern_err *err);
+                        const bf16 *weight, int N, int IC, int OC, int ldd,
+                        struct kern_err *err);
 
 /* qkvr (3,B,NH,T,hs) and att (B,NH,T,T) are kept for the backward; scores
  * (B,NH,T,T) fp32 and y (B,NH,T,hs) bf16 are scratch. */
@@ -107,11 +123,12 @@ int kcu_gelu_backward(const struct kcu_ctx *cx, float *dinp, bf16 *dinp_bf, cons
 int kcu_residual_forward(const struct kcu_ctx *cx, float *out, const float *a, const float *b,
                          size_t n, struct kern_err *err);
 
-/* probs (N,V) holds the logits on entry and the probabilities on return. */
+/* probs (N,V) holds the logits on entry and the probabilities on return;
+ * rows of probs and dlogits are ld >= V apart. */
 int kcu_crossentropy_forward(const struct kcu_ctx *cx, float *losses, float *probs,
-                             const int32_t *targets, int N, int V, struct kern_err *err);
+                             const int32_t *targets, int N, int V, int ld, struct kern_err *err);
 int kcu_crossentropy_backward(const struct kcu_ctx *cx, bf16 *dlogits, const float *probs,
-                              const int32_t *targets, float dloss, int N, int V,
+                              const int32_t *targets, float dloss, int N, int V, int ld,
                               struct kern_err *err);
 
 /* out (1) = mean of x (n), summed in double like the CPU. */

@@ -46,7 +46,8 @@ struct kcu_slot {
     struct kcu_block_acts *blocks; /* host array, one per block held */
     bf16 *lnf;                   /* (B,T,C) last stage */
     float *lnf_mean, *lnf_rstd;  /* (B,T) each */
-    float *probs;                /* (B,T,V) logits, turned into probabilities in place */
+    float *probs;                /* (B,T,Vp) logits, turned into probabilities in place;
+                                  * Vp = kcu_padded_vocab(V), columns [V, Vp) unused */
     float *losses;               /* (B,T) */
 };
 
@@ -72,7 +73,7 @@ struct kcu_stage {
     bf16 *dqkv_bf;                 /* (B,T,3C) */
     float *dfch_gelu, *dfch;       /* (B,T,4C) each */
     bf16 *dfch_bf;                 /* (B,T,4C) */
-    bf16 *dlogits;                 /* (B,T,V) last stage */
+    bf16 *dlogits;                 /* (B,T,Vp) last stage, columns [V, Vp) unused */
     float *loss;                   /* (1) mean loss, last stage */
     double *norm_partial;          /* (KCU_NORM_BLOCKS) */
     /* Pinned host staging, allocated once. */
@@ -98,7 +99,8 @@ static void *carve(void *base, size_t *used, size_t bytes)
 static size_t slot_layout(const struct kern_stage *st, struct kcu_slot *s, void *base)
 {
     size_t B = st->spec.micro_batch, T = st->spec.seq_len, C = st->model.d_model;
-    size_t NH = st->model.heads, V = st->model.vocab, BT = B * T, used = 0;
+    size_t NH = st->model.heads, V = (size_t)kcu_padded_vocab(st->model.vocab), BT = B * T;
+    size_t used = 0;
     int nb = st->spec.layer_end - st->spec.layer_start;
 
     s->tokens = CARVE_I32(base, &used, st->spec.first ? BT : 0);
@@ -135,7 +137,7 @@ static size_t scratch_layout(const struct kern_stage *st, struct kcu_stage *c, v
 {
     size_t B = st->spec.micro_batch, T = st->spec.seq_len, C = st->model.d_model;
     size_t NH = st->model.heads, BT = B * T, used = 0;
-    size_t last_v = st->spec.last ? (size_t)st->model.vocab : 0;
+    size_t last_v = st->spec.last ? (size_t)kcu_padded_vocab(st->model.vocab) : 0;
 
     c->cx.colsum = CARVE_F32(base, &used, kcu_colsum_chunks((int)BT) * 4 * C);
     c->qkv = CARVE_F32(base, &used, BT * 3 * C);
@@ -243,6 +245,7 @@ static int kcu_init(struct kern_stage *st, const float *params, struct kern_err 
         size_t bytes = slot_layout(st, s, NULL);
         e = cudaMalloc(&s->mem, bytes);
         if (e != cudaSuccess) {
+            (void)cudaGetLastError(); /* taken, as KCU_TRY does */
             kern_fail(err, "CUDA: %s allocating %zu MiB of activations for micro-batch "
                       "slot %d of %d (lower in_flight, micro_batch or seq_len)",
                       cudaGetErrorString(e), bytes >> 20, i + 1, st->spec.in_flight);
@@ -339,7 +342,7 @@ static int kcu_forward(struct kern_stage *st, int slot, const void *input,
     struct kcu_slot *s = &c->slots[slot];
     const struct kcu_ctx *cx = &c->cx;
     int B = st->spec.micro_batch, T = st->spec.seq_len, C = st->model.d_model;
-    int NH = st->model.heads, V = st->model.vocab, N = B * T;
+    int NH = st->model.heads, V = st->model.vocab, Vp = kcu_padded_vocab(V), N = B * T;
     int nb = st->spec.layer_end - st->spec.layer_start;
     size_t BTC = (size_t)N * C;
     const float *p = c->params; /* fp32: embeddings, biases, LN */
@@ -362,21 +365,21 @@ static int kcu_forward(struct kern_stage *st, int slot, const void *input,
                                          p + toff(st, l, KT_LN1W), p + toff(st, l, KT_LN1B),
                                          N, C, err));
         KCU_TRY_OK(kcu_matmul_forward(cx, c->qkv, a->ln1, pb + toff(st, l, KT_QKVW),
-                                      p + toff(st, l, KT_QKVB), N, C, 3 * C, err));
+                                      p + toff(st, l, KT_QKVB), N, C, 3 * C, 3 * C, err));
         KCU_TRY_OK(kcu_attention_forward(cx, a->atty, a->qkvr, a->att, c->qkv, c->scores,
                                          c->atty_heads, B, T, C, NH, err));
         KCU_TRY_OK(kcu_matmul_forward(cx, c->attproj, a->atty, pb + toff(st, l, KT_ATTPROJW),
-                                      p + toff(st, l, KT_ATTPROJB), N, C, C, err));
+                                      p + toff(st, l, KT_ATTPROJB), N, C, C, C, err));
         KCU_TRY_OK(kcu_residual_forward(cx, a->res2, res, c->attproj, BTC, err));
         KCU_TRY_OK(kcu_layernorm_forward(cx, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2,
                                          p + toff(st, l, KT_LN2W), p + toff(st, l, KT_LN2B),
                                          N, C, err));
         KCU_TRY_OK(kcu_matmul_forward(cx, a->fch, a->ln2, pb + toff(st, l, KT_FCW),
-                                      p + toff(st, l, KT_FCB), N, C, 4 * C, err));
+                                      p + toff(st, l, KT_FCB), N, C, 4 * C, 4 * C, err));
         KCU_TRY_OK(kcu_gelu_forward(cx, a->fch_gelu, a->fch, BTC * 4, err));
         KCU_TRY_OK(kcu_matmul_forward(cx, c->attproj, a->fch_gelu,
                                       pb + toff(st, l, KT_FCPROJW),
-                                      p + toff(st, l, KT_FCPROJB), N, 4 * C, C, err));
+                                      p + toff(st, l, KT_FCPROJB), N, 4 * C, C, C, err));
         KCU_TRY_OK(kcu_residual_forward(cx, a->res3, a->res2, c->attproj, BTC, err));
         res = a->res3;
     }
@@ -391,8 +394,9 @@ static int kcu_forward(struct kern_stage *st, int slot, const void *input,
     KCU_TRY_OK(kcu_layernorm_forward(cx, s->lnf, s->lnf_mean, s->lnf_rstd, res,
                                      p + st->off_lnfw, p + st->off_lnfb, N, C, err));
     /* the logits go straight into probs, which the loss turns into probabilities */
-    KCU_TRY_OK(kcu_matmul_forward(cx, s->probs, s->lnf, pb + st->off_head, NULL, N, C, V, err));
-    KCU_TRY_OK(kcu_crossentropy_forward(cx, s->losses, s->probs, s->targets, N, V, err));
+    KCU_TRY_OK(kcu_matmul_forward(cx, s->probs, s->lnf, pb + st->off_head, NULL, N, C, V, Vp,
+                                  err));
+    KCU_TRY_OK(kcu_crossentropy_forward(cx, s->losses, s->probs, s->targets, N, V, Vp, err));
     KCU_TRY_OK(kcu_mean(cx, c->loss, s->losses, N, err));
     KCU_TRY(cudaMemcpyAsync(c->h_act, c->loss, sizeof(float), cudaMemcpyDeviceToHost,
                             cx->stream));
@@ -413,7 +417,7 @@ static int kcu_backward(struct kern_stage *st, int slot, const float *grad_outpu
     struct kcu_slot *s = &c->slots[slot];
     const struct kcu_ctx *cx = &c->cx;
     int B = st->spec.micro_batch, T = st->spec.seq_len, C = st->model.d_model;
-    int NH = st->model.heads, V = st->model.vocab, N = B * T;
+    int NH = st->model.heads, V = st->model.vocab, Vp = kcu_padded_vocab(V), N = B * T;
     int nb = st->spec.layer_end - st->spec.layer_start;
     size_t BTC = (size_t)N * C;
     const float *p = c->params;
@@ -425,9 +429,9 @@ static int kcu_backward(struct kern_stage *st, int slot, const float *grad_outpu
         const float *res = nb ? s->blocks[nb - 1].res3 : s->x0;
         /* the loss is a mean over N tokens */
         KCU_TRY_OK(kcu_crossentropy_backward(cx, c->dlogits, s->probs, s->targets,
-                                             grad_output[0] / (float)N, N, V, err));
+                                             grad_output[0] / (float)N, N, V, Vp, err));
         KCU_TRY_OK(kcu_matmul_backward(cx, c->dln, g + st->off_head, NULL, NULL, c->dlogits,
-                                       s->lnf, pb + st->off_head, N, C, V, err));
+                                       s->lnf, pb + st->off_head, N, C, V, Vp, err));
         KCU_TRY(cudaMemsetAsync(c->dres, 0, BTC * sizeof(float), cx->stream));
         KCU_TRY_OK(kcu_layernorm_backward(cx, c->dres, g + st->off_lnfw, g + st->off_lnfb,
                                           c->dln, res, p + st->off_lnfw, s->lnf_mean,
@@ -442,13 +446,13 @@ static int kcu_backward(struct kern_stage *st, int slot, const float *grad_outpu
         KCU_TRY_OK(kcu_to_bf16(cx, c->dres_bf, c->dres, BTC, err));
         KCU_TRY_OK(kcu_matmul_backward(cx, c->dfch_gelu, g + toff(st, l, KT_FCPROJW),
                                        g + toff(st, l, KT_FCPROJB), c->dres, c->dres_bf,
-                                       a->fch_gelu, pb + toff(st, l, KT_FCPROJW), N, 4 * C, C,
+                                       a->fch_gelu, pb + toff(st, l, KT_FCPROJW), N, 4 * C, C, C,
                                        err));
         KCU_TRY_OK(kcu_gelu_backward(cx, c->dfch, c->dfch_bf, a->fch, c->dfch_gelu, BTC * 4,
                                      err));
         KCU_TRY_OK(kcu_matmul_backward(cx, c->dln, g + toff(st, l, KT_FCW),
                                        g + toff(st, l, KT_FCB), c->dfch, c->dfch_bf, a->ln2,
-                                       pb + toff(st, l, KT_FCW), N, C, 4 * C, err));
+                                       pb + toff(st, l, KT_FCW), N, C, 4 * C, 4 * C, err));
         KCU_TRY_OK(kcu_layernorm_backward(cx, c->dres, g + toff(st, l, KT_LN2W),
                                           g + toff(st, l, KT_LN2B), c->dln, a->res2,
                                           p + toff(st, l, KT_LN2W), a->ln2_mean, a->ln2_rstd,
@@ -457,13 +461,13 @@ static int kcu_backward(struct kern_stage *st, int slot, const float *grad_outpu
         KCU_TRY_OK(kcu_to_bf16(cx, c->dres_bf, c->dres, BTC, err));
         KCU_TRY_OK(kcu_matmul_backward(cx, c->datty, g + toff(st, l, KT_ATTPROJW),
                                        g + toff(st, l, KT_ATTPROJB), c->dres, c->dres_bf,
-                                       a->atty, pb + toff(st, l, KT_ATTPROJW), N, C, C, err));
+                                       a->atty, pb + toff(st, l, KT_ATTPROJW), N, C, C, C, err));
         KCU_TRY_OK(kcu_attention_backward(cx, c->dqkv, c->dqkv_bf, c->datty, a->qkvr, a->att,
                                           c->scores, c->dpre, c->dy, c->dqkvr, B, T, C, NH,
                                           err));
         KCU_TRY_OK(kcu_matmul_backward(cx, c->dln, g + toff(st, l, KT_QKVW),
                                        g + toff(st, l, KT_QKVB), c->dqkv, c->dqkv_bf, a->ln1,
-                                       pb + toff(st, l, KT_QKVW), N, C, 3 * C, err));
+                                       pb + toff(st, l, KT_QKVW), N, C, 3 * C, 3 * C, err));
         KCU_TRY_OK(kcu_layernorm_backward(cx, c->dres, g + toff(st, l, KT_LN1W),
                                           g + toff(st, l, KT_LN1B), c->dln, res_in,
                                           p + toff(st, l, KT_LN1W), a->ln1_mean, a->ln1_rstd,
@@ -617,7 +621,8 @@ extern "C" int kern_cuda_describe(int index, char *name, size_t name_len, size_t
     cudaDeviceProp prop;
     cudaError_t e = cudaGetDeviceProperties(&prop, index);
     if (e != cudaSuccess)
-        return kern_fail(err, "cudaGetDeviceProperties(%d): %s", index, cudaGetErrorString(e));
+        return kern_fail(err, "cudaGetDeviceProperties(%d): %s", index,
+                         cudaGetErrorString(cudaGetLastError()));
     snprintf(name, name_len, "%s", prop.name);
     *memory_bytes = prop.totalGlobalMem;
     return 0;
