@@ -30,6 +30,8 @@
  * test drivers means.
  *
  * Run: make test-gpu   or   build/rel/tests/gpu/test_kernels_gpu [--device cuda:N]
+ * make test runs these same sources as test_kernels_host --small, linked with
+ * the CUDA backend compiled for the host emulation in tests/gpu/host.
  * `--device cpu` compares the oracle with itself: it checks this harness
  * (every error is ~0) on a machine without a GPU.
  */

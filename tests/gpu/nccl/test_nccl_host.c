@@ -22,6 +22,7 @@
 
 #include "../host/cuda_runtime.h" /* the emulation: this test never runs on a device */
 #include "../host/nccl.h"
+#include "../gpu_check.h"
 
 #include "../../../agent/control.h"
 #include "../../../agent/nccl.h"
@@ -45,28 +46,6 @@ enum {
 #define FAST_S 3.0          /* s; how soon "fails fast" must be */
 #define DEADLINE_S 1.0      /* s; the timeout that must fire */
 #define SETTLE_S 0.3        /* s a rank waits so that its peer's all-reduce is surely queued */
-
-static int n_passed, n_failed;
-
-/* Prints "ok - nccl WHAT (detail)" or "not ok - nccl WHAT: detail". */
-__attribute__((format(printf, 3, 4))) static void check(const char *what, int ok, const char *fmt, ...)
-{
-    char detail[768] = "";
-    if (fmt) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(detail, sizeof detail, fmt, ap);
-        va_end(ap);
-    }
-    if (ok) {
-        n_passed++;
-        printf("ok - nccl %s%s%s%s\n", what, *detail ? " (" : "", detail, *detail ? ")" : "");
-    } else {
-        n_failed++;
-        printf("not ok - nccl %s: %s\n", what, *detail ? detail : "failed");
-    }
-    fflush(stdout);
-}
 
 /* ---- the job on the server ------------------------------------------------- */
 
@@ -236,6 +215,20 @@ static const char *outcome(int rc, const struct shoal_err *e)
     return s;
 }
 
+/* 1 when both ranks of `scenario` formed their group; else a failed check
+ * says why and the scenario has nothing more to check. */
+static int formed(const char *scenario, const struct rank r[RANKS])
+{
+    char what[96];
+    if (!r[0].open_rc && !r[1].open_rc)
+        return 1;
+    snprintf(what, sizeof what, "%s: the group forms", scenario);
+    check("nccl", what, 0, "rank 0: %s; rank 1: %s", outcome(r[0].open_rc, &r[0].open_err),
+          outcome(r[1].open_rc, &r[1].open_err));
+    return 0;
+}
+
+
 /* ---- stderr, to see what nccl_group_close logged ----------------------- */
 
 /* common/log.c writes through the stdio stream stderr, the sanitizers to
@@ -287,7 +280,7 @@ static void scenario_emulation(void)
     cudaError_t busy = cudaSuccess, idle[RANKS];
     int sums = 0;
     if (ncclGetUniqueId(&id) != ncclSuccess) {
-        check("emulation: ncclGetUniqueId", 0, "%s", ncclGetLastError(NULL));
+        check("nccl", "emulation: ncclGetUniqueId", 0, "%s", ncclGetLastError(NULL));
         return;
     }
     for (int k = 0; k < RANKS; k++) {
@@ -304,7 +297,7 @@ static void scenario_emulation(void)
             ncclCommGetAsyncError(comm[0], &state[0]);
     }
     ncclCommGetAsyncError(comm[0], &state[1]);
-    check("emulation: a non-blocking init is in progress until every rank joined",
+    check("nccl", "emulation: a non-blocking init is in progress until every rank joined",
           init[0] == ncclInProgress && init[1] == ncclInProgress && state[0] == ncclInProgress &&
           state[1] == ncclSuccess, "init %d and %d; rank 0 %d alone, %d with rank 1", init[0], init[1], state[0],
           state[1]);
@@ -312,7 +305,7 @@ static void scenario_emulation(void)
         ncclAllReduce(dev[0], dev[0], N, ncclFloat32, ncclSum, comm[0], stream[0]);
         busy = cudaStreamQuery(stream[0]);
         ncclCommGetAsyncError(comm[0], &state[2]);
-        check("emulation: an all-reduce only one rank called keeps its stream busy, with no async error",
+        check("nccl", "emulation: an all-reduce only one rank called keeps its stream busy, with no async error",
               busy == cudaErrorNotReady && state[2] == ncclSuccess, "cudaStreamQuery %d, async %d", busy, state[2]);
         ncclAllReduce(dev[1], dev[1], N, ncclFloat32, ncclSum, comm[1], stream[1]);
         for (int k = 0; k < RANKS; k++) {
@@ -322,7 +315,7 @@ static void scenario_emulation(void)
         for (int i = 0; i < N; i++)
             sums += host[0][i] == rank_value(0, 0, (size_t)i) + rank_value(0, 1, (size_t)i) &&
                     memcmp(&host[0][i], &host[1][i], sizeof(float)) == 0;
-        check("emulation: the last rank's call lands the sum on both ranks and frees both streams",
+        check("nccl", "emulation: the last rank's call lands the sum on both ranks and frees both streams",
               idle[0] == cudaSuccess && idle[1] == cudaSuccess && sums == N,
               "cudaStreamQuery %d and %d; %d of %d sums right", idle[0], idle[1], sums, N);
     }
@@ -362,7 +355,7 @@ static void scenario_sum(void)
     capture_start(&cap);
     run_ranks(sum_rank, STAGE_SUM, (const int[]){ 0, 1 }, r);
     int warned = capture_end(&cap, "finalize failed");
-    check("two ranks on devices 0 and 1 form a group through the server", r[0].open_rc == 0 && r[1].open_rc == 0,
+    check("nccl", "two ranks on devices 0 and 1 form a group through the server", r[0].open_rc == 0 && r[1].open_rc == 0,
           "rank 0: %s in %.2f s; rank 1: %s in %.2f s", outcome(r[0].open_rc, &r[0].open_err), r[0].open_s,
           outcome(r[1].open_rc, &r[1].open_err), r[1].open_s);
     for (int s = 0; s < STEPS; s++) {
@@ -382,24 +375,24 @@ static void scenario_sum(void)
         snprintf(what, sizeof what, "all-reduce %d: every element on both ranks is the sum of the ranks' values",
                  s + 1);
         if (!done)
-            check(what, 0, "rank 0: %s; rank 1: %s", outcome(r[0].rc[s], &r[0].err[s]),
+            check("nccl", what, 0, "rank 0: %s; rank 1: %s", outcome(r[0].rc[s], &r[0].err[s]),
                   outcome(r[1].rc[s], &r[1].err[s]));
         else if (wrong[0] || wrong[1])
-            check(what, 0, "of %d floats %zu are wrong on rank 0, %zu on rank 1, the first at %zu", SUM_FLOATS,
+            check("nccl", what, 0, "of %d floats %zu are wrong on rank 0, %zu on rank 1, the first at %zu", SUM_FLOATS,
                   wrong[0], wrong[1], first);
         else
-            check(what, 1, "%d floats", SUM_FLOATS);
+            check("nccl", what, 1, "%d floats", SUM_FLOATS);
         for (size_t i = 0; done && i < SUM_FLOATS && differ == SUM_FLOATS; i++)
             if (memcmp(&r[0].result[s][i], &r[1].result[s][i], sizeof(float)) != 0)
                 differ = i;
         snprintf(what, sizeof what, "all-reduce %d: both ranks hold the same bits", s + 1);
         if (!done)
-            check(what, 0, "no result to compare");
+            check("nccl", what, 0, "no result to compare");
         else
-            check(what, differ == SUM_FLOATS, "%s %zu", differ == SUM_FLOATS ? "floats alike:" : "they differ first at",
+            check("nccl", what, differ == SUM_FLOATS, "%s %zu", differ == SUM_FLOATS ? "floats alike:" : "they differ first at",
                   differ == SUM_FLOATS ? (size_t)SUM_FLOATS : differ);
     }
-    check("both ranks close cleanly (finalize, no abort)", !warned && r[0].close_s < FAST_S && r[1].close_s < FAST_S,
+    check("nccl", "both ranks close cleanly (finalize, no abort)", !warned && r[0].close_s < FAST_S && r[1].close_s < FAST_S,
           "%s; %.2f s and %.2f s", warned ? "'finalize failed' was logged" : "nothing logged", r[0].close_s,
           r[1].close_s);
     rank_free(&r[0]);
@@ -431,18 +424,15 @@ static void scenario_deadline(void)
 {
     struct rank r[RANKS];
     run_ranks(deadline_rank, STAGE_DEADLINE, (const int[]){ 0, 1 }, r);
-    if (r[0].open_rc || r[1].open_rc) {
-        check("deadline: the group forms", 0, "rank 0: %s; rank 1: %s", outcome(r[0].open_rc, &r[0].open_err),
-              outcome(r[1].open_rc, &r[1].open_err));
+    if (!formed("deadline", r))
         return;
-    }
-    check("deadline: an all-reduce whose peer never calls fails with peer_timeout",
+    check("nccl", "deadline: an all-reduce whose peer never calls fails with peer_timeout",
           r[0].rc[0] == -1 && err_is(&r[0].err[0], "peer_timeout", NULL), "%s", outcome(r[0].rc[0], &r[0].err[0]));
-    check("deadline: it gives up after its 1 s timeout, not much later", r[0].secs[0] >= 0.9 * DEADLINE_S &&
+    check("nccl", "deadline: it gives up after its 1 s timeout, not much later", r[0].secs[0] >= 0.9 * DEADLINE_S &&
           r[0].secs[0] < DEADLINE_S + FAST_S, "%.2f s", r[0].secs[0]);
-    check("deadline: after it the group is unusable", r[0].rc[1] == -1 &&
+    check("nccl", "deadline: after it the group is unusable", r[0].rc[1] == -1 &&
           err_is(&r[0].err[1], "nccl_error", "aborted by an earlier failure"), "%s", outcome(r[0].rc[1], &r[0].err[1]));
-    check("deadline: the silent peer's own all-reduce then fails with peer_io instead of hanging",
+    check("nccl", "deadline: the silent peer's own all-reduce then fails with peer_io instead of hanging",
           r[1].rc[0] == -1 && err_is(&r[1].err[0], "peer_io", NULL) && r[1].secs[0] < FAST_S,
           "after %.2f s: %s", r[1].secs[0], outcome(r[1].rc[0], &r[1].err[0]));
 }
@@ -472,15 +462,12 @@ static void scenario_abort(void)
 {
     struct rank r[RANKS];
     run_ranks(abort_rank, STAGE_ABORT, (const int[]){ 0, 1 }, r);
-    if (r[0].open_rc || r[1].open_rc) {
-        check("abort: the group forms", 0, "rank 0: %s; rank 1: %s", outcome(r[0].open_rc, &r[0].open_err),
-              outcome(r[1].open_rc, &r[1].open_err));
+    if (!formed("abort", r))
         return;
-    }
-    check("abort: an all-reduce of host memory is refused (nccl_error, invalid argument)",
+    check("nccl", "abort: an all-reduce of host memory is refused (nccl_error, invalid argument)",
           r[1].rc[0] == -1 && err_is(&r[1].err[0], "nccl_error", "invalid argument"), "%s",
           outcome(r[1].rc[0], &r[1].err[0]));
-    check("abort: the peer's pending all-reduce fails fast with peer_io", r[0].rc[0] == -1 &&
+    check("nccl", "abort: the peer's pending all-reduce fails fast with peer_io", r[0].rc[0] == -1 &&
           err_is(&r[0].err[0], "peer_io", NULL) && r[0].secs[0] < FAST_S, "after %.2f s of %.0f: %s", r[0].secs[0],
           SLOW_S, outcome(r[0].rc[0], &r[0].err[0]));
 }
@@ -507,12 +494,9 @@ static void scenario_leave(void)
 {
     struct rank r[RANKS];
     run_ranks(leave_rank, STAGE_LEAVE, (const int[]){ 0, 1 }, r);
-    if (r[0].open_rc || r[1].open_rc) {
-        check("leave: the group forms", 0, "rank 0: %s; rank 1: %s", outcome(r[0].open_rc, &r[0].open_err),
-              outcome(r[1].open_rc, &r[1].open_err));
+    if (!formed("leave", r))
         return;
-    }
-    check("leave: a peer that closes mid-way fails the pending all-reduce fast with peer_io",
+    check("nccl", "leave: a peer that closes mid-way fails the pending all-reduce fast with peer_io",
           r[0].rc[0] == -1 && err_is(&r[0].err[0], "peer_io", NULL) && r[0].secs[0] < FAST_S,
           "after %.2f s of %.0f: %s", r[0].secs[0], SLOW_S, outcome(r[0].rc[0], &r[0].err[0]));
 }
@@ -535,16 +519,13 @@ static void scenario_count(void)
 {
     struct rank r[RANKS];
     run_ranks(count_rank, STAGE_COUNT, (const int[]){ 0, 1 }, r);
-    if (r[0].open_rc || r[1].open_rc) {
-        check("counts: the group forms", 0, "rank 0: %s; rank 1: %s", outcome(r[0].open_rc, &r[0].open_err),
-              outcome(r[1].open_rc, &r[1].open_err));
+    if (!formed("counts", r))
         return;
-    }
     for (int k = 0; k < RANKS; k++) {
         char what[128];
         snprintf(what, sizeof what, "counts: rank %d's all-reduce of a count its peer does not share fails "
                  "(nccl_error, invalid usage)", k);
-        check(what, r[k].rc[0] == -1 && err_is(&r[k].err[0], "nccl_error", "invalid usage") &&
+        check("nccl", what, r[k].rc[0] == -1 && err_is(&r[k].err[0], "nccl_error", "invalid usage") &&
               r[k].secs[0] < FAST_S, "after %.2f s: %s", r[k].secs[0], outcome(r[k].rc[0], &r[k].err[0]));
     }
 }
@@ -555,7 +536,7 @@ static void scenario_open(void)
     struct rank alone;
     rank_init(&alone, 1, 1, STAGE_NO_ID, NULL);
     rank_open(&alone, DEADLINE_S);
-    check("open: a rank whose id never appears fails with peer_timeout within its timeout",
+    check("nccl", "open: a rank whose id never appears fails with peer_timeout within its timeout",
           alone.open_rc == -1 && !alone.g && err_is(&alone.open_err, "peer_timeout", NULL) && alone.open_s < FAST_S,
           "after %.2f s of %.0f: %s", alone.open_s, DEADLINE_S, outcome(alone.open_rc, &alone.open_err));
     nccl_group_close(alone.g);
@@ -563,12 +544,12 @@ static void scenario_open(void)
     struct nccl_group *g = (struct nccl_group *)&alone; /* must be overwritten with NULL */
     struct shoal_err err;
     int rc = nccl_group_open(&alone.ctl, job_id, epoch, STAGE_NO_ID, RANKS, RANKS, 0, OPEN_S, &g, &err);
-    check("open: rank 2 of 2 is refused with no group", rc == -1 && !g && err_is(&err, "internal", NULL), "%s",
+    check("nccl", "open: rank 2 of 2 is refused with no group", rc == -1 && !g && err_is(&err, "internal", NULL), "%s",
           outcome(rc, &err));
     g = (struct nccl_group *)&alone;
     double t0 = ctl_now();
     rc = nccl_group_open(&alone.ctl, job_id, epoch, STAGE_NO_ID, 1, RANKS, 7, OPEN_S, &g, &err);
-    check("open: a device the node does not have fails at once with device_error",
+    check("nccl", "open: a device the node does not have fails at once with device_error",
           rc == -1 && !g && err_is(&err, "device_error", NULL) && ctl_now() - t0 < 1.0, "after %.2f s: %s",
           ctl_now() - t0, outcome(rc, &err));
     (void)cudaGetLastError(); /* the refused cudaSetDevice's */
@@ -590,7 +571,7 @@ static void scenario_same_device(void)
     for (int k = 0; k < RANKS; k++) {
         char what[128];
         snprintf(what, sizeof what, "open: rank %d of a group on one device twice is refused with NCCL's reason", k);
-        check(what, r[k].open_rc == -1 && err_is(&r[k].open_err, "nccl_error", "Duplicate GPU detected") &&
+        check("nccl", what, r[k].open_rc == -1 && err_is(&r[k].open_err, "nccl_error", "Duplicate GPU detected") &&
               r[k].open_s < SLOW_S, "after %.2f s: %s", r[k].open_s, outcome(r[k].open_rc, &r[k].open_err));
     }
 }
@@ -639,6 +620,5 @@ int main(int argc, char **argv)
     scenario_count();
     scenario_open();
     scenario_same_device();
-    printf("# %d passed, %d failed\n", n_passed, n_failed);
-    return n_failed ? 1 : 0;
+    return check_summary();
 }
