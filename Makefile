@@ -48,7 +48,9 @@ NVCCFLAGS := -std=c++17 -O3 -g -arch=$(CUDA_ARCH) -Xcompiler=-Wall,-Wextra,-Werr
 KERNELS_CFLAGS := -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-openmp
 KERNELS_LIBS   := -lopenblas -fopenmp -lm
 KERNELS_SRC := kernels/stage.c kernels/layout.c kernels/checkpoint.c \
-               kernels/cpu_layers.c kernels/cpu_stage.c
+               kernels/cpu_layers.c kernels/cpu_stage.c \
+               kernels/model_io.c kernels/gpt2_llmc.c kernels/gpt2_safetensors.c \
+               kernels/gpt2_config.c kernels/json_scan.c
 KERNELS_OBJ := $(KERNELS_SRC:%.c=$(BUILD)/%.o)
 ifeq ($(CUDA),1)
 KERNELS_OBJ += $(patsubst %.cu,$(BUILD)/%.o,$(wildcard kernels/cuda_*.cu))
@@ -264,11 +266,12 @@ CFLAGS  += -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=und
 LDFLAGS += -fsanitize=fuzzer,address,undefined
 endif
 # What each target links besides common/; one not listed links what the unit tests do.
-FUZZ_OWN_LINK := fuzz_bodies fuzz_sched_files fuzz_checkpoint fuzz_dataset fuzz_peer
+FUZZ_OWN_LINK := fuzz_bodies fuzz_sched_files fuzz_checkpoint fuzz_dataset fuzz_peer fuzz_tokenizer
 $(BUILD)/bin/fuzz_bodies: $(BUILD)/server/bodies.o $(BUILD)/server/jobspec.o $(SCHED_OBJ)
 $(BUILD)/bin/fuzz_sched_files: $(BUILD)/server/jobspec.o $(SCHED_OBJ)
 $(BUILD)/bin/fuzz_checkpoint: $(KERNELS_OBJ)
 $(BUILD)/bin/fuzz_dataset: $(BUILD)/agent/data.o
+$(BUILD)/bin/fuzz_tokenizer: $(BUILD)/agent/tokenizer.o
 $(BUILD)/bin/fuzz_peer: $(filter $(BUILD)/agent/peer%,$(AGENT_OBJ))
 $(patsubst %,$(BUILD)/bin/%,$(filter-out $(FUZZ_OWN_LINK),$(FUZZ_NAMES))): $(SERVER_OBJ) $(AGENT_OBJ) $(KERNELS_OBJ)
 

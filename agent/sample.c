@@ -13,6 +13,7 @@
 #include "../common/opts.h"
 #include "../kernels/kernels.h"
 #include "control.h"
+#include "tokenizer.h"
 
 #define SAMPLE_CALL_S 30          /* s for one JSON call */
 #define SAMPLE_FILE_DEADLINE_S 300 /* s to fetch one stage file, retries included */
@@ -26,6 +27,8 @@ struct sample_config {
     long job;
     long step;                    /* 0: the newest complete checkpoint */
     char prompt[4096];
+    char prompt_tokens[32768];    /* "15496,11,995": ids, checked against the model's vocab */
+    char tokenizer[PATH_MAX];     /* llm.c tokenizer file; llmc jobs print text through it */
     long tokens;                  /* to generate */
     char temperature[32];         /* text: strtod'ed and checked */
     long seed;
@@ -45,7 +48,14 @@ static const struct opt sample_opts[] = {
     { "--step", "SHOAL_SAMPLE_STEP", L(step, 0, LONG_MAX), "0",
       "the checkpoint's step; 0: the newest complete one" },
     { "--prompt", "SHOAL_SAMPLE_PROMPT", S(prompt), "",
-      "text the sample continues; empty: it starts after a newline (token jobs: ignored, they start at token 0)" },
+      "text the sample continues (byte-level \"text\" jobs); empty: it starts after a newline.  Refused for "
+      "\"llmc\" jobs: shoal decodes GPT-2 tokens but cannot encode text into them, use --prompt-tokens" },
+    { "--prompt-tokens", "SHOAL_SAMPLE_PROMPT_TOKENS", S(prompt_tokens), "",
+      "token ids the sample continues, comma-separated (15496,11,995), each below the model's vocab_size; "
+      "empty: \"llmc\" jobs start at token 0 (llm.c starts at <|endoftext|>: pass 50256)" },
+    { "--tokenizer", "SHOAL_SAMPLE_TOKENIZER", S(tokenizer), "",
+      "llm.c tokenizer file (gpt2_tokenizer.bin) to print an \"llmc\" job's tokens as text; empty: they print as "
+      "ids.  Ids past its vocabulary (a padded model's rows) print as <|id|>" },
     { "--tokens", "SHOAL_SAMPLE_TOKENS", L(tokens, 1, 100000), "200", "tokens to generate" },
     { "--temperature", "SHOAL_SAMPLE_TEMPERATURE", S(temperature), "0.8",
       "divides the logits; lower is more predictable, 0 takes the likeliest token" },
@@ -282,26 +292,93 @@ static int forward(struct sampler *sm, struct shoal_err *err)
     return 0;
 }
 
-/* Byte-level text is printed as it is, but for control characters other
- * than newline and tab, which could drive the terminal. */
-static void emit(FILE *out, const char *format, int32_t token)
+/* The prompt as token ids (--prompt-tokens). */
+struct prompt_ids {
+    int32_t *id;
+    size_t n;
+};
+
+/* Parses --prompt-tokens: decimal ids separated by commas, spaces around
+ * them allowed; empty text gives none.  On success *p holds them (free
+ * p->id); the range is checked once the model's vocabulary is known. */
+static int prompt_parse(const char *text, struct prompt_ids *p, struct shoal_err *err)
 {
-    if (strcmp(format, "text") != 0)
+    const char *at = text;
+    size_t cap = 1;
+    p->id = NULL;
+    p->n = 0;
+    while (*at == ' ')
+        at++;
+    if (!*at)
+        return 0;
+    for (const char *c = at; *c; c++)
+        cap += *c == ',';
+    if (!(p->id = malloc(cap * sizeof *p->id)))
+        return err_set(err, 1, "internal", NULL, "out of memory for %zu prompt tokens", cap);
+    for (;;) {
+        char *end;
+        errno = 0;
+        long v = strtol(at, &end, 10);
+        if (end == at || errno || v < 0 || v > INT32_MAX)
+            break;
+        p->id[p->n++] = (int32_t)v;
+        for (at = end; *at == ' '; at++)
+            ;
+        if (!*at)
+            return 0;
+        if (*at != ',')
+            break;
+        at++;
+    }
+    err_set(err, 2, "invalid_config", "--prompt-tokens", "--prompt-tokens must be token ids from 0 to %d separated "
+            "by commas (15496,11,995); '%.40s' is not, at character %td", INT32_MAX, text, at - text + 1);
+    free(p->id);
+    p->id = NULL;
+    p->n = 0;
+    return -1;
+}
+
+/* One byte the model wrote, as it is, but for control characters other
+ * than newline and tab, which could drive the terminal: those print as '?'. */
+static void put_byte(FILE *out, unsigned char c)
+{
+    fputc(c == '\n' || c == '\t' || (c >= 32 && c != 127) ? c : '?', out);
+}
+
+/* Byte-level jobs print the byte.  Token jobs print the token's bytes
+ * through the tokenizer (a character split over two tokens comes out
+ * whole, byte after byte), "<|id|>" for an id past its vocabulary, or,
+ * without a tokenizer, the id and a space. */
+static void emit(FILE *out, const char *format, const struct tokenizer *tok, int32_t token)
+{
+    if (strcmp(format, "text") == 0) {
+        put_byte(out, (unsigned char)token);
+    } else if (!tok) {
         fprintf(out, "%d ", token);
-    else if (token == '\n' || token == '\t' || (token >= 32 && token != 127))
-        fputc(token, out);
-    else
-        fputc('?', out);
+    } else {
+        size_t n;
+        const unsigned char *b = tokenizer_decode(tok, token, &n);
+        if (!b)
+            fprintf(out, "<|%d|>", token);
+        for (size_t i = 0; i < n; i++)
+            put_byte(out, b[i]);
+    }
     fflush(out);
 }
 
-static int generate(struct sampler *sm, const struct sample_config *cfg, const char *format, FILE *out,
-                    struct shoal_err *err)
+/* Fills the window with the prompt (printed as the sample's start), then
+ * draws cfg->tokens tokens. */
+static int generate(struct sampler *sm, const struct sample_config *cfg, const char *format,
+                    const struct prompt_ids *prompt, const struct tokenizer *tok, FILE *out, struct shoal_err *err)
 {
-    if (strcmp(format, "text") == 0) {
+    if (strcmp(format, "text") == 0 && cfg->prompt[0]) {
         for (const unsigned char *p = (const unsigned char *)cfg->prompt; *p; p++)
             window_push(sm, (int32_t)(*p % sm->model.vocab));
         fputs(cfg->prompt, out);
+    }
+    for (size_t i = 0; i < prompt->n; i++) {
+        window_push(sm, prompt->id[i]);
+        emit(out, format, tok, prompt->id[i]);
     }
     if (sm->filled == 0)
         window_push(sm, strcmp(format, "text") == 0 ? '\n' : 0);
@@ -309,10 +386,45 @@ static int generate(struct sampler *sm, const struct sample_config *cfg, const c
         if (forward(sm, err) != 0)
             return -1;
         int32_t token = draw(sm);
-        emit(out, format, token);
+        emit(out, format, tok, token);
         window_push(sm, token);
     }
     fputc('\n', out);
+    return 0;
+}
+
+/* What the job's data format allows of --prompt and --tokenizer. */
+static int check_format(const struct sample_config *cfg, const char *format, struct shoal_err *err)
+{
+    if (strcmp(format, "text") == 0 && cfg->tokenizer[0])
+        return err_set(err, 2, "invalid_config", "--tokenizer", "job %ld is byte-level (data.format \"text\"): its "
+                       "tokens are bytes and print as text without a tokenizer; drop --tokenizer", cfg->job);
+    if (strcmp(format, "text") != 0 && cfg->prompt[0])
+        return err_set(err, 2, "invalid_config", "--prompt", "job %ld trains on token shards (data.format \"%s\"): "
+                       "shoal decodes their GPT-2 tokens (--tokenizer) but cannot encode --prompt's text into "
+                       "them; pass the prompt's ids with --prompt-tokens (GPT-2's encoding, e.g. tiktoken's)",
+                       cfg->job, format);
+    return 0;
+}
+
+/* The prompt's ids against the model's vocabulary, and a word on stderr
+ * about how the tokens will print. */
+static int check_tokens(const struct sample_config *cfg, const char *format, const struct sampler *sm,
+                        const struct prompt_ids *prompt, const struct tokenizer *tok, struct shoal_err *err)
+{
+    for (size_t i = 0; i < prompt->n; i++)
+        if (prompt->id[i] >= sm->model.vocab)
+            return err_set(err, 2, "invalid_config", "--prompt-tokens", "--prompt-tokens: id %d (number %zu) is "
+                           "outside the model's vocabulary of %d tokens", prompt->id[i], i + 1, sm->model.vocab);
+    if (strcmp(format, "text") == 0)
+        return 0;
+    if (!tok)
+        fprintf(stderr, "shoal-agent sample: job %ld's tokens print as ids; pass --tokenizer gpt2_tokenizer.bin "
+                "(llm.c's tokenizer file) to print them as text\n", cfg->job);
+    else if ((int64_t)tok->vocab < sm->model.vocab)
+        fprintf(stderr, "shoal-agent sample: the tokenizer holds %u tokens, the model %d: ids %u to %d (padding "
+                "rows, if the tokenizer is the job's) print as <|id|>\n", tok->vocab, sm->model.vocab, tok->vocab,
+                sm->model.vocab - 1);
     return 0;
 }
 
@@ -320,6 +432,8 @@ static int sample_run(const struct sample_config *cfg, FILE *out, struct shoal_e
 {
     struct ctl c = { .stop = NULL };
     struct sampler sm = { .stages = 0 };
+    struct prompt_ids prompt = { NULL, 0 };
+    struct tokenizer tok = { 0 };
     char format[16];
     int64_t step = 0;
     int stages = 0, rc = -1;
@@ -331,24 +445,41 @@ static int sample_run(const struct sample_config *cfg, FILE *out, struct shoal_e
                        "got '%s'", cfg->temperature);
     if (cfg->job <= 0)
         return err_set(err, 2, "invalid_config", "--job", "--job is required: the id of the job to sample");
+    if (cfg->prompt[0] && cfg->prompt_tokens[0])
+        return err_set(err, 2, "invalid_config", "--prompt-tokens", "--prompt and --prompt-tokens are two ways to "
+                       "give the prompt: pass one");
     if (ctl_token_load(cfg->admin_token, cfg->admin_token_file, "sampling needs the admin token: pass "
                        "--admin-token or --admin-token-file (the server's <data-dir>/admin.token)", c.token, err) != 0)
-        return err_set(err, 2, err->code, "--admin-token", "%s", err->message);
+    {
+        struct shoal_err why = *err;   /* err_set must not read what it writes */
+        return err_set(err, 2, why.code, "--admin-token", "%s", why.message);
+    }
     snprintf(c.url, sizeof c.url, "%s", cfg->server_url);
     snprintf(c.ca_file, sizeof c.ca_file, "%s", cfg->ca_file);
     size_t n = strlen(c.url);
     while (n > 0 && c.url[n - 1] == '/')
         c.url[--n] = '\0';
     sm.rng = splitmix64((uint64_t)cfg->seed);
-    if (find_checkpoint(&c, cfg, &step, &stages, format, err) != 0 ||
+    if (prompt_parse(cfg->prompt_tokens, &prompt, err) != 0)
+        goto out;
+    if (cfg->tokenizer[0] && tokenizer_open(cfg->tokenizer, &tok, err) != 0) {
+        if (err->status == 422)   /* a bad file is a bad option */
+            err->status = 2;
+        goto out;
+    }
+    if (find_checkpoint(&c, cfg, &step, &stages, format, err) != 0 || check_format(cfg, format, err) != 0 ||
         sampler_open(&c, cfg, step, stages, &sm, err) != 0)
         goto out;
     fprintf(stderr, "shoal-agent sample: job %ld, checkpoint step %lld, %d stage(s), %d layers, d_model %d, "
             "context %d, temperature %g\n", cfg->job, (long long)step, stages, sm.model.layers, sm.model.d_model,
             sm.model.context, sm.temperature);
-    rc = generate(&sm, cfg, format, out, err);
+    if (check_tokens(cfg, format, &sm, &prompt, cfg->tokenizer[0] ? &tok : NULL, err) != 0)
+        goto out;
+    rc = generate(&sm, cfg, format, &prompt, cfg->tokenizer[0] ? &tok : NULL, out, err);
 out:
     sampler_free(&sm);
+    free(prompt.id);
+    tokenizer_free(&tok);
     return rc;
 }
 
@@ -362,7 +493,10 @@ int sample_main(int argc, char **argv, int first, FILE *out)
         fprintf(out, "usage: shoal-agent sample --job ID [options]\n\n"
                      "Prints text generated by a job's model from its newest complete checkpoint\n"
                      "(or --step), on the cpu.  Every option can also be set by its environment\n"
-                     "variable; flags win.\n\n");
+                     "variable; flags win.\n\n"
+                     "Jobs on llm.c token shards (data.format \"llmc\") print token ids unless\n"
+                     "--tokenizer names llm.c's gpt2_tokenizer.bin; their prompt is ids\n"
+                     "(--prompt-tokens): shoal decodes GPT-2 tokens but does not encode text.\n\n");
         opts_usage(sample_opts, N_SAMPLE_OPTS, out);
         return 0;
     }

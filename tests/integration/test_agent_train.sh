@@ -2,7 +2,8 @@
 # test_agent_train.sh - real agents on loopback train real jobs: register,
 # measure links, schedule, train 2x2 to success; the same global batch on
 # other layouts gives the same losses; a restart from a checkpoint continues
-# the run exactly; text sampled from a checkpoint; a failing checkpoint
+# the run exactly; text sampled from a checkpoint, and an llm.c-shard job's
+# tokens decoded through a tokenizer file; a failing checkpoint
 # store shows in the job and heals; an agent killed mid-step fails the job
 # with its reason.
 set -u
@@ -127,6 +128,69 @@ sample "$WORK/sx" --job 987654
 check "sample: an unknown job fails and says so" "$SAMPLE_RC $(grep -c 'job 987654' "$WORK/sx.err")" "1 1"
 "$SHOAL_AGENT" sample --server "$S" --admin-token nope --job "$MAIN" >/dev/null 2>"$WORK/sx.err"
 check "sample: a wrong admin token is refused" "$? $(grep -ci 'token' "$WORK/sx.err")" "1 1"
+sample "$WORK/sp" --job "$MAIN" --prompt-tokens 84,104,101,32 --tokens 40 --temperature 0
+check "sample: --prompt-tokens 84,104,101,32 on a text job writes what --prompt 'The ' does" \
+    "$SAMPLE_RC $(cmp -s "$WORK/s2x2" "$WORK/sp" && echo same)" "0 same"
+sample "$WORK/sx" --job "$MAIN" --prompt "The " --prompt-tokens 84
+check "sample: --prompt and --prompt-tokens together are refused" \
+    "$SAMPLE_RC $(grep -c 'pass one' "$WORK/sx.err")" "2 1"
+
+# ---- an llm.c-shard job: sampled as ids, then through a tokenizer file in
+# llm.c's format written here, as text.  The shard is the corpus's bytes
+# folded into 64 tokens; the tokenizer knows 60 of them (60-63 stand for a
+# model's padding rows): 0 and 1 are the two halves of "é", the others "·N".
+cat > "$WORK/llmc.py" <<'EOF'
+import struct, sys
+KNOWN = 60
+def piece(i):
+    return b"\xc3" if i == 0 else b"\xa9" if i == 1 else ("\u00b7%d" % i).encode()
+if sys.argv[1] == "files":   # files CORPUS SHARD TOKENIZER
+    ids = [b & 63 for b in open(sys.argv[2], "rb").read()[:100000]]
+    with open(sys.argv[3], "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, len(ids), *[0] * 253))
+        f.write(struct.pack("<%dH" % len(ids), *ids))
+    with open(sys.argv[4], "wb") as f:
+        f.write(struct.pack("<256I", 20240328, 2, KNOWN, KNOWN - 1, *[0] * 252))
+        for i in range(KNOWN):
+            f.write(bytes([len(piece(i))]) + piece(i))
+else:                        # decode IDS_FILE: the text of the ids `sample` printed
+    ids = [int(t) for t in open(sys.argv[2]).read().split()]
+    sys.stdout.buffer.write(b"".join(piece(i) if i < KNOWN else b"<|%d|>" % i for i in ids) + b"\n")
+EOF
+python3 "$WORK/llmc.py" files "$CORPUS" "$WORK/shard.bin" "$WORK/tokenizer.bin"
+run_job "an llmc-shard job (a 64-token vocabulary)" \
+    "$(printf '{"name":"llmc","model":{"vocab_size":64,"context_length":32,"d_model":32,"heads":2,"layers":2},
+        "parallelism":{"stages":1,"replicas":1,"micro_batches":2,"micro_batch_size":2,"schedule":"1f1b"},
+        "training":{"steps":10,"learning_rate":0.003,"warmup_steps":3,"seed":7},
+        "data":{"path":"%s","format":"llmc"},"checkpoint_interval":10}' "$WORK/shard.bin")"
+LLMC=$J
+sample "$WORK/ids" --job "$LLMC" --prompt-tokens 0,1,63 --tokens 40 --seed 3
+check "sample: an llmc job prints the prompt's and 40 drawn token ids, and says to pass --tokenizer for text" \
+    "$SAMPLE_RC $(awk '{ print NF, $1, $2, $3 }' "$WORK/ids") $(grep -c 'pass --tokenizer' "$WORK/ids.err")" \
+    "0 43 0 1 63 1"
+sample "$WORK/text" --job "$LLMC" --prompt-tokens 0,1,63 --tokens 40 --seed 3 --tokenizer "$WORK/tokenizer.bin"
+check "sample --tokenizer: the same ids decoded, byte for byte" \
+    "$SAMPLE_RC $(python3 "$WORK/llmc.py" decode "$WORK/ids" | cmp -s - "$WORK/text" && echo same)" "0 same"
+check "sample --tokenizer: the prompt's tokens 0 and 1 make 'é', 63 (past the tokenizer) '<|63|>'" \
+    "$(head -c 8 "$WORK/text")" "é<|63|>"
+check "sample --tokenizer: it says which ids print as <|id|>" \
+    "$(grep -c 'holds 60 tokens, the model 64: ids 60 to 63' "$WORK/text.err")" 1
+sample "$WORK/sx" --job "$LLMC" --prompt "The "
+check "sample: a text prompt for an llmc job is refused (shoal decodes GPT-2 tokens, it does not encode them)" \
+    "$SAMPLE_RC $(grep -c 'cannot encode --prompt.*--prompt-tokens' "$WORK/sx.err")" "2 1"
+sample "$WORK/sx" --job "$LLMC" --prompt-tokens 5,64
+check "sample: a prompt id outside the model's vocabulary is refused" \
+    "$SAMPLE_RC $(grep -c 'id 64 (number 2) is outside the model.s vocabulary of 64' "$WORK/sx.err")" "2 1"
+sample "$WORK/sx" --job "$LLMC" --prompt-tokens "5,,6"
+check "sample: --prompt-tokens that are not ids are refused" \
+    "$SAMPLE_RC $(grep -c 'must be token ids' "$WORK/sx.err")" "2 1"
+head -c -2 "$WORK/tokenizer.bin" > "$WORK/tokenizer-cut.bin"
+sample "$WORK/sx" --job "$LLMC" --tokenizer "$WORK/tokenizer-cut.bin"
+check "sample: a truncated tokenizer file is refused, naming it and the token cut" \
+    "$SAMPLE_RC $(grep -c "tokenizer '$WORK/tokenizer-cut.bin': the file ends inside token 59" "$WORK/sx.err")" "2 1"
+sample "$WORK/sx" --job "$MAIN" --tokenizer "$WORK/tokenizer.bin"
+check "sample: --tokenizer for a byte-level job is refused" \
+    "$SAMPLE_RC $(grep -c 'byte-level.*drop --tokenizer' "$WORK/sx.err")" "2 1"
 
 # ---- garbage on a peer port: dropped and logged, the agent goes on (a
 # wrong secret, CRC, job, epoch, step or shape is tested in test_peer)
