@@ -266,10 +266,13 @@ CFLAGS  += -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=und
 LDFLAGS += -fsanitize=fuzzer,address,undefined
 endif
 # What each target links besides common/; one not listed links what the unit tests do.
-FUZZ_OWN_LINK := fuzz_bodies fuzz_sched_files fuzz_checkpoint fuzz_dataset fuzz_peer fuzz_tokenizer
+FUZZ_OWN_LINK := fuzz_bodies fuzz_sched_files fuzz_checkpoint fuzz_dataset fuzz_peer fuzz_tokenizer \
+                 fuzz_gpt2_llmc fuzz_safetensors
 $(BUILD)/bin/fuzz_bodies: $(BUILD)/server/bodies.o $(BUILD)/server/jobspec.o $(SCHED_OBJ)
 $(BUILD)/bin/fuzz_sched_files: $(BUILD)/server/jobspec.o $(SCHED_OBJ)
 $(BUILD)/bin/fuzz_checkpoint: $(KERNELS_OBJ)
+$(BUILD)/bin/fuzz_gpt2_llmc: $(KERNELS_OBJ)
+$(BUILD)/bin/fuzz_safetensors: $(KERNELS_OBJ)
 $(BUILD)/bin/fuzz_dataset: $(BUILD)/agent/data.o
 $(BUILD)/bin/fuzz_tokenizer: $(BUILD)/agent/tokenizer.o
 $(BUILD)/bin/fuzz_peer: $(filter $(BUILD)/agent/peer%,$(AGENT_OBJ))

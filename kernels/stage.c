@@ -1,6 +1,7 @@
 /* stage.c - the backend-neutral half of a stage: validation, device choice,
  * micro-batch slots, and the calls into the backend's operations table. */
 #include "stage.h"
+#include "model_io.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -55,7 +56,7 @@ int kern_device_describe(const struct kern_device *dev, char *name, size_t name_
     return kern_cuda_describe(dev->index, name, name_len, memory_bytes, err);
 }
 
-static int check_model(const struct kern_model *m, struct kern_err *err)
+int kern_model_check(const struct kern_model *m, struct kern_err *err)
 {
     if (m->vocab < 1 || m->context < 1 || m->d_model < 1 || m->heads < 1 || m->layers < 1)
         return kern_fail(err, "model: vocab, context, d_model, heads and layers must be >= 1");
@@ -103,7 +104,7 @@ int kern_stage_new(const struct kern_device *dev, const struct kern_model *model
     int rc = -1;
 
     *out = NULL;
-    if (check_model(model, err) || check_spec(model, spec, err))
+    if (kern_model_check(model, err) || check_spec(model, spec, err))
         goto out;
     if (dev->kind == KERN_CUDA && !kern_cuda_ops) {
         kern_fail(err, "this build has no CUDA backend");

@@ -1,0 +1,137 @@
+/* model_io.h - GPT-2 weights in and out of shoal: a whole model's parameters
+ * in one flat fp32 buffer, split into (and joined from) the buffers of any
+ * layer split, read from and written to the two formats people hold GPT-2
+ * weights in:
+ *
+ *   - llm.c's checkpoint (gpt2_124M.bin and its family: train_gpt2.py's
+ *     write_model), versions 3 (fp32) and 5 (bf16); tied embedding and head;
+ *   - Hugging Face safetensors (model.safetensors of GPT2LMHeadModel or
+ *     GPT2Model, F32, F16 or BF16), with the config.json beside it.
+ *
+ * The whole-model buffer is the flat parameter buffer of a stage that holds
+ * layers [0, L), first and last (kernels.h, layout.c): wte (V,C), wpe
+ * (context,C), the L blocks, lnfw (C), lnfb (C), head (V,C).  Matrices are
+ * stored (out, in), as PyTorch's nn.Linear and llm.c hold them.
+ *
+ * Readers take the whole file from memory, or from a seekable FILE*, check
+ * everything before they allocate what it says (sizes are bounded by the
+ * file's length and KERN_MODEL_MAX_PARAMS), and refuse NaN and infinite
+ * weights.  On success *params is a malloc'd whole-model buffer the caller
+ * frees; on error they return -1 with a sentence in err->msg and leave
+ * *model and *params as they were (a FILE*'s position is then unspecified).
+ * Writers check everything before their first byte: when they refuse,
+ * nothing is written; when a write fails halfway the caller removes the
+ * partial file.  Nothing here depends on the rest of shoal.
+ */
+#ifndef SHOAL_KERNELS_MODEL_IO_H
+#define SHOAL_KERNELS_MODEL_IO_H
+
+#include "kernels.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* The largest whole model the readers accept: 2^35 parameters (128 GiB of
+ * fp32), so that no header can ask for more memory than that. */
+#define KERN_MODEL_MAX_PARAMS ((uint64_t)1 << 35)
+/* ... and at most this many blocks (GPT-3 has 96). */
+#define KERN_MODEL_MAX_LAYERS 4096
+
+/* Checks a model as kern_stage_new does: every field >= 1, d_model a
+ * multiple of heads, vocab x d_model and context x d_model within int. */
+int kern_model_check(const struct kern_model *m, struct kern_err *err);
+
+/* Floats of the whole-model buffer; 0 when the model fails kern_model_check
+ * or is over KERN_MODEL_MAX_PARAMS or KERN_MODEL_MAX_LAYERS. */
+size_t kern_model_param_count(const struct kern_model *m);
+
+/* Floats of the buffer of the stage holding spec's layers [layer_start,
+ * layer_end) (only those and first/last are read; they must agree as
+ * kern_stage_new wants); 0 when the model or range is not valid.  Equals
+ * kern_stage_param_count of a stage built from the same model and spec. */
+size_t kern_model_stage_param_count(const struct kern_model *m, const struct kern_stage_spec *spec);
+
+/* Copies the tensors of the stage that spec describes out of the whole
+ * model into `stage` (kern_model_stage_param_count floats), ready for
+ * kern_stage_write(KERN_PARAMS).  Fails, writing nothing, on a bad model or
+ * range. */
+int kern_model_split(const struct kern_model *m, const float *whole,
+                     const struct kern_stage_spec *spec, float *stage, struct kern_err *err);
+
+/* The reverse: fills `whole` (kern_model_param_count floats) from n stage
+ * buffers laid out as specs[i] says (e.g. kern_stage_read of each stage of
+ * one replica).  Each tensor comes from the first stage that holds it.
+ * Fails, writing nothing, when a tensor is held by none or a spec is bad. */
+int kern_model_join(const struct kern_model *m, const struct kern_stage_spec *specs,
+                    const float *const *stages, int n, float *whole, struct kern_err *err);
+
+/* 1 when the whole model's head equals its wte bit for bit (a tied head, as
+ * GPT-2 has and llm.c's format requires), else 0. */
+int kern_model_head_tied(const struct kern_model *m, const float *whole);
+
+/* ---- llm.c checkpoints ------------------------------------------------ */
+
+#define KERN_LLMC_MAGIC 20240326
+#define KERN_LLMC_HEADER_BYTES 1024 /* 256 int32 */
+
+/* Reads an llm.c checkpoint: header (magic, version 3 fp32 or 5 bf16,
+ * context, V, L, NH, C, padded V) and the parameters in llm.c's order.
+ * shoal's wte and head both get wte's first V rows (the padded rows are
+ * dropped, whatever they hold).  The file must be exactly the header and
+ * the parameters it says. */
+int kern_llmc_read(const void *data, size_t size, struct kern_model *model, float **params,
+                   struct kern_err *err);
+int kern_llmc_read_file(FILE *f, struct kern_model *model, float **params, struct kern_err *err);
+
+/* Writes the whole model as an llm.c version 3 (fp32) checkpoint, the
+ * vocabulary padded to a multiple of 128 with zero rows as llm.c pads it.
+ * Refuses, writing nothing, a model whose head is not tied to wte
+ * (kern_model_head_tied): the format holds one matrix for both. */
+int kern_llmc_write(FILE *f, const struct kern_model *m, const float *params,
+                    struct kern_err *err);
+
+/* ---- Hugging Face safetensors and config.json ------------------------- */
+
+/* The longest JSON header a safetensors reader accepts (bytes), as the
+ * safetensors library itself caps it. */
+#define KERN_SAFETENSORS_HEADER_MAX (100u << 20)
+
+/* Reads GPT-2 weights from a safetensors file: names with or without the
+ * "transformer." prefix, Conv1D weights (in, out) transposed to shoal's
+ * (out, in), F32, F16 or BF16; lm_head.weight when present, else the head
+ * is tied to wte; the attention mask buffers (h.N.attn.bias,
+ * h.N.attn.masked_bias) are skipped.  V, context, C and L come from the
+ * tensors; the file does not say the number of heads, which `heads` gives
+ * (config.json's n_head: kern_gpt2_config_read).  Every tensor of the model
+ * must be there once, in the shape the model makes, and the tensors must
+ * cover the data exactly, without overlap or gap; any other name is
+ * refused. */
+int kern_safetensors_read(const void *data, size_t size, int heads, struct kern_model *model,
+                          float **params, struct kern_err *err);
+int kern_safetensors_read_file(FILE *f, int heads, struct kern_model *model, float **params,
+                               struct kern_err *err);
+
+/* Writes the whole model as GPT2LMHeadModel's save_pretrained writes it:
+ * "transformer."-prefixed names, F32, Conv1D weights transposed back to
+ * (in, out), metadata {"format":"pt"}, the header padded with spaces to a
+ * multiple of 8 bytes, tensors in shoal's order.  lm_head.weight is written
+ * only when the head is not tied (kern_model_head_tied). */
+int kern_safetensors_write(FILE *f, const struct kern_model *m, const float *params,
+                           struct kern_err *err);
+
+/* Reads vocab_size, n_positions, n_embd, n_head and n_layer from the text of
+ * a Hugging Face GPT-2 config.json (all required), and refuses a config of
+ * another model: model_type other than "gpt2", an activation other than the
+ * tanh GELU, n_inner other than 4 n_embd, layer_norm_epsilon other than
+ * 1e-5.  Fills *model only on success. */
+int kern_gpt2_config_read(const char *text, size_t len, struct kern_model *model,
+                          struct kern_err *err);
+
+/* Writes the config.json that goes with kern_safetensors_write's file:
+ * GPT2LMHeadModel, gelu_new, layer_norm_epsilon 1e-5, the model's sizes and
+ * tie_word_embeddings (kern_model_head_tied). */
+int kern_gpt2_config_write(FILE *f, const struct kern_model *m, const float *params,
+                           struct kern_err *err);
+
+#endif
