@@ -27,6 +27,7 @@ struct nccl_group {
     cudaStream_t stream;    /* the all-reduce runs here, apart from the kernels' stream */
     int device;             /* CUDA device index */
     int rank, size;
+    const atomic_int *stop; /* the ctl's at open: an all-reduce gives up when it is set */
 };
 
 int nccl_built(void)
@@ -214,6 +215,7 @@ int nccl_group_open(const struct ctl *ctl, int64_t job_id, uint32_t epoch, int s
     g->device = device_index;
     g->rank = rank;
     g->size = size;
+    g->stop = ctl->stop;
     /* The device first: a wrong index should fail before anyone waits on us. */
     if ((e = cudaSetDevice(device_index)) != cudaSuccess) {
         cuda_failed(e, "cudaSetDevice", err);
@@ -271,7 +273,7 @@ int nccl_allreduce_sum(struct nccl_group *g, float *device_data, size_t n, doubl
         nccl_failed(g->comm, r, "ncclAllReduce", err);
         goto out;
     }
-    if (nccl_wait(g->comm, g->stream, deadline, NULL, "all-reduce", err) != 0)
+    if (nccl_wait(g->comm, g->stream, deadline, g->stop, "all-reduce", err) != 0)
         goto out;
     rc = 0;
 out:

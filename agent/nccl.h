@@ -30,7 +30,7 @@ int nccl_built(void);
 /* Joins the data-parallel group of `stage` in plan epoch `epoch` of job
  * `job_id` as `rank` of `size` (rank = replica).  Rank 0 creates the
  * unique id and PUTs it; the others poll GET every NCCL_POLL_S seconds
- * until it appears.  Then ncclCommInitRank on CUDA device `device_index`,
+ * until it appears.  Then ncclCommInitRankConfig on CUDA device `device_index`,
  * which waits for every rank.  The whole call takes at most about
  * timeout_s seconds (s).  On success *out is a new group (free with
  * nccl_group_close) and 0 is returned; else -1 with err set ("peer_timeout"
@@ -42,9 +42,11 @@ int nccl_group_open(const struct ctl *ctl, int64_t job_id, uint32_t epoch, int s
 /* Replaces device_data[0..n) (device memory on the group's device: the
  * stage's gradient buffer, complete when called) by its sum over the
  * group's ranks, on the group's own stream, and waits for it at most
- * timeout_s seconds (s).  Returns 0 once the sum is in place.  On timeout
- * the communicator is aborted (err "peer_timeout"); on that or any other
- * error -1 is returned, device_data is unspecified and the group is
+ * timeout_s seconds (s), or until the stop flag of the ctl the group was
+ * opened with is set (err 503 "stopped": an agent that is shutting down
+ * does not wait out its peers).  Returns 0 once the sum is in place.  On
+ * timeout the communicator is aborted (err "peer_timeout"); on that or any
+ * other error -1 is returned, device_data is unspecified and the group is
  * unusable: close it. */
 int nccl_allreduce_sum(struct nccl_group *g, float *device_data, size_t n, double timeout_s,
                        struct shoal_err *err);

@@ -14,6 +14,7 @@
  * when every check passed, 1 when one failed, 2 on bad usage. */
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,6 +36,7 @@ enum {
     STAGE_COUNT,        /* the ranks pass different counts */
     STAGE_NO_ID,        /* rank 1 alone: replica 0 never puts the id */
     STAGE_SAME_DEVICE,  /* both ranks on device 0 */
+    STAGE_STOP,         /* rank 0's agent stops while its all-reduce waits */
     SCENARIO_STAGES
 };
 
@@ -472,6 +474,43 @@ static void scenario_abort(void)
           SLOW_S, outcome(r[0].rc[0], &r[0].err[0]));
 }
 
+/* Rank 0's stop flag (its agent shutting down), set by rank 1 in scenario_stop. */
+static atomic_int stop_rank0;
+
+/* Rank 0 all-reduces; rank 1, silent, sets rank 0's stop flag. */
+static void *stop_rank(void *arg)
+{
+    struct rank *r = arg;
+    float *dev = NULL;
+    if (r->rank == 0)
+        r->ctl.stop = &stop_rank0; /* the group keeps the ctl's flag from its open */
+    rank_open(r, OPEN_S);
+    if (r->g)
+        dev = device_values(0, r->rank, SUM_FLOATS);
+    pthread_barrier_wait(r->barrier);
+    if (r->rank == 0 && dev)
+        rank_allreduce(r, 0, dev, SUM_FLOATS, SLOW_S, 0);
+    if (r->rank == 1) {
+        sleep_s(SETTLE_S);
+        atomic_store(&stop_rank0, 1);
+    }
+    pthread_barrier_wait(r->barrier); /* rank 0 has returned */
+    cudaFree(dev);
+    rank_close(r);
+    return NULL;
+}
+
+static void scenario_stop(void)
+{
+    struct rank r[RANKS];
+    run_ranks(stop_rank, STAGE_STOP, (const int[]){ 0, 1 }, r);
+    if (!formed("stop", r))
+        return;
+    check("nccl", "stop: an all-reduce gives up when its agent stops (stopped), not at its timeout",
+          r[0].rc[0] == -1 && err_is(&r[0].err[0], "stopped", NULL) && r[0].secs[0] < FAST_S,
+          "after %.2f s of %.0f: %s", r[0].secs[0], SLOW_S, outcome(r[0].rc[0], &r[0].err[0]));
+}
+
 /* Rank 0 all-reduces; rank 1 closes the group instead. */
 static void *leave_rank(void *arg)
 {
@@ -617,6 +656,7 @@ int main(int argc, char **argv)
     scenario_deadline();
     scenario_abort();
     scenario_leave();
+    scenario_stop();
     scenario_count();
     scenario_open();
     scenario_same_device();
