@@ -46,7 +46,8 @@ static const struct opt agent_opts[] = {
 void agent_config_usage(FILE *out)
 {
     fprintf(out, "usage: shoal-agent [run] [options]\n"
-                 "       shoal-agent sample --job ID [options]   (see shoal-agent sample --help)\n\n"
+                 "       shoal-agent sample --job ID [options]   (see shoal-agent sample --help)\n"
+                 "       shoal-agent export --job ID --out DIR   (see shoal-agent export --help)\n\n"
                  "A shoal worker: registers with the server, measures its links, and trains\n"
                  "the pipeline stage it is assigned.  Every option can also be set by its\n"
                  "environment variable; flags win.\n\n");

@@ -1,5 +1,6 @@
 /* main.c - shoal-agent: flags, signals, then the agent's life (agent.h);
- * `shoal-agent sample` prints text from a job's checkpoint (sample.h). */
+ * `shoal-agent sample` prints text from a job's checkpoint (sample.h),
+ * `shoal-agent export` writes its model as safetensors and llm.c (export.h). */
 #include <curl/curl.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -9,6 +10,7 @@
 #include "../common/log.h"
 #include "agent.h"
 #include "config.h"
+#include "export.h"
 #include "sample.h"
 
 static atomic_int stop_requested;
@@ -25,6 +27,8 @@ int main(int argc, char **argv)
     struct shoal_err err = {0};
     if (argc > 1 && strcmp(argv[1], "sample") == 0)
         return sample_main(argc, argv, 2, stdout);
+    if (argc > 1 && strcmp(argv[1], "export") == 0)
+        return export_main(argc, argv, 2, stdout);
     int first = argc > 1 && strcmp(argv[1], "run") == 0 ? 2 : 1;
     memset(&cfg, 0, sizeof cfg);
     int rc = agent_config_load(&cfg, argc, argv, first, &err);

@@ -2,7 +2,8 @@
 # test_agent_train.sh - real agents on loopback train real jobs: register,
 # measure links, schedule, train 2x2 to success; the same global batch on
 # other layouts gives the same losses; a restart from a checkpoint continues
-# the run exactly; text sampled from a checkpoint, and an llm.c-shard job's
+# the run exactly; text sampled from a checkpoint, its model exported as
+# safetensors (llm.c's format refused for its untied head), and an llm.c-shard job's
 # tokens decoded through a tokenizer file; a failing checkpoint
 # store shows in the job and heals; an agent killed mid-step fails the job
 # with its reason.
@@ -134,6 +135,87 @@ check "sample: --prompt-tokens 84,104,101,32 on a text job writes what --prompt 
 sample "$WORK/sx" --job "$MAIN" --prompt "The " --prompt-tokens 84
 check "sample: --prompt and --prompt-tokens together are refused" \
     "$SAMPLE_RC $(grep -c 'pass one' "$WORK/sx.err")" "2 1"
+
+# ---- the 2x2 job's model exported (shoal-agent export): model.safetensors
+# and config.json, each named with its size and SHA-256; llm.c's format
+# refused, since shoal trains the head apart from the embedding
+# export_model DIR [ARGS...]: runs the exporter into DIR with the admin
+# token; its stdout in DIR.out, its stderr in DIR.err, its status in EXPORT_RC.
+export_model() {
+    local dir=$1; shift
+    "$SHOAL_AGENT" export --server "$S" --admin-token-file "$WORK/s/admin.token" --tmp-dir "$WORK" --out "$dir" \
+        "$@" >"$dir.out" 2>"$dir.err"
+    EXPORT_RC=$?
+}
+# the files export printed whose size and SHA-256 match the file's own
+export_verified() {
+    local name size sha
+    while read -r name size _ _ sha; do
+        [ "$(stat -c %s "$1/$name")" = "$size" ] &&
+            [ "$(sha256sum "$1/$name" | cut -d' ' -f1)" = "$sha" ] && printf '%s ' "$name"
+    done <"$1.out"
+}
+export_model "$WORK/ex" --job "$MAIN"
+check "export: the 2x2 job's newest checkpoint as model.safetensors and config.json, nothing else" \
+    "$EXPORT_RC $(ls -A "$WORK/ex" | tr '\n' ' ')" "0 config.json model.safetensors "
+check "export: each printed size and SHA-256 is the file's" "$(export_verified "$WORK/ex")" \
+    "model.safetensors config.json "
+check "export: config.json states the job's model, gpt2, and an untied head" \
+    "$(jq -r '[.model_type, .n_embd, .n_head, .n_layer, .n_positions, .vocab_size, .tie_word_embeddings]
+        | map(tostring) | join(" ")' "$WORK/ex/config.json")" "gpt2 32 2 4 32 256 false"
+# a safetensors reader of the test's own: header JSON, F32 only, exactly
+# GPT-2's tensor names and shapes for V=256, C=32, L=4, context 32, data
+# contiguous from offset 0 to the end of the file
+check "export: model.safetensors holds GPT-2's tensors for the job's model, F32, contiguous to the file's end" \
+    "$(python3 - "$WORK/ex/model.safetensors" 256 32 4 32 <<'EOF'
+import json, math, os, struct, sys
+path, V, C, L, T = sys.argv[1], *map(int, sys.argv[2:])
+want = {"transformer.wte.weight": [V, C], "transformer.wpe.weight": [T, C],
+        "transformer.ln_f.weight": [C], "transformer.ln_f.bias": [C], "lm_head.weight": [V, C]}
+for l in range(L):
+    p = "transformer.h.%d." % l
+    want.update({p + "ln_1.weight": [C], p + "ln_1.bias": [C],
+                 p + "attn.c_attn.weight": [C, 3 * C], p + "attn.c_attn.bias": [3 * C],
+                 p + "attn.c_proj.weight": [C, C], p + "attn.c_proj.bias": [C],
+                 p + "ln_2.weight": [C], p + "ln_2.bias": [C],
+                 p + "mlp.c_fc.weight": [C, 4 * C], p + "mlp.c_fc.bias": [4 * C],
+                 p + "mlp.c_proj.weight": [4 * C, C], p + "mlp.c_proj.bias": [C]})
+with open(path, "rb") as f:
+    n, = struct.unpack("<Q", f.read(8))
+    head = json.loads(f.read(n))
+size = os.path.getsize(path)
+if head.pop("__metadata__", None) != {"format": "pt"}:
+    sys.exit(print("metadata is not {format: pt}"))
+if {k: v["shape"] for k, v in head.items()} != want:
+    sys.exit(print("names or shapes differ:", sorted(set(head) ^ set(want))))
+at = 0
+for name, t in sorted(head.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+    lo, hi = t["data_offsets"]
+    if t["dtype"] != "F32" or lo != at or hi - lo != 4 * math.prod(t["shape"]):
+        sys.exit(print(name, "is not F32 at", at, "of its size:", t))
+    at = hi
+print("ok" if 8 + n + at == size else "data ends at %d, the file at %d" % (8 + n + at, size))
+EOF
+)" ok
+export_model "$WORK/ex10" --job "$MAIN" --step 10
+check "export: --step 10 writes that checkpoint's model, another one" \
+    "$EXPORT_RC $(cmp -s "$WORK/ex/model.safetensors" "$WORK/ex10/model.safetensors" || echo differs)" "0 differs"
+export_model "$WORK/ex" --job "$MAIN" --llmc on
+check "export --llmc on: an untied head is refused, saying why, after the other two files; no model.bin, no temporary file" \
+    "$EXPORT_RC $(grep -c 'model.bin not written.*not tied' "$WORK/ex.err") $(ls -A "$WORK/ex" | tr '\n' ' ')" \
+    "1 1 config.json model.safetensors "
+export_model "$WORK/exx" --job 987654
+check "export: an unknown job fails and says so" "$EXPORT_RC $(grep -c 'job 987654' "$WORK/exx.err")" "1 1"
+export_model "$WORK/exx" --llmc yes --job "$MAIN"
+check "export: --llmc other than off or on is refused" "$EXPORT_RC $(grep -c 'off or on' "$WORK/exx.err")" "2 1"
+export_model "$WORK/exx"
+check "export: no --job is refused" "$EXPORT_RC $(grep -c 'job is required' "$WORK/exx.err")" "2 1"
+for bad in "$WORK/no/such/dir:cannot create the --out directory" "$WORK/ex/config.json:is not a directory"; do
+    "$SHOAL_AGENT" export --server "$S" --admin-token-file "$WORK/s/admin.token" --job "$MAIN" --out "${bad%%:*}" \
+        >/dev/null 2>"$WORK/exx.err"
+    check "export: a bad --out is refused before any download (${bad#*:})" \
+        "$? $(grep -c -- "${bad#*:}" "$WORK/exx.err")" "2 1"
+done
 
 # ---- an llm.c-shard job: sampled as ids, then through a tokenizer file in
 # llm.c's format written here, as text.  The shard is the corpus's bytes

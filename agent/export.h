@@ -1,0 +1,30 @@
+/* export.h - `shoal-agent export`: a trained job's model in the formats
+ * people load GPT-2 weights from.
+ *
+ * Loads a job's complete checkpoint as `sample` does (job_ckpt.h: every
+ * stage file SHA-256 checked on the way down), joins the stages into the
+ * whole model (kernels/model_io.h) and writes into --out:
+ *
+ *   model.safetensors   Hugging Face GPT2LMHeadModel weights, F32, with
+ *                       lm_head.weight when the head is not tied (shoal
+ *                       trains it apart from wte, so it almost never is);
+ *   config.json         the GPT-2 config beside it (tie_word_embeddings);
+ *   model.bin           with --llmc on: llm.c's checkpoint (version 3,
+ *                       fp32), which holds one matrix for the embedding and
+ *                       the head, so it is refused when they differ.
+ *
+ * Each file is written under a temporary name in --out and renamed when it
+ * is complete, so a file of one of these names is never partial; one line
+ * per file goes to `out`: its name, size in bytes and SHA-256. */
+#ifndef SHOAL_AGENT_EXPORT_H
+#define SHOAL_AGENT_EXPORT_H
+
+#include <stdio.h>
+
+/* Runs the subcommand with argv[first..] as its options; writes one line
+ * per exported file to `out` and errors to stderr.  Returns the process
+ * exit status: 0, 1 when the job, checkpoint, server or a write fails (or
+ * --llmc on meets an untied head), 2 for bad options. */
+int export_main(int argc, char **argv, int first, FILE *out);
+
+#endif
