@@ -474,15 +474,16 @@ static void scenario_abort(void)
           SLOW_S, outcome(r[0].rc[0], &r[0].err[0]));
 }
 
-/* Rank 0's stop flag (its agent shutting down), set by rank 1 in scenario_stop. */
+/* Rank 0's stop flag (its agent shutting down), set by rank 1 on STAGE_STOP. */
 static atomic_int stop_rank0;
 
-/* Rank 0 all-reduces; rank 1, silent, sets rank 0's stop flag. */
-static void *stop_rank(void *arg)
+/* Rank 0 all-reduces; rank 1, silent, lets that be queued, then closes the
+ * group (STAGE_LEAVE) or sets rank 0's stop flag (STAGE_STOP). */
+static void *cut_short_rank(void *arg)
 {
     struct rank *r = arg;
     float *dev = NULL;
-    if (r->rank == 0)
+    if (r->rank == 0 && r->stage == STAGE_STOP)
         r->ctl.stop = &stop_rank0; /* the group keeps the ctl's flag from its open */
     rank_open(r, OPEN_S);
     if (r->g)
@@ -492,51 +493,29 @@ static void *stop_rank(void *arg)
         rank_allreduce(r, 0, dev, SUM_FLOATS, SLOW_S, 0);
     if (r->rank == 1) {
         sleep_s(SETTLE_S);
-        atomic_store(&stop_rank0, 1);
+        if (r->stage == STAGE_STOP)
+            atomic_store(&stop_rank0, 1);
+        else
+            rank_close(r);
     }
     pthread_barrier_wait(r->barrier); /* rank 0 has returned */
     cudaFree(dev);
-    rank_close(r);
-    return NULL;
-}
-
-static void scenario_stop(void)
-{
-    struct rank r[RANKS];
-    run_ranks(stop_rank, STAGE_STOP, (const int[]){ 0, 1 }, r);
-    if (!formed("stop", r))
-        return;
-    check("nccl", "stop: an all-reduce gives up when its agent stops (stopped), not at its timeout",
-          r[0].rc[0] == -1 && err_is(&r[0].err[0], "stopped", NULL) && r[0].secs[0] < FAST_S,
-          "after %.2f s of %.0f: %s", r[0].secs[0], SLOW_S, outcome(r[0].rc[0], &r[0].err[0]));
-}
-
-/* Rank 0 all-reduces; rank 1 closes the group instead. */
-static void *leave_rank(void *arg)
-{
-    struct rank *r = arg;
-    float *dev = NULL;
-    rank_open(r, OPEN_S);
     if (r->g)
-        dev = device_values(0, r->rank, SUM_FLOATS);
-    pthread_barrier_wait(r->barrier);
-    if (r->rank == 0 && dev)
-        rank_allreduce(r, 0, dev, SUM_FLOATS, SLOW_S, 0);
-    if (r->rank == 1)
-        sleep_s(SETTLE_S);
-    cudaFree(dev);
-    rank_close(r);
+        rank_close(r);
     return NULL;
 }
 
-static void scenario_leave(void)
+/* Rank 0's pending all-reduce, cut short by rank 1 on `stage`, must fail
+ * with `code` long before its timeout. */
+static void scenario_cut_short(int stage, const char *name, const char *code, const char *what)
 {
     struct rank r[RANKS];
-    run_ranks(leave_rank, STAGE_LEAVE, (const int[]){ 0, 1 }, r);
-    if (!formed("leave", r))
+    char title[192];
+    run_ranks(cut_short_rank, stage, (const int[]){ 0, 1 }, r);
+    if (!formed(name, r))
         return;
-    check("nccl", "leave: a peer that closes mid-way fails the pending all-reduce fast with peer_io",
-          r[0].rc[0] == -1 && err_is(&r[0].err[0], "peer_io", NULL) && r[0].secs[0] < FAST_S,
+    snprintf(title, sizeof title, "%s: %s", name, what);
+    check("nccl", title, r[0].rc[0] == -1 && err_is(&r[0].err[0], code, NULL) && r[0].secs[0] < FAST_S,
           "after %.2f s of %.0f: %s", r[0].secs[0], SLOW_S, outcome(r[0].rc[0], &r[0].err[0]));
 }
 
@@ -655,8 +634,10 @@ int main(int argc, char **argv)
     scenario_sum();
     scenario_deadline();
     scenario_abort();
-    scenario_leave();
-    scenario_stop();
+    scenario_cut_short(STAGE_LEAVE, "leave", "peer_io",
+                       "a peer that closes mid-way fails the pending all-reduce fast with peer_io");
+    scenario_cut_short(STAGE_STOP, "stop", "stopped",
+                       "an all-reduce gives up when its agent stops (stopped), not at its timeout");
     scenario_count();
     scenario_open();
     scenario_same_device();
