@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
 
 #include "../../kernels/kernels.h"
@@ -91,7 +92,11 @@ static int shoal_kind(const char *name, int *layer)
     *layer = 0;
     const char *dot = strchr(name, '.');
     if (name[0] == 'h' && dot) {
-        *layer = atoi(name + 1);
+        char *end = NULL;
+        long l = strtol(name + 1, &end, 10);
+        if (end != dot || l < 0 || l > INT_MAX)
+            fail_msg("bad block number in %s", name);
+        *layer = (int)l;
         name = dot + 1;
     }
     for (int k = 0; k < TK_N; k++)

@@ -217,7 +217,7 @@ uint64_t hcu_shfl_xor(unsigned mask, uint64_t v, int lane_mask, int width)
     f->shuffles++;
     src = lane ^ (unsigned)lane_mask;
     /* outside this lane's segment of `width` lanes: its own value */
-    if (width < 1 || src / (unsigned)width != lane / (unsigned)width || src >= 32)
+    if (r->failed || src / (unsigned)width != lane / (unsigned)width || src >= 32)
         return v;
     return r->posted[slot][warp0 + src];
 }
