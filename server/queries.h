@@ -63,34 +63,49 @@
 
 /* ---- failures judged (sql/008_fault_attribution.sql, recovery.c) */
 
-/* The node that failed links of job `job` point to: for each epoch, each
- * node counts the distinct peers it shares a link-verdict report with
- * (both ends answered the server), as reporter or as the neighbour named.
- * The node cut off from its peers (though not from the server) fails with
- * whoever it is planned beside, so it has several such peers in every
- * failed epoch, while a neighbour that merely waited on it, or gave up
- * after it and was reported in turn, has them in one epoch or few.  Who
- * reported first is no evidence: the cut node often times out first and
- * names its neighbour.  The one node with the highest sum over epochs,
- * alone and in reports of two epochs, is taken for the cut node.  Equal
- * sums go to the node named by more peers (summed the same way): every
- * live neighbour of the cut node names it, while a neighbour is named by
- * the cut node and by those that gave up after it.  A tie on both
- * excludes nobody: the next failure tells more.  A subquery (node_id,
- * epochs). */
+/* The node that failed links of job `job` point to.  A link-verdict
+ * report (both ends answered the server) says its reporter waited on the
+ * neighbour it names.  The node cut off from its peers (though not from
+ * the server) fails with whoever it is planned beside, so it has such
+ * reports in every failed epoch; a healthy node has them only in the
+ * epochs it was planned next to the cut node or to one that waited on it,
+ * and the links blamed are avoided after the first failure
+ * (JOB_AVOIDED_LINKS_SQL).  So nodes rank first by the failed epochs they
+ * have link reports in.  Then by the reports their being cut off leaves
+ * unexplained: a report is explained by node X when X reported it, is
+ * named in it, or is where the waits reported in that epoch lead from
+ * the neighbour named (it waited on X, or on one that did, ...).  Then by
+ * the distinct peers they share reports with (as reporter or as the
+ * neighbour named), summed over epochs, then by the peers that named
+ * them, summed the same way: every live neighbour of the cut node names
+ * it, while a healthy node is named by the cut node and by those that
+ * gave up after it.  Who reported first is no evidence: the cut node
+ * often times out first and names its neighbour.  The one node on top,
+ * alone and in reports of two epochs, is taken for the cut node; a tie
+ * excludes nobody: the next failure tells more.  (Ranked by peers alone,
+ * a neighbour that the cut node and one that gave up after it both named
+ * in one epoch tied the cut node, with one peer in each of two epochs,
+ * and a third failure was needed: tests/unit/test_fault_judge.c replays
+ * such runs.)  A subquery (node_id, epochs). */
 #define JOB_LINK_SUSPECT_SQL(job) \
-    "(SELECT e.node_id, e.epochs FROM (SELECT p.node_id, count(*) AS epochs," \
-    "   rank() OVER (ORDER BY sum(p.peers) DESC, sum(p.namers) DESC) AS pos," \
-    "   count(*) OVER (PARTITION BY sum(p.peers), sum(p.namers)) AS tied" \
-    "   FROM (SELECT w.node_id, w.epoch, count(DISTINCT w.peer) AS peers," \
-    "       count(DISTINCT w.peer) FILTER (WHERE w.named) AS namers" \
-    "     FROM (SELECT f.suspect_node AS node_id, f.reporter_node AS peer, f.epoch, true AS named FROM job_faults f" \
-    "       WHERE f.job_id = " job " AND f.verdict = 'link'" \
-    "      UNION ALL SELECT f.reporter_node, f.suspect_node, f.epoch, false FROM job_faults f" \
-    "       WHERE f.job_id = " job " AND f.verdict = 'link') w" \
-    "     WHERE w.node_id IS NOT NULL AND w.peer IS NOT NULL GROUP BY w.node_id, w.epoch) p" \
-    "   GROUP BY p.node_id) e" \
-    "  WHERE e.pos = 1 AND e.tied = 1 AND e.epochs >= 2)"
+    "(WITH RECURSIVE lr AS (SELECT DISTINCT f.epoch, f.reporter_node AS r, f.suspect_node AS s FROM job_faults f" \
+    "   WHERE f.job_id = " job " AND f.verdict = 'link' AND f.reporter_node IS NOT NULL" \
+    "     AND f.suspect_node IS NOT NULL)," \
+    " waits AS (SELECT lr.epoch, lr.r AS a, lr.s AS b FROM lr" \
+    "   UNION SELECT x.epoch, x.a, lr.s FROM waits x JOIN lr ON lr.epoch = x.epoch AND lr.r = x.b)," \
+    " per_epoch AS (SELECT w.node_id, w.epoch, count(DISTINCT w.peer) AS peers," \
+    "   count(DISTINCT w.peer) FILTER (WHERE w.named) AS namers" \
+    "   FROM (SELECT lr.s AS node_id, lr.r AS peer, lr.epoch, true AS named FROM lr" \
+    "     UNION ALL SELECT lr.r, lr.s, lr.epoch, false FROM lr) w GROUP BY w.node_id, w.epoch)," \
+    " scored AS (SELECT p.node_id, count(*) AS epochs, sum(p.peers) AS peers, sum(p.namers) AS namers," \
+    "   (SELECT count(*) FROM lr WHERE p.node_id NOT IN (lr.r, lr.s) AND NOT EXISTS (SELECT 1 FROM waits x" \
+    "     WHERE x.epoch = lr.epoch AND x.a = lr.s AND x.b = p.node_id)) AS unexplained" \
+    "   FROM per_epoch p GROUP BY p.node_id)," \
+    " ranked AS (SELECT c.node_id, c.epochs," \
+    "   rank() OVER (ORDER BY c.epochs DESC, c.unexplained, c.peers DESC, c.namers DESC) AS pos," \
+    "   count(*) OVER (PARTITION BY c.epochs, c.unexplained, c.peers, c.namers) AS tied FROM scored c)" \
+    " SELECT ranked.node_id, ranked.epochs FROM ranked" \
+    " WHERE ranked.pos = 1 AND ranked.tied = 1 AND ranked.epochs >= 2)"
 
 /* The nodes left out of job `job`'s plans (SQL expressions, e.g. "$1" and
  * a subquery for its epoch): a culprit of a failure of epoch `epoch` (the
