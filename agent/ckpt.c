@@ -107,7 +107,7 @@ static int load_source(const struct ctl *ctl, const char *data_dir, int64_t job_
     FILE *f = fetch(ctl, data_dir, job_id, step, stage, replica, file, path, err);
     if (!f)
         goto out;
-    rc = kern_stage_file_peek(f, &m, &sp, &ke) || kern_stage_new(&cpu, &m, &sp, out, &ke) ||
+    rc = kern_stage_file_peek(f, &m, &sp, NULL, &ke) || kern_stage_new(&cpu, &m, &sp, out, &ke) ||
          kern_stage_load(*out, f, &ke) ? -1 : 0;
     fclose(f);
     if (rc != 0) {

@@ -109,7 +109,7 @@ static int load_stage(const struct ctl *c, const struct job_ckpt_source *src, in
         err_set(err, 500, "io_error", NULL, "cannot open %s: %s", file, strerror(errno));
         goto out;
     }
-    if (kern_stage_file_peek(f, model, &sp, &ke) != 0)
+    if (kern_stage_file_peek(f, model, &sp, NULL, &ke) != 0)
         goto bad;
     sp.seq_len = seq_len > 0 && seq_len < model->context ? seq_len : model->context;
     if (kern_stage_new(&cpu, model, &sp, out, &ke) != 0 || kern_stage_load(*out, f, &ke) != 0)

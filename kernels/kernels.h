@@ -196,12 +196,14 @@ int kern_stage_assemble(struct kern_stage *st, struct kern_stage *const *sources
 
 /* Reads a stage file's header: the model and the layer range and first/last
  * flags it holds (into spec; the other spec fields are left alone), so a
- * stage that can load it can be built.  The file position is back at the
+ * stage that can load it can be built, and the AdamW steps it has taken
+ * (into *step, unless step is NULL).  The file position is back at the
  * start afterwards.  Fails on a short file, bad magic, another version, or a
  * header whose model and layers do not make its float count or whose file
  * is not the size that count makes (so a stage built from it allocates no
- * more than the file holds). */
-int kern_stage_file_peek(FILE *f, struct kern_model *model, struct kern_stage_spec *spec,
+ * more than the file holds).  The buffers and checksum are not read.
+ * Lives in stage_file.c, which links without the rest of this directory. */
+int kern_stage_file_peek(FILE *f, struct kern_model *model, struct kern_stage_spec *spec, uint64_t *step,
                          struct kern_err *err);
 
 /* FLOPs of one forward+backward of a micro-batch on this stage (matrix

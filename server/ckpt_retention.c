@@ -14,12 +14,14 @@
 /* $1 job, $2 --checkpoint-keep, $3 --checkpoint-keep-every (0: none).
  * Deletes the rows of every step older than the job's $2-th newest
  * complete step, but multiples of $3 and steps some job resumes from, and
- * returns their step and path. */
+ * returns their step and path.  Step 0, a job's initial weights, counts as
+ * complete with one file a stage (CKPT_FILES_AT_SQL) and is retired like
+ * any other once enough newer steps are complete. */
 #define RETIRE_SQL \
     "WITH j AS (SELECT id, stages, replicas, spec FROM jobs WHERE id = $1::bigint)," \
     " kept AS (SELECT c.step FROM checkpoints c JOIN j ON j.id = c.job_id" \
-    "   WHERE c.stage < j.stages AND c.replica < " CKPT_FILES_PER_STAGE_SQL \
-    "   GROUP BY c.step, j.stages, j.replicas, j.spec HAVING count(*) >= j.stages * " CKPT_FILES_PER_STAGE_SQL \
+    "   WHERE c.stage < j.stages AND c.replica < " CKPT_FILES_AT_SQL("c.step") \
+    "   GROUP BY c.step, j.stages, j.replicas, j.spec HAVING count(*) >= j.stages * " CKPT_FILES_AT_SQL("c.step") \
     "   ORDER BY c.step DESC OFFSET $2::int - 1 LIMIT 1)," \
     " gone AS (DELETE FROM checkpoints c USING kept WHERE c.job_id = $1::bigint AND c.step < kept.step" \
     "   AND NOT ($3::bigint > 0 AND c.step % $3::bigint = 0)" \

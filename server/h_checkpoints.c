@@ -10,7 +10,13 @@
  * served from the file descriptor.  Servers that share one database share
  * one --checkpoint-dir (a mount at the same path on each), so a file one
  * of them received is served by every other; a row whose file a server
- * cannot find is answered 404 with that said. */
+ * cannot find is answered 404 with that said.
+ *
+ * Every file's header is checked before it is kept (the model, layers,
+ * first/last flags against the job and the stage), so that no agent is
+ * ever handed a file it cannot load.  Step 0 is the job's initial weights
+ * (ckpt_initial.c): the admin uploads it, at AdamW step 0, before the job
+ * is first scheduled, and no node may. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -25,6 +31,7 @@
 #include "../common/log.h"
 #include "../common/sha256.h"
 #include "../common/token.h"
+#include "../kernels/kernels.h"
 #include "checkpoints.h"
 #include "http.h"
 #include "queries.h"
@@ -44,6 +51,9 @@ struct upload {
     uint64_t cap;                 /* --max-checkpoint-bytes */
     long long layer_start, layer_end; /* the layers the file holds, as the uploader says; -1: not said */
     long long replica;            /* whose file: 0, or a diloco replica's own */
+    int admin;                    /* the admin uploads initial weights (step 0) */
+    struct kern_model model;      /* the job's, which the file must hold */
+    long long stages;             /* the job's pipeline depth */
     int too_large;
     int write_errno;              /* first write error, 0 if none */
     char want_sha256[TOKEN_HASH_HEX]; /* from the header, lowercase; "" if none */
@@ -143,6 +153,26 @@ static int ckpt_header_sha256(struct request *rq, char out[TOKEN_HASH_HEX], stru
     return 0;
 }
 
+/* The admin's upload (node 0): initial weights only, i.e. step 0, one file
+ * (replica 0's) for each of the job's stages, before the job is first
+ * scheduled.  `job_row` is ckpt_begin's.  Returns 0, or -1 with e set. */
+static int ckpt_begin_admin(struct server *srv, const json_t *job_row, int64_t job, int64_t step, int64_t stage,
+                            long long replica, struct shoal_err *e)
+{
+    long long stages = json_integer_value(json_object_get(job_row, "stages"));
+    if (step != 0)
+        return err_set(e, 403, "forbidden", NULL, "the admin uploads only a job's initial weights, step 0; step "
+                       "%lld of job %lld is uploaded by the node that trains the stage", (long long)step,
+                       (long long)job);
+    if (replica != 0)
+        return err_set(e, 422, "invalid_field", "replica", "initial weights are one file a stage (replica 0's), "
+                       "which every replica starts from");
+    if (stage >= stages)
+        return err_set(e, 422, "invalid_field", "stage", "job %lld has %lld stages: stage must be below %lld",
+                       (long long)job, stages, stages);
+    return checkpoints_initial_open(srv, job, e);
+}
+
 /* The headers are in: check who uploads what, then open the temporary file. */
 static int ckpt_begin(struct request *rq, struct response *rs)
 {
@@ -180,9 +210,13 @@ static int ckpt_begin(struct request *rq, struct response *rs)
     const char *params[] = { db_param_i64(p_job, job), db_param_i64(p_stage, stage),
                              db_param_i64(p_node, rq->node_id), db_param_i64(p_replica, replica) };
     /* Only the tasklet (stage, replica) of the job's current plan writes
-     * its file, and a replica other than 0 only under diloco. */
+     * its file, and a replica other than 0 only under diloco; the admin
+     * only step 0 (checkpoints_initial_open says when). */
     res = db_query_json(srv->db,
         "SELECT json_build_object('total_steps', j.total_steps, 'layers', (j.spec->'model'->>'layers')::int,"
+        " 'stages', j.stages, 'model', json_build_array((j.spec->'model'->>'vocab_size')::int,"
+        "   (j.spec->'model'->>'context_length')::int, (j.spec->'model'->>'d_model')::int,"
+        "   (j.spec->'model'->>'heads')::int, (j.spec->'model'->>'layers')::int),"
         " 'diloco', j.spec->'communication'->>'sync' = 'diloco',"
         " 'assigned', EXISTS (SELECT 1"
         "   FROM assignments a JOIN plans p ON p.id = a.plan_id"
@@ -194,14 +228,22 @@ static int ckpt_begin(struct request *rq, struct response *rs)
             err_set(&e, 404, "not_found", NULL, "job %s does not exist", p_job);
         goto fail;
     }
-    if (replica > 0 && !json_is_true(json_object_get(res, "diloco"))) {
+    if (rq->node_id == 0 && ckpt_begin_admin(srv, res, job, step, stage, replica, &e) != 0)
+        goto fail;
+    if (rq->node_id != 0 && replica > 0 && !json_is_true(json_object_get(res, "diloco"))) {
         err_set(&e, 422, "invalid_field", "replica", "job %s keeps one checkpoint file a stage, replica 0's; "
                 "only sync \"diloco\" keeps one a replica", p_job);
         goto fail;
     }
-    if (!json_is_true(json_object_get(res, "assigned"))) {
+    if (rq->node_id != 0 && !json_is_true(json_object_get(res, "assigned"))) {
         err_set(&e, 403, "forbidden", NULL, "node %lld is not replica %lld of stage %lld in job %s's current plan; "
                 "only that node uploads its checkpoint file", (long long)rq->node_id, replica, (long long)stage,
+                p_job);
+        goto fail;
+    }
+    if (rq->node_id != 0 && step == 0) {
+        err_set(&e, 422, "invalid_field", "step", "step 0 of job %s is its initial weights, which only the admin "
+                "uploads (shoal-agent import), before the job is first scheduled; a node uploads steps from 1",
                 p_job);
         goto fail;
     }
@@ -228,6 +270,14 @@ static int ckpt_begin(struct request *rq, struct response *rs)
     u->layer_start = ls;
     u->layer_end = le;
     u->replica = replica;
+    u->admin = rq->node_id == 0;
+    json_t *m = json_object_get(res, "model");
+    u->model = (struct kern_model){ .vocab = (int)json_integer_value(json_array_get(m, 0)),
+                                    .context = (int)json_integer_value(json_array_get(m, 1)),
+                                    .d_model = (int)json_integer_value(json_array_get(m, 2)),
+                                    .heads = (int)json_integer_value(json_array_get(m, 3)),
+                                    .layers = (int)json_integer_value(json_array_get(m, 4)) };
+    u->stages = json_integer_value(json_object_get(res, "stages"));
     snprintf(u->want_sha256, sizeof u->want_sha256, "%s", want);
     snprintf(u->tmp, sizeof u->tmp, "%s/.upload-XXXXXX", dir);
     u->fd = mkostemp(u->tmp, O_CLOEXEC);
@@ -276,6 +326,49 @@ static void ckpt_chunk(struct request *rq, const char *data, size_t len)
 
 const struct upload_sink checkpoint_upload = { ckpt_begin, ckpt_chunk, ckpt_abort };
 
+/* Checks the received file's header against the job and the upload: a
+ * stage file (kern_stage_file_peek: magic, version, a size its header
+ * makes) of the job's model, of the layers the query says, first iff it
+ * is stage 0 and last iff it is the job's last stage, and, for initial
+ * weights, at AdamW step 0.  Where the query did not say the layers, the
+ * header's are recorded.  Returns 0, or -1 with a 422 in e naming what
+ * differs. */
+static int ckpt_check_stage_file(struct upload *u, int64_t job, int64_t stage, struct shoal_err *e)
+{
+    struct kern_model m;
+    struct kern_stage_spec sp;
+    struct kern_err ke;
+    uint64_t step = 0;
+    const struct kern_model *want = &u->model;
+    FILE *f = fopen(u->tmp, "rb");
+    if (!f)
+        return err_set(e, 507, "storage", NULL, "cannot read back the uploaded file: %s", strerror(errno));
+    int rc = kern_stage_file_peek(f, &m, &sp, &step, &ke);
+    fclose(f);
+    if (rc != 0)
+        return err_set(e, 422, "invalid_field", "body", "the body is not a stage file of shoal's: %s; nothing "
+                       "was kept", ke.msg);
+    if (memcmp(&m, want, sizeof m) != 0)
+        return err_set(e, 422, "invalid_field", "body", "the file holds a model V=%d T=%d C=%d NH=%d L=%d; job "
+                       "%lld trains V=%d T=%d C=%d NH=%d L=%d; nothing was kept", m.vocab, m.context, m.d_model,
+                       m.heads, m.layers, (long long)job, want->vocab, want->context, want->d_model, want->heads,
+                       want->layers);
+    if (u->layer_start >= 0 && (sp.layer_start != u->layer_start || sp.layer_end != u->layer_end))
+        return err_set(e, 422, "invalid_field", "body", "the file holds layers [%d, %d); the query says [%lld, "
+                       "%lld); nothing was kept", sp.layer_start, sp.layer_end, u->layer_start, u->layer_end);
+    int first = stage == 0, last = stage == u->stages - 1;
+    if (!!sp.first != first || !!sp.last != last)
+        return err_set(e, 422, "invalid_field", "body", "the file is a stage with first=%d last=%d (embeddings, "
+                       "head); stage %lld of job %lld's %lld stages is first=%d last=%d; nothing was kept", !!sp.first,
+                       !!sp.last, (long long)stage, (long long)job, u->stages, first, last);
+    if (u->admin && step != 0)
+        return err_set(e, 422, "invalid_field", "body", "the file has taken %llu AdamW steps; initial weights "
+                       "are at step 0 (no optimizer state); nothing was kept", (unsigned long long)step);
+    u->layer_start = sp.layer_start;
+    u->layer_end = sp.layer_end;
+    return 0;
+}
+
 /* Moves the finished upload into place and records it.  Returns the row's
  * answer, or NULL with `e` set. */
 static json_t *ckpt_commit(struct request *rq, struct upload *u, const char *sha256, struct shoal_err *e)
@@ -299,11 +392,15 @@ static json_t *ckpt_commit(struct request *rq, struct upload *u, const char *sha
     if (ckpt_mkdirs(dir, e) != 0)
         return NULL;
     const char *params[] = { db_param_i64(p_job, job), db_param_i64(p_step, step), db_param_i64(p_stage, stage),
-                             db_param_i64(p_node, rq->node_id), db_param_i64(p_bytes, (long long)u->bytes),
+                             u->admin ? NULL : db_param_i64(p_node, rq->node_id),
+                             db_param_i64(p_bytes, (long long)u->bytes),
                              sha256, rel, u->layer_start >= 0 ? db_param_i64(p_ls, u->layer_start) : NULL,
                              u->layer_end >= 0 ? db_param_i64(p_le, u->layer_end) : NULL,
                              db_param_i64(p_replica, u->replica) };
     pthread_mutex_lock(&ckpt_commit_lock);
+    /* a schedule may have come while the initial weights were uploaded */
+    if (u->admin && checkpoints_initial_open(srv, job, e) != 0)
+        goto out;
     if (rename(u->tmp, path) != 0) {
         err_set(e, 507, "storage", NULL, "cannot move the checkpoint into place: %s", strerror(errno));
         goto out;
@@ -326,8 +423,8 @@ static json_t *ckpt_commit(struct request *rq, struct upload *u, const char *sha
         " SELECT json_build_object('job_id', j.id, 'step', $2::bigint, 'stage', (SELECT stage FROM up),"
         "   'replica', (SELECT replica FROM up), 'bytes', $5::bigint, 'sha256', $6::text,"
         "   'complete', 1 + (SELECT count(*) FROM checkpoints c WHERE c.job_id = j.id AND c.step = $2::bigint"
-        "     AND c.stage < j.stages AND c.replica < " CKPT_FILES_PER_STAGE_SQL
-        "     AND (c.stage, c.replica) <> ($3::int, $10::int)) >= j.stages * " CKPT_FILES_PER_STAGE_SQL ")"
+        "     AND c.stage < j.stages AND c.replica < " CKPT_FILES_AT_SQL("$2::bigint")
+        "     AND (c.stage, c.replica) <> ($3::int, $10::int)) >= j.stages * " CKPT_FILES_AT_SQL("$2::bigint") ")"
         " FROM jobs j WHERE j.id = $1::bigint", 10, params, "job", e);
 out:
     pthread_mutex_unlock(&ckpt_commit_lock);
@@ -369,6 +466,10 @@ void h_checkpoint_put(struct request *rq, struct response *rs)
                    CKPT_SHA256_HEADER, u->want_sha256);
         goto out;
     }
+    if (ckpt_check_stage_file(u, rq->match.ids[0], rq->match.ids[2], &e) != 0) {
+        reply_error(rs, &e);
+        goto out;
+    }
     json_t *res = ckpt_commit(rq, u, sha256, &e);
     if (!res) {
         ckpt_note_failure(rq->srv, rq->match.ids[0], &e);
@@ -392,8 +493,8 @@ void h_checkpoints_list(struct request *rq, struct response *rs)
     snprintf(what, sizeof what, "job %s", p_id);
     json_t *res = db_query_json(rq->srv->db,
         "SELECT json_build_object('checkpoints', coalesce((SELECT json_agg(json_build_object('step', s.step,"
-        "   'stages', s.stages, 'complete', s.n >= j.stages * " CKPT_FILES_PER_STAGE_SQL ") ORDER BY s.step DESC)"
-        "  FROM (SELECT step, count(*) FILTER (WHERE c.stage < j.stages AND c.replica < " CKPT_FILES_PER_STAGE_SQL
+        "   'stages', s.stages, 'complete', s.n >= j.stages * " CKPT_FILES_AT_SQL("s.step") ") ORDER BY s.step DESC)"
+        "  FROM (SELECT step, count(*) FILTER (WHERE c.stage < j.stages AND c.replica < " CKPT_FILES_AT_SQL("c.step")
         "     ) AS n, json_agg(json_build_object('stage', stage, 'replica', replica, 'bytes', bytes,"
         "     'sha256', sha256, 'node_id', node_id, 'layer_start', layer_start, 'layer_end', layer_end,"
         "     'created_at', created_at) ORDER BY stage, replica) AS stages"
@@ -501,12 +602,13 @@ int checkpoints_latest_valid(struct server *srv, int64_t job_id, int64_t below, 
         " FROM (SELECT c.step, count(*) AS n, json_agg(json_build_object('path', c.path, 'bytes', c.bytes,"
         "   'sha256', c.sha256)) AS files FROM checkpoints c JOIN jobs j ON j.id = c.job_id"
         "   WHERE c.job_id = $1::bigint AND c.step < $2::bigint AND c.stage < j.stages"
-        "     AND c.replica < " CKPT_FILES_PER_STAGE_SQL
-        "   GROUP BY c.step, j.stages, j.replicas, j.spec HAVING count(*) >= j.stages * " CKPT_FILES_PER_STAGE_SQL
+        "     AND c.replica < " CKPT_FILES_AT_SQL("c.step")
+        "   GROUP BY c.step, j.stages, j.replicas, j.spec HAVING count(*) >= j.stages * " CKPT_FILES_AT_SQL("c.step")
         /* Every tasklet reported the step before it: a replica that died
          * after the step's all-reduce but before its report leaves a hole
-         * there that resuming from this step would never fill. */
-        "     AND " STEP_WHOLE_SQL("$1::bigint", "c.step - 1")
+         * there that resuming from this step would never fill.  Step 0,
+         * the initial weights, has no step before it. */
+        "     AND (c.step = 0 OR " STEP_WHOLE_SQL("$1::bigint", "c.step - 1") ")"
         /* The files' layers, where said, must tile the model: a step whose
          * stages came from two different splits (a re-plan that failed
          * before it re-uploaded every stage) cannot be assembled.  Every

@@ -132,7 +132,10 @@ enum sched_cost planner_cost(const struct plan_work *w)
     return w->problem.cost;
 }
 
-/* Checks the job's state; sets w->resume_step from whether it has run. */
+/* Checks the job's state; sets w->resume_step: a job that has run goes on
+ * from its newest whole checkpoint; one that has none (or never ran)
+ * starts from its initial weights where it has them (step 0; some but
+ * not all of them: 409), else from the spec's start (-1). */
 static int planner_job(struct server *srv, struct plan_work *w, json_t *job, struct shoal_err *e)
 {
     const char *state = json_string_value(json_object_get(job, "state"));
@@ -145,9 +148,13 @@ static int planner_job(struct server *srv, struct plan_work *w, json_t *job, str
                        "jobs are scheduled", (long long)w->job_id, state);
     w->resume_step = -1;
     w->total_steps = json_integer_value(json_object_get(job, "total_steps"));
-    if (!json_is_true(json_object_get(job, "started")))
-        return 0;
-    return checkpoints_latest_valid(srv, w->job_id, w->total_steps, &w->resume_step, e);
+    if (json_is_true(json_object_get(job, "started"))) {
+        if (checkpoints_latest_valid(srv, w->job_id, w->total_steps, &w->resume_step, e) != 0)
+            return -1;
+        if (w->resume_step >= 0)
+            return 0;
+    }
+    return checkpoints_initial(srv, w->job_id, &w->resume_step, e);
 }
 
 /* The replicas a job of `spec` can train with on `available` nodes: its

@@ -4,11 +4,12 @@
  * operator; the recovery thread (recovery.c) runs it for a job that lost a
  * node.
  *
- * Where the new epoch starts: a job that has not run starts as its spec
- * says (step 0, or its resume_from); a job that has run resumes from its own
+ * Where the new epoch starts: a job that has run resumes from its own
  * latest complete checkpoint whose files still match their SHA-256 (older
- * ones are tried when the newest is damaged), or from its start when it has
- * none.  The steps from there on are dropped from job_steps when the plan is
+ * ones are tried when the newest is damaged); a job that has not run, or
+ * has no such checkpoint, starts from its initial weights (its step-0
+ * checkpoint, uploaded by the admin: checkpoints.h) when it has them, else
+ * as its spec says (step 0 from the seed, or its resume_from).  The steps from there on are dropped from job_steps when the plan is
  * stored: they will be trained again, so each step is recorded once. */
 #ifndef SHOAL_PLANNER_H
 #define SHOAL_PLANNER_H
@@ -42,7 +43,8 @@ struct plan_work;
  * or lost, not planned for another live job) and their links, picks the
  * resume point, and builds the problem.  Quick: no search.  Returns 0 with
  * *out set (free with planner_free), or -1 with e set: 404, 409 conflict
- * (state), 409 not_enough_nodes, 422 (links), 503. */
+ * (state, or initial weights incomplete or damaged), 409 not_enough_nodes,
+ * 422 (links), 503. */
 int planner_prepare(struct server *srv, int64_t job_id, const struct plan_request *req, struct plan_work **out,
                     struct shoal_err *e);
 

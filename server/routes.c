@@ -31,7 +31,7 @@ const struct route routes[] = {
     { "PUT",    "/v1/agent/nccl",       AUTH_NODE,   h_nccl_put },
     { "GET",    "/v1/agent/nccl",       AUTH_NODE,   h_nccl_get },
     { "GET",    "/v1/jobs/{id}/checkpoints", AUTH_ADMIN, h_checkpoints_list },
-    { "PUT",    "/v1/jobs/{id}/checkpoints/{n}/stages/{n}", AUTH_NODE, h_checkpoint_put },
+    { "PUT",    "/v1/jobs/{id}/checkpoints/{n}/stages/{n}", AUTH_ADMIN_OR_NODE, h_checkpoint_put },
     { "GET",    "/v1/jobs/{id}/checkpoints/{n}/stages/{n}", AUTH_ADMIN_OR_NODE, h_checkpoint_get },
 };
 

@@ -74,7 +74,7 @@ static void load_as_source(const uint8_t *data, size_t size)
     FILE *f = fmemopen((void *)data, size, "rb");
     if (!f)
         return;
-    if (kern_stage_file_peek(f, &m, &sp, &err) == 0) {
+    if (kern_stage_file_peek(f, &m, &sp, NULL, &err) == 0) {
         expect(ftell(f) == 0, "peek leaves the file at its start");
         int buffers = 3;
         size_t header = file_layout(data, size, &buffers);

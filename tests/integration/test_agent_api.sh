@@ -297,8 +297,18 @@ check "metric: families have HELP and TYPE" "$(grep -c '^# TYPE shoal_job_[a-z_]
 check "metric: the listener is up" "$(grep '^shoal_assignment_listener_up ' "$WORK/metrics")" "shoal_assignment_listener_up 1"
 
 # ---- checkpoints
-head -c 300000 /dev/urandom > "$WORK/stage0.bin"; head -c 1000 /dev/urandom > "$WORK/stage1.bin"
-head -c 300000 /dev/urandom > "$WORK/other.bin"
+# Real stage files (the server checks each header against the job and the
+# stage): stage 0 and 1 of J's model, split as its plan splits the layers;
+# other.bin is stage 0 again with other weights, alien.bin stage 0 of another
+# model (d_model 32).
+req GET "$S/v1/jobs/$J" "$ADMIN"
+MID=$(printf '%s' "$BODY" | jq '.plan.assignments[] | select(.stage == 0 and .replica == 0) | .layer_end')
+mkstage() { python3 "$(dirname "$0")/stage_file.py" "$@"; }   # OUT V T C NH L LS LE FIRST LAST STEP [SEED]
+mkstage "$WORK/stage0.bin" 256 64 64 4 4 0 "$MID" 1 0 1 1
+mkstage "$WORK/stage1.bin" 256 64 64 4 4 "$MID" 4 0 1 1 1
+mkstage "$WORK/other.bin" 256 64 64 4 4 0 "$MID" 1 0 1 2
+mkstage "$WORK/alien.bin" 256 64 32 4 4 0 "$MID" 1 0 1 1
+size() { stat -c %s "$1"; }
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 put_ckpt() {  # URL TOKEN FILE [SHA]
     local sha_hdr=()
@@ -309,7 +319,7 @@ put_ckpt() {  # URL TOKEN FILE [SHA]
 }
 CK="$S/v1/jobs/$J/checkpoints"
 put_ckpt "$CK/1/stages/0" "$(tok_of 0 0)" "$WORK/stage0.bin" "$(sha "$WORK/stage0.bin")"
-expect "upload stage 0 of step 1 with its checksum" 201 '[.job_id, .step, .stage, .bytes, .sha256, .complete] | tostring' "[$J,1,0,300000,\"$(sha "$WORK/stage0.bin")\",false]"
+expect "upload stage 0 of step 1 with its checksum" 201 '[.job_id, .step, .stage, .bytes, .sha256, .complete] | tostring' "[$J,1,0,$(size "$WORK/stage0.bin"),\"$(sha "$WORK/stage0.bin")\",false]"
 put_ckpt "$CK/1/stages/0" "$(tok_of 0 0)" "$WORK/other.bin" "$(sha "$WORK/stage0.bin")"
 expect "a wrong checksum is 422" 422 .error.code checksum_mismatch
 put_ckpt "$CK/1/stages/0" "$(tok_of 0 1)" "$WORK/stage0.bin"
@@ -324,7 +334,7 @@ put_ckpt "$CK/1/stages/0" "$(tok_of 0 0)" "$WORK/stage0.bin" "xyz"; expect "a ma
 refused_upload() {
     local port=${S##*:} before="" after=""
     exec 3<>"/dev/tcp/127.0.0.1/$port" || return
-    printf 'PUT /v1/jobs/%s/checkpoints/1/stages/0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/octet-stream\r\nContent-Length: 300000\r\n%s\r\n' "$J" "$ADMIN" "${1-}" >&3
+    printf 'PUT /v1/jobs/%s/checkpoints/1/stages/0 HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/octet-stream\r\nContent-Length: %s\r\n%s\r\n' "$J" "$ADMIN" "$(size "$WORK/stage0.bin")" "${1-}" >&3
     IFS= read -r -t 1 before <&3
     [ -z "$before" ] && { cat "$WORK/stage0.bin" >&3 2>/dev/null; IFS= read -r -t 10 after <&3; }
     exec 3<&- 3>&-
@@ -340,10 +350,15 @@ req GET "$CK" "$ADMIN"
 expect "the list shows one stage of step 1, incomplete" 200 '[.checkpoints[0].step, (.checkpoints[0].stages | length), .checkpoints[0].complete] | tostring' '[1,1,false]'
 check "the refused upload kept nothing" "$(printf '%s' "$BODY" | jq -r '.checkpoints[0].stages[0].sha256')" "$(sha "$WORK/stage0.bin")"
 put_ckpt "$CK/1/stages/1" "$(tok_of 1 0)" "$WORK/stage1.bin"
-expect "upload stage 1 without a checksum header: now complete" 201 '[.bytes, .complete] | tostring' '[1000,true]'
-put_ckpt "$CK/0/stages/0" "$(tok_of 0 0)" "$WORK/stage1.bin"
+expect "upload stage 1 without a checksum header: now complete" 201 '[.bytes, .complete] | tostring' "[$(size "$WORK/stage1.bin"),true]"
+check "without layers in the query the file's own are recorded" \
+    "$(sql a "SELECT layer_start || '..' || layer_end FROM checkpoints WHERE job_id = $J AND step = 1 AND stage = 1")" "$MID..4"
+put_ckpt "$CK/0/stages/0" "$(tok_of 0 0)" "$WORK/stage0.bin"
+expect "step 0 is the admin's initial weights: a node's upload of it is 422" 422 .error.field step
+put_ckpt "$CK/2/stages/0" "$(tok_of 0 0)" "$WORK/stage0.bin"
+expect "stage 0 of step 2 alone is incomplete" 201 .complete false
 req GET "$CK" "$ADMIN"
-expect "the list is newest first and says which steps are complete" 200 '[.checkpoints[] | [.step, .complete]] | tostring' '[[1,true],[0,false]]'
+expect "the list is newest first and says which steps are complete" 200 '[.checkpoints[] | [.step, .complete]] | tostring' '[[2,false],[1,true]]'
 STATUS=$(curl -s -D "$WORK/headers" -o "$WORK/got.bin" -w '%{http_code}' -H "Authorization: Bearer $ADMIN" "$CK/1/stages/0")
 check "download stage 0 as the admin" "$STATUS" 200
 if cmp -s "$WORK/got.bin" "$WORK/stage0.bin"; then ok "the bytes come back identical"; else fail "the bytes come back identical"; fi
@@ -353,13 +368,17 @@ STATUS=$(curl -s -o "$WORK/got.bin" -w '%{http_code}' -H "Authorization: Bearer 
 check "any node of the job may download" "$STATUS" 200
 if cmp -s "$WORK/got.bin" "$WORK/stage1.bin"; then ok "stage 1 comes back identical"; else fail "stage 1 comes back identical"; fi
 req GET "$CK/1/stages/1" "$T5";          expect "a node outside the job may not" 403
-req GET "$CK/2/stages/0" "$ADMIN";       expect "an unknown checkpoint is 404" 404 .error.code not_found
+req GET "$CK/3/stages/0" "$ADMIN";       expect "an unknown checkpoint is 404" 404 .error.code not_found
 req GET "$CK/1/stages/x" "$ADMIN";       expect "a stage that is no number is 400" 400 .error.code invalid_id
 req GET "$CK" "${TOK[0]}";               expect "the list is for the admin" 403
 put_ckpt "$CK/1/stages/0" "$(tok_of 0 0)" "$WORK/other.bin" "$(sha "$WORK/other.bin")"
 expect "a re-upload replaces the file" 201 .sha256 "$(sha "$WORK/other.bin")"
 curl -s -o "$WORK/got.bin" -H "Authorization: Bearer $ADMIN" "$CK/1/stages/0"
 if cmp -s "$WORK/got.bin" "$WORK/other.bin"; then ok "and the new bytes are served"; else fail "and the new bytes are served"; fi
+put_ckpt "$CK/1/stages/0" "$(tok_of 0 0)" "$WORK/alien.bin"
+expect "a stage file of another model is 422" 422 .error.field body
+curl -s -o "$WORK/got.bin" -H "Authorization: Bearer $ADMIN" "$CK/1/stages/0"
+if cmp -s "$WORK/got.bin" "$WORK/other.bin"; then ok "and leaves the stored file as it was"; else fail "and leaves the stored file as it was"; fi
 rm -f "$WORK/got.bin"
 curl -s -o "$WORK/got.bin" -H "Authorization: Bearer $ADMIN" "$B/v1/jobs/$J/checkpoints/1/stages/0"
 if cmp -s "$WORK/got.bin" "$WORK/other.bin"; then ok "server b, sharing the checkpoint directory, serves what server a received"
@@ -373,20 +392,27 @@ check "a chunked upload over the cap is 413 too" "$STATUS" 413
 check "and leaves no file behind" "$(find "$WORK/a/checkpoints" -name '.upload-*' | wc -l)" 0
 check "nor a directory of server b's own" "$(find "$WORK/b" -path '*checkpoints*' | wc -l)" 0
 curl -s -o /dev/null -X PUT -H "Authorization: Bearer $(tok_of 0 0)" -H 'Content-Type: application/octet-stream' \
-     --limit-rate 50K --data-binary "@$WORK/stage0.bin" "$CK/2/stages/0" &
+     --limit-rate 50K --data-binary "@$WORK/stage0.bin" "$CK/3/stages/0" &
 slow=$!
 sleep 1.5
 check "a slow upload is written to a temporary file as it comes" "$(find "$WORK/a/checkpoints" -name '.upload-*' | wc -l)" 1
 kill $slow; wait $slow 2>/dev/null
 sleep 1
 check "a client that gives up mid-upload leaves no file" "$(find "$WORK/a/checkpoints" -name '.upload-*' | wc -l)" 0
-req GET "$CK" "$ADMIN"; expect "and no checkpoint row" 200 '[.checkpoints[].step] | tostring' '[1,0]'
+req GET "$CK" "$ADMIN"; expect "and no checkpoint row" 200 '[.checkpoints[].step] | tostring' '[2,1]'
 
 # ---- resume_from
-req POST "$S/v1/jobs" "$ADMIN" "$(printf '%s' "$JOB" | jq -c --argjson j "$J" '.resume_from = {"job_id": $j, "step": 0}')"
+req POST "$S/v1/jobs" "$ADMIN" "$(printf '%s' "$JOB" | jq -c --argjson j "$J" '.resume_from = {"job_id": $j, "step": 2}')"
 expect "resume_from an incomplete checkpoint is 422" 422 .error.field resume_from
+# Files that do not say their layers (an older agent's: the server now
+# records every file's own) fit only as many stages.
+sql a "UPDATE checkpoints SET layer_start = NULL, layer_end = NULL WHERE job_id = $J AND step = 1 AND stage = 1" >/dev/null
 req POST "$S/v1/jobs" "$ADMIN" "$(printf '%s' "$JOB" | jq -c --argjson j "$J" '.resume_from = {"job_id": $j, "step": 1} | .parallelism.stages = 4')"
-expect "resume_from with other stages is 422" 422 .error.field resume_from
+expect "resume_from with other stages, from files without layers, is 422" 422 .error.field resume_from
+sql a "UPDATE checkpoints SET layer_start = $MID, layer_end = 4 WHERE job_id = $J AND step = 1 AND stage = 1" >/dev/null
+req POST "$S/v1/jobs" "$ADMIN" "$(printf '%s' "$JOB" | jq -c --argjson j "$J" '.resume_from = {"job_id": $j, "step": 1} | .parallelism.stages = 4')"
+expect "from files that say their layers it is accepted" 201 '.spec.resume_from | [.job_id, .step] | tostring' "[$J,1]"
+req DELETE "$S/v1/jobs/$(printf '%s' "$BODY" | jq -r .id)" "$ADMIN"
 req POST "$S/v1/jobs" "$ADMIN" "$(printf '%s' "$JOB" | jq -c --argjson j "$J" '.resume_from = {"job_id": $j, "step": 1} | .model.d_model = 128')"
 expect "resume_from another model is 422" 422 .error.field resume_from
 req POST "$S/v1/jobs" "$ADMIN" "$(printf '%s' "$JOB" | jq -c --argjson j "$J" '.resume_from = {"job_id": $j, "step": 3}')"
@@ -497,14 +523,15 @@ lprog() {  # STEP EPOCH
     req POST "$S/v1/agent/progress" "$LT" "{\"job_id\":$L,\"epoch\":$2,\"step\":$1,\"stage\":0,\"replica\":0,\"loss\":3.$1,\"iteration_s\":0.1,\"compute_s\":0.1,\"send_s\":0,\"recv_wait_s\":0,\"allreduce_s\":0,\"bubble_s\":0,\"tokens\":64}"
 }
 lprog 0 1; lprog 3 1; lprog 4 1
-put_ckpt "$S/v1/jobs/$L/checkpoints/2/stages/0?layer_start=0" "$LT" "$WORK/stage1.bin"
+mkstage "$WORK/late.bin" 256 64 64 4 4 0 4 1 1 2   # its one stage: every layer, first and last
+put_ckpt "$S/v1/jobs/$L/checkpoints/2/stages/0?layer_start=0" "$LT" "$WORK/late.bin"
 expect "a checkpoint's layer_start goes with its layer_end" 400 .error.field layer_end
-put_ckpt "$S/v1/jobs/$L/checkpoints/2/stages/0?layer_start=0&layer_end=9" "$LT" "$WORK/stage1.bin"
+put_ckpt "$S/v1/jobs/$L/checkpoints/2/stages/0?layer_start=0&layer_end=9" "$LT" "$WORK/late.bin"
 expect "and a file holds no layer past the model's" 422 .error.field layer_end
-put_ckpt "$S/v1/jobs/$L/checkpoints/2/stages/0?layer_start=0&layer_end=4" "$LT" "$WORK/stage1.bin"
+put_ckpt "$S/v1/jobs/$L/checkpoints/2/stages/0?layer_start=0&layer_end=4" "$LT" "$WORK/late.bin"
 expect "a checkpoint says which layers it holds" 201 .complete true
-put_ckpt "$S/v1/jobs/$L/checkpoints/3/stages/0?layer_start=0&layer_end=4" "$LT" "$WORK/stage1.bin"
-put_ckpt "$S/v1/jobs/$L/checkpoints/4/stages/0" "$LT" "$WORK/stage1.bin"
+put_ckpt "$S/v1/jobs/$L/checkpoints/3/stages/0?layer_start=0&layer_end=4" "$LT" "$WORK/late.bin"
+put_ckpt "$S/v1/jobs/$L/checkpoints/4/stages/0" "$LT" "$WORK/late.bin"
 # flip_byte FILE OFFSET: changes one byte in place (the size stays).
 flip_byte() {
     local b
@@ -530,7 +557,7 @@ req GET "$S/v1/agent/assignment" "$LT"
 expect "its assignment resumes from the job's own checkpoint, with the layers of its files" 200 \
     '.assignment.resume | [.job_id, .step, .stages] | tostring' "[$L,3,[{\"stage\":0,\"layer_start\":0,\"layer_end\":4}]]"
 req GET "$S/v1/jobs/$L/checkpoints" "$ADMIN"
-expect "the checkpoint list shows them" 200 '[.checkpoints[] | .stages[0] | [.layer_start, .layer_end]] | tostring' '[[null,null],[0,4],[0,4]]'
+expect "the checkpoint list shows them (step 4's from its file, its query said none)" 200 '[.checkpoints[] | .stages[0] | [.layer_start, .layer_end]] | tostring' '[[0,4],[0,4],[0,4]]'
 
 req DELETE "$S/v1/jobs/$L" "$ADMIN"
 

@@ -196,10 +196,12 @@ check "a job of two tasklets flags neither, even ten times apart" \
       '[[1000000,10000000],[false,false],[]]'
 
 # ---- the operator re-plans A from its latest complete checkpoint
-head -c 4096 /dev/urandom > "$WORK/shard.bin"
 TASKLETS=$(hand "$DETAIL_A")
 for s in 0 1; do
     a=$(printf '%s' "$TASKLETS" | jq -c ".[] | select(.stage == $s and .replica == 0)")
+    # a real stage file of A's model (spec's) and this stage's layers
+    python3 "$(dirname "$0")/stage_file.py" "$WORK/shard.bin" 256 32 48 4 5 "$(printf '%s' "$a" | jq .layer_start)" \
+            "$(printf '%s' "$a" | jq .layer_end)" "$((s == 0))" "$((s == 1))" 4
     STATUS=$(curl -s -o "$WORK/body" -w '%{http_code}' -X PUT -H "Authorization: Bearer $(tok_by_id "$(printf '%s' "$a" | jq .node_id)")" \
              -H 'Content-Type: application/octet-stream' --data-binary "@$WORK/shard.bin" \
              "$S/v1/jobs/$A/checkpoints/4/stages/$s?layer_start=$(printf '%s' "$a" | jq .layer_start)&layer_end=$(printf '%s' "$a" | jq .layer_end)")

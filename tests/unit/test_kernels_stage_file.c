@@ -183,7 +183,7 @@ static void test_extra_state(void **state)
     FILE *g = fmemopen(v1, v1_len, "rb");
     struct kern_model pm;
     struct kern_stage_spec psp = {.micro_batch = 1, .seq_len = 1, .in_flight = 1};
-    assert_int_equal(kern_stage_file_peek(g, &pm, &psp, &err), 0);
+    assert_int_equal(kern_stage_file_peek(g, &pm, &psp, NULL, &err), 0);
     assert_int_equal(kern_stage_load(r1, g, &err), 0);
     assert_null(kern_stage_extra_if(r1, KERN_EXTRA_OUTER_MOMENTUM));
     fclose(g);
@@ -223,8 +223,10 @@ static void test_file_peek(void **state)
     FILE *f = tmpfile();
     assert_non_null(f);
     save_to(s1, f);
-    assert_int_equal(kern_stage_file_peek(f, &m, &sp, &err), 0);
+    uint64_t step = 99;
+    assert_int_equal(kern_stage_file_peek(f, &m, &sp, &step, &err), 0);
     assert_memory_equal(&m, &small, sizeof m);
+    assert_int_equal(step, kern_stage_step(s1));
     assert_int_equal(sp.layer_start, 1);
     assert_int_equal(sp.layer_end, 2);
     assert_int_equal(sp.first, 0);
@@ -238,7 +240,7 @@ static void test_file_peek(void **state)
     assert_non_null(f);
     fputs("NOTSHOAL and some more bytes to fill a header.............................", f);
     rewind(f);
-    assert_int_equal(kern_stage_file_peek(f, &m, &sp, &err), -1);
+    assert_int_equal(kern_stage_file_peek(f, &m, &sp, NULL, &err), -1);
     assert_non_null(strstr(err.msg, "bad magic"));
     fclose(f);
     kern_stage_free(s1), kern_stage_free(copy);
@@ -294,7 +296,7 @@ static void test_file_peek_bounds(void **state)
             memcpy(copy + 60, &bad[i].n, 8);
         FILE *g = fmemopen(copy, (size_t)bad[i].keep, "rb");
         assert_non_null(g);
-        if (kern_stage_file_peek(g, &m, &sp, &err) != -1 || !strstr(err.msg, bad[i].msg))
+        if (kern_stage_file_peek(g, &m, &sp, NULL, &err) != -1 || !strstr(err.msg, bad[i].msg))
             fail_msg("%s: peek said '%s'", bad[i].why, err.msg);
         assert_int_equal(ftell(g), 0);
         fclose(g);

@@ -4,7 +4,7 @@
  *   build (from the repository root):
  *     cc -std=c11 -D_GNU_SOURCE -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-openmp \
  *        -o /tmp/make_checkpoint_seeds tests/fuzz/seeds/make_checkpoint_seeds.c \
- *        kernels/stage.c kernels/layout.c kernels/checkpoint.c kernels/cpu_layers.c \
+ *        kernels/stage.c kernels/layout.c kernels/checkpoint.c kernels/stage_file.c kernels/cpu_layers.c \
  *        kernels/cpu_stage.c kernels/cuda_none.c -lopenblas -lm -fopenmp
  *     /tmp/make_checkpoint_seeds tests/fuzz/corpus/fuzz_checkpoint
  *
