@@ -30,8 +30,10 @@ struct job_ckpt_source {
 
 /* The options table entries of a settings struct `type` whose member `src`
  * is a struct job_ckpt_source; ENV is the subcommand's variable prefix
- * ("SHOAL_SAMPLE") and VERB what it does with the checkpoint ("sample"). */
-#define JOB_CKPT_OPTS(type, ENV, VERB)                                                                             \
+ * ("SHOAL_SAMPLE") and VERB what it does with the checkpoint ("sample").
+ * JOB_CKPT_SERVER_OPTS are the server, token and --job entries alone (WHAT
+ * says what the job is to the subcommand). */
+#define JOB_CKPT_SERVER_OPTS(type, ENV, WHAT)                                                                      \
     { "--server", "SHOAL_SERVER_URL", OPT_STR_FIELD(type, src.server_url), "http://127.0.0.1:8080",                \
       "shoal-server's base URL" },                                                                                 \
     { "--ca-file", "SHOAL_CA_FILE", OPT_STR_FIELD(type, src.ca_file), "",                                          \
@@ -40,7 +42,9 @@ struct job_ckpt_source {
     { "--admin-token-file", "SHOAL_ADMIN_TOKEN_FILE", OPT_STR_FIELD(type, src.admin_token_file), "",               \
       "file holding the admin token (the server's <data-dir>/admin.token), instead of --admin-token" },            \
     { "--job", ENV "_JOB", OPT_LONG_FIELD(type, src.job, 0, LONG_MAX), "0",                                        \
-      "the job whose checkpoint to " VERB " (required)" },                                                         \
+      "the job " WHAT " (required)" }
+#define JOB_CKPT_OPTS(type, ENV, VERB)                                                                             \
+    JOB_CKPT_SERVER_OPTS(type, ENV, "whose checkpoint to " VERB),                                                  \
     { "--step", ENV "_STEP", OPT_LONG_FIELD(type, src.step, 0, LONG_MAX), "0",                                     \
       "the checkpoint's step; 0: the newest complete one" },                                                       \
     { "--tmp-dir", ENV "_TMP_DIR", OPT_STR_FIELD(type, src.tmp_dir), "/tmp",                                       \
