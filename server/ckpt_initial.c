@@ -9,16 +9,28 @@
 #include "db.h"
 #include "server.h"
 
-int checkpoints_initial_open(struct server *srv, int64_t job_id, struct shoal_err *e)
+/* What decides a job's initial weights, one row: its state, whether it
+ * has been planned or resumes from another job, its stages and layers,
+ * and the step-0 files it has.  NULL with e set (404 for no such job). */
+static json_t *initial_facts(struct server *srv, int64_t job_id, char p_job[24], struct shoal_err *e)
 {
-    char p_job[24], what[40];
+    char what[40];
     const char *params[] = { db_param_i64(p_job, job_id) };
     snprintf(what, sizeof what, "job %s", p_job);
-    json_t *res = db_query_json(srv->db,
+    return db_query_json(srv->db,
         "SELECT json_build_object('state', j.state,"
         " 'planned', EXISTS (SELECT 1 FROM plans p WHERE p.job_id = j.id),"
-        " 'resumes', jsonb_typeof(j.spec->'resume_from') = 'object')"
+        " 'resumes', jsonb_typeof(j.spec->'resume_from') = 'object',"
+        " 'stages', j.stages, 'layers', (j.spec->'model'->>'layers')::int,"
+        " 'have', (SELECT count(*) FROM checkpoints c WHERE c.job_id = j.id AND c.step = 0 AND c.replica = 0"
+        "   AND c.stage < j.stages))"
         " FROM jobs j WHERE j.id = $1::bigint", 1, params, what, e);
+}
+
+int checkpoints_initial_open(struct server *srv, int64_t job_id, struct shoal_err *e)
+{
+    char p_job[24];
+    json_t *res = initial_facts(srv, job_id, p_job, e);
     if (!res)
         return -1;
     const char *state = json_string_value(json_object_get(res, "state"));
@@ -40,15 +52,9 @@ int checkpoints_initial_open(struct server *srv, int64_t job_id, struct shoal_er
 
 int checkpoints_initial(struct server *srv, int64_t job_id, int64_t *step, struct shoal_err *e)
 {
-    char p_job[24], what[40];
-    const char *params[] = { db_param_i64(p_job, job_id) };
-    snprintf(what, sizeof what, "job %s", p_job);
+    char p_job[24];
     *step = -1;
-    json_t *res = db_query_json(srv->db,
-        "SELECT json_build_object('stages', j.stages, 'layers', (j.spec->'model'->>'layers')::int,"
-        " 'have', (SELECT count(*) FROM checkpoints c WHERE c.job_id = j.id AND c.step = 0 AND c.replica = 0"
-        "   AND c.stage < j.stages))"
-        " FROM jobs j WHERE j.id = $1::bigint", 1, params, what, e);
+    json_t *res = initial_facts(srv, job_id, p_job, e);
     if (!res)
         return -1;
     long long have = json_integer_value(json_object_get(res, "have"));

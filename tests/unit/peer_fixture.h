@@ -106,6 +106,21 @@ static __attribute__((unused)) int listen_any(unsigned *port)
     return fd;
 }
 
+/* A loopback port held bound but never listened on: connecting to it is
+ * refused as to a closed port, and nothing running beside the test can
+ * take the port meanwhile (as it can one bound and closed). */
+static __attribute__((unused)) int bound_not_listening(unsigned *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET };
+    socklen_t len = sizeof sa;
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    *port = ntohs(sa.sin_port);
+    return fd;
+}
+
 static __attribute__((unused)) void write_all(int fd, const void *p, size_t n)
 {
     const char *c = p;

@@ -428,20 +428,16 @@ static void test_dial_errors(void **state)
     assert_int_equal(peer_dial("no-port", NULL, NULL, 1000, &c, &err), -1);
     assert_string_equal(err.code, "peer_io");
     assert_int_equal(peer_dial("127.0.0.1:99999", NULL, NULL, 1000, &c, &err), -1);
-    /* a port nobody listens on (bind one, close it) */
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    socklen_t len = sizeof sa;
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd);
+    /* a port nobody listens on */
+    unsigned port;
+    int fd = bound_not_listening(&port);
     char addr[32];
-    snprintf(addr, sizeof addr, "127.0.0.1:%u", ntohs(sa.sin_port));
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
     assert_int_equal(peer_dial(addr, NULL, NULL, 1000, &c, &err), -1);
     assert_string_equal(err.code, "peer_io");
     assert_non_null(strstr(err.message, addr));
     assert_int_equal(c.fd, -1);
+    close(fd);
 }
 
 int main(void)

@@ -38,22 +38,6 @@ static void *stranger_main(void *arg)
     return NULL;
 }
 
-/* A port held bound but never listened on: connecting to it is refused as
- * to a closed port, and no other process can take the port meanwhile (a
- * port closed outright can be reused by anything running beside the test,
- * which then answers or stays silent). */
-static int bound_not_listening(unsigned *port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET };
-    socklen_t len = sizeof sa;
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    *port = ntohs(sa.sin_port);
-    return fd;
-}
-
 static void test_probe_tells_who_answers(void **state)
 {
     (void)state;
