@@ -20,6 +20,8 @@
 #   make bench-faults a 2x2 job under kill -9 of agents, server and postmaster and a stalled
 #                     agent, victims and steps from a printed seed: recovery times, steps
 #                     trained again, losses against the uninterrupted run
+#   make bench-finetune GPT-2 124M imported and fine-tuned across four agents beside the same
+#                     job from scratch: import, step and export times (GPT2_BIN, GPT2_DATA)
 #   make CUDA=0       build without the CUDA backend even where nvcc exists
 #   make clean
 
@@ -96,7 +98,7 @@ DEB_COMMANDS := npm
 # OpenAPI lint (Redocly) and response validator (ajv) of tests/api.
 NPM_DIRS     := tests/browser tests/api
 
-.PHONY: all deps test test-gpu demo bench-sched bench-sched-long bench-kernels bench-peer bench-load bench-wan bench-faults testbed fuzz clean
+.PHONY: all deps test test-gpu demo bench-sched bench-sched-long bench-kernels bench-peer bench-load bench-wan bench-faults bench-finetune testbed fuzz clean
 all: $(BINDIR)/shoal-server $(BINDIR)/shoal-sched $(BINDIR)/shoal-agent
 
 $(BINDIR)/shoal-server: $(BUILD)/server/main.o $(SERVER_OBJ) $(COMMON_OBJ)
@@ -232,6 +234,10 @@ bench-wan: deps all
 # FAULTS_ARGS="--seed 7 --trials 3 --only kill-agent,kill-two" repeats or narrows the campaign.
 bench-faults: deps all
 	@bash tests/bench/bench_faults.sh bin/shoal-server bin/shoal-agent $(FAULTS_ARGS)
+
+# GPT2_BIN=gpt2_124M.bin GPT2_DATA=shard.bin CONTEXT=64 FINETUNE_STEPS=4: real weights and data.
+bench-finetune: deps all
+	@bash tests/bench/bench_finetune.sh bin/shoal-server bin/shoal-agent $(FINETUNE_STEPS)
 
 bench-sched: all
 	@sh tests/bench/bench_sched.sh bin/shoal-sched

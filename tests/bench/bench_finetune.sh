@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# bench_finetune.sh - GPT-2 124M fine-tuned across four real agents on this
+# machine's CPU, side by side with the same job from scratch: how long
+# `shoal-agent import` takes and what it uploads, the first and last loss,
+# the median step and tokens per second, and how long `shoal-agent export`
+# takes; a table and one JSON line.  A benchmark, not a test: nothing is
+# asserted.
+#
+# usage: tests/bench/bench_finetune.sh SHOAL_SERVER SHOAL_AGENT [STEPS]
+#   GPT2_BIN=gpt2_124M.bin   llm.c's file (default: one of its sizes whose
+#                            weights are a short pattern, written here: the
+#                            timings hold, the losses say nothing)
+#   GPT2_DATA=shard.bin      an llm.c token shard (default: random tokens)
+#   CONTEXT=64               the job's context_length (at most 1024)
+set -u
+export SHOAL_SERVER=$(realpath "${1:?usage: bench_finetune.sh SERVER AGENT [STEPS]}")
+export SHOAL_AGENT=$(realpath "${2:?usage: bench_finetune.sh SERVER AGENT [STEPS]}")
+STEPS=${3:-4}
+CONTEXT=${CONTEXT:-64}
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../integration/lib.sh" >/dev/null
+. "$here/../integration/agents.sh"
+
+start_server s >/dev/null || exit 1
+S=$URL_s
+ADMIN=$(cat "$WORK/s/admin.token")
+for n in a0 a1 a2 a3; do start_agent "$n" s; done
+links_up() { [ "$(sql s "SELECT count(*) FROM links_latest")" = 12 ]; }
+wait_for 180 links_up || { echo "agents did not measure their links" >&2; exit 1; }
+
+WEIGHTS=${GPT2_BIN:-$WORK/gpt2_124M.bin}
+[ -n "${GPT2_BIN:-}" ] || python3 "$here/../integration/gpt2_files.py" big "$WEIGHTS"
+DATA=${GPT2_DATA:-$WORK/shard.bin}
+[ -n "${GPT2_DATA:-}" ] || python3 -c '
+import random, struct, sys
+n = 200000
+rnd = random.Random(3)
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, n, *[0] * 253))
+    f.write(struct.pack("<%dH" % n, *[rnd.randrange(50257) for _ in range(n)]))' "$DATA"
+
+# job NAME: GPT-2 124M, 2 stages x 2 replicas, one micro-batch of 4 sequences
+job() {
+    printf '{"name":"%s","model":{"vocab_size":50257,"context_length":%d,"d_model":768,"heads":12,"layers":12},' "$1" "$CONTEXT"
+    printf '"parallelism":{"stages":2,"replicas":2,"micro_batches":1,"micro_batch_size":4},'
+    printf '"training":{"steps":%d,"learning_rate":0.0001,"warmup_steps":0},' "$STEPS"
+    printf '"data":{"path":"%s","format":"llmc"},"checkpoint_interval":0}' "$(realpath "$DATA")"
+}
+now() { date +%s.%N; }
+# run NAME IMPORT(yes|no): one job; sets the row's values
+run() {
+    req POST "$S/v1/jobs" "$ADMIN" "$(job "$1")"
+    J=$(printf '%s' "$BODY" | jq -r .id)
+    IMPORT_S=0 UPLOAD_MB=0
+    if [ "$2" = yes ]; then
+        local t0; t0=$(now)
+        "$SHOAL_AGENT" import --server "$S" --admin-token "$ADMIN" --job "$J" --model "$WEIGHTS" --tmp-dir "$WORK" \
+            > "$WORK/import.out" 2> "$WORK/import.err" || { cat "$WORK/import.err" >&2; exit 1; }
+        IMPORT_S=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
+        UPLOAD_MB=$(awk '/^stage/ { s += $5 } END { printf "%.0f", s / 1e6 }' "$WORK/import.out")
+    fi
+    req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":200}'
+    wait_for 3600 finished "$J"
+    [ "$(job_state "$S" "$ADMIN" "$J")" = succeeded ] || { echo "job $1 did not succeed" >&2; exit 1; }
+    FIRST=$(sql s "SELECT round(avg(loss)::numeric, 4) FROM job_steps WHERE job_id = $J AND step = 0 AND stage = 1")
+    LAST=$(sql s "SELECT round(avg(loss)::numeric, 4) FROM job_steps WHERE job_id = $J AND step = $STEPS - 1 AND stage = 1")
+    STEP_S=$(sql s "SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY m)::numeric, 2) FROM
+                    (SELECT max(iteration_s) AS m FROM job_steps WHERE job_id = $J AND step >= 1 GROUP BY step) x")
+    TOK_S=$(awk -v s="$STEP_S" -v t="$CONTEXT" 'BEGIN { printf "%.0f", 2 * 4 * t / s }')
+    local t0; t0=$(now)
+    "$SHOAL_AGENT" export --server "$S" --admin-token "$ADMIN" --job "$J" --out "$WORK/export-$1" --tmp-dir "$WORK" \
+        > /dev/null 2> "$WORK/export.err" || { cat "$WORK/export.err" >&2; exit 1; }
+    EXPORT_S=$(awk -v a="$t0" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }')
+    printf '%-10s %9s %10s %11s %10s %9s %9s %9s\n' "$1" "$IMPORT_S" "$UPLOAD_MB" "$FIRST" "$LAST" "$STEP_S" "$TOK_S" "$EXPORT_S"
+    JSON="$JSON{\"job\":\"$1\",\"import_s\":$IMPORT_S,\"upload_mb\":$UPLOAD_MB,\"first_loss\":$FIRST,\"last_loss\":$LAST,\"step_s\":$STEP_S,\"tokens_per_s\":$TOK_S,\"export_s\":$EXPORT_S},"
+}
+
+echo
+echo "GPT-2 124M, 2x2 on four agents (one CPU thread each), context $CONTEXT, 1 micro-batch of 4, $STEPS steps"
+echo "weights: ${GPT2_BIN:-a pattern of GPT-2 124M sizes}; data: ${GPT2_DATA:-random tokens}"
+printf '%-10s %9s %10s %11s %10s %9s %9s %9s\n' job import_s upload_MB first_loss last_loss step_s tokens/s export_s
+JSON=""
+run imported yes
+run scratch no
+echo "{\"bench\":\"finetune_124M_2x2\",\"steps\":$STEPS,\"context\":$CONTEXT,\"jobs\":[${JSON%,}]}"
