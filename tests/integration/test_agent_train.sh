@@ -6,7 +6,7 @@
 # safetensors (llm.c's format refused for its untied head), and an llm.c-shard job's
 # tokens decoded through a tokenizer file; a failing checkpoint
 # store shows in the job and heals; an agent killed mid-step fails the job
-# with its reason.
+# with its reason; the README's sample and export examples run as written.
 set -u
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/agents.sh"
@@ -273,6 +273,30 @@ check "sample: a truncated tokenizer file is refused, naming it and the token cu
 sample "$WORK/sx" --job "$MAIN" --tokenizer "$WORK/tokenizer.bin"
 check "sample: --tokenizer for a byte-level job is refused" \
     "$SAMPLE_RC $(grep -c 'byte-level.*drop --tokenizer' "$WORK/sx.err")" "2 1"
+
+# ---- the README's sample and export examples as written, in a directory
+# holding bin/shoal-agent, admin.token and gpt2_tokenizer.bin
+README_DIR=$WORK/readme
+mkdir -p "$README_DIR/bin"
+ln -s "$SHOAL_AGENT" "$README_DIR/bin/shoal-agent"
+cp "$WORK/s/admin.token" "$README_DIR/admin.token"
+cp "$WORK/tokenizer.bin" "$README_DIR/gpt2_tokenizer.bin"
+# readme_example NAME JOB: runs the README's block NAME with S and J set;
+# its stdout in $README_DIR/NAME.out, its exit status in EXAMPLE_RC
+readme_example() {
+    example_block "$(dirname "$0")/../../README.md" "$1" > "$README_DIR/$1.sh"
+    (cd "$README_DIR" && S=$S J=$2 bash -e "$1.sh" > "$1.out" 2> "$1.err")
+    EXAMPLE_RC=$?
+}
+readme_example sample "$MAIN"
+check "the README's sample example runs as written: 300 tokens after 'The '" \
+    "$EXAMPLE_RC $(head -c 4 "$README_DIR/sample.out") $(($(wc -c < "$README_DIR/sample.out") >= 304))" "0 The  1"
+readme_example sample-tokens "$LLMC"
+check "the README's --tokenizer example runs as written: 300 tokens as text" \
+    "$EXAMPLE_RC $(grep -c 'checkpoint step 10' "$README_DIR/sample-tokens.err") $(($(wc -c < "$README_DIR/sample-tokens.out") >= 300))" "0 1 1"
+readme_example export "$MAIN"
+check "the README's export example runs as written: gpt-job holds model.safetensors and config.json" \
+    "$EXAMPLE_RC $(ls "$README_DIR/gpt-job" | tr '\n' ' ')" "0 config.json model.safetensors "
 
 # ---- garbage on a peer port: dropped and logged, the agent goes on (a
 # wrong secret, CRC, job, epoch, step or shape is tested in test_peer)
