@@ -91,24 +91,10 @@ static __attribute__((unused)) void pair(struct fixture *fx, struct peer_conn *a
         fail_msg("take: %s", err.message);
 }
 
-/* A plain listening socket on 127.0.0.1 (no agent behind it); its port in
- * *port. */
-static __attribute__((unused)) int listen_any(unsigned *port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET };
-    socklen_t len = sizeof sa;
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    assert_int_equal(listen(fd, 4), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    *port = ntohs(sa.sin_port);
-    return fd;
-}
-
 /* A loopback port held bound but never listened on: connecting to it is
  * refused as to a closed port, and nothing running beside the test can
- * take the port meanwhile (as it can one bound and closed). */
+ * take the port meanwhile (as it can one bound and closed).  Its port in
+ * *port. */
 static __attribute__((unused)) int bound_not_listening(unsigned *port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -118,6 +104,15 @@ static __attribute__((unused)) int bound_not_listening(unsigned *port)
     assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
     assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
     *port = ntohs(sa.sin_port);
+    return fd;
+}
+
+/* A plain listening socket on 127.0.0.1 (no agent behind it); its port in
+ * *port. */
+static __attribute__((unused)) int listen_any(unsigned *port)
+{
+    int fd = bound_not_listening(port);
+    assert_int_equal(listen(fd, 4), 0);
     return fd;
 }
 
