@@ -119,7 +119,7 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/kernels/%.o: CFLAGS += $(KERNELS_CFLAGS)
 # FP operations never trap here (no FP exceptions are enabled), which lets
-# GELU's loops vectorise (kernels/cpu_tanh.h); values are unchanged.
+# GELU's and the softmaxes' loops vectorise (kernels/cpu_tanh.h, cpu_exp.h); values are unchanged.
 $(BUILD)/kernels/cpu_layers.o: CFLAGS += -fno-trapping-math
 $(BUILD)/agent/nccl.o: CFLAGS += -I$(CUDA_HOME)/include
 
