@@ -181,11 +181,18 @@ static void group_free(struct nccl_group *g, int clean)
     if (g->comm && clean) {
         ncclResult_t r = ncclCommFinalize(g->comm);
         if ((r == ncclSuccess || r == ncclInProgress) &&
-            nccl_wait(g->comm, NULL, ctl_now() + NCCL_CLOSE_S, NULL, "finalize", &ignored) == 0 &&
-            ncclCommDestroy(g->comm) == ncclSuccess)
+            nccl_wait(g->comm, NULL, ctl_now() + NCCL_CLOSE_S, NULL, "finalize", &ignored) == 0) {
+            /* Destroyed, whatever it answers: the handle is not NCCL's to
+             * abort any more (an abort after a failed destroy could free
+             * it twice). */
+            r = ncclCommDestroy(g->comm);
+            if (r != ncclSuccess)
+                log_warn("nccl close rank=%d size=%d: destroy failed: %s", g->rank, g->size,
+                         ncclGetErrorString(r));
             g->comm = NULL;
-        else
+        } else {
             log_warn("nccl close rank=%d size=%d: finalize failed, aborting the communicator", g->rank, g->size);
+        }
     }
     if (g->comm)
         (void)ncclCommAbort(g->comm);
