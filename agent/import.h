@@ -6,7 +6,8 @@
  * the model against the job's spec, splits it into the job's stages (an
  * even split of the layers; the agents assemble any other split the plan
  * picks, tensor by tensor) and uploads each stage file as the job's step-0
- * checkpoint, SHA-256 checked by the server.  The job must not have been
+ * checkpoint (the parameters alone: the AdamW moments of a step-0 stage
+ * are zero and left out, kernels.h), SHA-256 checked by the server.  The job must not have been
  * scheduled yet; when it is, every stage trains on from these weights (the
  * head starts as a copy of the tied embedding), and a failure before its
  * first checkpoint recovers from them too.

@@ -6,7 +6,10 @@
  *   uint32   version       KERN_STAGE_FILE_VERSION (2; 1 is read too)
  *   int32    vocab, context, d_model, heads, layers
  *   int32    layer_start, layer_end, first, last
- *   int32    extras        bit i set: extra buffer i follows (version 2 only)
+ *   int32    extras        bit i set: extra buffer i follows (version 2 only);
+ *                          bit 30 (STAGE_FILE_NO_MOMENTS): the moments are
+ *                          left out, zero (saved so at AdamW step 0 when
+ *                          they are all zero: a third of the bytes)
  *   uint64   step          AdamW steps taken
  *   uint64   n             floats per buffer
  *   float32  params[n], adam_m[n], adam_v[n], then each extra[n] in order
@@ -76,6 +79,15 @@ int kern_stage_save(struct kern_stage *st, FILE *f, struct kern_err *err)
         goto out;
     }
     header_of_stage(st, &h);
+    int no_moments = st->step == 0;   /* at step 0, when both moments are zero */
+    for (int i = 1; i < 3 && no_moments; i++) {
+        if (st->ops->read(st, order[i], buf, err))
+            goto out;
+        for (size_t k = 0; k < st->n_params && no_moments; k++)
+            no_moments = buf[k] == 0;
+    }
+    if (no_moments)
+        h.ints[STAGE_FILE_EXTRAS] |= STAGE_FILE_NO_MOMENTS;
     size_t hb = header_pack(&h, raw);
     sum = fnv1a(sum, raw, hb);
     if (fwrite(raw, 1, hb, f) != hb) {
@@ -84,7 +96,7 @@ int kern_stage_save(struct kern_stage *st, FILE *f, struct kern_err *err)
     }
     for (int i = 0; i < 3 + KERN_EXTRA_COUNT; i++) {
         const float *b = buf;
-        if (i >= 3 && !(b = st->extra[i - 3]))
+        if ((i >= 3 && !(b = st->extra[i - 3])) || (i >= 1 && i < 3 && no_moments))
             continue;
         if (i < 3 && st->ops->read(st, order[i], buf, err))
             goto out;
@@ -126,14 +138,18 @@ int kern_stage_load(struct kern_stage *st, FILE *f, struct kern_err *err)
                   want.ints[1], want.ints[2], want.ints[3], want.ints[4]);
         goto out;
     }
+    int no_moments = !!(got.ints[STAGE_FILE_EXTRAS] & STAGE_FILE_NO_MOMENTS);
     for (int i = 0; i < 3 + KERN_EXTRA_COUNT; i++) {
         if (i >= 3 && !(got.ints[STAGE_FILE_EXTRAS] & (1 << (i - 3))))
             continue;
-        buf[i] = malloc(st->n_params * sizeof *buf[i]);
+        int absent = i >= 1 && i < 3 && no_moments;   /* zero moments, not in the file */
+        buf[i] = absent ? calloc(st->n_params, sizeof *buf[i]) : malloc(st->n_params * sizeof *buf[i]);
         if (!buf[i]) {
             kern_fail(err, "load: out of memory");
             goto out;
         }
+        if (absent)
+            continue;
         if (fread(buf[i], sizeof *buf[i], st->n_params, f) != st->n_params) {
             kern_fail(err, "load: file is truncated");
             goto out;

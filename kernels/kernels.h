@@ -176,7 +176,8 @@ float *kern_stage_extra(struct kern_stage *st, enum kern_extra which);
 float *kern_stage_extra_if(const struct kern_stage *st, enum kern_extra which);
 
 /* Stage files: magic "SHOALSTG", version, model, layer range, which extras
- * it holds, AdamW step, parameters, both AdamW moments and the extras, and
+ * it holds, AdamW step, parameters, both AdamW moments (left out, zero,
+ * when the stage is at AdamW step 0 with zero moments) and the extras, and
  * a checksum. Load checks that the file belongs to the same model and layer
  * range and is whole before it changes anything.  Version 1 files (no
  * extras) load too. */

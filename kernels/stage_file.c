@@ -29,10 +29,12 @@ static size_t header_bytes(uint32_t version)
     return 8 + 4 + 4 * (size_t)(version == 1 ? STAGE_FILE_INTS - 1 : STAGE_FILE_INTS) + 8 + 8;
 }
 
-/* Buffers a file of header h holds: params, both moments, the extras. */
+/* Buffers a file of header h holds: params, both moments (unless left
+ * out), the extras. */
 static int header_buffers(const struct stage_file_header *h)
 {
-    return 3 + __builtin_popcount((unsigned)h->ints[STAGE_FILE_EXTRAS] & EXTRAS_ALL);
+    int32_t mask = h->ints[STAGE_FILE_EXTRAS];
+    return (mask & STAGE_FILE_NO_MOMENTS ? 1 : 3) + __builtin_popcount((unsigned)mask & EXTRAS_ALL);
 }
 
 int stage_file_header_read(FILE *f, struct stage_file_header *got, unsigned char raw[STAGE_FILE_HEADER_MAX],
@@ -55,9 +57,12 @@ int stage_file_header_read(FILE *f, struct stage_file_header *got, unsigned char
     memcpy(got->ints, raw + 12, 4 * ints);
     memcpy(&got->step, raw + 12 + 4 * ints, 8);
     memcpy(&got->n, raw + 20 + 4 * ints, 8);
-    if (got->ints[STAGE_FILE_EXTRAS] & ~EXTRAS_ALL)
+    if (got->ints[STAGE_FILE_EXTRAS] & ~(EXTRAS_ALL | STAGE_FILE_NO_MOMENTS))
         return fail(err, "load: the stage file holds extra state this build does not know (mask %#x)",
                     (unsigned)got->ints[STAGE_FILE_EXTRAS]);
+    if ((got->ints[STAGE_FILE_EXTRAS] & STAGE_FILE_NO_MOMENTS) && got->step != 0)
+        return fail(err, "load: the stage file leaves its AdamW moments out after %llu AdamW steps (only a "
+                    "stage at step 0 has none)", (unsigned long long)got->step);
     return 0;
 }
 
@@ -87,7 +92,7 @@ static uint64_t header_stage_floats(const struct stage_file_header *h)
 /* Checks that the header agrees with itself and with the file's size, so
  * that a stage built from it allocates no more than the file holds: its
  * model and layers make the floats per buffer it says, and the file is a
- * header, three buffers of them and a checksum.  Leaves the position at
+ * header, its buffers of them and a checksum.  Leaves the position at
  * the start. */
 static int header_check_size(FILE *f, const struct stage_file_header *h, struct kern_err *err)
 {
@@ -99,7 +104,8 @@ static int header_check_size(FILE *f, const struct stage_file_header *h, struct 
         return fail(err, "peek: the header says %llu floats per buffer, but its model (V=%d T=%d C=%d NH=%d "
                     "L=%d) and layers [%d,%d) make %llu", (unsigned long long)h->n, h->ints[0], h->ints[1],
                     h->ints[2], h->ints[3], h->ints[4], h->ints[5], h->ints[6], (unsigned long long)floats);
-    /* header, params, adam_m, adam_v, extras (4 bytes a float), checksum */
+    /* header, params, adam_m, adam_v (unless left out), extras (4 bytes a
+     * float), checksum */
     uint64_t want = header_bytes(h->version) + 8;
     if (mul_add(&want, 4 * (uint64_t)header_buffers(h), floats) || (uint64_t)size != want)
         return fail(err, "peek: the header says %llu floats per buffer, and the file is %ld bytes instead of "

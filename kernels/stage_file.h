@@ -16,6 +16,9 @@
 #define STAGE_FILE_INTS 10                       /* version 2; version 1 has the first 9 */
 #define STAGE_FILE_EXTRAS (STAGE_FILE_INTS - 1)  /* the index of the extras mask */
 #define STAGE_FILE_HEADER_MAX (8 + 4 + 4 * STAGE_FILE_INTS + 8 + 8)   /* bytes */
+/* In the extras mask: the AdamW moments are left out of the file (they
+ * are zero: a stage at AdamW step 0, such as imported weights). */
+#define STAGE_FILE_NO_MOMENTS (1 << 30)
 
 struct stage_file_header {
     char magic[8];

@@ -1,7 +1,8 @@
 /* test_kernels_stage_file.c - kernels/kernels.h's stage files on the CPU
  * backend (kernels_fixture.h): save, load and train on exactly; a checkpoint
  * of one layer split assembled into another; the extra state of version 2
- * (outer momentum, sync feedback); headers peeked and bounded; bad input. */
+ * (outer momentum, sync feedback); a step-0 stage saved without its zero
+ * moments; headers peeked and bounded; bad input. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -94,6 +95,88 @@ static void test_save_load_continue(void **state)
     kern_stage_free(s0), kern_stage_free(s1), kern_stage_free(r0), kern_stage_free(r1);
 }
 
+/* A stage at AdamW step 0 with zero moments (fresh, or imported weights)
+ * is saved without them: a header, the parameters and a checksum.  It
+ * loads with zero moments (over a stage that had others) and trains on
+ * exactly as the stage it was saved from; a step-0 stage whose moments are
+ * not zero keeps them; a file that leaves them out at another step is
+ * refused. */
+static void test_step0_without_moments(void **state)
+{
+    (void)state;
+    enum { K = 3 };
+    struct kern_err err;
+    struct kern_stage *s0 = stage_new(&small, 0, 1, 4, 32, 2, 11), *s1 = stage_new(&small, 1, 2, 4, 32, 2, 11);
+    size_t n = kern_stage_param_count(s0);
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    save_to(s0, f);
+    fseek(f, 0, SEEK_END);
+    long header = 8 + 4 + 4 * 10 + 8 + 8;   /* version 2 (checkpoint.c) */
+    assert_int_equal(ftell(f), header + 4 * (long)n + 8);
+    rewind(f);
+
+    /* over a trained stage of the same layers: its moments become zero */
+    struct kern_stage *r0 = stage_new(&small, 0, 1, 4, 32, 2, 99), *r1 = stage_new(&small, 1, 2, 4, 32, 2, 99);
+    float scratch[K], fresh[K], reloaded[K];
+    train(r0, r1, 0, K, scratch);
+    struct kern_model m;
+    struct kern_stage_spec sp;
+    uint64_t step = 9;
+    assert_int_equal(kern_stage_file_peek(f, &m, &sp, &step, &err), 0);
+    assert_true(step == 0);
+    assert_int_equal(kern_stage_load(r0, f, &err), 0);
+    assert_true(kern_stage_step(r0) == 0);
+    float *mo = read_buf(r0, KERN_ADAM_M), *vo = read_buf(r0, KERN_ADAM_V);
+    for (size_t i = 0; i < n; i++)
+        assert_true(mo[i] == 0 && vo[i] == 0);
+    free(mo), free(vo);
+    FILE *g = tmpfile();
+    assert_non_null(g);
+    save_to(s1, g);
+    assert_int_equal(kern_stage_load(r1, g, &err), 0);
+    train(s0, s1, 0, K, fresh);
+    train(r0, r1, 0, K, reloaded);
+    assert_memory_equal(fresh, reloaded, sizeof fresh);
+
+    /* step 0 with a moment that is not zero: both moments are written */
+    struct kern_stage *odd = stage_new(&small, 0, 1, 4, 32, 2, 11);
+    float *v = read_buf(odd, KERN_ADAM_V);
+    v[n / 2] = 0.25f;
+    assert_int_equal(kern_stage_write(odd, KERN_ADAM_V, v, &err), 0);
+    FILE *h = tmpfile();
+    assert_non_null(h);
+    save_to(odd, h);
+    fseek(h, 0, SEEK_END);
+    assert_int_equal(ftell(h), header + 3 * 4 * (long)n + 8);
+    rewind(h);
+    assert_int_equal(kern_stage_load(r0, h, &err), 0);
+    float *back = read_buf(r0, KERN_ADAM_V);
+    assert_memory_equal(back, v, n * sizeof *v);
+    free(back), free(v);
+
+    /* the moments left out after AdamW steps: refused by peek and load */
+    unsigned char raw[8 + 4 + 4 * 10 + 8 + 8];
+    rewind(f);
+    assert_int_equal(fread(raw, 1, sizeof raw, f), sizeof raw);
+    uint64_t five = 5;
+    memcpy(raw + 12 + 4 * 10, &five, 8);
+    FILE *bad = tmpfile();
+    assert_non_null(bad);
+    rewind(f);
+    fseek(f, (long)sizeof raw, SEEK_SET);
+    assert_int_equal(fwrite(raw, 1, sizeof raw, bad), sizeof raw);
+    for (int c; (c = fgetc(f)) != EOF;)
+        fputc(c, bad);
+    rewind(bad);
+    assert_int_equal(kern_stage_file_peek(bad, &m, &sp, NULL, &err), -1);
+    assert_non_null(strstr(err.msg, "after 5 AdamW steps"));
+    assert_int_equal(kern_stage_load(r0, bad, &err), -1);
+    assert_non_null(strstr(err.msg, "after 5 AdamW steps"));
+    fclose(f), fclose(g), fclose(h), fclose(bad);
+    kern_stage_free(s0), kern_stage_free(s1), kern_stage_free(r0), kern_stage_free(r1), kern_stage_free(odd);
+}
+
 /* A checkpoint taken under one layer split continues under another: the
  * new stages are assembled tensor by tensor and train on exactly as the
  * old ones do. */
@@ -147,6 +230,12 @@ static void test_extra_state(void **state)
         }
     }
     assert_null(kern_stage_extra(a0, KERN_EXTRA_COUNT));
+    /* a moment that is not zero, so that the file holds both (a step-0
+     * stage with zero moments leaves them out: test_step0_without_moments) */
+    float *m1 = read_buf(a1, KERN_ADAM_M);
+    m1[0] = 1e-3f;
+    assert_int_equal(kern_stage_write(a1, KERN_ADAM_M, m1, &err), 0);
+    free(m1);
     /* save and load: the momentum comes back, the feedback stays absent */
     FILE *f = tmpfile();
     assert_non_null(f);
@@ -386,6 +475,7 @@ int main(void)
         cmocka_unit_test(test_file_peek),
         cmocka_unit_test(test_file_peek_bounds),
         cmocka_unit_test(test_assemble_other_split),
+        cmocka_unit_test(test_step0_without_moments),
         cmocka_unit_test(test_bad_input),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
