@@ -95,6 +95,34 @@ same_losses() {
                  *) fail "$1" "steps, worst relative difference: $out";; esac
 }
 
+# export_model DIR [ARGS...]: shoal-agent export into DIR with server s's
+# admin token; its stdout in DIR.out, its stderr in DIR.err, its exit status
+# in EXPORT_RC.
+export_model() {
+    local dir=$1; shift
+    "$SHOAL_AGENT" export --server "$S" --admin-token-file "$WORK/s/admin.token" --tmp-dir "$WORK" --out "$dir" \
+        "$@" >"$dir.out" 2>"$dir.err"
+    EXPORT_RC=$?
+}
+
+# The README's agent examples run as written in README_DIR, which holds
+# bin/shoal-agent and server s's admin.token (a suite adds the files an
+# example names).  readme_example NAME [VAR=VALUE...]: runs the README's
+# block NAME there with S and the given variables set; its stdout in
+# README_DIR/NAME.out, its stderr in NAME.err, its exit status in EXAMPLE_RC.
+README_DIR=$WORK/readme
+readme_example() {
+    local name=$1; shift
+    if [ ! -e "$README_DIR/bin/shoal-agent" ]; then
+        mkdir -p "$README_DIR/bin"
+        ln -s "$SHOAL_AGENT" "$README_DIR/bin/shoal-agent"
+        cp "$WORK/s/admin.token" "$README_DIR/admin.token"
+    fi
+    example_block "$(dirname "${BASH_SOURCE[0]}")/../../README.md" "$name" > "$README_DIR/$name.sh"
+    (cd "$README_DIR" && env S="$S" "$@" bash -e "$name.sh" > "$name.out" 2> "$name.err")
+    EXAMPLE_RC=$?
+}
+
 trap 'stop_all_agents; cleanup' EXIT
 
 # check_no_secrets SERVER_NAME: no secret of the run appears in any log under

@@ -139,14 +139,6 @@ check "sample: --prompt and --prompt-tokens together are refused" \
 # ---- the 2x2 job's model exported (shoal-agent export): model.safetensors
 # and config.json, each named with its size and SHA-256; llm.c's format
 # refused, since shoal trains the head apart from the embedding
-# export_model DIR [ARGS...]: runs the exporter into DIR with the admin
-# token; its stdout in DIR.out, its stderr in DIR.err, its status in EXPORT_RC.
-export_model() {
-    local dir=$1; shift
-    "$SHOAL_AGENT" export --server "$S" --admin-token-file "$WORK/s/admin.token" --tmp-dir "$WORK" --out "$dir" \
-        "$@" >"$dir.out" 2>"$dir.err"
-    EXPORT_RC=$?
-}
 # the files export printed whose size and SHA-256 match the file's own
 export_verified() {
     local name size sha
@@ -274,27 +266,16 @@ sample "$WORK/sx" --job "$MAIN" --tokenizer "$WORK/tokenizer.bin"
 check "sample: --tokenizer for a byte-level job is refused" \
     "$SAMPLE_RC $(grep -c 'byte-level.*drop --tokenizer' "$WORK/sx.err")" "2 1"
 
-# ---- the README's sample and export examples as written, in a directory
-# holding bin/shoal-agent, admin.token and gpt2_tokenizer.bin
-README_DIR=$WORK/readme
-mkdir -p "$README_DIR/bin"
-ln -s "$SHOAL_AGENT" "$README_DIR/bin/shoal-agent"
-cp "$WORK/s/admin.token" "$README_DIR/admin.token"
+# ---- the README's sample and export examples as written (agents.sh)
+mkdir -p "$README_DIR"
 cp "$WORK/tokenizer.bin" "$README_DIR/gpt2_tokenizer.bin"
-# readme_example NAME JOB: runs the README's block NAME with S and J set;
-# its stdout in $README_DIR/NAME.out, its exit status in EXAMPLE_RC
-readme_example() {
-    example_block "$(dirname "$0")/../../README.md" "$1" > "$README_DIR/$1.sh"
-    (cd "$README_DIR" && S=$S J=$2 bash -e "$1.sh" > "$1.out" 2> "$1.err")
-    EXAMPLE_RC=$?
-}
-readme_example sample "$MAIN"
+readme_example sample J="$MAIN"
 check "the README's sample example runs as written: 300 tokens after 'The '" \
     "$EXAMPLE_RC $(head -c 4 "$README_DIR/sample.out") $(($(wc -c < "$README_DIR/sample.out") >= 304))" "0 The  1"
-readme_example sample-tokens "$LLMC"
+readme_example sample-tokens J="$LLMC"
 check "the README's --tokenizer example runs as written: 300 tokens as text" \
     "$EXAMPLE_RC $(grep -c 'checkpoint step 10' "$README_DIR/sample-tokens.err") $(($(wc -c < "$README_DIR/sample-tokens.out") >= 300))" "0 1 1"
-readme_example export "$MAIN"
+readme_example export J="$MAIN"
 check "the README's export example runs as written: gpt-job holds model.safetensors and config.json" \
     "$EXAMPLE_RC $(ls "$README_DIR/gpt-job" | tr '\n' ' ')" "0 config.json model.safetensors "
 

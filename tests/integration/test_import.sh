@@ -46,12 +46,6 @@ import() {
         > "$out" 2> "$out.err"
     IMPORT_RC=$?
 }
-export_model() {
-    local dir=$1; shift
-    "$SHOAL_AGENT" export --server "$S" --admin-token-file "$WORK/s/admin.token" --tmp-dir "$WORK" --out "$dir" "$@" \
-        > "$dir.out" 2> "$dir.err"
-    EXPORT_RC=$?
-}
 steps_of() { fetch "$S/v1/jobs/$1/checkpoints" "$ADMIN" | jq -c '[.checkpoints[] | select(.complete) | .step]'; }
 
 # ---- the llm.c file into a 2x2 job
@@ -116,15 +110,12 @@ check "a --config that is not a GPT-2 config: exit 1, its reason" "$IMPORT_RC $(
 
 # ---- the README's example as written, on a file of GPT-2 124M's sizes
 # (weights a repeated pattern): created, imported, not trained
-# in a directory holding the file, bin/shoal-agent and admin.token
-mkdir -p "$WORK/readme/bin"
-$GPT2 big "$WORK/readme/gpt2_124M.bin"
-ln -s "$SHOAL_AGENT" "$WORK/readme/bin/shoal-agent"
-cp "$WORK/s/admin.token" "$WORK/readme/admin.token"
-example_block "$TOP/README.md" finetune > "$WORK/example.sh"
-(cd "$WORK/readme" && S=$S ADMIN=$ADMIN bash -e "$WORK/example.sh" > out 2> err)
-check "the README's fine-tune example runs as written" "$? $(tail -n 1 "$WORK/readme/out" | grep -c 'starts from gpt2_124M.bin')" "0 1"
-R=$(tail -n 1 "$WORK/readme/out" | awk '{ print $2 }')
+mkdir -p "$README_DIR"
+$GPT2 big "$README_DIR/gpt2_124M.bin"
+readme_example finetune ADMIN="$ADMIN"
+check "the README's fine-tune example runs as written" \
+    "$EXAMPLE_RC $(tail -n 1 "$README_DIR/finetune.out" | grep -c 'starts from gpt2_124M.bin')" "0 1"
+R=$(tail -n 1 "$README_DIR/finetune.out" | awk '{ print $2 }')
 check "its job holds GPT-2 124M's weights as two stage files, complete" \
     "$(fetch "$S/v1/jobs/$R/checkpoints" "$ADMIN" | jq -c '.checkpoints[] | [.step, .complete, [.stages[] | [.layer_start, .layer_end]]]')" \
     '[0,true,[[0,6],[6,12]]]'
