@@ -50,10 +50,12 @@ NVCCFLAGS := -std=c++17 -O3 -g -arch=$(CUDA_ARCH) -Xcompiler=-Wall,-Wextra,-Werr
 KERNELS_CFLAGS := -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-openmp
 KERNELS_LIBS   := -lopenblas -fopenmp -lm
 KERNELS_SRC := kernels/stage.c kernels/layout.c kernels/checkpoint.c kernels/stage_file.c \
-               kernels/cpu_layers.c kernels/cpu_stage.c \
+               kernels/cpu_layers.c kernels/cpu_stage.c kernels/cpu_gpt2.c kernels/cpu_llama.c \
                kernels/model_io.c kernels/gpt2_llmc.c kernels/gpt2_safetensors.c \
                kernels/gpt2_config.c kernels/json_scan.c
-KERNELS_OBJ := $(KERNELS_SRC:%.c=$(BUILD)/%.o)
+# The model families' description (common/model.c, libc only) is the one
+# piece of common/ the kernels read.
+KERNELS_OBJ := $(KERNELS_SRC:%.c=$(BUILD)/%.o) $(BUILD)/common/model.o
 ifeq ($(CUDA),1)
 KERNELS_OBJ += $(patsubst %.cu,$(BUILD)/%.o,$(wildcard kernels/cuda_*.cu))
 KERNELS_LIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcublasLt \
@@ -79,7 +81,8 @@ COMMON_OBJ  := $(COMMON_SRC:%.c=$(BUILD)/%.o)
 AGENT_OBJ   := $(AGENT_SRC:%.c=$(BUILD)/%.o)
 SCHED_OBJ   := $(SCHED_SRC:%.c=$(BUILD)/%.o)
 SERVER_OBJ  := $(SERVER_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/embedded.o $(SCHED_OBJ)
-# The server checks each uploaded stage file's header (kernels/stage_file.c needs only libc).
+# The server checks each uploaded stage file's header (kernels/stage_file.c needs only libc
+# and common/model.c).
 SERVER_OBJ  += $(BUILD)/kernels/stage_file.o
 UNIT_BIN    := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 

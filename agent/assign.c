@@ -192,7 +192,7 @@ int assign_parse(const json_t *a, struct assignment *o, struct shoal_err *err)
         return err_set(err, 502, "bad_assignment", "spec", "unknown pipeline schedule '%s'", schedule);
     o->job_id = job, o->epoch = (uint32_t)epoch, o->stage = (int)stage, o->replica = (int)replica;
     o->stages = (int)stages, o->replicas = (int)replicas, o->layer_start = (int)ls, o->layer_end = (int)le;
-    o->model = (struct kern_model){ .vocab = (int)V, .context = (int)T, .d_model = (int)C, .heads = (int)NH,
+    o->model = (struct model_config){ .vocab = (int)V, .context = (int)T, .d_model = (int)C, .heads = (int)NH,
                                     .layers = (int)L };
     o->micro_batches = (int)M, o->micro_batch_size = (int)B, o->steps = steps, o->learning_rate = lr;
     o->warmup_steps = warmup, o->weight_decay = wd, o->grad_clip = clip, o->seed = (uint64_t)seed;

@@ -44,7 +44,7 @@ struct assignment {
     unsigned char secret[PEER_SECRET_MAX];
     size_t secret_len;              /* bytes */
     /* spec */
-    struct kern_model model;
+    struct model_config model;
     int micro_batches;              /* M, per replica and step */
     int micro_batch_size;           /* B, sequences */
     enum pipe_kind schedule;

@@ -99,7 +99,7 @@ static int load_source(const struct ctl *ctl, const char *data_dir, int64_t job_
 {
     char file[4200], path[160];
     struct kern_err ke = {{0}};
-    struct kern_model m;
+    struct model_config m;
     struct kern_device cpu = { KERN_CPU, 0 };
     struct kern_stage_spec sp = { .micro_batch = 1, .seq_len = 1, .in_flight = 1 };
     int rc = -1;

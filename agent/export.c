@@ -42,7 +42,7 @@ static const char export_usage[] =
     "name, size and SHA-256.\n\n";
 
 /* One of model_io.h's writers. */
-typedef int (*export_writer)(FILE *f, const struct kern_model *m, const float *params, struct kern_err *err);
+typedef int (*export_writer)(FILE *f, const struct model_config *m, const float *params, struct kern_err *err);
 
 /* Makes --out a directory this process can write into, creating it (not
  * its parents) when it is missing.  A failure is a bad option (status 2):
@@ -115,7 +115,7 @@ out:
  * to disk, and renames it into place; then prints its name, size and
  * SHA-256 to `out`.  On failure the temporary file is removed and
  * dir/name is left as it was. */
-static int export_file(const char *dir, const char *name, export_writer write, const struct kern_model *m,
+static int export_file(const char *dir, const char *name, export_writer write, const struct model_config *m,
                        const float *whole, FILE *out, struct shoal_err *err)
 {
     char tmp[PATH_MAX + 64], dst[PATH_MAX + 64], hex[SHA256_HEX];
@@ -177,7 +177,7 @@ static int export_run(const void *config, FILE *out, struct shoal_err *err)
     if (job_ckpt_find(&c, &cfg->src, &ck, err) != 0 || job_ckpt_load(&c, &cfg->src, 1, &ck, err) != 0 ||
         export_join(&ck, &whole, err) != 0)
         goto out;
-    struct kern_model m = ck.model;
+    struct model_config m = ck.model;
     int tied = kern_model_head_tied(&m, whole);
     job_ckpt_free(&ck);   /* the whole model holds every parameter now */
     fprintf(stderr, "shoal-agent export: job %ld, checkpoint step %lld, %d stage(s), %d layers, d_model %d, "

@@ -20,7 +20,7 @@ static double now_s(void)
 static int measure_tflops(const struct kern_device *dev, double seconds, double *tflops, struct shoal_err *err)
 {
     int gpu = dev->kind == KERN_CUDA;
-    struct kern_model m = { .vocab = 256, .context = gpu ? 1024 : 128, .d_model = gpu ? 2048 : 256,
+    struct model_config m = { .vocab = 256, .context = gpu ? 1024 : 128, .d_model = gpu ? 2048 : 256,
                             .heads = gpu ? 16 : 4, .layers = 3 };
     struct kern_stage_spec sp = { .layer_start = 1, .layer_end = 2, .micro_batch = gpu ? 4 : 2,
                                   .seq_len = m.context, .in_flight = 1, .seed = 1 };

@@ -48,11 +48,11 @@ static const char import_usage[] =
 
 /* What the job trains, from GET /v1/jobs/{id}. */
 struct import_job {
-    struct kern_model model;
+    struct model_config model;
     int stages;
 };
 
-static void model_text(const struct kern_model *m, char *buf, size_t len)
+static void model_text(const struct model_config *m, char *buf, size_t len)
 {
     snprintf(buf, len, "vocab_size %d, context_length %d, d_model %d, heads %d, layers %d", m->vocab, m->context,
              m->d_model, m->heads, m->layers);
@@ -87,7 +87,7 @@ static int import_job_get(const struct ctl *c, long job, struct import_job *out,
                 "create it without resume_from to start it from imported weights", job);
         goto out;
     }
-    out->model = (struct kern_model){ .vocab = (int)V, .context = (int)T, .d_model = (int)C, .heads = (int)NH,
+    out->model = (struct model_config){ .vocab = (int)V, .context = (int)T, .d_model = (int)C, .heads = (int)NH,
                                       .layers = (int)L };
     out->stages = (int)P;
     rc = 0;
@@ -100,7 +100,7 @@ out:
  * config.json beside the model's file when there is one, else the job's.
  * *cfg_model gets the config's model (vocab 0 when no config was read). */
 static int import_heads(const struct import_config *cfg, const struct import_job *job, int *heads,
-                        struct kern_model *cfg_model, struct shoal_err *err)
+                        struct model_config *cfg_model, struct shoal_err *err)
 {
     char path[PATH_MAX + 16], *text = NULL;
     struct kern_err ke = {{0}};
@@ -146,11 +146,11 @@ out:
 
 /* Reads --model in whichever of the two formats it is (llm.c's files
  * start with their magic number).  *params is the malloc'd whole model. */
-static int import_read(const struct import_config *cfg, const struct import_job *job, struct kern_model *model,
+static int import_read(const struct import_config *cfg, const struct import_job *job, struct model_config *model,
                        float **params, struct shoal_err *err)
 {
     struct kern_err ke = {{0}};
-    struct kern_model cfg_model;
+    struct model_config cfg_model;
     int32_t magic = 0;
     int heads, rc = -1;
     FILE *f = fopen(cfg->model_path, "rb");
@@ -194,10 +194,10 @@ out:
  * tensor of the whole-model buffer (model_io.h), so the rows past the
  * job's context are cut out and the rest moves up.  *model becomes the
  * job's. */
-static int import_fit(const struct import_job *job, const char *file, struct kern_model *model, float *params,
+static int import_fit(const struct import_job *job, const char *file, struct model_config *model, float *params,
                       struct shoal_err *err)
 {
-    const struct kern_model *want = &job->model;
+    const struct model_config *want = &job->model;
     if (model->vocab != want->vocab || model->d_model != want->d_model || model->heads != want->heads ||
         model->layers != want->layers || model->context < want->context) {
         char a[160], b[160];
@@ -225,7 +225,7 @@ static void import_split(int layers, int stages, int s, struct kern_stage_spec *
 
 /* Writes stage s of the whole model as a stage file (AdamW step 0, zero
  * moments) into `file` (created by the caller) and hashes it. */
-static int import_stage_file(const struct kern_model *m, const float *whole, const struct kern_stage_spec *sp,
+static int import_stage_file(const struct model_config *m, const float *whole, const struct kern_stage_spec *sp,
                              const char *file, char sha[SHA256_HEX], struct shoal_err *err)
 {
     struct kern_err ke = {{0}};
@@ -302,7 +302,7 @@ static int import_run(const void *config, FILE *out, struct shoal_err *err)
 {
     const struct import_config *cfg = config;
     struct import_job job;
-    struct kern_model model;
+    struct model_config model;
     struct ctl c;
     float *whole = NULL;
     int rc = -1;

@@ -88,7 +88,7 @@ out:
 /* Fetches stage s's file and builds a cpu stage from it, with one
  * micro-batch of one sequence of seq_len tokens (0: the context). */
 static int load_stage(const struct ctl *c, const struct job_ckpt_source *src, int64_t step, int s, int seq_len,
-                      struct kern_stage **out, struct kern_model *model, struct shoal_err *err)
+                      struct kern_stage **out, struct model_config *model, struct shoal_err *err)
 {
     char file[PATH_MAX + 64], path[128];
     struct kern_err ke = {{0}};
@@ -132,12 +132,12 @@ out:
 
 /* Checks that the stages chain: same model, layers back to back, first
  * and last where they belong. */
-static int check_chain(const struct job_ckpt *ck, const struct kern_model *models, struct shoal_err *err)
+static int check_chain(const struct job_ckpt *ck, const struct model_config *models, struct shoal_err *err)
 {
     int next_layer = 0;
     for (int s = 0; s < ck->stages; s++) {
         const struct kern_stage_spec *sp = kern_stage_spec(ck->st[s]);
-        if (memcmp(&models[s], &models[0], sizeof models[0]) != 0 || sp->layer_start != next_layer ||
+        if (!model_config_equal(&models[s], &models[0]) || sp->layer_start != next_layer ||
             sp->first != (s == 0) || sp->last != (s == ck->stages - 1))
             return err_set(err, 422, "bad_checkpoint", NULL, "the checkpoint's stage %d (layers [%d,%d)) does "
                            "not follow stage %d of the same model", s, sp->layer_start, sp->layer_end, s - 1);
@@ -152,7 +152,7 @@ static int check_chain(const struct job_ckpt *ck, const struct kern_model *model
 int job_ckpt_load(const struct ctl *c, const struct job_ckpt_source *src, int seq_len, struct job_ckpt *ck,
                   struct shoal_err *err)
 {
-    struct kern_model *models = calloc((size_t)ck->stages, sizeof *models);
+    struct model_config *models = calloc((size_t)ck->stages, sizeof *models);
     int rc = -1;
     if (!models || !(ck->st = calloc((size_t)ck->stages, sizeof *ck->st))) {
         err_set(err, 500, "internal", NULL, "out of memory");

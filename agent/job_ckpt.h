@@ -55,7 +55,7 @@ struct job_ckpt {
     int64_t step;                 /* the checkpoint's step */
     int stages;                   /* the job's pipeline stages, one file each */
     char format[16];              /* the job's data.format: "text", "llmc" */
-    struct kern_model model;      /* set by job_ckpt_load */
+    struct model_config model;      /* set by job_ckpt_load */
     struct kern_stage **st;       /* stage s holds the layers after stage s-1's; cpu, B=1 */
 };
 

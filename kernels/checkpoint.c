@@ -3,13 +3,17 @@
  *
  * Layout, little-endian:
  *   char     magic[8]      "SHOALSTG"
- *   uint32   version       KERN_STAGE_FILE_VERSION (2; 1 is read too)
+ *   uint32   version       KERN_STAGE_FILE_VERSION (3; 1 and 2 are read too)
  *   int32    vocab, context, d_model, heads, layers
  *   int32    layer_start, layer_end, first, last
- *   int32    extras        bit i set: extra buffer i follows (version 2 only);
+ *   int32    extras        bit i set: extra buffer i follows (from version 2);
  *                          bit 30 (STAGE_FILE_NO_MOMENTS): the moments are
  *                          left out, zero (saved so at AdamW step 0 when
  *                          they are all zero: a third of the bytes)
+ *   int32    architecture, kv_heads, ffn_dim, tied,
+ *            rope_scaling.original_context          (version 3)
+ *   float64  norm_eps, rope_theta, rope_scaling.factor,
+ *            low_freq_factor, high_freq_factor       (version 3)
  *   uint64   step          AdamW steps taken
  *   uint64   n             floats per buffer
  *   float32  params[n], adam_m[n], adam_v[n], then each extra[n] in order
@@ -38,31 +42,15 @@ static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
 }
 #define FNV_START 0xcbf29ce484222325ull
 
-/* Packs a version 2 header; returns its bytes. */
-static size_t header_pack(const struct stage_file_header *h, unsigned char *out)
-{
-    memcpy(out, h->magic, 8);
-    memcpy(out + 8, &h->version, 4);
-    memcpy(out + 12, h->ints, 4 * STAGE_FILE_INTS);
-    memcpy(out + 12 + 4 * STAGE_FILE_INTS, &h->step, 8);
-    memcpy(out + 20 + 4 * STAGE_FILE_INTS, &h->n, 8);
-    return STAGE_FILE_HEADER_MAX;
-}
-
 static void header_of_stage(const struct kern_stage *st, struct stage_file_header *h)
 {
-    const struct kern_model *m = &st->model;
-    const struct kern_stage_spec *s = &st->spec;
-    memcpy(h->magic, STAGE_FILE_MAGIC, 8);
-    h->version = KERN_STAGE_FILE_VERSION;
     int32_t extras = 0;
     for (int i = 0; i < KERN_EXTRA_COUNT; i++)
         extras |= st->extra[i] ? 1 << i : 0;
-    int32_t v[STAGE_FILE_INTS] = {m->vocab, m->context, m->d_model, m->heads, m->layers,
-                              s->layer_start, s->layer_end, !!s->first, !!s->last, extras};
-    memcpy(h->ints, v, sizeof v);
-    h->step = st->step;
-    h->n = st->n_params;
+    *h = (struct stage_file_header){ .version = KERN_STAGE_FILE_VERSION, .model = st->model,
+                                     .layer_start = st->spec.layer_start, .layer_end = st->spec.layer_end,
+                                     .first = !!st->spec.first, .last = !!st->spec.last, .extras = extras,
+                                     .step = st->step, .n = st->n_params };
 }
 
 int kern_stage_save(struct kern_stage *st, FILE *f, struct kern_err *err)
@@ -87,8 +75,8 @@ int kern_stage_save(struct kern_stage *st, FILE *f, struct kern_err *err)
             no_moments = buf[k] == 0;
     }
     if (no_moments)
-        h.ints[STAGE_FILE_EXTRAS] |= STAGE_FILE_NO_MOMENTS;
-    size_t hb = header_pack(&h, raw);
+        h.extras |= STAGE_FILE_NO_MOMENTS;
+    size_t hb = stage_file_header_pack(&h, raw);
     sum = fnv1a(sum, raw, hb);
     if (fwrite(raw, 1, hb, f) != hb) {
         kern_fail(err, "save: write failed");
@@ -130,17 +118,19 @@ int kern_stage_load(struct kern_stage *st, FILE *f, struct kern_err *err)
     sum = fnv1a(sum, raw, raw_len);
     header_of_stage(st, &want);
     /* the model and layers must match; the extras are the file's to say */
-    if (memcmp(got.ints, want.ints, sizeof got.ints[0] * STAGE_FILE_EXTRAS) || got.n != want.n) {
-        kern_fail(err, "load: the file holds layers [%d,%d) of a model (V=%d T=%d C=%d "
-                  "NH=%d L=%d); this stage is layers [%d,%d) of (V=%d T=%d C=%d NH=%d L=%d)",
-                  got.ints[5], got.ints[6], got.ints[0], got.ints[1], got.ints[2],
-                  got.ints[3], got.ints[4], want.ints[5], want.ints[6], want.ints[0],
-                  want.ints[1], want.ints[2], want.ints[3], want.ints[4]);
+    if (!model_config_equal(&got.model, &want.model) || got.layer_start != want.layer_start ||
+        got.layer_end != want.layer_end || !got.first != !want.first || !got.last != !want.last ||
+        got.n != want.n) {
+        char a[200], b[200];
+        model_config_text(&got.model, a, sizeof a);
+        model_config_text(&want.model, b, sizeof b);
+        kern_fail(err, "load: the file holds layers [%d,%d) of a model (%s); this stage is layers [%d,%d) of "
+                  "(%s)", got.layer_start, got.layer_end, a, want.layer_start, want.layer_end, b);
         goto out;
     }
-    int no_moments = !!(got.ints[STAGE_FILE_EXTRAS] & STAGE_FILE_NO_MOMENTS);
+    int no_moments = !!(got.extras & STAGE_FILE_NO_MOMENTS);
     for (int i = 0; i < 3 + KERN_EXTRA_COUNT; i++) {
-        if (i >= 3 && !(got.ints[STAGE_FILE_EXTRAS] & (1 << (i - 3))))
+        if (i >= 3 && !(got.extras & (1 << (i - 3))))
             continue;
         int absent = i >= 1 && i < 3 && no_moments;   /* zero moments, not in the file */
         buf[i] = absent ? calloc(st->n_params, sizeof *buf[i]) : malloc(st->n_params * sizeof *buf[i]);
@@ -225,7 +215,7 @@ int kern_stage_assemble(struct kern_stage *st, struct kern_stage *const *sources
     }
     for (int k = 0; k < n_sources; k++) {
         const struct kern_stage *from = sources[k];
-        if (memcmp(&from->model, &st->model, sizeof st->model) != 0) {
+        if (!model_config_equal(&from->model, &st->model)) {
             kern_fail(err, "assemble: source %d is of another model", k);
             goto out;
         }

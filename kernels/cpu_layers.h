@@ -4,11 +4,17 @@
  * finite differences): one source compiled twice, so the code tested in
  * double is the code that runs in float.
  *
- *   encoder    inp (B,T) ids, wte (V,C), wpe (T_ctx,C) -> out (B,T,C)
+ *   encoder    inp (B,T) ids, wte (V,C), wpe (T_ctx,C) or NULL -> out (B,T,C)
  *   layernorm  inp (N,C), weight (C), bias (C) -> out (N,C), mean (N), rstd (N)
  *   matmul     inp (N,IC), weight (OC,IC), bias (OC) or NULL -> out (N,OC)
- *   attention  qkv (B,T,3C) -> out (B,T,C), att (B,NH,T,T) causal softmax;
- *              backward needs datt (B,NH,T,T) as scratch
+ *   attention  qkv (B,T,C+2KV) -> out (B,T,C), att (B,NH,T,T) causal softmax;
+ *              KV = KVH * hs: q of NH heads, k and v of KVH heads (grouped-
+ *              query attention; gpt2: KVH = NH, qkv (B,T,3C)); backward
+ *              needs datt (B,NH,T,T) as scratch
+ *   rmsnorm    inp (N,C), weight (C) -> out (N,C), rstd (N)
+ *   rope       qkv (B,T,C+2KV) in place: q and k heads rotated by position,
+ *              cos and sin tables (T_ctx, hs/2); backward rotates back
+ *   swiglu     gu (N,2F) = [gate | up] -> out (N,F) = silu(gate) * up
  *   gelu       inp (n) -> out (n), tanh approximation
  *   residual   a (n), b (n) -> out (n)
  *   crossentropy logits (N,V), targets (N) -> probs (N,V), losses (N);

@@ -208,8 +208,14 @@ static int kcu_init(struct kern_stage *st, const float *params, struct kern_err 
     size_t act_floats = BT * st->model.d_model; /* >= BT: also holds token ids */
     size_t scratch_bytes = 0;
     cudaError_t e = cudaSuccess;
-    struct kcu_stage *c = (struct kcu_stage *)calloc(1, sizeof *c);
+    struct kcu_stage *c = NULL;
 
+    if (st->model.arch != MODEL_GPT2) {
+        kern_fail(err, "the cuda backend runs architecture \"gpt2\" only so far, not \"%s\"; use --device cpu",
+                  model_families[st->model.arch].name);
+        return -1;
+    }
+    c = (struct kcu_stage *)calloc(1, sizeof *c);
     if (!c) {
         kern_fail(err, "out of memory");
         goto out;
@@ -273,7 +279,7 @@ out:
 /* Offset (floats) of tensor t of block l of this stage in the flat buffers. */
 static size_t toff(const struct kern_stage *st, int l, enum kern_block_tensor t)
 {
-    return st->off_block0 + (size_t)l * st->block_floats + kern_block_offset(st->model.d_model, t);
+    return st->off_block0 + (size_t)l * st->block_floats + kern_block_offset(&st->model, t);
 }
 
 /* memcpy by the OpenMP threads, in 256 KiB pieces. */
@@ -501,13 +507,13 @@ out:
 
 /* Partial sums of squares in double on the device, added in a fixed order on
  * the host. */
-static int kcu_grad_norm2(struct kern_stage *st, double *out, struct kern_err *err)
+static int kcu_grad_norm2(struct kern_stage *st, size_t from, size_t count, double *out, struct kern_err *err)
 {
     int rc = -1;
     struct kcu_stage *c = (struct kcu_stage *)st->impl;
     double sum = 0;
     KCU_TRY(cudaSetDevice(st->device.index));
-    KCU_TRY_OK(kcu_sum_squares(&c->cx, c->norm_partial, c->grads, st->n_params, err));
+    KCU_TRY_OK(kcu_sum_squares(&c->cx, c->norm_partial, c->grads + from, count, err));
     KCU_TRY(cudaMemcpyAsync(c->h_norm_partial, c->norm_partial,
                             KCU_NORM_BLOCKS * sizeof(double), cudaMemcpyDeviceToHost,
                             c->cx.stream));
@@ -607,6 +613,7 @@ static const struct kern_ops kcu_ops = {
     kcu_backward,    /* backward */
     kcu_zero_grad,   /* zero_grad */
     kcu_grad_norm2,  /* grad_norm2 */
+    NULL,            /* tie_grads: no family the cuda backend runs ties its head */
     kcu_adamw_step,  /* adamw */
     kcu_grad_buffer, /* grad_buffer */
     kcu_read,        /* read */

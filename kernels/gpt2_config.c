@@ -62,7 +62,7 @@ static int read_member(struct jscan *j, int k, uint64_t *size, int64_t *inner)
     }
 }
 
-int kern_gpt2_config_read(const char *text, size_t len, struct kern_model *model, struct kern_err *err)
+int kern_gpt2_config_read(const char *text, size_t len, struct model_config *model, struct kern_err *err)
 {
     struct jscan j;
     char key[128];
@@ -97,7 +97,7 @@ int kern_gpt2_config_read(const char *text, size_t len, struct kern_model *model
     if (inner != -1 && inner != 4 * (int64_t)size[C_EMBD])
         return kern_fail(err, "config.json: n_inner is %lld; shoal's MLP is 4 n_embd = %lld wide",
                          (long long)inner, 4 * (long long)size[C_EMBD]);
-    struct kern_model m = {.vocab = (int)size[C_VOCAB], .context = (int)size[C_POSITIONS],
+    struct model_config m = {.vocab = (int)size[C_VOCAB], .context = (int)size[C_POSITIONS],
                            .d_model = (int)size[C_EMBD], .heads = (int)size[C_HEAD], .layers = (int)size[C_LAYER]};
     if (kern_model_check(&m, err))
         return io_fail_in(err, "config.json");
@@ -105,7 +105,7 @@ int kern_gpt2_config_read(const char *text, size_t len, struct kern_model *model
     return 0;
 }
 
-int kern_gpt2_config_write(FILE *f, const struct kern_model *m, const float *params, struct kern_err *err)
+int kern_gpt2_config_write(FILE *f, const struct model_config *m, const float *params, struct kern_err *err)
 {
     struct kern_stage w;
     if (io_layout(m, 0, m->layers, &w, err))

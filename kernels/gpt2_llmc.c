@@ -43,7 +43,7 @@ static int llmc_tensor(int L, int k)
     return k; /* lnfw, lnfb: the same place in both */
 }
 
-static int llmc_read(const struct io_src *src, struct kern_model *model, float **params,
+static int llmc_read(const struct io_src *src, struct model_config *model, float **params,
                      struct kern_err *err)
 {
     static const char *const field[] = {"magic", "version", "max_seq_len", "vocab_size", "num_layers",
@@ -73,7 +73,7 @@ static int llmc_read(const struct io_src *src, struct kern_model *model, float *
     if (h[H_PADDED] < h[H_VOCAB] || (int64_t)h[H_PADDED] * h[H_CHANNELS] > INT_MAX / 4)
         return kern_fail(err, "llm.c checkpoint: padded_vocab_size %d is below vocab_size %d or too large",
                          h[H_PADDED], h[H_VOCAB]);
-    struct kern_model m = {.vocab = h[H_VOCAB], .context = h[H_CONTEXT], .d_model = h[H_CHANNELS],
+    struct model_config m = {.vocab = h[H_VOCAB], .context = h[H_CONTEXT], .d_model = h[H_CHANNELS],
                            .heads = h[H_HEADS], .layers = h[H_LAYERS]};
     if (io_layout(&m, 0, m.layers, &w, err))
         return io_fail_in(err, "llm.c checkpoint");
@@ -113,7 +113,7 @@ out:
     return rc;
 }
 
-int kern_llmc_read(const void *data, size_t size, struct kern_model *model, float **params,
+int kern_llmc_read(const void *data, size_t size, struct model_config *model, float **params,
                    struct kern_err *err)
 {
     struct io_src src;
@@ -121,7 +121,7 @@ int kern_llmc_read(const void *data, size_t size, struct kern_model *model, floa
     return llmc_read(&src, model, params, err);
 }
 
-int kern_llmc_read_file(FILE *f, struct kern_model *model, float **params, struct kern_err *err)
+int kern_llmc_read_file(FILE *f, struct model_config *model, float **params, struct kern_err *err)
 {
     struct io_src src;
     if (io_src_file(&src, f, err))
@@ -129,7 +129,7 @@ int kern_llmc_read_file(FILE *f, struct kern_model *model, float **params, struc
     return llmc_read(&src, model, params, err);
 }
 
-int kern_llmc_write(FILE *f, const struct kern_model *m, const float *params, struct kern_err *err)
+int kern_llmc_write(FILE *f, const struct model_config *m, const float *params, struct kern_err *err)
 {
     static const float zeros[1024];
     struct kern_stage w;

@@ -323,7 +323,7 @@ static int table_index(int kind, int layer, int L)
 }
 
 /* Every tensor once, in its shape: slot[table_index] gets its entry. */
-static int check_tensors(const struct entry *e, int n, const struct kern_model *m, int *slot,
+static int check_tensors(const struct entry *e, int n, const struct model_config *m, int *slot,
                          struct kern_err *err)
 {
     int L = m->layers, count = 5 + KT_BLOCK_COUNT * L;
@@ -381,7 +381,7 @@ out:
 
 /* The model the entries describe: V and C from wte, T from wpe, L from the
  * highest block named. */
-static int model_of(const struct entry *e, int n, int heads, struct kern_model *m, struct kern_err *err)
+static int model_of(const struct entry *e, int n, int heads, struct model_config *m, struct kern_err *err)
 {
     const struct entry *wte = NULL, *wpe = NULL;
     int L = 0;
@@ -405,12 +405,12 @@ static int model_of(const struct entry *e, int n, int heads, struct kern_model *
     if (heads < 1)
         return kern_fail(err, "safetensors: %d heads; give the number of attention heads (config.json's n_head)",
                          heads);
-    *m = (struct kern_model){.vocab = (int)wte->dim[0], .context = (int)wpe->dim[0], .d_model = (int)wte->dim[1],
+    *m = (struct model_config){.vocab = (int)wte->dim[0], .context = (int)wpe->dim[0], .d_model = (int)wte->dim[1],
                              .heads = heads, .layers = L};
     return 0;
 }
 
-static int st_read(const struct io_src *src, int heads, struct kern_model *model, float **params,
+static int st_read(const struct io_src *src, int heads, struct model_config *model, float **params,
                    struct kern_err *err)
 {
     uint64_t hlen;
@@ -418,7 +418,7 @@ static int st_read(const struct io_src *src, int heads, struct kern_model *model
     struct entry *e = NULL;
     int n = 0, *slot = NULL, rc = -1;
     float *p = NULL, *scratch = NULL;
-    struct kern_model m;
+    struct model_config m;
     struct kern_stage w;
 
     memset(&w, 0, sizeof w);
@@ -490,7 +490,7 @@ out:
     return rc;
 }
 
-int kern_safetensors_read(const void *data, size_t size, int heads, struct kern_model *model,
+int kern_safetensors_read(const void *data, size_t size, int heads, struct model_config *model,
                           float **params, struct kern_err *err)
 {
     struct io_src src;
@@ -498,7 +498,7 @@ int kern_safetensors_read(const void *data, size_t size, int heads, struct kern_
     return st_read(&src, heads, model, params, err);
 }
 
-int kern_safetensors_read_file(FILE *f, int heads, struct kern_model *model, float **params,
+int kern_safetensors_read_file(FILE *f, int heads, struct model_config *model, float **params,
                                struct kern_err *err)
 {
     struct io_src src;
@@ -518,7 +518,7 @@ static int written_kind(int i, int L, int *layer)
            : S_BLOCK + (i - 2) % KT_BLOCK_COUNT;
 }
 
-int kern_safetensors_write(FILE *f, const struct kern_model *m, const float *params, struct kern_err *err)
+int kern_safetensors_write(FILE *f, const struct model_config *m, const float *params, struct kern_err *err)
 {
     struct kern_stage w;
     char *text = NULL, name[64];

@@ -23,20 +23,15 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../common/model.h"
+
 #define KERN_ERR_LEN 256
 struct kern_err {
     char msg[KERN_ERR_LEN];
 };
 
-/* The whole model; every stage of one job is built from the same one. */
-struct kern_model {
-    int vocab;   /* V: tokens in the vocabulary */
-    int context; /* longest sequence the position embedding covers, tokens */
-    int d_model; /* C: channels of the residual stream */
-    int heads;   /* NH: attention heads; d_model % heads == 0 */
-    int layers;  /* L: transformer blocks in the whole model */
-};
-
+/* The whole model (common/model.h): its family (gpt2, llama) and sizes;
+ * every stage of one job is built from the same one. */
 /* Which part of the model a stage holds and how it is driven. */
 struct kern_stage_spec {
     int layer_start;  /* first block held, 0-based */
@@ -92,12 +87,12 @@ struct kern_stage;
  * spec->seed: block i gets the same values whatever stage holds it),
  * gradients (zeroed), AdamW state (zeroed) and activation memory for
  * spec->in_flight micro-batches. The caller frees *out with kern_stage_free. */
-int kern_stage_new(const struct kern_device *dev, const struct kern_model *model,
+int kern_stage_new(const struct kern_device *dev, const struct model_config *model,
                    const struct kern_stage_spec *spec, struct kern_stage **out,
                    struct kern_err *err);
 void kern_stage_free(struct kern_stage *st);
 
-const struct kern_model *kern_stage_model(const struct kern_stage *st);
+const struct model_config *kern_stage_model(const struct kern_stage *st);
 const struct kern_stage_spec *kern_stage_spec(const struct kern_stage *st);
 size_t kern_stage_param_count(const struct kern_stage *st);  /* floats */
 int kern_stage_tensor_count(const struct kern_stage *st);
@@ -138,8 +133,20 @@ void kern_stage_drop_in_flight(struct kern_stage *st);
 
 int kern_stage_zero_grad(struct kern_stage *st, struct kern_err *err);
 
-/* Sum of squared gradients of this stage, accumulated in double. */
+/* Sum of squared gradients of this stage, accumulated in double.  On the
+ * last stage of a tied model (model.tied) the head's gradient is left out:
+ * it is the embedding's (kern_stage_tie_grads), counted on the stage that
+ * holds wte, so the global norm counts the shared weight once. */
 int kern_stage_grad_norm2(struct kern_stage *st, double *out, struct kern_err *err);
+
+/* A tied model (model.tied) trains one matrix as the embedding and the
+ * head; a stage holds it as wte (first stage) and as head (last stage),
+ * and both copies take the sum of their gradients before every optimizer
+ * step, so they stay equal bit for bit.  On a stage holding both (first
+ * and last), this sums them in place: call it once a step, after the last
+ * backward and before the all-reduce, clipping and AdamW.  Does nothing on
+ * other stages or untied models. */
+int kern_stage_tie_grads(struct kern_stage *st, struct kern_err *err);
 
 /* One AdamW step on every parameter; increments the step count. */
 int kern_stage_adamw(struct kern_stage *st, const struct kern_adamw *h, struct kern_err *err);
@@ -181,7 +188,7 @@ float *kern_stage_extra_if(const struct kern_stage *st, enum kern_extra which);
  * a checksum. Load checks that the file belongs to the same model and layer
  * range and is whole before it changes anything.  Version 1 files (no
  * extras) load too. */
-#define KERN_STAGE_FILE_VERSION 2
+#define KERN_STAGE_FILE_VERSION 3
 int kern_stage_save(struct kern_stage *st, FILE *f, struct kern_err *err);
 int kern_stage_load(struct kern_stage *st, FILE *f, struct kern_err *err);
 
@@ -204,7 +211,7 @@ int kern_stage_assemble(struct kern_stage *st, struct kern_stage *const *sources
  * is not the size that count makes (so a stage built from it allocates no
  * more than the file holds).  The buffers and checksum are not read.
  * Lives in stage_file.c, which links without the rest of this directory. */
-int kern_stage_file_peek(FILE *f, struct kern_model *model, struct kern_stage_spec *spec, uint64_t *step,
+int kern_stage_file_peek(FILE *f, struct model_config *model, struct kern_stage_spec *spec, uint64_t *step,
                          struct kern_err *err);
 
 /* FLOPs of one forward+backward of a micro-batch on this stage (matrix

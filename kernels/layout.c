@@ -1,14 +1,17 @@
 /* layout.c - the flat parameter buffer of a stage: which tensors it holds, in
- * what order, and their deterministic initial values.
+ * what order, and their deterministic initial values, all read from the
+ * model family's row (common/model.c).
  *
- * Buffer order: [wte (V,C), wpe (T_ctx,C)] on the first stage, then each block
- * held (12 tensors, see enum kern_block_tensor), then [lnfw (C), lnfb (C),
- * head (V,C)] on the last stage.
+ * Buffer order: the family's embedding tensors on the first stage (gpt2:
+ * wte (V,C), wpe (T_ctx,C); llama: wte), then each block held, then the
+ * head's tensors on the last stage (gpt2: lnfw, lnfb, head (V,C); llama:
+ * lnfw, head).
  *
- * Initial values follow GPT-2: matrices and embeddings N(0, 0.02), the two
- * projections that write into the residual stream N(0, 0.02/sqrt(2L)), biases
- * 0, LayerNorm weights 1. Each value is a pure function of (seed, tensor
- * identity, element index), so block i gets the same weights on any stage.
+ * Initial values follow GPT-2: matrices and embeddings N(0, 0.02), the
+ * projections that write into the residual stream N(0, 0.02/sqrt(2L)),
+ * biases 0, norm weights 1; a tied head starts equal to wte.  Each value is
+ * a pure function of (seed, tensor identity, element index), so block i
+ * gets the same weights on any stage.
  */
 #include "stage.h"
 
@@ -17,34 +20,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KERN_STREAM_SPECIAL (1ull << 40) /* streams of non-block tensors */
-enum { KS_WTE, KS_WPE, KS_LNFW, KS_LNFB, KS_HEAD };
+#define KERN_STREAM_SPECIAL (1ull << 40) /* streams of the embedding's and head's tensors */
 
-static const struct {
-    const char *name;
-    int rows_c;  /* rows in units of C (0: vector) */
-    int cols_c;  /* cols in units of C */
-    int decay;
-} block_tensors[KT_BLOCK_COUNT] = {
-    [KT_LN1W] = {"ln1w", 0, 1, 0},     [KT_LN1B] = {"ln1b", 0, 1, 0},
-    [KT_QKVW] = {"qkvw", 3, 1, 1},     [KT_QKVB] = {"qkvb", 0, 3, 0},
-    [KT_ATTPROJW] = {"attprojw", 1, 1, 1}, [KT_ATTPROJB] = {"attprojb", 0, 1, 0},
-    [KT_LN2W] = {"ln2w", 0, 1, 0},     [KT_LN2B] = {"ln2b", 0, 1, 0},
-    [KT_FCW] = {"fcw", 4, 1, 1},       [KT_FCB] = {"fcb", 0, 4, 0},
-    [KT_FCPROJW] = {"fcprojw", 1, 4, 1}, [KT_FCPROJB] = {"fcprojb", 0, 1, 0},
-};
-
-static size_t block_tensor_count(int C, int t)
+size_t kern_block_offset(const struct model_config *m, int t)
 {
-    size_t rows = block_tensors[t].rows_c ? (size_t)block_tensors[t].rows_c * C : 1;
-    return rows * (size_t)block_tensors[t].cols_c * C;
-}
-
-size_t kern_block_offset(int C, enum kern_block_tensor t)
-{
+    const struct model_tensor *bt = model_families[m->arch].tensors[MODEL_BLOCK];
     size_t off = 0;
-    for (int i = 0; i < (int)t; i++)
-        off += block_tensor_count(C, i);
+    for (int i = 0; i < t; i++)
+        off += model_extent_size(m, bt[i].rows) * model_extent_size(m, bt[i].cols);
     return off;
 }
 
@@ -59,58 +42,58 @@ int kern_fail(struct kern_err *err, const char *fmt, ...)
     return -1;
 }
 
-static void add_tensor(struct kern_stage *st, const char *name, size_t rows, size_t cols,
-                       int decay)
+static void add_tensor(struct kern_stage *st, const char *name, const struct model_tensor *desc)
 {
     struct kern_tensor *t = &st->tensors[st->n_tensors++];
+    size_t rows = model_extent_size(&st->model, desc->rows), cols = model_extent_size(&st->model, desc->cols);
     snprintf(t->name, sizeof t->name, "%s", name);
     t->offset = st->n_params;
     t->count = rows * cols;
     t->rows = (int)rows;
     t->cols = (int)cols;
-    t->decay = decay;
+    t->decay = desc->decay;
     st->n_params += t->count;
+}
+
+/* The offset of the stage's tensor `name`, or KERN_ABSENT. */
+static size_t offset_of(const struct kern_stage *st, const char *name)
+{
+    for (int i = 0; i < st->n_tensors; i++)
+        if (strcmp(st->tensors[i].name, name) == 0)
+            return st->tensors[i].offset;
+    return KERN_ABSENT;
 }
 
 int kern_layout_build(struct kern_stage *st, struct kern_err *err)
 {
-    const struct kern_model *m = &st->model;
+    const struct model_config *m = &st->model;
     const struct kern_stage_spec *s = &st->spec;
-    size_t C = (size_t)m->d_model;
+    const struct model_family *f = &model_families[m->arch];
     int blocks = s->layer_end - s->layer_start;
-    int max = 2 + blocks * KT_BLOCK_COUNT + 3;
+    int max = f->n_tensors[MODEL_EMBED] + blocks * f->n_tensors[MODEL_BLOCK] + f->n_tensors[MODEL_HEAD];
 
     st->tensors = calloc((size_t)max, sizeof *st->tensors);
     if (!st->tensors)
         return kern_fail(err, "out of memory for the tensor table of %d tensors", max);
     st->n_tensors = 0;
     st->n_params = 0;
-    if (s->first) {
-        st->off_wte = st->n_params;
-        add_tensor(st, "wte", (size_t)m->vocab, C, 1);
-        st->off_wpe = st->n_params;
-        add_tensor(st, "wpe", (size_t)m->context, C, 1);
-    }
+    for (int i = 0; s->first && i < f->n_tensors[MODEL_EMBED]; i++)
+        add_tensor(st, f->tensors[MODEL_EMBED][i].name, &f->tensors[MODEL_EMBED][i]);
     st->off_block0 = st->n_params;
-    st->block_floats = 0;
-    for (int t = 0; t < KT_BLOCK_COUNT; t++)
-        st->block_floats += block_tensor_count((int)C, t);
+    st->block_floats = model_block_params(m);
     for (int l = s->layer_start; l < s->layer_end; l++)
-        for (int t = 0; t < KT_BLOCK_COUNT; t++) {
+        for (int t = 0; t < f->n_tensors[MODEL_BLOCK]; t++) {
             char name[32];
-            size_t rows = block_tensors[t].rows_c ? (size_t)block_tensors[t].rows_c * C : 1;
-            snprintf(name, sizeof name, "h%d.%s", l, block_tensors[t].name);
-            add_tensor(st, name, rows, (size_t)block_tensors[t].cols_c * C,
-                       block_tensors[t].decay);
+            snprintf(name, sizeof name, "h%d.%s", l, f->tensors[MODEL_BLOCK][t].name);
+            add_tensor(st, name, &f->tensors[MODEL_BLOCK][t]);
         }
-    if (s->last) {
-        st->off_lnfw = st->n_params;
-        add_tensor(st, "lnfw", 1, C, 0);
-        st->off_lnfb = st->n_params;
-        add_tensor(st, "lnfb", 1, C, 0);
-        st->off_head = st->n_params;
-        add_tensor(st, "head", (size_t)m->vocab, C, 1);
-    }
+    for (int i = 0; s->last && i < f->n_tensors[MODEL_HEAD]; i++)
+        add_tensor(st, f->tensors[MODEL_HEAD][i].name, &f->tensors[MODEL_HEAD][i]);
+    st->off_wte = offset_of(st, "wte");
+    st->off_wpe = offset_of(st, "wpe");
+    st->off_lnfw = offset_of(st, "lnfw");
+    st->off_lnfb = offset_of(st, "lnfb");
+    st->off_head = offset_of(st, "head");
     return 0;
 }
 
@@ -146,39 +129,42 @@ static void fill_const(float *dst, size_t n, float v)
         dst[i] = v;
 }
 
+/* Fills one tensor of `n` floats as its description says. */
+static void init_tensor(float *dst, size_t n, const struct model_tensor *t, uint64_t seed, uint64_t stream,
+                        int layers)
+{
+    switch (t->init) {
+    case MI_ZEROS: fill_const(dst, n, 0.0f); break;
+    case MI_ONES: fill_const(dst, n, 1.0f); break;
+    case MI_NORMAL: fill_normal(dst, n, seed, stream, 0.02); break;
+    case MI_NORMAL_OUT: fill_normal(dst, n, seed, stream, 0.02 / sqrt(2.0 * layers)); break;
+    }
+}
+
 void kern_layout_init_params(const struct kern_stage *st, float *params)
 {
-    const struct kern_model *m = &st->model;
+    const struct model_config *m = &st->model;
+    const struct model_family *f = &model_families[m->arch];
     const struct kern_stage_spec *s = &st->spec;
-    int C = m->d_model;
-    uint64_t seed = s->seed;
-    double std = 0.02, proj_std = 0.02 / sqrt(2.0 * m->layers);
+    int k = 0; /* index into st->tensors, which follows the same order */
 
-    if (s->first) {
-        fill_normal(params + st->off_wte, (size_t)m->vocab * C, seed,
-                    KERN_STREAM_SPECIAL + KS_WTE, std);
-        fill_normal(params + st->off_wpe, (size_t)m->context * C, seed,
-                    KERN_STREAM_SPECIAL + KS_WPE, std);
+    for (int i = 0; s->first && i < f->n_tensors[MODEL_EMBED]; i++, k++) {
+        const struct model_tensor *t = &f->tensors[MODEL_EMBED][i];
+        init_tensor(params + st->tensors[k].offset, st->tensors[k].count, t, s->seed,
+                    KERN_STREAM_SPECIAL + (uint64_t)t->stream, m->layers);
     }
-    for (int l = s->layer_start; l < s->layer_end; l++) {
-        float *blk = params + st->off_block0 + (size_t)(l - s->layer_start) * st->block_floats;
-        for (int t = 0; t < KT_BLOCK_COUNT; t++) {
-            float *p = blk + kern_block_offset(C, t);
-            size_t n = block_tensor_count(C, t);
-            uint64_t stream = (uint64_t)l * 64 + (uint64_t)t;
-            if (t == KT_LN1W || t == KT_LN2W)
-                fill_const(p, n, 1.0f);
-            else if (!block_tensors[t].rows_c)
-                fill_const(p, n, 0.0f);
-            else
-                fill_normal(p, n, seed, stream,
-                            (t == KT_ATTPROJW || t == KT_FCPROJW) ? proj_std : std);
+    for (int l = s->layer_start; l < s->layer_end; l++)
+        for (int i = 0; i < f->n_tensors[MODEL_BLOCK]; i++, k++) {
+            const struct model_tensor *t = &f->tensors[MODEL_BLOCK][i];
+            init_tensor(params + st->tensors[k].offset, st->tensors[k].count, t, s->seed,
+                        (uint64_t)l * 64 + (uint64_t)t->stream, m->layers);
         }
-    }
-    if (s->last) {
-        fill_const(params + st->off_lnfw, (size_t)C, 1.0f);
-        fill_const(params + st->off_lnfb, (size_t)C, 0.0f);
-        fill_normal(params + st->off_head, (size_t)m->vocab * C, seed,
-                    KERN_STREAM_SPECIAL + KS_HEAD, std);
+    for (int i = 0; s->last && i < f->n_tensors[MODEL_HEAD]; i++, k++) {
+        const struct model_tensor *t = &f->tensors[MODEL_HEAD][i];
+        /* A tied head starts as the embedding it shares (wte's stream). */
+        int tied_head = m->tied && strcmp(t->name, "head") == 0;
+        init_tensor(params + st->tensors[k].offset, st->tensors[k].count, t, s->seed,
+                    KERN_STREAM_SPECIAL + (uint64_t)(tied_head ? f->tensors[MODEL_EMBED][0].stream : t->stream),
+                    m->layers);
     }
 }

@@ -17,26 +17,15 @@
 #include <string.h>
 #include <sys/types.h>
 
-/* *acc += a * b; -1 when that overflows 64 bits. */
-static int mul_add(uint64_t *acc, uint64_t a, uint64_t b)
+/* Floats of the whole model (common/model.c's count for a stage holding
+ * every layer); 0 on overflow.  m has passed kern_model_check. */
+static uint64_t whole_floats(const struct model_config *m)
 {
-    uint64_t p;
-    return __builtin_mul_overflow(a, b, &p) || __builtin_add_overflow(*acc, p, acc) ? -1 : 0;
-}
-
-/* Floats of the whole model: (2V + context + 2) C + L (12 C^2 + 13 C);
- * 0 on overflow.  m has passed kern_model_check. */
-static uint64_t whole_floats(const struct kern_model *m)
-{
-    uint64_t C = (uint64_t)m->d_model, block = 13 * C, n = 0;
-    if (mul_add(&block, 12 * C, C) || mul_add(&n, block, (uint64_t)m->layers) ||
-        mul_add(&n, 2 * (uint64_t)m->vocab + (uint64_t)m->context + 2, C))
-        return 0;
-    return n;
+    return model_stage_params(m, 0, m->layers, 1, 1);
 }
 
 /* kern_model_check, the layer cap and the parameter cap. */
-static int check_whole(const struct kern_model *m, struct kern_err *err)
+static int check_whole(const struct model_config *m, struct kern_err *err)
 {
     if (kern_model_check(m, err))
         return -1;
@@ -45,13 +34,13 @@ static int check_whole(const struct kern_model *m, struct kern_err *err)
                          KERN_MODEL_MAX_LAYERS);
     uint64_t n = whole_floats(m);
     if (n == 0 || n > KERN_MODEL_MAX_PARAMS)
-        return kern_fail(err, "model: V=%d T=%d C=%d L=%d is over the limit of %llu parameters",
-                         m->vocab, m->context, m->d_model, m->layers,
+        return kern_fail(err, "model: V=%d T=%d C=%d F=%d L=%d is over the limit of %llu parameters",
+                         m->vocab, m->context, m->d_model, m->ffn_dim, m->layers,
                          (unsigned long long)KERN_MODEL_MAX_PARAMS);
     return 0;
 }
 
-int io_layout(const struct kern_model *m, int start, int end, struct kern_stage *shell,
+int io_layout(const struct model_config *m, int start, int end, struct kern_stage *shell,
               struct kern_err *err)
 {
     memset(shell, 0, sizeof *shell);
@@ -61,6 +50,7 @@ int io_layout(const struct kern_model *m, int start, int end, struct kern_stage 
         return kern_fail(err, "stage: layer range [%d,%d) is not inside [0,%d)", start, end,
                          m->layers);
     shell->model = *m;
+    model_config_normalise(&shell->model);
     shell->spec.layer_start = start;
     shell->spec.layer_end = end;
     shell->spec.first = start == 0;
@@ -74,14 +64,7 @@ void io_layout_free(struct kern_stage *shell)
     shell->tensors = NULL;
 }
 
-size_t io_block_count(int C, enum kern_block_tensor t)
-{
-    size_t next = t + 1 < KT_BLOCK_COUNT ? kern_block_offset(C, t + 1)
-                                         : kern_block_offset(C, KT_BLOCK_COUNT);
-    return next - kern_block_offset(C, t);
-}
-
-size_t kern_model_param_count(const struct kern_model *m)
+size_t kern_model_param_count(const struct model_config *m)
 {
     struct kern_err err;
     return check_whole(m, &err) ? 0 : (size_t)whole_floats(m);
@@ -89,7 +72,7 @@ size_t kern_model_param_count(const struct kern_model *m)
 
 /* The layout of the stage spec describes, whose first/last flags must be
  * what its range makes them. */
-static int stage_layout(const struct kern_model *m, const struct kern_stage_spec *spec,
+static int stage_layout(const struct model_config *m, const struct kern_stage_spec *spec,
                         struct kern_stage *shell, struct kern_err *err)
 {
     if (io_layout(m, spec->layer_start, spec->layer_end, shell, err))
@@ -103,7 +86,7 @@ static int stage_layout(const struct kern_model *m, const struct kern_stage_spec
     return 0;
 }
 
-size_t kern_model_stage_param_count(const struct kern_model *m, const struct kern_stage_spec *spec)
+size_t kern_model_stage_param_count(const struct model_config *m, const struct kern_stage_spec *spec)
 {
     struct kern_stage s;
     struct kern_err err;
@@ -127,7 +110,7 @@ static void match_tensors(const struct kern_stage *whole, const struct kern_stag
     }
 }
 
-int kern_model_split(const struct kern_model *m, const float *whole,
+int kern_model_split(const struct model_config *m, const float *whole,
                      const struct kern_stage_spec *spec, float *stage, struct kern_err *err)
 {
     struct kern_stage w, s;
@@ -152,7 +135,7 @@ out:
     return rc;
 }
 
-int kern_model_join(const struct kern_model *m, const struct kern_stage_spec *specs,
+int kern_model_join(const struct model_config *m, const struct kern_stage_spec *specs,
                     const float *const *stages, int n, float *whole, struct kern_err *err)
 {
     struct kern_stage w, s;
@@ -197,7 +180,7 @@ out:
     return rc;
 }
 
-int kern_model_head_tied(const struct kern_model *m, const float *whole)
+int kern_model_head_tied(const struct model_config *m, const float *whole)
 {
     size_t n = kern_model_param_count(m), vc = (size_t)m->vocab * (size_t)m->d_model;
     /* wte is first in the buffer and head last */

@@ -40,35 +40,35 @@
 
 /* Checks a model as kern_stage_new does: every field >= 1, d_model a
  * multiple of heads, vocab x d_model and context x d_model within int. */
-int kern_model_check(const struct kern_model *m, struct kern_err *err);
+int kern_model_check(const struct model_config *m, struct kern_err *err);
 
 /* Floats of the whole-model buffer; 0 when the model fails kern_model_check
  * or is over KERN_MODEL_MAX_PARAMS or KERN_MODEL_MAX_LAYERS. */
-size_t kern_model_param_count(const struct kern_model *m);
+size_t kern_model_param_count(const struct model_config *m);
 
 /* Floats of the buffer of the stage holding spec's layers [layer_start,
  * layer_end) (only those and first/last are read; they must agree as
  * kern_stage_new wants); 0 when the model or range is not valid.  Equals
  * kern_stage_param_count of a stage built from the same model and spec. */
-size_t kern_model_stage_param_count(const struct kern_model *m, const struct kern_stage_spec *spec);
+size_t kern_model_stage_param_count(const struct model_config *m, const struct kern_stage_spec *spec);
 
 /* Copies the tensors of the stage that spec describes out of the whole
  * model into `stage` (kern_model_stage_param_count floats), ready for
  * kern_stage_write(KERN_PARAMS).  Fails, writing nothing, on a bad model or
  * range. */
-int kern_model_split(const struct kern_model *m, const float *whole,
+int kern_model_split(const struct model_config *m, const float *whole,
                      const struct kern_stage_spec *spec, float *stage, struct kern_err *err);
 
 /* The reverse: fills `whole` (kern_model_param_count floats) from n stage
  * buffers laid out as specs[i] says (e.g. kern_stage_read of each stage of
  * one replica).  Each tensor comes from the first stage that holds it.
  * Fails, writing nothing, when a tensor is held by none or a spec is bad. */
-int kern_model_join(const struct kern_model *m, const struct kern_stage_spec *specs,
+int kern_model_join(const struct model_config *m, const struct kern_stage_spec *specs,
                     const float *const *stages, int n, float *whole, struct kern_err *err);
 
 /* 1 when the whole model's head equals its wte bit for bit (a tied head, as
  * GPT-2 has and llm.c's format requires), else 0. */
-int kern_model_head_tied(const struct kern_model *m, const float *whole);
+int kern_model_head_tied(const struct model_config *m, const float *whole);
 
 /* ---- llm.c checkpoints ------------------------------------------------ */
 
@@ -80,15 +80,15 @@ int kern_model_head_tied(const struct kern_model *m, const float *whole);
  * shoal's wte and head both get wte's first V rows (the padded rows are
  * dropped, whatever they hold).  The file must be exactly the header and
  * the parameters it says. */
-int kern_llmc_read(const void *data, size_t size, struct kern_model *model, float **params,
+int kern_llmc_read(const void *data, size_t size, struct model_config *model, float **params,
                    struct kern_err *err);
-int kern_llmc_read_file(FILE *f, struct kern_model *model, float **params, struct kern_err *err);
+int kern_llmc_read_file(FILE *f, struct model_config *model, float **params, struct kern_err *err);
 
 /* Writes the whole model as an llm.c version 3 (fp32) checkpoint, the
  * vocabulary padded to a multiple of 128 with zero rows as llm.c pads it.
  * Refuses, writing nothing, a model whose head is not tied to wte
  * (kern_model_head_tied): the format holds one matrix for both. */
-int kern_llmc_write(FILE *f, const struct kern_model *m, const float *params,
+int kern_llmc_write(FILE *f, const struct model_config *m, const float *params,
                     struct kern_err *err);
 
 /* ---- Hugging Face safetensors and config.json ------------------------- */
@@ -107,9 +107,9 @@ int kern_llmc_write(FILE *f, const struct kern_model *m, const float *params,
  * must be there once, in the shape the model makes, and the tensors must
  * cover the data exactly, without overlap or gap; any other name is
  * refused. */
-int kern_safetensors_read(const void *data, size_t size, int heads, struct kern_model *model,
+int kern_safetensors_read(const void *data, size_t size, int heads, struct model_config *model,
                           float **params, struct kern_err *err);
-int kern_safetensors_read_file(FILE *f, int heads, struct kern_model *model, float **params,
+int kern_safetensors_read_file(FILE *f, int heads, struct model_config *model, float **params,
                                struct kern_err *err);
 
 /* Writes the whole model as GPT2LMHeadModel's save_pretrained writes it:
@@ -117,7 +117,7 @@ int kern_safetensors_read_file(FILE *f, int heads, struct kern_model *model, flo
  * (in, out), metadata {"format":"pt"}, the header padded with spaces to a
  * multiple of 8 bytes, tensors in shoal's order.  lm_head.weight is written
  * only when the head is not tied (kern_model_head_tied). */
-int kern_safetensors_write(FILE *f, const struct kern_model *m, const float *params,
+int kern_safetensors_write(FILE *f, const struct model_config *m, const float *params,
                            struct kern_err *err);
 
 /* Reads vocab_size, n_positions, n_embd, n_head and n_layer from the text of
@@ -125,13 +125,13 @@ int kern_safetensors_write(FILE *f, const struct kern_model *m, const float *par
  * another model: model_type other than "gpt2", an activation other than the
  * tanh GELU, n_inner other than 4 n_embd, layer_norm_epsilon other than
  * 1e-5.  Fills *model only on success. */
-int kern_gpt2_config_read(const char *text, size_t len, struct kern_model *model,
+int kern_gpt2_config_read(const char *text, size_t len, struct model_config *model,
                           struct kern_err *err);
 
 /* Writes the config.json that goes with kern_safetensors_write's file:
  * GPT2LMHeadModel, gelu_new, layer_norm_epsilon 1e-5, the model's sizes and
  * tie_word_embeddings (kern_model_head_tied). */
-int kern_gpt2_config_write(FILE *f, const struct kern_model *m, const float *params,
+int kern_gpt2_config_write(FILE *f, const struct model_config *m, const float *params,
                            struct kern_err *err);
 
 #endif

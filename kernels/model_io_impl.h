@@ -16,12 +16,9 @@
  * [start, end) of m (first: start == 0, last: end == L): a stage shell with
  * no backend.  Checks the model (kern_model_check), the range and
  * KERN_MODEL_MAX_PARAMS.  Free with io_layout_free. */
-int io_layout(const struct kern_model *m, int start, int end, struct kern_stage *shell,
+int io_layout(const struct model_config *m, int start, int end, struct kern_stage *shell,
               struct kern_err *err);
 void io_layout_free(struct kern_stage *shell);
-
-/* Floats of block tensor t of a block with C channels. */
-size_t io_block_count(int C, enum kern_block_tensor t);
 
 /* Where a reader's bytes come from: the whole file in memory, or a seekable
  * FILE* read at offsets. */

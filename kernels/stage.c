@@ -56,21 +56,18 @@ int kern_device_describe(const struct kern_device *dev, char *name, size_t name_
     return kern_cuda_describe(dev->index, name, name_len, memory_bytes, err);
 }
 
-int kern_model_check(const struct kern_model *m, struct kern_err *err)
+int kern_model_check(const struct model_config *m, struct kern_err *err)
 {
-    if (m->vocab < 1 || m->context < 1 || m->d_model < 1 || m->heads < 1 || m->layers < 1)
-        return kern_fail(err, "model: vocab, context, d_model, heads and layers must be >= 1");
-    if (m->d_model % m->heads)
-        return kern_fail(err, "model: d_model %d is not a multiple of heads %d",
-                         m->d_model, m->heads);
-    /* Keeps every (rows x cols) of one tensor and every index within int. */
-    if ((int64_t)m->vocab * m->d_model > INT_MAX / 4 ||
-        (int64_t)m->context * m->d_model > INT_MAX / 4 || m->d_model > 65536)
-        return kern_fail(err, "model: vocab/context x d_model too large");
+    struct model_config n = *m;
+    const char *field = "";
+    char msg[200];
+    model_config_normalise(&n);
+    if (model_config_check(&n, &field, msg, sizeof msg))
+        return kern_fail(err, "model: %s", msg);
     return 0;
 }
 
-static int check_spec(const struct kern_model *m, const struct kern_stage_spec *s,
+static int check_spec(const struct model_config *m, const struct kern_stage_spec *s,
                       struct kern_err *err)
 {
     if (s->layer_start < 0 || s->layer_end < s->layer_start || s->layer_end > m->layers)
@@ -87,7 +84,8 @@ static int check_spec(const struct kern_model *m, const struct kern_stage_spec *
     if (s->in_flight < 1 || s->in_flight > 4096)
         return kern_fail(err, "stage: in_flight must be in [1,4096]");
     int64_t bt = (int64_t)s->micro_batch * s->seq_len;
-    int64_t widest = m->vocab > 4 * m->d_model ? m->vocab : 4 * m->d_model;
+    int64_t widest = m->vocab > 2 * m->ffn_dim ? m->vocab : 2 * m->ffn_dim;
+    widest = widest > 3 * m->d_model ? widest : 3 * m->d_model;
     if (bt > INT_MAX / 4 || bt * widest > INT_MAX ||
         (int64_t)s->micro_batch * m->heads * s->seq_len * s->seq_len > INT_MAX)
         return kern_fail(err, "stage: micro-batch of %d x %d tokens is too large",
@@ -95,7 +93,7 @@ static int check_spec(const struct kern_model *m, const struct kern_stage_spec *
     return 0;
 }
 
-int kern_stage_new(const struct kern_device *dev, const struct kern_model *model,
+int kern_stage_new(const struct kern_device *dev, const struct model_config *model,
                    const struct kern_stage_spec *spec, struct kern_stage **out,
                    struct kern_err *err)
 {
@@ -104,7 +102,9 @@ int kern_stage_new(const struct kern_device *dev, const struct kern_model *model
     int rc = -1;
 
     *out = NULL;
-    if (kern_model_check(model, err) || check_spec(model, spec, err))
+    struct model_config norm = *model;
+    model_config_normalise(&norm);
+    if (kern_model_check(&norm, err) || check_spec(&norm, spec, err))
         goto out;
     if (dev->kind == KERN_CUDA && !kern_cuda_ops) {
         kern_fail(err, "this build has no CUDA backend");
@@ -116,6 +116,7 @@ int kern_stage_new(const struct kern_device *dev, const struct kern_model *model
         goto out;
     }
     st->model = *model;
+    model_config_normalise(&st->model);
     st->spec = *spec;
     st->device = *dev;
     st->ops = dev->kind == KERN_CUDA ? kern_cuda_ops : &kern_cpu_ops;
@@ -172,7 +173,7 @@ float *kern_stage_extra_if(const struct kern_stage *st, enum kern_extra which)
     return (unsigned)which < KERN_EXTRA_COUNT ? st->extra[which] : NULL;
 }
 
-const struct kern_model *kern_stage_model(const struct kern_stage *st) { return &st->model; }
+const struct model_config *kern_stage_model(const struct kern_stage *st) { return &st->model; }
 const struct kern_stage_spec *kern_stage_spec(const struct kern_stage *st) { return &st->spec; }
 size_t kern_stage_param_count(const struct kern_stage *st) { return st->n_params; }
 int kern_stage_tensor_count(const struct kern_stage *st) { return st->n_tensors; }
@@ -267,7 +268,28 @@ int kern_stage_zero_grad(struct kern_stage *st, struct kern_err *err)
 
 int kern_stage_grad_norm2(struct kern_stage *st, double *out, struct kern_err *err)
 {
-    return st->ops->grad_norm2(st, out, err);
+    /* A tied head's gradient is wte's (kern_stage_tie_grads): counted once,
+     * on the stage holding wte. */
+    size_t n = st->n_params, from = n, to = n;
+    double a = 0, b = 0;
+    if (st->model.tied && st->spec.last) {
+        from = st->off_head;
+        to = from + (size_t)st->model.vocab * st->model.d_model;
+    }
+    if (st->ops->grad_norm2(st, 0, from, &a, err) || (to < n && st->ops->grad_norm2(st, to, n - to, &b, err)))
+        return -1;
+    *out = a + b;
+    return 0;
+}
+
+int kern_stage_tie_grads(struct kern_stage *st, struct kern_err *err)
+{
+    if (!st->model.tied || !st->spec.first || !st->spec.last)
+        return 0;
+    if (!st->ops->tie_grads)
+        return kern_fail(err, "tie: the %s backend cannot tie a head to its embedding",
+                         st->device.kind == KERN_CUDA ? "cuda" : "cpu");
+    return st->ops->tie_grads(st, st->off_wte, st->off_head, (size_t)st->model.vocab * st->model.d_model, err);
 }
 
 int kern_stage_adamw(struct kern_stage *st, const struct kern_adamw *h, struct kern_err *err)
@@ -303,11 +325,7 @@ int kern_stage_write(struct kern_stage *st, enum kern_buffer which, const float 
 
 double kern_stage_flops(const struct kern_stage *st)
 {
-    double C = st->model.d_model, T = st->spec.seq_len;
-    double blocks = st->spec.layer_end - st->spec.layer_start;
-    double matmul_params = blocks * 12.0 * C * C;
-    if (st->spec.last)
-        matmul_params += (double)st->model.vocab * C;
-    double per_token = 6.0 * matmul_params + 6.0 * blocks * C * T;
-    return per_token * st->spec.micro_batch * T;
+    double T = st->spec.seq_len;
+    int blocks = st->spec.layer_end - st->spec.layer_start;
+    return model_flops_per_token(&st->model, blocks, st->spec.last, T) * st->spec.micro_batch * T;
 }

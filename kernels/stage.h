@@ -24,7 +24,12 @@ struct kern_ops {
     int (*backward)(struct kern_stage *st, int slot, const float *grad_output,
                     float *grad_input, struct kern_err *err);
     int (*zero_grad)(struct kern_stage *st, struct kern_err *err);
-    int (*grad_norm2)(struct kern_stage *st, double *out, struct kern_err *err);
+    /* Sum of squares of gradients [from, from + count), in double. */
+    int (*grad_norm2)(struct kern_stage *st, size_t from, size_t count, double *out, struct kern_err *err);
+    /* grads[a + i] = grads[b + i] = grads[a + i] + grads[b + i], i < count
+     * (a tied model's embedding and head on one stage); NULL where the
+     * backend has none. */
+    int (*tie_grads)(struct kern_stage *st, size_t a, size_t b, size_t count, struct kern_err *err);
     /* step is the 1-based step number used for bias correction. */
     int (*adamw)(struct kern_stage *st, const struct kern_adamw *h, uint64_t step,
                  struct kern_err *err);
@@ -34,16 +39,17 @@ struct kern_ops {
                  struct kern_err *err);
 };
 
-#define KERN_MAX_TENSORS 16 /* per block 12; embeddings 2; final LN and head 3 */
-
-/* Per-block tensor order; the index is also the init stream id. */
+/* GPT-2's per-block tensor order (common/model.c's gpt2_block). */
 enum kern_block_tensor {
     KT_LN1W, KT_LN1B, KT_QKVW, KT_QKVB, KT_ATTPROJW, KT_ATTPROJB,
     KT_LN2W, KT_LN2B, KT_FCW, KT_FCB, KT_FCPROJW, KT_FCPROJB, KT_BLOCK_COUNT
 };
+/* Llama's (common/model.c's llama_block): q, k, v consecutive (one fused
+ * (C + 2KV, C) matrix), gate and up likewise ((2F, C)). */
+enum kern_llama_tensor { LT_LN1W, LT_QW, LT_KW, LT_VW, LT_OW, LT_LN2W, LT_GATEW, LT_UPW, LT_DOWNW };
 
 struct kern_stage {
-    struct kern_model model;
+    struct model_config model;
     struct kern_stage_spec spec;
     struct kern_device device;
     const struct kern_ops *ops;
@@ -52,7 +58,8 @@ struct kern_stage {
     struct kern_tensor *tensors; /* n_tensors, flat-buffer order */
     int n_tensors;
     size_t n_params;            /* floats */
-    /* Offsets (floats) into the flat buffer of the pieces that exist. */
+    /* Offsets (floats) into the flat buffer of the pieces that exist
+     * (KERN_ABSENT for those the stage or its family lacks). */
     size_t off_wte, off_wpe;    /* first stage */
     size_t off_block0;          /* first block held */
     size_t block_floats;        /* floats per block */
@@ -63,9 +70,11 @@ struct kern_stage {
     float *extra[KERN_EXTRA_COUNT]; /* host, n_params each, or NULL (kern_stage_extra) */
 };
 
-/* Offset (floats, from the start of a block) of tensor t of a block with C
- * channels. */
-size_t kern_block_offset(int C, enum kern_block_tensor t);
+#define KERN_ABSENT ((size_t)-1)
+
+/* Offset (floats, from the start of a block) of tensor t (the index in
+ * the family's block tensors) of a block of model m. */
+size_t kern_block_offset(const struct model_config *m, int t);
 
 /* Formats into err->msg; returns -1 so callers can `return kern_fail(...)`. */
 int kern_fail(struct kern_err *err, const char *fmt, ...)

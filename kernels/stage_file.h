@@ -13,25 +13,35 @@
 #include <stdio.h>
 
 #define STAGE_FILE_MAGIC "SHOALSTG"
-#define STAGE_FILE_INTS 10                       /* version 2; version 1 has the first 9 */
-#define STAGE_FILE_EXTRAS (STAGE_FILE_INTS - 1)  /* the index of the extras mask */
-#define STAGE_FILE_HEADER_MAX (8 + 4 + 4 * STAGE_FILE_INTS + 8 + 8)   /* bytes */
+/* Version 3's header: 15 int32 (V, T, C, NH, L, layer_start, layer_end,
+ * first, last, extras, architecture, kv_heads, ffn_dim, tied,
+ * rope_scaling.original_context) and 5 float64 (norm_eps, rope_theta,
+ * rope_scaling's factor, low_freq_factor, high_freq_factor).  Version 2
+ * has the first 10 ints and no float64, version 1 the first 9; both hold
+ * GPT-2. */
+#define STAGE_FILE_INTS 15
+#define STAGE_FILE_REALS 5
+#define STAGE_FILE_HEADER_MAX (8 + 4 + 4 * STAGE_FILE_INTS + 8 * STAGE_FILE_REALS + 8 + 8)   /* bytes */
 /* In the extras mask: the AdamW moments are left out of the file (they
  * are zero: a stage at AdamW step 0, such as imported weights). */
 #define STAGE_FILE_NO_MOMENTS (1 << 30)
 
 struct stage_file_header {
-    char magic[8];
     uint32_t version;
-    int32_t ints[STAGE_FILE_INTS];   /* V, T, C, NH, L, layer_start, layer_end, first, last, extras */
+    struct model_config model;       /* normalised */
+    int layer_start, layer_end, first, last;
+    int32_t extras;                  /* bit i: extra buffer i follows; STAGE_FILE_NO_MOMENTS */
     uint64_t step;                   /* AdamW steps taken */
     uint64_t n;                      /* floats per buffer */
 };
 
-/* Reads and unpacks a header (version 1: no extras) from the file's
- * current position; checks its magic, version and extras.  `raw` gets its
- * bytes and *raw_len their count.  Returns 0, or -1 with err set. */
+/* Reads and unpacks a header (of any version) from the file's current
+ * position; checks its magic, version and extras.  `raw` gets its bytes
+ * and *raw_len their count.  Returns 0, or -1 with err set. */
 int stage_file_header_read(FILE *f, struct stage_file_header *got, unsigned char raw[STAGE_FILE_HEADER_MAX],
                            size_t *raw_len, struct kern_err *err);
+
+/* Packs h as a header of the current version into out; returns its bytes. */
+size_t stage_file_header_pack(const struct stage_file_header *h, unsigned char out[STAGE_FILE_HEADER_MAX]);
 
 #endif

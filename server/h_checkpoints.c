@@ -52,7 +52,7 @@ struct upload {
     long long layer_start, layer_end; /* the layers the file holds, as the uploader says; -1: not said */
     long long replica;            /* whose file: 0, or a diloco replica's own */
     int admin;                    /* the admin uploads initial weights (step 0) */
-    struct kern_model model;      /* the job's, which the file must hold */
+    struct model_config model;      /* the job's, which the file must hold */
     long long stages;             /* the job's pipeline depth */
     int too_large;
     int write_errno;              /* first write error, 0 if none */
@@ -272,7 +272,7 @@ static int ckpt_begin(struct request *rq, struct response *rs)
     u->replica = replica;
     u->admin = rq->node_id == 0;
     json_t *m = json_object_get(res, "model");
-    u->model = (struct kern_model){ .vocab = (int)json_integer_value(json_array_get(m, 0)),
+    u->model = (struct model_config){ .vocab = (int)json_integer_value(json_array_get(m, 0)),
                                     .context = (int)json_integer_value(json_array_get(m, 1)),
                                     .d_model = (int)json_integer_value(json_array_get(m, 2)),
                                     .heads = (int)json_integer_value(json_array_get(m, 3)),
@@ -335,11 +335,11 @@ const struct upload_sink checkpoint_upload = { ckpt_begin, ckpt_chunk, ckpt_abor
  * differs. */
 static int ckpt_check_stage_file(struct upload *u, int64_t job, int64_t stage, struct shoal_err *e)
 {
-    struct kern_model m;
+    struct model_config m;
     struct kern_stage_spec sp;
     struct kern_err ke;
     uint64_t step = 0;
-    const struct kern_model *want = &u->model;
+    const struct model_config *want = &u->model;
     FILE *f = fopen(u->tmp, "rb");
     if (!f)
         return err_set(e, 507, "storage", NULL, "cannot read back the uploaded file: %s", strerror(errno));
@@ -348,7 +348,7 @@ static int ckpt_check_stage_file(struct upload *u, int64_t job, int64_t stage, s
     if (rc != 0)
         return err_set(e, 422, "invalid_field", "body", "the body is not a stage file of shoal's: %s; nothing "
                        "was kept", ke.msg);
-    if (memcmp(&m, want, sizeof m) != 0)
+    if (!model_config_equal(&m, want))
         return err_set(e, 422, "invalid_field", "body", "the file holds a model V=%d T=%d C=%d NH=%d L=%d; job "
                        "%lld trains V=%d T=%d C=%d NH=%d L=%d; nothing was kept", m.vocab, m.context, m.d_model,
                        m.heads, m.layers, (long long)job, want->vocab, want->context, want->d_model, want->heads,

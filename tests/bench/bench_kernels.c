@@ -46,20 +46,20 @@
 
 struct bench_config {
     const char *name;
-    struct kern_model model; /* vocab, context, d_model, heads, layers */
+    struct model_config model; /* vocab, context, d_model, heads, layers */
     int layer_start, layer_end;
     int B, T;
     int small; /* 1: the default set on cpu; 0: the default set on cuda */
 };
 
 static const struct bench_config configs[] = {
-    {"xl-mid-b1", {50257, 2048, 2048, 16, 24}, 3, 6, 1, 2048, 0},
-    {"xl-mid-b2", {50257, 2048, 2048, 16, 24}, 3, 6, 2, 2048, 0},
-    {"xl-mid-b4", {50257, 2048, 2048, 16, 24}, 3, 6, 4, 2048, 0},
-    {"gpt2-124m-b4", {50257, 1024, 768, 12, 12}, 0, 12, 4, 1024, 0},
-    {"gpt2-124m-b8", {50257, 1024, 768, 12, 12}, 0, 12, 8, 1024, 0},
-    {"small-mid-b2", {8192, 256, 256, 4, 4}, 1, 3, 2, 256, 1},
-    {"small-whole-b2", {8192, 256, 256, 4, 2}, 0, 2, 2, 256, 1},
+    {"xl-mid-b1", {.vocab = 50257, .context = 2048, .d_model = 2048, .heads = 16, .layers = 24}, 3, 6, 1, 2048, 0},
+    {"xl-mid-b2", {.vocab = 50257, .context = 2048, .d_model = 2048, .heads = 16, .layers = 24}, 3, 6, 2, 2048, 0},
+    {"xl-mid-b4", {.vocab = 50257, .context = 2048, .d_model = 2048, .heads = 16, .layers = 24}, 3, 6, 4, 2048, 0},
+    {"gpt2-124m-b4", {.vocab = 50257, .context = 1024, .d_model = 768, .heads = 12, .layers = 12}, 0, 12, 4, 1024, 0},
+    {"gpt2-124m-b8", {.vocab = 50257, .context = 1024, .d_model = 768, .heads = 12, .layers = 12}, 0, 12, 8, 1024, 0},
+    {"small-mid-b2", {.vocab = 8192, .context = 256, .d_model = 256, .heads = 4, .layers = 4}, 1, 3, 2, 256, 1},
+    {"small-whole-b2", {.vocab = 8192, .context = 256, .d_model = 256, .heads = 4, .layers = 2}, 0, 2, 2, 256, 1},
 };
 #define N_CONFIGS (sizeof configs / sizeof configs[0])
 

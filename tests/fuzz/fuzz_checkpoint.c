@@ -38,7 +38,7 @@ static size_t file_layout(const uint8_t *data, size_t size, int *buffers)
 }
 
 /* The seed corpus's model (tests/fuzz/README.md says how the seeds are made). */
-static const struct kern_model seed_model = { .vocab = 8, .context = 4, .d_model = 4, .heads = 2, .layers = 2 };
+static const struct model_config seed_model = { .vocab = 8, .context = 4, .d_model = 4, .heads = 2, .layers = 2 };
 
 static void expect(int ok, const char *what)
 {
@@ -68,7 +68,7 @@ static void load_as_source(const uint8_t *data, size_t size)
 {
     struct kern_device cpu = { KERN_CPU, 0 };
     struct kern_stage_spec sp = { .micro_batch = 1, .seq_len = 1, .in_flight = 1 };
-    struct kern_model m;
+    struct model_config m;
     struct kern_err err;
     struct kern_stage *st = NULL;
     FILE *f = fmemopen((void *)data, size, "rb");

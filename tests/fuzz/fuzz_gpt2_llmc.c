@@ -25,10 +25,10 @@ static void expect(int ok, const char *what)
 }
 
 /* The promises of an accepted file. */
-static void check_accepted(const uint8_t *data, size_t size, const struct kern_model *m, const float *p)
+static void check_accepted(const uint8_t *data, size_t size, const struct model_config *m, const float *p)
 {
     struct kern_err err;
-    struct kern_model m2;
+    struct model_config m2;
     float *q = NULL;
     size_t n = kern_model_param_count(m);
     expect(n > 0 && kern_model_check(m, &err) == 0, "an accepted model is one a stage can be built from");
@@ -68,7 +68,7 @@ static void check_accepted(const uint8_t *data, size_t size, const struct kern_m
 
 static void read_both(const uint8_t *data, size_t size)
 {
-    struct kern_model m;
+    struct model_config m;
     struct kern_err err;
     float *p = NULL;
     if (kern_llmc_read(data, size, &m, &p, &err) == 0) {

@@ -29,10 +29,10 @@ static void expect(int ok, const char *what)
     }
 }
 
-static void check_accepted(const uint8_t *data, size_t size, int heads, const struct kern_model *m, const float *p)
+static void check_accepted(const uint8_t *data, size_t size, int heads, const struct model_config *m, const float *p)
 {
     struct kern_err err;
-    struct kern_model m2;
+    struct model_config m2;
     float *q = NULL;
     size_t n = kern_model_param_count(m);
     expect(n > 0 && kern_model_check(m, &err) == 0 && m->heads == heads, "an accepted model is whole");
@@ -65,7 +65,7 @@ static void check_accepted(const uint8_t *data, size_t size, int heads, const st
 
 static void read_file(const uint8_t *data, size_t size, int heads)
 {
-    struct kern_model m;
+    struct model_config m;
     struct kern_err err;
     float *p = NULL;
     if (kern_safetensors_read(data, size, heads, &m, &p, &err) == 0) {
@@ -87,7 +87,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int mode = data[0], heads = mode & 0x3f;
     data++, size--;
     if (mode & 0x80) {
-        struct kern_model m;
+        struct model_config m;
         struct kern_err err;
         if (kern_gpt2_config_read((const char *)data, size, &m, &err) == 0)
             expect(kern_model_check(&m, &err) == 0, "an accepted config.json makes a model");

@@ -55,7 +55,7 @@ static void train_batch(struct rng *r, int32_t *tokens, int32_t *targets)
  * every step into losses. The data and initial weights do not depend on d. */
 static int train_run(const struct kern_device *d, float *losses, struct kern_err *err)
 {
-    static const struct kern_model m = {64, TRAIN_T, TRAIN_C, 4, 2};
+    static const struct model_config m = {.vocab = 64, .context = TRAIN_T, .d_model = TRAIN_C, .heads = 4, .layers = 2};
     static const struct kern_adamw h = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
                                         .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 1.0f};
     const struct kern_stage_spec sa = {0, 1, 1, 0, TRAIN_B, TRAIN_T, 1, 42};

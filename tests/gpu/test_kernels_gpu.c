@@ -176,25 +176,25 @@ static void check_tensors(const char *scope, const char *what, const struct kern
 
 struct test_case {
     const char *name;
-    struct kern_model model; /* vocab, context, d_model, heads, layers */
+    struct model_config model; /* vocab, context, d_model, heads, layers */
     int layer_start, layer_end;
     int B, T;
 };
 
 static const struct test_case cases[] = {
     /* head size 32 */
-    {"tiny-whole", {256, 64, 128, 4, 2}, 0, 2, 2, 64},
-    {"tiny-first", {256, 64, 128, 4, 2}, 0, 1, 2, 64},
-    {"tiny-last", {256, 64, 128, 4, 2}, 1, 2, 2, 64},
+    {"tiny-whole", {.vocab = 256, .context = 64, .d_model = 128, .heads = 4, .layers = 2}, 0, 2, 2, 64},
+    {"tiny-first", {.vocab = 256, .context = 64, .d_model = 128, .heads = 4, .layers = 2}, 0, 1, 2, 64},
+    {"tiny-last", {.vocab = 256, .context = 64, .d_model = 128, .heads = 4, .layers = 2}, 1, 2, 2, 64},
     /* odd vocab, d_model, heads, batch; T < context on the whole model */
-    {"odd-whole", {101, 48, 96, 3, 3}, 0, 3, 3, 37},
-    {"odd-middle", {101, 48, 96, 3, 3}, 1, 2, 3, 40},
+    {"odd-whole", {.vocab = 101, .context = 48, .d_model = 96, .heads = 3, .layers = 3}, 0, 3, 3, 37},
+    {"odd-middle", {.vocab = 101, .context = 48, .d_model = 96, .heads = 3, .layers = 3}, 1, 2, 3, 40},
     /* stages without a block: only the head, and a pass-through middle */
-    {"odd-head-only", {101, 48, 96, 3, 3}, 3, 3, 3, 40},
-    {"odd-empty-middle", {101, 48, 96, 3, 3}, 1, 1, 3, 40},
+    {"odd-head-only", {.vocab = 101, .context = 48, .d_model = 96, .heads = 3, .layers = 3}, 3, 3, 3, 40},
+    {"odd-empty-middle", {.vocab = 101, .context = 48, .d_model = 96, .heads = 3, .layers = 3}, 1, 1, 3, 40},
     /* head size 64 with T over 128; head size 128 (as GPT-3 XL) middle */
-    {"hs64-whole", {1000, 256, 256, 4, 2}, 0, 2, 2, 256},
-    {"hs128-middle", {512, 128, 512, 4, 4}, 1, 3, 2, 128},
+    {"hs64-whole", {.vocab = 1000, .context = 256, .d_model = 256, .heads = 4, .layers = 2}, 0, 2, 2, 256},
+    {"hs128-middle", {.vocab = 512, .context = 128, .d_model = 512, .heads = 4, .layers = 4}, 1, 3, 2, 128},
 };
 
 static struct kern_stage_spec case_spec(const struct test_case *tc, int in_flight,
@@ -231,7 +231,7 @@ static void io_free(struct case_io *io)
 }
 
 /* Random token ids in [0,V), or a hidden state and its gradient N(0,1). */
-static int io_alloc(struct case_io *io, const struct kern_model *m,
+static int io_alloc(struct case_io *io, const struct model_config *m,
                     const struct kern_stage_spec *s, uint64_t seed)
 {
     struct rng r = {seed};

@@ -20,7 +20,7 @@ static const char corpus[] =
     "the epoch of incredulity, it was the season of Light, it was the season of "
     "Darkness, it was the spring of hope, it was the winter of despair.";
 
-static __attribute__((unused)) struct kern_stage *stage_new(const struct kern_model *m, int start, int end, int B,
+static __attribute__((unused)) struct kern_stage *stage_new(const struct model_config *m, int start, int end, int B,
                                     int T, int in_flight, uint64_t seed)
 {
     struct kern_stage_spec s = {.layer_start = start, .layer_end = end, .first = start == 0,
@@ -109,7 +109,7 @@ static __attribute__((unused)) void train(struct kern_stage *s0, struct kern_sta
     }
 }
 
-static const struct kern_model small = {.vocab = 256, .context = 32, .d_model = 32,
+static const struct model_config small = {.vocab = 256, .context = 32, .d_model = 32,
                                         .heads = 4, .layers = 2};
 static __attribute__((unused)) void save_to(struct kern_stage *st, FILE *f)
 {

@@ -41,7 +41,7 @@ static const struct {
 };
 
 /* HF shape of kind k: (rows, cols), rows 0 for a vector of cols. */
-static void hf_shape(const struct kern_model *m, int k, size_t *rows, size_t *cols)
+static void hf_shape(const struct model_config *m, int k, size_t *rows, size_t *cols)
 {
     size_t C = (size_t)m->d_model;
     int r = tk[k].rows_c;
@@ -49,7 +49,7 @@ static void hf_shape(const struct kern_model *m, int k, size_t *rows, size_t *co
     *cols = (size_t)tk[k].cols_c * C;
 }
 
-static size_t hf_count(const struct kern_model *m, int k)
+static size_t hf_count(const struct model_config *m, int k)
 {
     size_t r, c;
     hf_shape(m, k, &r, &c);
@@ -77,7 +77,7 @@ static float hf_value(int k, int l, size_t i, int tied)
 
 /* The value at (r, c) of kind k as shoal stores it: (out, in), so a
  * Conv1D weight's element (r, c) is HF's (c, r). */
-static float shoal_value(const struct kern_model *m, int k, int l, size_t r, size_t c, int tied)
+static float shoal_value(const struct model_config *m, int k, int l, size_t r, size_t c, int tied)
 {
     size_t hr, hc;
     hf_shape(m, k, &hr, &hc);
@@ -111,7 +111,7 @@ static int shoal_kind(const char *name, int *layer)
  * a stage when the weights are written into it directly. */
 static float *formula_params(struct kern_stage *whole, int tied)
 {
-    const struct kern_model *m = kern_stage_model(whole);
+    const struct model_config *m = kern_stage_model(whole);
     float *p = malloc(kern_stage_param_count(whole) * sizeof *p);
     assert_non_null(p);
     for (int i = 0; i < kern_stage_tensor_count(whole); i++) {
@@ -179,7 +179,7 @@ static void put_value(struct bytes *b, float v, int dtype)
 /* An llm.c checkpoint of the formula: header, then wte (Vp rows, the
  * padding filled with `pad`), wpe, each block tensor for all L blocks
  * ((out, in) as llm.c's nn.Linear holds them), lnfw, lnfb.  bf16: version 5. */
-static struct bytes llmc_file(const struct kern_model *m, int Vp, int bf16, float pad)
+static struct bytes llmc_file(const struct model_config *m, int Vp, int bf16, float pad)
 {
     struct bytes b = {0};
     int32_t h[256] = {20240326, bf16 ? 5 : 3, m->context, m->vocab, m->layers, m->heads, m->d_model, Vp};
@@ -241,7 +241,7 @@ static void st_add(struct st_file *f, const char *name, const char *dtype, int n
 }
 
 /* One tensor of the formula in HF's layout and name. */
-static void st_tensor(struct st_file *f, const struct kern_model *m, const struct st_opts *o, int k, int l,
+static void st_tensor(struct st_file *f, const struct model_config *m, const struct st_opts *o, int k, int l,
                       int prefixed)
 {
     static const char *const dtypes[] = {"F32", "F16", "BF16"};
@@ -265,7 +265,7 @@ static void st_tensor(struct st_file *f, const struct kern_model *m, const struc
     free(b.p);
 }
 
-static struct st_file *st_build(const struct kern_model *m, const struct st_opts *o)
+static struct st_file *st_build(const struct model_config *m, const struct st_opts *o)
 {
     struct st_file *f = calloc(1, sizeof *f);
     assert_non_null(f);
@@ -398,14 +398,14 @@ static size_t st_parse(const unsigned char *file, size_t size, struct st_file *f
 /* ---- a GPT-2 forward in double, Hugging Face's way -------------------- */
 
 /* W of kind k, block l, in HF's layout, element (r, c) (vectors: c). */
-static double W(const struct kern_model *m, int k, int l, size_t r, size_t c, int tied)
+static double W(const struct model_config *m, int k, int l, size_t r, size_t c, int tied)
 {
     size_t hr, hc;
     hf_shape(m, k, &hr, &hc);
     return hf_value(k, l, hr ? r * hc + c : c, tied);
 }
 
-static void ref_layernorm(const struct kern_model *m, const double *x, double *out, int kw, int kb, int l, int T)
+static void ref_layernorm(const struct model_config *m, const double *x, double *out, int kw, int kb, int l, int T)
 {
     int C = m->d_model;
     for (int t = 0; t < T; t++) {
@@ -421,7 +421,7 @@ static void ref_layernorm(const struct kern_model *m, const double *x, double *o
 }
 
 /* Conv1D: out (T, OC) = in (T, IC) W (IC, OC) + b. */
-static void ref_conv1d(const struct kern_model *m, const double *in, double *out, int kw, int kb, int l, int T,
+static void ref_conv1d(const struct model_config *m, const double *in, double *out, int kw, int kb, int l, int T,
                        int IC, int OC)
 {
     for (int t = 0; t < T; t++)
@@ -434,7 +434,7 @@ static void ref_conv1d(const struct kern_model *m, const double *in, double *out
 }
 
 /* logits (T, V) of one sequence of tokens. */
-static void ref_forward(const struct kern_model *m, const int32_t *tok, int T, int tied, double *logits)
+static void ref_forward(const struct model_config *m, const int32_t *tok, int T, int tied, double *logits)
 {
     int C = m->d_model, NH = m->heads, hs = C / NH;
     double *x = calloc((size_t)T * C, sizeof *x), *ln = calloc((size_t)T * C, sizeof *ln),

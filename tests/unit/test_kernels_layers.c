@@ -200,26 +200,32 @@ static void test_matmul(void **state)
 
 /* ---- attention ---- */
 struct attention_case {
-    int B, T, C, NH;
+    int B, T, C, NH, KVH;
     double *qkv, *out, *att, *r;
 };
 
 static double attention_objective(void *p)
 {
     struct attention_case *c = p;
-    kern_cpu_attention_forward_f64(c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH);
+    kern_cpu_attention_forward_f64(c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH, c->KVH);
     return dot(c->out, c->r, (size_t)c->B * c->T * c->C);
 }
 
+/* Multi-head (KVH = NH, GPT-2's qkv of 3C) and grouped-query attention:
+ * one kv head for all query heads, and two for four. */
 static void test_attention(void **state)
 {
     (void)state;
-    struct attention_case c = {.B = 2, .T = 5, .C = 8, .NH = 2};
+    static const int shapes[][5] = {{2, 5, 8, 2, 2}, {2, 5, 16, 4, 1}, {1, 7, 16, 4, 2}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+    struct attention_case c = {.B = shapes[k][0], .T = shapes[k][1], .C = shapes[k][2], .NH = shapes[k][3],
+                               .KVH = shapes[k][4]};
     size_t BTC = (size_t)c.B * c.T * c.C, att_n = (size_t)c.B * c.NH * c.T * c.T;
-    c.qkv = rnd_array(3 * BTC, 1);
+    size_t W = (size_t)c.C + 2 * (size_t)c.KVH * (c.C / c.NH), BTW = (size_t)c.B * c.T * W;
+    c.qkv = rnd_array(BTW, 1);
     c.out = zeros(BTC), c.att = zeros(att_n);
     c.r = rnd_array(BTC, 1);
-    double *dqkv = zeros(3 * BTC), *datt = zeros(att_n);
+    double *dqkv = zeros(BTW), *datt = zeros(att_n);
     attention_objective(&c);
     /* causal: every row of att sums to 1 and is zero above the diagonal */
     for (int bh = 0; bh < c.B * c.NH; bh++)
@@ -233,10 +239,134 @@ static void test_attention(void **state)
             }
             assert_true(fabs(sum - 1) < 1e-12);
         }
-    kern_cpu_attention_backward_f64(dqkv, datt, c.r, c.qkv, c.att, c.B, c.T, c.C, c.NH);
-    struct fd_input in[] = {{"qkv", c.qkv, dqkv, 3 * BTC}};
+    kern_cpu_attention_backward_f64(dqkv, datt, c.r, c.qkv, c.att, c.B, c.T, c.C, c.NH, c.KVH);
+    struct fd_input in[] = {{"qkv", c.qkv, dqkv, BTW}};
     check_gradients("attention", attention_objective, &c, in, 1);
     free(c.qkv), free(c.out), free(c.att), free(c.r), free(dqkv), free(datt);
+    }
+}
+
+/* ---- rmsnorm ---- */
+struct rmsnorm_case {
+    int N, C;
+    double eps;
+    double *inp, *w, *out, *rstd, *r;
+};
+
+static double rmsnorm_objective(void *p)
+{
+    struct rmsnorm_case *c = p;
+    kern_cpu_rmsnorm_forward_f64(c->out, c->rstd, c->inp, c->w, c->eps, c->N, c->C);
+    return dot(c->out, c->r, (size_t)c->N * c->C);
+}
+
+static void test_rmsnorm(void **state)
+{
+    (void)state;
+    struct rmsnorm_case c = {.N = 6, .C = 9, .eps = 1e-5};
+    size_t NC = (size_t)c.N * c.C;
+    c.inp = rnd_array(NC, 2);
+    c.w = rnd_array((size_t)c.C, 1);
+    c.out = zeros(NC), c.rstd = zeros((size_t)c.N);
+    c.r = rnd_array(NC, 1);
+    double *dinp = zeros(NC), *dw = zeros((size_t)c.C);
+    rmsnorm_objective(&c);
+    /* x * rsqrt(mean(x^2) + eps) * w, by hand for row 0 */
+    double ss = 0;
+    for (int i = 0; i < c.C; i++)
+        ss += c.inp[i] * c.inp[i];
+    assert_true(fabs(c.out[3] - c.inp[3] / sqrt(ss / c.C + c.eps) * c.w[3]) < 1e-12);
+    kern_cpu_rmsnorm_backward_f64(dinp, dw, c.r, c.inp, c.w, c.rstd, c.N, c.C);
+    struct fd_input in[] = {{"inp", c.inp, dinp, NC}, {"weight", c.w, dw, (size_t)c.C}};
+    check_gradients("rmsnorm", rmsnorm_objective, &c, in, 2);
+    free(c.inp), free(c.w), free(c.out), free(c.rstd), free(c.r), free(dinp), free(dw);
+}
+
+/* ---- rope ---- */
+struct rope_case {
+    int B, T, C, NH, KVH;
+    double *x, *y, *cos_t, *sin_t, *r;
+};
+
+static double rope_objective(void *p)
+{
+    struct rope_case *c = p;
+    size_t n = (size_t)c->B * c->T * (c->C + 2 * c->KVH * (c->C / c->NH));
+    memcpy(c->y, c->x, n * sizeof *c->y);
+    kern_cpu_rope_forward_f64(c->y, c->cos_t, c->sin_t, c->B, c->T, c->C, c->NH, c->KVH);
+    return dot(c->y, c->r, n);
+}
+
+/* Rotations by position: q and k heads turn, v is left alone, position 0
+ * is the identity, channel i pairs with i + hs/2, and the backward is the
+ * rotation back. */
+static void test_rope(void **state)
+{
+    (void)state;
+    struct rope_case c = {.B = 2, .T = 5, .C = 16, .NH = 4, .KVH = 2};
+    int hs = c.C / c.NH, half = hs / 2;
+    size_t W = (size_t)c.C + 2 * (size_t)c.KVH * hs, n = (size_t)c.B * c.T * W;
+    c.x = rnd_array(n, 1), c.y = zeros(n), c.r = rnd_array(n, 1);
+    c.cos_t = zeros((size_t)c.T * half), c.sin_t = zeros((size_t)c.T * half);
+    for (int t = 0; t < c.T; t++)
+        for (int i = 0; i < half; i++) {
+            double a = t * pow(10000.0, -2.0 * i / hs);
+            c.cos_t[t * half + i] = cos(a), c.sin_t[t * half + i] = sin(a);
+        }
+    rope_objective(&c);
+    for (size_t bt = 0; bt < (size_t)c.B * c.T; bt++) {
+        const double *x = c.x + bt * W, *y = c.y + bt * W;
+        int t = (int)(bt % (size_t)c.T);
+        for (size_t j = (size_t)c.C + (size_t)c.KVH * hs; j < W; j++)
+            assert_true(y[j] == x[j]);   /* v untouched */
+        /* head 1 (a q head) and head NH (the first k head), pair 1 */
+        for (int h = 1; h <= c.NH; h += c.NH - 1) {
+            double a = x[h * hs + 1], b = x[h * hs + 1 + half], co = c.cos_t[t * half + 1], si = c.sin_t[t * half + 1];
+            assert_true(fabs(y[h * hs + 1] - (a * co - b * si)) < 1e-12);
+            assert_true(fabs(y[h * hs + 1 + half] - (b * co + a * si)) < 1e-12);
+            if (t == 0)
+                assert_true(y[h * hs + 1] == a);
+        }
+    }
+    double *dx = zeros(n);
+    memcpy(dx, c.r, n * sizeof *dx);
+    kern_cpu_rope_backward_f64(dx, c.cos_t, c.sin_t, c.B, c.T, c.C, c.NH, c.KVH);
+    struct fd_input in[] = {{"qkv", c.x, dx, n}};
+    check_gradients("rope", rope_objective, &c, in, 1);
+    free(c.x), free(c.y), free(c.r), free(c.cos_t), free(c.sin_t), free(dx);
+}
+
+/* ---- swiglu ---- */
+struct swiglu_case {
+    int N, F;
+    double *gu, *out, *r;
+};
+
+static double swiglu_objective(void *p)
+{
+    struct swiglu_case *c = p;
+    kern_cpu_swiglu_forward_f64(c->out, c->gu, c->N, c->F);
+    return dot(c->out, c->r, (size_t)c->N * c->F);
+}
+
+static void test_swiglu(void **state)
+{
+    (void)state;
+    struct swiglu_case c = {.N = 5, .F = 7};
+    size_t n = (size_t)c.N * c.F;
+    c.gu = rnd_array(2 * n, 3), c.out = zeros(n), c.r = rnd_array(n, 1);
+    double *dgu = zeros(2 * n);
+    swiglu_objective(&c);
+    double g = c.gu[2 * c.F + 3], u = c.gu[3 * c.F + 3];   /* row 1, column 3 */
+    assert_true(fabs(c.out[c.F + 3] - g / (1 + exp(-g)) * u) < 1e-12);
+    kern_cpu_swiglu_backward_f64(dgu, c.gu, c.r, c.N, c.F);
+    struct fd_input in[] = {{"gate|up", c.gu, dgu, 2 * n}};
+    check_gradients("swiglu", swiglu_objective, &c, in, 1);
+    /* silu stays finite far out: -> 0 below, -> g above */
+    double far[4] = {-200, 200, 1, 1}, y[2];
+    kern_cpu_swiglu_forward_f64(y, far, 1, 2);
+    assert_true(fabs(y[0]) < 1e-80 && fabs(y[1] - 200) < 1e-9);
+    free(c.gu), free(c.out), free(c.r), free(dgu);
 }
 
 /* ---- gelu ---- */
@@ -402,8 +532,8 @@ static void test_float_matches_double(void **state)
     assert_non_null(qkvf), assert_non_null(outf), assert_non_null(attf);
     for (size_t i = 0; i < 3 * BTC; i++)
         qkvf[i] = (float)qkv[i];
-    kern_cpu_attention_forward_f64(out, att, qkv, B, T, C, NH);
-    kern_cpu_attention_forward_f32(outf, attf, qkvf, B, T, C, NH);
+    kern_cpu_attention_forward_f64(out, att, qkv, B, T, C, NH, NH);
+    kern_cpu_attention_forward_f32(outf, attf, qkvf, B, T, C, NH, NH);
     for (size_t i = 0; i < BTC; i++)
         assert_true(fabs(outf[i] - out[i]) < 1e-5 * (1 + fabs(out[i])));
     free(qkv), free(out), free(att), free(qkvf), free(outf), free(attf);
@@ -416,6 +546,9 @@ int main(void)
         cmocka_unit_test(test_layernorm),
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_gelu),
         cmocka_unit_test(test_gelu_float_tanh),
         cmocka_unit_test(test_softmax_float_exp),

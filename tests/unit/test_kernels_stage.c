@@ -21,7 +21,7 @@
 static void test_init_loss_is_ln_vocab(void **state)
 {
     (void)state;
-    struct kern_model m = {.vocab = 256, .context = 32, .d_model = 64, .heads = 4, .layers = 2};
+    struct model_config m = {.vocab = 256, .context = 32, .d_model = 64, .heads = 4, .layers = 2};
     struct kern_stage *st = stage_new(&m, 0, 2, 4, 32, 1, 7);
     int32_t tok[4 * 32], tgt[4 * 32];
     text_batch(4, 32, 0, tok, tgt);
@@ -37,7 +37,7 @@ static void test_init_loss_is_ln_vocab(void **state)
 static void test_init_independent_of_split(void **state)
 {
     (void)state;
-    struct kern_model m = {.vocab = 50, .context = 16, .d_model = 32, .heads = 4, .layers = 4};
+    struct model_config m = {.vocab = 50, .context = 16, .d_model = 32, .heads = 4, .layers = 4};
     struct kern_stage *whole = stage_new(&m, 0, 4, 2, 8, 1, 99);
     struct kern_stage *tail = stage_new(&m, 2, 4, 2, 8, 1, 99);
     struct kern_stage *other = stage_new(&m, 2, 4, 2, 8, 1, 100);
@@ -68,7 +68,7 @@ static void test_split_equals_whole_bit_for_bit(void **state)
 {
     (void)state;
     enum { B = 2, T = 16, M = 3 };
-    struct kern_model m = {.vocab = 97, .context = 16, .d_model = 48, .heads = 3, .layers = 4};
+    struct model_config m = {.vocab = 97, .context = 16, .d_model = 48, .heads = 3, .layers = 4};
     struct kern_stage *whole = stage_new(&m, 0, 4, B, T, M, 5);
     struct kern_stage *s0 = stage_new(&m, 0, 2, B, T, M, 5);
     struct kern_stage *s1 = stage_new(&m, 2, 4, B, T, M, 5);
@@ -236,7 +236,7 @@ static void test_stage_gradients_finite_difference(void **state)
 {
     (void)state;
     enum { B = 2, T = 8, C = 16 };
-    struct kern_model m = {.vocab = 40, .context = 8, .d_model = C, .heads = 2, .layers = 3};
+    struct model_config m = {.vocab = 40, .context = 8, .d_model = C, .heads = 2, .layers = 3};
     struct kern_err err;
     int32_t tok[B * T], tgt[B * T];
     for (int i = 0; i < B * T; i++)
@@ -285,7 +285,7 @@ static void test_stage_gradients_finite_difference(void **state)
 static void test_adamw_by_hand(void **state)
 {
     (void)state;
-    struct kern_model m = {.vocab = 10, .context = 4, .d_model = 8, .heads = 2, .layers = 1};
+    struct model_config m = {.vocab = 10, .context = 4, .d_model = 8, .heads = 2, .layers = 1};
     struct kern_stage *st = stage_new(&m, 0, 1, 1, 4, 1, 1);
     struct kern_err err;
     size_t n = kern_stage_param_count(st);

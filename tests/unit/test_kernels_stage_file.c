@@ -112,7 +112,7 @@ static void test_step0_without_moments(void **state)
     assert_non_null(f);
     save_to(s0, f);
     fseek(f, 0, SEEK_END);
-    long header = 8 + 4 + 4 * 10 + 8 + 8;   /* version 2 (checkpoint.c) */
+    long header = 8 + 4 + 4 * 15 + 8 * 5 + 8 + 8;   /* version 3 (checkpoint.c) */
     assert_int_equal(ftell(f), header + 4 * (long)n + 8);
     rewind(f);
 
@@ -120,7 +120,7 @@ static void test_step0_without_moments(void **state)
     struct kern_stage *r0 = stage_new(&small, 0, 1, 4, 32, 2, 99), *r1 = stage_new(&small, 1, 2, 4, 32, 2, 99);
     float scratch[K], fresh[K], reloaded[K];
     train(r0, r1, 0, K, scratch);
-    struct kern_model m;
+    struct model_config m;
     struct kern_stage_spec sp;
     uint64_t step = 9;
     assert_int_equal(kern_stage_file_peek(f, &m, &sp, &step, &err), 0);
@@ -156,11 +156,11 @@ static void test_step0_without_moments(void **state)
     free(back), free(v);
 
     /* the moments left out after AdamW steps: refused by peek and load */
-    unsigned char raw[8 + 4 + 4 * 10 + 8 + 8];
+    unsigned char raw[8 + 4 + 4 * 15 + 8 * 5 + 8 + 8];
     rewind(f);
     assert_int_equal(fread(raw, 1, sizeof raw, f), sizeof raw);
     uint64_t five = 5;
-    memcpy(raw + 12 + 4 * 10, &five, 8);
+    memcpy(raw + 12 + 4 * 15 + 8 * 5, &five, 8);
     FILE *bad = tmpfile();
     assert_non_null(bad);
     rewind(f);
@@ -185,7 +185,7 @@ static void test_assemble_other_split(void **state)
     (void)state;
     enum { K = 4 };
     struct kern_err err;
-    struct kern_model three = small;
+    struct model_config three = small;
     three.layers = 3;
     struct kern_stage *a0 = stage_new(&three, 0, 1, 4, 32, 2, 11), *a1 = stage_new(&three, 1, 3, 4, 32, 2, 11);
     struct kern_stage *b0 = stage_new(&three, 0, 2, 4, 32, 2, 99), *b1 = stage_new(&three, 2, 3, 4, 32, 2, 99);
@@ -215,7 +215,7 @@ static void test_extra_state(void **state)
 {
     (void)state;
     struct kern_err err;
-    struct kern_model three = small;
+    struct model_config three = small;
     three.layers = 3;
     struct kern_stage *a0 = stage_new(&three, 0, 1, 4, 32, 2, 11), *a1 = stage_new(&three, 1, 3, 4, 32, 2, 11);
     struct kern_stage *old[2] = {a0, a1};
@@ -247,9 +247,9 @@ static void test_extra_state(void **state)
     assert_memory_equal(kern_stage_extra_if(r1, KERN_EXTRA_OUTER_MOMENTUM), kern_stage_extra_if(a1, KERN_EXTRA_OUTER_MOMENTUM),
                         kern_stage_param_count(a1) * sizeof(float));
     assert_null(kern_stage_extra_if(r1, KERN_EXTRA_SYNC_FEEDBACK));
-    /* its size: header (68), params, moments and one extra, checksum */
+    /* its size: header (128), params, moments and one extra, checksum */
     fseek(f, 0, SEEK_END);
-    assert_int_equal(ftell(f), 68 + 4 * 4 * (long)kern_stage_param_count(a1) + 8);
+    assert_int_equal(ftell(f), 128 + 4 * 4 * (long)kern_stage_param_count(a1) + 8);
     /* a version 1 file: the same without the extras word and buffers */
     long len = ftell(f);
     unsigned char *raw = malloc((size_t)len);
@@ -261,8 +261,8 @@ static void test_extra_state(void **state)
     memcpy(v1, raw, 8);
     memcpy(v1 + 8, &one, 4);
     memcpy(v1 + 12, raw + 12, 36);            /* 9 ints */
-    memcpy(v1 + 48, raw + 52, 16);            /* step, n */
-    memcpy(v1 + 64, raw + 68, 12 * n);        /* params and moments */
+    memcpy(v1 + 48, raw + 112, 16);           /* step, n (after version 3's 15 ints and 5 doubles) */
+    memcpy(v1 + 64, raw + 128, 12 * n);       /* params and moments */
     uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < v1_len - 8; i++) {
         h ^= v1[i];
@@ -270,7 +270,7 @@ static void test_extra_state(void **state)
     }
     memcpy(v1 + v1_len - 8, &h, 8);
     FILE *g = fmemopen(v1, v1_len, "rb");
-    struct kern_model pm;
+    struct model_config pm;
     struct kern_stage_spec psp = {.micro_batch = 1, .seq_len = 1, .in_flight = 1};
     assert_int_equal(kern_stage_file_peek(g, &pm, &psp, NULL, &err), 0);
     assert_int_equal(kern_stage_load(r1, g, &err), 0);
@@ -306,7 +306,7 @@ static void test_file_peek(void **state)
 {
     (void)state;
     struct kern_err err;
-    struct kern_model m;
+    struct model_config m;
     struct kern_stage_spec sp = {.micro_batch = 3, .seq_len = 7, .in_flight = 1};
     struct kern_stage *s1 = stage_new(&small, 1, 2, 4, 32, 2, 11);
     FILE *f = tmpfile();
@@ -314,7 +314,9 @@ static void test_file_peek(void **state)
     save_to(s1, f);
     uint64_t step = 99;
     assert_int_equal(kern_stage_file_peek(f, &m, &sp, &step, &err), 0);
-    assert_memory_equal(&m, &small, sizeof m);
+    struct model_config want = small;
+    model_config_normalise(&want);
+    assert_true(model_config_equal(&m, &want));
     assert_int_equal(step, kern_stage_step(s1));
     assert_int_equal(sp.layer_start, 1);
     assert_int_equal(sp.layer_end, 2);
@@ -343,7 +345,7 @@ static void test_file_peek_bounds(void **state)
 {
     (void)state;
     struct kern_err err;
-    struct kern_model m;
+    struct model_config m;
     struct kern_stage_spec sp = {.micro_batch = 1, .seq_len = 1, .in_flight = 1};
     struct kern_stage *s1 = stage_new(&small, 1, 2, 4, 32, 2, 11);
     FILE *f = tmpfile();
@@ -363,7 +365,7 @@ static void test_file_peek_bounds(void **state)
         uint64_t n;         /* floats per buffer written into the header; 0: as saved */
         const char *msg;
     } bad[] = {
-        {"a 3 GB model in a small file", 72, 1024, 0, "bytes instead of"},
+        {"a 3 GB model in a small file", 136, 1024, 0, "bytes instead of"},
         {"n that the model does not make", len, 0, 12345, "make"},
         {"n that fits the model, a truncated file", len - 4, 0, 0, "bytes instead of"},
         {"n that would overflow", len, 0, UINT64_MAX / 4, "make"},
@@ -373,16 +375,17 @@ static void test_file_peek_bounds(void **state)
         assert_non_null(copy);
         memcpy(copy, raw, (size_t)len);
         if (bad[i].d_model) {
-            int32_t C = bad[i].d_model, L = 64, ints[9];
+            int32_t C = bad[i].d_model, L = 64, ints[15];
             memcpy(ints, copy + 12, sizeof ints);
             ints[2] = C, ints[4] = L, ints[5] = 0, ints[6] = L, ints[7] = 1, ints[8] = 1;
+            ints[12] = 4 * C;   /* gpt2's ffn_dim */
             memcpy(copy + 12, ints, sizeof ints);
             uint64_t n = (uint64_t)(ints[0] + ints[1]) * C + (uint64_t)L * (12u * C * C + 13u * C) +
                          (uint64_t)(ints[0] + 2) * C;   /* what that model makes: the header agrees */
-            memcpy(copy + 60, &n, 8);   /* version 2: 10 ints, the step, then n */
+            memcpy(copy + 120, &n, 8);   /* version 3: 15 ints, 5 doubles, the step, then n */
         }
         if (bad[i].n)
-            memcpy(copy + 60, &bad[i].n, 8);
+            memcpy(copy + 120, &bad[i].n, 8);
         FILE *g = fmemopen(copy, (size_t)bad[i].keep, "rb");
         assert_non_null(g);
         if (kern_stage_file_peek(g, &m, &sp, NULL, &err) != -1 || !strstr(err.msg, bad[i].msg))
@@ -401,7 +404,7 @@ static void test_bad_input(void **state)
     struct kern_err err;
     struct kern_device dev;
     struct kern_stage *st = NULL;
-    struct kern_model m = {.vocab = 16, .context = 8, .d_model = 8, .heads = 2, .layers = 2};
+    struct model_config m = {.vocab = 16, .context = 8, .d_model = 8, .heads = 2, .layers = 2};
     struct kern_stage_spec ok = {.layer_start = 0, .layer_end = 1, .first = 1, .last = 0,
                                  .micro_batch = 1, .seq_len = 8, .in_flight = 2, .seed = 1};
 
@@ -417,12 +420,12 @@ static void test_bad_input(void **state)
 
     struct {
         const char *why;
-        struct kern_model m;
+        struct model_config m;
         struct kern_stage_spec s;
         const char *msg;
     } bad[] = {
-        {"heads", {16, 8, 9, 2, 2}, ok, "multiple of heads"},
-        {"zero vocab", {0, 8, 8, 2, 2}, ok, ">= 1"},
+        {"heads", {.vocab = 16, .context = 8, .d_model = 9, .heads = 2, .layers = 2}, ok, "multiple of heads"},
+        {"zero vocab", {.vocab = 0, .context = 8, .d_model = 8, .heads = 2, .layers = 2}, ok, ">= 1"},
         {"range", m, {.layer_start = 1, .layer_end = 3, .micro_batch = 1, .seq_len = 8,
                       .in_flight = 1}, "layer range"},
         {"first flag", m, {.layer_start = 0, .layer_end = 1, .first = 0, .micro_batch = 1,
@@ -433,7 +436,7 @@ static void test_bad_input(void **state)
                         .seq_len = 9, .in_flight = 1}, "seq_len"},
         {"in_flight", m, {.layer_start = 0, .layer_end = 1, .first = 1, .micro_batch = 1,
                           .seq_len = 8, .in_flight = 0}, "in_flight"},
-        {"huge", {50000, 8, 60000, 2, 2}, ok, "too large"},
+        {"huge", {.vocab = 50000, .context = 8, .d_model = 60000, .heads = 2, .layers = 2}, ok, "too large"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         if (kern_stage_new(&cpu, &bad[i].m, &bad[i].s, &st, &err) != -1 ||

@@ -27,10 +27,10 @@
 
 static const struct kern_device cpu_dev = {KERN_CPU, 0};
 /* odd V (not a multiple of 128), several heads and blocks */
-static const struct kern_model M = {.vocab = 67, .context = 16, .d_model = 32, .heads = 4, .layers = 3};
+static const struct model_config M = {.vocab = 67, .context = 16, .d_model = 32, .heads = 4, .layers = 3};
 enum { FT = 8 }; /* tokens of the forward checks */
 
-static struct kern_stage *new_stage(const struct kern_model *m, int start, int end, int T)
+static struct kern_stage *new_stage(const struct model_config *m, int start, int end, int T)
 {
     struct kern_stage_spec s = {.layer_start = start, .layer_end = end, .first = start == 0,
                                 .last = end == m->layers, .micro_batch = 1, .seq_len = T, .in_flight = 1,
@@ -43,7 +43,7 @@ static struct kern_stage *new_stage(const struct kern_model *m, int start, int e
 }
 
 /* got equals want tensor by tensor; the first that does not is named. */
-static void expect_params(const struct kern_model *m, const float *got, const float *want, const char *what)
+static void expect_params(const struct model_config *m, const float *got, const float *want, const char *what)
 {
     struct kern_stage *whole = new_stage(m, 0, m->layers, 1);
     for (int i = 0; i < kern_stage_tensor_count(whole); i++) {
@@ -57,7 +57,7 @@ static void expect_params(const struct kern_model *m, const float *got, const fl
 }
 
 /* The formula's model in shoal's layout (tied: head = wte). */
-static float *formula(const struct kern_model *m, int tied)
+static float *formula(const struct model_config *m, int tied)
 {
     struct kern_stage *whole = new_stage(m, 0, m->layers, 1);
     float *p = formula_params(whole, tied);
@@ -68,7 +68,7 @@ static float *formula(const struct kern_model *m, int tied)
 /* A stage of the imported params and one with the formula written into it
  * directly give the same logits and loss, bit for bit, and both follow the
  * forward in double within fp32's error. */
-static void check_forward(const struct kern_model *m, const float *params, int tied, const char *what)
+static void check_forward(const struct model_config *m, const float *params, int tied, const char *what)
 {
     struct kern_err err;
     struct kern_stage *a = new_stage(m, 0, m->layers, FT), *b = new_stage(m, 0, m->layers, FT);
@@ -126,7 +126,7 @@ static FILE *as_file(const void *p, size_t n)
 
 /* ---- llm.c ------------------------------------------------------------ */
 
-static float *llmc_import(const struct bytes *b, struct kern_model *m)
+static float *llmc_import(const struct bytes *b, struct model_config *m)
 {
     struct kern_err err;
     float *p = NULL;
@@ -145,7 +145,7 @@ static void test_llmc_import(void **state)
     float *want = formula(&M, 1);
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         struct bytes b = llmc_file(&M, v[i].Vp, v[i].bf16, v[i].pad);
-        struct kern_model m;
+        struct model_config m;
         struct kern_err err;
         float *p = llmc_import(&b, &m), *q = NULL;
         assert_memory_equal(&m, &M, sizeof m);
@@ -161,7 +161,7 @@ static void test_llmc_import(void **state)
     }
     /* NaN in a padding row is not read */
     struct bytes b = llmc_file(&M, 128, 0, NAN);
-    struct kern_model m;
+    struct model_config m;
     free(llmc_import(&b, &m));
     free(b.p), free(want);
 }
@@ -172,7 +172,7 @@ static void test_llmc_export(void **state)
 {
     (void)state;
     struct bytes b = llmc_file(&M, 67, 0, 0), want = llmc_file(&M, 128, 0, 0);
-    struct kern_model m;
+    struct model_config m;
     struct kern_err err;
     struct sink s;
     float *p = llmc_import(&b, &m), *q;
@@ -198,7 +198,7 @@ static void test_llmc_export(void **state)
     assert_int_equal(kern_model_head_tied(&M, p), 0);
     free(s.p);
 
-    struct kern_model bad = M;
+    struct model_config bad = M;
     bad.heads = 5;
     sink_open(&s);
     assert_int_equal(kern_llmc_write(s.f, &bad, p, &err), -1);
@@ -208,17 +208,17 @@ static void test_llmc_export(void **state)
     free(s.p), free(p), free(b.p), free(want.p);
 }
 
-static const struct kern_model sentinel_model = {-7, -7, -7, -7, -7};
+static const struct model_config sentinel_model = {.vocab = -7, .context = -7, .d_model = -7, .heads = -7, .layers = -7};
 static float sentinel_param;
 
 /* Reads that must fail: the message holds `msg`, and *model and *params
  * are as they were, from memory and from a FILE*. */
-static void expect_refused(int (*mem)(const void *, size_t, struct kern_model *, float **, struct kern_err *),
-                           int (*file)(FILE *, struct kern_model *, float **, struct kern_err *),
+static void expect_refused(int (*mem)(const void *, size_t, struct model_config *, float **, struct kern_err *),
+                           int (*file)(FILE *, struct model_config *, float **, struct kern_err *),
                            const void *data, size_t size, const char *msg, const char *why)
 {
     for (int from_file = 0; from_file < 2; from_file++) {
-        struct kern_model m = sentinel_model;
+        struct model_config m = sentinel_model;
         float *p = &sentinel_param;
         struct kern_err err = {{0}};
         FILE *f = from_file ? as_file(data, size) : NULL;
@@ -283,16 +283,16 @@ static void test_llmc_bad(void **state)
 
 /* ---- safetensors ------------------------------------------------------ */
 
-static int st_read_h4(const void *d, size_t n, struct kern_model *m, float **p, struct kern_err *e)
+static int st_read_h4(const void *d, size_t n, struct model_config *m, float **p, struct kern_err *e)
 {
     return kern_safetensors_read(d, n, 4, m, p, e);
 }
-static int st_read_file_h4(FILE *f, struct kern_model *m, float **p, struct kern_err *e)
+static int st_read_file_h4(FILE *f, struct model_config *m, float **p, struct kern_err *e)
 {
     return kern_safetensors_read_file(f, 4, m, p, e);
 }
 
-static float *st_import(const struct bytes *b, struct kern_model *m)
+static float *st_import(const struct bytes *b, struct model_config *m)
 {
     struct kern_err err;
     float *p = NULL;
@@ -316,7 +316,7 @@ static void test_safetensors_import(void **state)
     for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
         struct st_file *f = st_build(&M, &v[i]);
         struct bytes b = st_serialize(f, NULL);
-        struct kern_model m;
+        struct model_config m;
         struct kern_err err;
         float *want = formula(&M, !v[i].lm_head), *p = st_import(&b, &m), *q = NULL;
         assert_memory_equal(&m, &M, sizeof m);
@@ -338,7 +338,7 @@ static void test_safetensors_import(void **state)
  * GPT2LMHeadModel saves them, F32, HF's shapes, offsets one after another
  * from 0, the formula's values in HF's orientation (Conv1D transposed back);
  * lm_head only when untied. */
-static void check_export(const struct kern_model *m, const struct sink *s, int tied)
+static void check_export(const struct model_config *m, const struct sink *s, int tied)
 {
     struct st_file *f = calloc(1, sizeof *f);
     assert_non_null(f);
@@ -386,7 +386,7 @@ static void test_safetensors_export(void **state)
     for (int tied = 0; tied < 2; tied++) {
         struct st_file *f = st_build(&M, &(struct st_opts){.prefix = 0, .lm_head = !tied, .masks = 1});
         struct bytes b = st_serialize(f, NULL);
-        struct kern_model m;
+        struct model_config m;
         struct kern_err err;
         struct sink s, c;
         float *p = st_import(&b, &m), *q;
@@ -556,7 +556,7 @@ static void test_safetensors_bad(void **state)
 
     /* the heads the caller gives */
     b = st_serialize(f, NULL);
-    struct kern_model m = sentinel_model;
+    struct model_config m = sentinel_model;
     float *p = &sentinel_param;
     struct kern_err err;
     assert_int_equal(kern_safetensors_read(b.p, b.n, 5, &m, &p, &err), -1);
@@ -585,11 +585,11 @@ static const char hub_config[] =
 static void test_config(void **state)
 {
     (void)state;
-    struct kern_model m;
+    struct model_config m;
     struct kern_err err;
     if (kern_gpt2_config_read(hub_config, strlen(hub_config), &m, &err))
         fail_msg("hub config: %s", err.msg);
-    struct kern_model want = {.vocab = 50257, .context = 1024, .d_model = 768, .heads = 12, .layers = 12};
+    struct model_config want = {.vocab = 50257, .context = 1024, .d_model = 768, .heads = 12, .layers = 12};
     assert_memory_equal(&m, &want, sizeof m);
 
     static const struct { const char *text, *msg; } bad[] = {
@@ -622,7 +622,7 @@ static void test_config(void **state)
         {"{\"x\":1", "expected ',' or '}'"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        struct kern_model got = sentinel_model;
+        struct model_config got = sentinel_model;
         if (kern_gpt2_config_read(bad[i].text, strlen(bad[i].text), &got, &err) != -1 || !strstr(err.msg, bad[i].msg))
             fail_msg("config %zu: said '%s', want '%s'", i, err.msg, bad[i].msg);
         assert_memory_equal(&got, &sentinel_model, sizeof got);
@@ -644,7 +644,7 @@ static void test_split_join(void **state)
     (void)state;
     struct kern_err err;
     struct bytes b = llmc_file(&M, 128, 0, 0);
-    struct kern_model m;
+    struct model_config m;
     float *whole = llmc_import(&b, &m);
     size_t n = kern_model_param_count(&M);
     struct kern_stage *w = new_stage(&M, 0, M.layers, 1);
@@ -687,7 +687,7 @@ static void test_split_join(void **state)
     struct kern_stage_spec outside = {.layer_start = 2, .layer_end = 4, .last = 1};
     assert_int_equal(kern_model_split(&M, whole, &outside, parts[2], &err), -1);
     assert_int_equal(kern_model_stage_param_count(&M, &outside), 0);
-    struct kern_model huge = M;
+    struct model_config huge = M;
     huge.layers = KERN_MODEL_MAX_LAYERS + 1;
     assert_int_equal(kern_model_param_count(&huge), 0);
     for (int k = 0; k < 3; k++)
@@ -727,8 +727,8 @@ static void test_write_fuzz_seeds(void **state)
     const char *dir = getenv("SHOAL_WRITE_GPT2_SEEDS");
     if (!dir || !*dir)
         return;
-    static const struct kern_model S = {.vocab = 5, .context = 4, .d_model = 4, .heads = 2, .layers = 2};
-    struct kern_model m;
+    static const struct model_config S = {.vocab = 5, .context = 4, .d_model = 4, .heads = 2, .layers = 2};
+    struct model_config m;
     struct kern_err err;
     struct sink s;
     struct bytes b = llmc_file(&S, 5, 0, 0);

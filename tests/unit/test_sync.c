@@ -26,7 +26,7 @@
 #define B 2
 #define T 8
 
-static const struct kern_model model = { .vocab = 16, .context = T, .d_model = 16, .heads = 2, .layers = 2 };
+static const struct model_config model = { .vocab = 16, .context = T, .d_model = 16, .heads = 2, .layers = 2 };
 
 struct replica {
     struct tasklet k;

@@ -15,7 +15,7 @@
 
 #include "../../../kernels/kernels.h"
 
-static const struct kern_model model = { .vocab = 8, .context = 4, .d_model = 4, .heads = 2, .layers = 2 };
+static const struct model_config model = { .vocab = 8, .context = 4, .d_model = 4, .heads = 2, .layers = 2 };
 
 /* Saves layers [start, end) after one AdamW step, so the moments are not
  * zero; with_extras: with both extra buffers (DiLoCo's state). */

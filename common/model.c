@@ -1,0 +1,307 @@
+/* model.c - the model families as data (model.h): their tensors, and the
+ * counts every layer above derives from them. */
+#include "model.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#define ROW(d, t) {d, t}
+#define VEC ROW(MD_ONE, 1)
+
+/* GPT-2 (kernels/README.md): learned positions, LayerNorm with bias, fused
+ * QKV, GELU MLP of 4C, biases everywhere, head untied.  The order is the
+ * flat buffer's and the streams are those of the first stage files, so
+ * weights and files stay what they were. */
+static const struct model_tensor gpt2_embed[] = {
+    {"wte", ROW(MD_V, 1), ROW(MD_C, 1), MI_NORMAL, 0, 1, 0},
+    {"wpe", ROW(MD_CTX, 1), ROW(MD_C, 1), MI_NORMAL, 1, 1, 0},
+};
+static const struct model_tensor gpt2_block[] = {
+    {"ln1w", VEC, ROW(MD_C, 1), MI_ONES, 0, 0, 0},
+    {"ln1b", VEC, ROW(MD_C, 1), MI_ZEROS, 1, 0, 0},
+    {"qkvw", ROW(MD_C, 3), ROW(MD_C, 1), MI_NORMAL, 2, 1, 1},
+    {"qkvb", VEC, ROW(MD_C, 3), MI_ZEROS, 3, 0, 0},
+    {"attprojw", ROW(MD_C, 1), ROW(MD_C, 1), MI_NORMAL_OUT, 4, 1, 1},
+    {"attprojb", VEC, ROW(MD_C, 1), MI_ZEROS, 5, 0, 0},
+    {"ln2w", VEC, ROW(MD_C, 1), MI_ONES, 6, 0, 0},
+    {"ln2b", VEC, ROW(MD_C, 1), MI_ZEROS, 7, 0, 0},
+    {"fcw", ROW(MD_FFN, 1), ROW(MD_C, 1), MI_NORMAL, 8, 1, 1},
+    {"fcb", VEC, ROW(MD_FFN, 1), MI_ZEROS, 9, 0, 0},
+    {"fcprojw", ROW(MD_C, 1), ROW(MD_FFN, 1), MI_NORMAL_OUT, 10, 1, 1},
+    {"fcprojb", VEC, ROW(MD_C, 1), MI_ZEROS, 11, 0, 0},
+};
+static const struct model_tensor gpt2_head[] = {
+    {"lnfw", VEC, ROW(MD_C, 1), MI_ONES, 2, 0, 0},
+    {"lnfb", VEC, ROW(MD_C, 1), MI_ZEROS, 3, 0, 0},
+    {"head", ROW(MD_V, 1), ROW(MD_C, 1), MI_NORMAL, 4, 1, 1},
+};
+
+/* Llama (LlamaForCausalLM): rotary positions, RMSNorm without bias, q, k
+ * and v projections (k and v of kv_heads heads), SwiGLU MLP of ffn_dim, no
+ * biases; the head may be tied to wte.  q, k and v are consecutive in the
+ * buffer, so the kernels multiply them as one (C + 2 KV, C) matrix; gate
+ * and up likewise as one (2F, C). */
+static const struct model_tensor llama_embed[] = {
+    {"wte", ROW(MD_V, 1), ROW(MD_C, 1), MI_NORMAL, 0, 1, 0},
+};
+static const struct model_tensor llama_block[] = {
+    {"ln1w", VEC, ROW(MD_C, 1), MI_ONES, 0, 0, 0},
+    {"qw", ROW(MD_C, 1), ROW(MD_C, 1), MI_NORMAL, 1, 1, 1},
+    {"kw", ROW(MD_KV, 1), ROW(MD_C, 1), MI_NORMAL, 2, 1, 1},
+    {"vw", ROW(MD_KV, 1), ROW(MD_C, 1), MI_NORMAL, 3, 1, 1},
+    {"ow", ROW(MD_C, 1), ROW(MD_C, 1), MI_NORMAL_OUT, 4, 1, 1},
+    {"ln2w", VEC, ROW(MD_C, 1), MI_ONES, 5, 0, 0},
+    {"gatew", ROW(MD_FFN, 1), ROW(MD_C, 1), MI_NORMAL, 6, 1, 1},
+    {"upw", ROW(MD_FFN, 1), ROW(MD_C, 1), MI_NORMAL, 7, 1, 1},
+    {"downw", ROW(MD_C, 1), ROW(MD_FFN, 1), MI_NORMAL_OUT, 8, 1, 1},
+};
+static const struct model_tensor llama_head[] = {
+    {"lnfw", VEC, ROW(MD_C, 1), MI_ONES, 2, 0, 0},
+    {"head", ROW(MD_V, 1), ROW(MD_C, 1), MI_NORMAL, 4, 1, 1},
+};
+
+/* Values kept per token and block, counted as Korthikanti et al. count
+ * GPT's (34 C + 5 NH T bytes at 2 bytes a value, dropout masks included):
+ * GPT-2's is that; Llama keeps x, its norm, q k v, the rotated q and k,
+ * scores and probabilities, the attention output, the residual, its norm,
+ * gate and up, silu(gate) and their product, and no dropout masks. */
+static double gpt2_act_values(const struct model_config *m, double T)
+{
+    return 17.0 * m->d_model + 2.5 * m->heads * T;
+}
+
+static double llama_act_values(const struct model_config *m, double T)
+{
+    double kv = (double)m->kv_heads * (m->d_model / m->heads);
+    return 6.0 * m->d_model + 3.0 * kv + 4.0 * m->ffn_dim + 2.0 * m->heads * T;
+}
+
+#define N(a) (int)(sizeof a / sizeof a[0])
+const struct model_family model_families[MODEL_ARCH_COUNT] = {
+    [MODEL_GPT2] = {"gpt2", {gpt2_embed, gpt2_block, gpt2_head},
+                    {N(gpt2_embed), N(gpt2_block), N(gpt2_head)}, gpt2_act_values},
+    [MODEL_LLAMA] = {"llama", {llama_embed, llama_block, llama_head},
+                     {N(llama_embed), N(llama_block), N(llama_head)}, llama_act_values},
+};
+#undef N
+
+const struct model_family *model_family_by_name(const char *name)
+{
+    for (int a = 0; a < MODEL_ARCH_COUNT; a++)
+        if (name && strcmp(model_families[a].name, name) == 0)
+            return &model_families[a];
+    return NULL;
+}
+
+void model_config_normalise(struct model_config *m)
+{
+    if (m->kv_heads == 0)
+        m->kv_heads = m->heads;
+    if (m->arch == MODEL_GPT2 && m->ffn_dim == 0)
+        m->ffn_dim = 4 * m->d_model;
+    if (m->norm_eps == 0)
+        m->norm_eps = 1e-5;
+    if (m->arch == MODEL_LLAMA && m->rope_theta == 0)
+        m->rope_theta = 10000.0;
+}
+
+/* Fills field and msg; returns -1. */
+static int bad(const char **field, const char *name, char *msg, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int bad(const char **field, const char *name, char *msg, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    *field = name;
+    va_start(ap, fmt);
+    vsnprintf(msg, len, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int check_rope(const struct model_config *m, const char **field, char *msg, size_t len)
+{
+    const struct model_rope_scaling *r = &m->rope_scaling;
+    if (!(m->rope_theta > 1) || !isfinite(m->rope_theta))
+        return bad(field, "rope_theta", msg, len, "rope_theta (%g) must be a finite number above 1", m->rope_theta);
+    if (r->factor == 0 && r->low_freq_factor == 0 && r->high_freq_factor == 0 && r->original_context == 0)
+        return 0;
+    if (!(r->factor >= 1) || !isfinite(r->factor))
+        return bad(field, "rope_scaling.factor", msg, len, "rope_scaling.factor (%g) must be at least 1",
+                   r->factor);
+    if (!(r->low_freq_factor > 0) || !isfinite(r->low_freq_factor))
+        return bad(field, "rope_scaling.low_freq_factor", msg, len,
+                   "rope_scaling.low_freq_factor (%g) must be above 0", r->low_freq_factor);
+    if (!(r->high_freq_factor > r->low_freq_factor) || !isfinite(r->high_freq_factor))
+        return bad(field, "rope_scaling.high_freq_factor", msg, len,
+                   "rope_scaling.high_freq_factor (%g) must be above low_freq_factor (%g)", r->high_freq_factor,
+                   r->low_freq_factor);
+    if (r->original_context < 1)
+        return bad(field, "rope_scaling.original_max_position_embeddings", msg, len,
+                   "rope_scaling.original_max_position_embeddings must be at least 1");
+    return 0;
+}
+
+int model_config_check(const struct model_config *m, const char **field, char *msg, size_t len)
+{
+    if ((unsigned)m->arch >= MODEL_ARCH_COUNT)
+        return bad(field, "architecture", msg, len, "unknown architecture %d", (int)m->arch);
+    if (m->vocab < 1 || m->context < 1 || m->d_model < 1 || m->heads < 1 || m->layers < 1 || m->kv_heads < 1 ||
+        m->ffn_dim < 1)
+        return bad(field, m->vocab < 1 ? "vocab_size" : m->context < 1 ? "context_length" : m->d_model < 1 ? "d_model"
+                   : m->heads < 1 ? "heads" : m->layers < 1 ? "layers" : m->kv_heads < 1 ? "kv_heads" : "ffn_dim",
+                   msg, len, "vocab_size, context_length, d_model, heads, kv_heads, ffn_dim and layers must be >= 1");
+    if (m->d_model % m->heads)
+        return bad(field, "d_model", msg, len, "d_model %d is not a multiple of heads %d", m->d_model, m->heads);
+    if (m->heads % m->kv_heads)
+        return bad(field, "kv_heads", msg, len, "heads (%d) must be divisible by kv_heads (%d): each key/value "
+                   "head serves a whole group of query heads", m->heads, m->kv_heads);
+    /* Keeps every (rows x cols) of one tensor and every index within int. */
+    if ((int64_t)m->vocab * m->d_model > INT32_MAX / 4 || (int64_t)m->context * m->d_model > INT32_MAX / 4 ||
+        (int64_t)m->ffn_dim * m->d_model > INT32_MAX / 4 || m->d_model > 65536)
+        return bad(field, m->d_model > 65536 ? "d_model" : (int64_t)m->vocab * m->d_model > INT32_MAX / 4
+                   ? "vocab_size" : (int64_t)m->ffn_dim * m->d_model > INT32_MAX / 4 ? "ffn_dim" : "context_length",
+                   msg, len, "vocab_size, context_length or ffn_dim times d_model is too large (%d x %d, %d x %d, "
+                   "%d x %d)", m->vocab, m->d_model, m->context, m->d_model, m->ffn_dim, m->d_model);
+    if (!(m->norm_eps > 0 && m->norm_eps < 1))
+        return bad(field, "norm_eps", msg, len, "norm_eps (%g) must be above 0 and below 1", m->norm_eps);
+    if (m->tied != 0 && m->tied != 1)
+        return bad(field, "tie_embeddings", msg, len, "tie_embeddings must be true or false");
+    if (m->arch == MODEL_GPT2) {
+        if (m->kv_heads != m->heads)
+            return bad(field, "kv_heads", msg, len, "architecture \"gpt2\" has multi-head attention: kv_heads "
+                       "must equal heads (%d)", m->heads);
+        if (m->ffn_dim != 4 * m->d_model)
+            return bad(field, "ffn_dim", msg, len, "architecture \"gpt2\" has an MLP of 4 x d_model: ffn_dim must "
+                       "be %d", 4 * m->d_model);
+        if (m->norm_eps != 1e-5)
+            return bad(field, "norm_eps", msg, len, "architecture \"gpt2\" has layer norm epsilon 1e-5");
+        if (m->tied)
+            return bad(field, "tie_embeddings", msg, len, "architecture \"gpt2\" trains an untied head here "
+                       "(an imported tied head starts equal to wte)");
+        if (m->rope_theta != 0 || m->rope_scaling.factor != 0 || m->rope_scaling.original_context != 0)
+            return bad(field, "rope_theta", msg, len, "architecture \"gpt2\" has learned positions, no rotary "
+                       "embeddings: rope_theta and rope_scaling are for \"llama\"");
+        return 0;
+    }
+    if ((m->d_model / m->heads) % 2)
+        return bad(field, "heads", msg, len, "rotary embeddings rotate pairs of channels: the head size d_model / "
+                   "heads (%d / %d = %d) must be even", m->d_model, m->heads, m->d_model / m->heads);
+    return check_rope(m, field, msg, len);
+}
+
+int model_config_equal(const struct model_config *a, const struct model_config *b)
+{
+    const struct model_rope_scaling *ra = &a->rope_scaling, *rb = &b->rope_scaling;
+    return a->arch == b->arch && a->vocab == b->vocab && a->context == b->context && a->d_model == b->d_model &&
+           a->heads == b->heads && a->kv_heads == b->kv_heads && a->ffn_dim == b->ffn_dim &&
+           a->layers == b->layers && a->tied == b->tied && a->norm_eps == b->norm_eps &&
+           a->rope_theta == b->rope_theta && ra->factor == rb->factor &&
+           ra->low_freq_factor == rb->low_freq_factor && ra->high_freq_factor == rb->high_freq_factor &&
+           ra->original_context == rb->original_context;
+}
+
+void model_config_text(const struct model_config *m, char *buf, size_t len)
+{
+    int w = snprintf(buf, len, "%s V=%d T=%d C=%d NH=%d L=%d", (unsigned)m->arch < MODEL_ARCH_COUNT
+                     ? model_families[m->arch].name : "?", m->vocab, m->context, m->d_model, m->heads, m->layers);
+    if (m->arch != MODEL_GPT2 && w > 0 && (size_t)w < len)
+        snprintf(buf + w, len - (size_t)w, " kv=%d F=%d %s theta=%g eps=%g%s", m->kv_heads, m->ffn_dim,
+                 m->tied ? "tied" : "untied", m->rope_theta, m->norm_eps,
+                 m->rope_scaling.factor != 0 ? " llama3-scaled" : "");
+}
+
+size_t model_extent_size(const struct model_config *given, struct model_extent e)
+{
+    struct model_config norm = *given;   /* a caller's 0 is the family's default */
+    const struct model_config *m = &norm;
+    model_config_normalise(&norm);
+    size_t hd = m->heads > 0 ? (size_t)(m->d_model / m->heads) : 0, d = 1;
+    switch (e.dim) {
+    case MD_ONE: d = 1; break;
+    case MD_C: d = (size_t)m->d_model; break;
+    case MD_V: d = (size_t)m->vocab; break;
+    case MD_CTX: d = (size_t)m->context; break;
+    case MD_KV: d = (size_t)m->kv_heads * hd; break;
+    case MD_FFN: d = (size_t)m->ffn_dim; break;
+    }
+    return d * (size_t)e.times;
+}
+
+/* The sum over a part's tensors of rows x cols, of all or of matmul ones. */
+static double part_sum(const struct model_config *m, enum model_part part, int matmul_only)
+{
+    const struct model_family *f = &model_families[m->arch];
+    double sum = 0;
+    for (int i = 0; i < f->n_tensors[part]; i++) {
+        const struct model_tensor *t = &f->tensors[part][i];
+        if (!matmul_only || t->matmul)
+            sum += (double)model_extent_size(m, t->rows) * (double)model_extent_size(m, t->cols);
+    }
+    return sum;
+}
+
+uint64_t model_part_params(const struct model_config *m, enum model_part part)
+{
+    const struct model_family *f = &model_families[m->arch];
+    uint64_t sum = 0;
+    for (int i = 0; i < f->n_tensors[part]; i++) {
+        const struct model_tensor *t = &f->tensors[part][i];
+        sum += (uint64_t)model_extent_size(m, t->rows) * model_extent_size(m, t->cols);
+    }
+    return sum;
+}
+
+uint64_t model_block_params(const struct model_config *m)
+{
+    return model_part_params(m, MODEL_BLOCK);
+}
+
+uint64_t model_stage_params(const struct model_config *m, int layer_start, int layer_end, int first, int last)
+{
+    uint64_t n = 0, p;
+    if (__builtin_mul_overflow(model_block_params(m), (uint64_t)(layer_end - layer_start), &n) ||
+        (first && __builtin_add_overflow(n, model_part_params(m, MODEL_EMBED), &p)))
+        return 0;
+    n = first ? p : n;
+    if (last && __builtin_add_overflow(n, model_part_params(m, MODEL_HEAD), &n))
+        return 0;
+    return n;
+}
+
+double model_part_matmul_params(const struct model_config *m, enum model_part part)
+{
+    return part_sum(m, part, 1);
+}
+
+double model_flops_per_token(const struct model_config *m, int blocks, int last, double T)
+{
+    double matmul = blocks * part_sum(m, MODEL_BLOCK, 1) + (last ? part_sum(m, MODEL_HEAD, 1) : 0);
+    return 6.0 * matmul + 6.0 * blocks * (double)m->d_model * T;
+}
+
+double model_block_act_values(const struct model_config *m, double T)
+{
+    struct model_config norm = *m;
+    model_config_normalise(&norm);
+    return model_families[m->arch].block_act_values(&norm, T);
+}
+
+double model_rope_inv_freq(const struct model_config *m, int i)
+{
+    double hd = (double)(m->d_model / m->heads);
+    double inv = pow(m->rope_theta, -2.0 * i / hd);
+    const struct model_rope_scaling *r = &m->rope_scaling;
+    if (r->factor == 0)
+        return inv;
+    double wavelen = 2.0 * M_PI / inv;
+    double low_wavelen = r->original_context / r->low_freq_factor;    /* longer than this: scaled */
+    double high_wavelen = r->original_context / r->high_freq_factor;  /* shorter than this: kept */
+    if (wavelen < high_wavelen)
+        return inv;
+    if (wavelen > low_wavelen)
+        return inv / r->factor;
+    double s = (r->original_context / wavelen - r->low_freq_factor) / (r->high_freq_factor - r->low_freq_factor);
+    return (1 - s) * inv / r->factor + s * inv;
+}

@@ -1,0 +1,137 @@
+/* model.h - the model families shoal trains, as data.
+ *
+ * A family (gpt2, llama) is one row of model_families[]: the tensors of its
+ * embedding, of one transformer block and of its head, each with its shape
+ * (in the model's own dimensions), initialisation, weight decay and whether
+ * it is a matrix multiplied per token, plus the activation memory a block
+ * keeps per token.  From that row come every count the layers above need:
+ * parameters of any stage, FLOPs per token, activation bytes.  The kernels
+ * (layout, stage files), the scheduler's cost model and the job
+ * specification all read it; none of them switches on the family by hand.
+ * A third family is a new row here and its layers in the kernels.
+ *
+ * Needs nothing but libc, so that every program (and the stage-file check
+ * the server links alone) can link it.
+ */
+#ifndef SHOAL_MODEL_H
+#define SHOAL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum model_arch { MODEL_GPT2, MODEL_LLAMA, MODEL_ARCH_COUNT };
+
+/* Llama 3.1/3.2's "rope_scaling" of type "llama3"; factor 0: none. */
+struct model_rope_scaling {
+    double factor;            /* long wavelengths are divided by this */
+    double low_freq_factor;   /* wavelengths above original_context / low_freq_factor are scaled */
+    double high_freq_factor;  /* wavelengths below original_context / high_freq_factor are kept */
+    int original_context;     /* original_max_position_embeddings, tokens */
+};
+
+/* The whole model; every stage of one job is built from the same one.
+ * Fields a family does not use stay 0; model_config_normalise fills the
+ * family's defaults for those a caller leaves 0. */
+struct model_config {
+    int vocab;      /* V: tokens in the vocabulary */
+    int context;    /* longest sequence (gpt2: rows of the position embedding), tokens */
+    int d_model;    /* C: channels of the residual stream */
+    int heads;      /* NH: query heads; d_model % heads == 0, head size hd = C / NH */
+    int layers;     /* L: transformer blocks */
+    enum model_arch arch;
+    int kv_heads;   /* key/value heads (grouped-query attention); heads % kv_heads == 0 */
+    int ffn_dim;    /* F: the MLP's hidden width (gpt2: 4C) */
+    int tied;       /* 1: the output head shares the token embedding's weights */
+    double norm_eps;    /* layer norm / RMS norm epsilon */
+    double rope_theta;  /* llama: rotary base */
+    struct model_rope_scaling rope_scaling;
+};
+
+/* Which part of the model a tensor belongs to. */
+enum model_part { MODEL_EMBED, MODEL_BLOCK, MODEL_HEAD, MODEL_PARTS };
+
+/* A tensor dimension in the model's own terms; the extent is times x dim. */
+enum model_dim { MD_ONE, MD_C, MD_V, MD_CTX, MD_KV, MD_FFN };
+struct model_extent {
+    enum model_dim dim;
+    int times;
+};
+
+enum model_init {
+    MI_ZEROS,
+    MI_ONES,
+    MI_NORMAL,      /* N(0, 0.02) */
+    MI_NORMAL_OUT,  /* N(0, 0.02 / sqrt(2L)): projections writing into the residual stream */
+};
+
+struct model_tensor {
+    const char *name;          /* shoal's; a block's is "h<i>.<name>" */
+    struct model_extent rows, cols;   /* a vector has rows {MD_ONE, 1} */
+    enum model_init init;
+    int stream;                /* initialisation stream within its part */
+    int decay;                 /* 1: AdamW weight decay applies */
+    int matmul;                /* 1: multiplied with every token (counts in FLOPs) */
+};
+
+struct model_family {
+    const char *name;          /* "gpt2", "llama": the job's model.architecture */
+    const struct model_tensor *tensors[MODEL_PARTS];
+    int n_tensors[MODEL_PARTS];
+    /* Activation values one block keeps per token for its backward, at
+     * act_bytes each: a function of C, the heads and the sequence length
+     * T (the attention probabilities grow with T). */
+    double (*block_act_values)(const struct model_config *m, double T);
+};
+
+extern const struct model_family model_families[MODEL_ARCH_COUNT];
+
+/* The family of a name ("gpt2", "llama"); NULL when none is. */
+const struct model_family *model_family_by_name(const char *name);
+
+/* Fills what a caller left 0 with the family's defaults: kv_heads =
+ * heads, gpt2's ffn_dim = 4C, norm_eps 1e-5, llama's rope_theta 10000. */
+void model_config_normalise(struct model_config *m);
+
+/* Checks a normalised model: sizes >= 1, d_model a multiple of heads,
+ * heads a multiple of kv_heads, what the family fixes (gpt2: kv_heads =
+ * heads, ffn_dim = 4C, untied; llama: an even head size), a finite
+ * positive epsilon and rope_theta, a usable rope_scaling, and tensor sizes
+ * within int.  Returns 0, or -1 with *field set to the offending field's
+ * name in a job's "model" object ("kv_heads", "rope_scaling.factor") and a
+ * sentence in msg. */
+int model_config_check(const struct model_config *m, const char **field, char *msg, size_t msg_len);
+
+/* 1 when two normalised models are the same model (every field). */
+int model_config_equal(const struct model_config *a, const struct model_config *b);
+
+/* "V=.. T=.. C=.. NH=.. L=.." and the family's other fields, for messages. */
+void model_config_text(const struct model_config *m, char *buf, size_t len);
+
+/* Rows and columns of tensor t of m. */
+size_t model_extent_size(const struct model_config *m, struct model_extent e);
+
+/* Floats of one block's parameters. */
+uint64_t model_block_params(const struct model_config *m);
+/* Floats of a part's parameters (MODEL_BLOCK: one block). */
+uint64_t model_part_params(const struct model_config *m, enum model_part part);
+/* Floats of the stage holding blocks [layer_start, layer_end), with the
+ * embedding when first and the head when last; 0 when that overflows. */
+uint64_t model_stage_params(const struct model_config *m, int layer_start, int layer_end, int first, int last);
+
+/* Parameters multiplied with every token, of one part (MODEL_BLOCK: one
+ * block): the FLOPs of a forward are 2 per such parameter per token. */
+double model_part_matmul_params(const struct model_config *m, enum model_part part);
+
+/* FLOPs of one forward+backward per token (3x the forward): the matrix
+ * products of `blocks` blocks (and the head when `last`) plus causal
+ * attention over T tokens, llm.c's convention (6N + 6 L C T). */
+double model_flops_per_token(const struct model_config *m, int blocks, int last, double T);
+
+/* Activation values one block keeps per token for its backward. */
+double model_block_act_values(const struct model_config *m, double T);
+
+/* Rotary inverse frequency of pair i (0 <= i < hd/2), radians per
+ * position: theta^(-2i/hd), adjusted by rope_scaling as Llama 3 does. */
+double model_rope_inv_freq(const struct model_config *m, int i);
+
+#endif

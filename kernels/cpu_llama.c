@@ -1,0 +1,227 @@
+/* cpu_llama.c - a Llama stage on the CPU (LlamaForCausalLM's equations):
+ *
+ *   x0 = wte[token]                                           first stage
+ *   per block:  h = x + o(attn(rope(q(n1)), rope(k(n1)), v(n1))),  n1 = rmsnorm(x)
+ *               x' = h + down(silu(gate(n2)) * up(n2)),          n2 = rmsnorm(h)
+ *   rmsnorm(x) -> head (V,C) -> cross-entropy                 last stage
+ *
+ * No biases; k and v have kv_heads heads, each serving heads / kv_heads
+ * query heads; rotary embeddings in Hugging Face's rotate_half convention.
+ * q, k and v are one product with the fused (C + 2KV, C) matrix their
+ * consecutive weights make, gate and up one with (2F, C).  Built from
+ * cpu_layers.h. */
+#include "cpu_stage.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Activations one block keeps for its backward, per micro-batch. */
+struct llama_acts {
+    float *ln1, *ln1_rstd; /* (B,T,C), (B,T) */
+    float *qkv;            /* (B,T,C+2KV) after the rotation */
+    float *atty;           /* (B,T,C) attention output before projection */
+    float *att;            /* (B,NH,T,T) softmax probabilities */
+    float *res2;           /* (B,T,C) residual after attention */
+    float *ln2, *ln2_rstd; /* (B,T,C), (B,T) */
+    float *gu;             /* (B,T,2F) gate | up */
+    float *h;              /* (B,T,F) silu(gate) * up */
+    float *res3;           /* (B,T,C) block output */
+};
+
+/* The family's scratch. */
+struct llama_work {
+    float *proj;   /* (B,T,C) a projection's output before the residual add */
+    float *datty;  /* (B,T,C) */
+    float *dqkv;   /* (B,T,C+2KV) */
+    float *datt;   /* (B,NH,T,T) */
+    float *dgu;    /* (B,T,2F) */
+    float *dh;     /* (B,T,F) */
+};
+
+/* Width of a qkv row: C + 2 KV. */
+static size_t qkv_width(const struct model_config *m)
+{
+    return (size_t)m->d_model + 2 * (size_t)m->kv_heads * (size_t)(m->d_model / m->heads);
+}
+
+static size_t acts_layout(const struct kern_stage *st, float *base, struct llama_acts *a)
+{
+    size_t B = st->spec.micro_batch, T = st->spec.seq_len, C = st->model.d_model;
+    size_t NH = st->model.heads, F = st->model.ffn_dim, BT = B * T, used = 0;
+    a->ln1 = cpu_carve(base, &used, BT * C);
+    a->ln1_rstd = cpu_carve(base, &used, BT);
+    a->qkv = cpu_carve(base, &used, BT * qkv_width(&st->model));
+    a->atty = cpu_carve(base, &used, BT * C);
+    a->att = cpu_carve(base, &used, B * NH * T * T);
+    a->res2 = cpu_carve(base, &used, BT * C);
+    a->ln2 = cpu_carve(base, &used, BT * C);
+    a->ln2_rstd = cpu_carve(base, &used, BT);
+    a->gu = cpu_carve(base, &used, BT * 2 * F);
+    a->h = cpu_carve(base, &used, BT * F);
+    a->res3 = cpu_carve(base, &used, BT * C);
+    return used;
+}
+
+static size_t work_layout(const struct kern_stage *st, float *base, struct llama_work *w)
+{
+    size_t B = st->spec.micro_batch, T = st->spec.seq_len, C = st->model.d_model;
+    size_t NH = st->model.heads, F = st->model.ffn_dim, BT = B * T, used = 0;
+    w->proj = cpu_carve(base, &used, BT * C);
+    w->datty = cpu_carve(base, &used, BT * C);
+    w->dqkv = cpu_carve(base, &used, BT * qkv_width(&st->model));
+    w->datt = cpu_carve(base, &used, B * NH * T * T);
+    w->dgu = cpu_carve(base, &used, BT * 2 * F);
+    w->dh = cpu_carve(base, &used, BT * F);
+    return used;
+}
+
+static size_t llama_block_floats(const struct kern_stage *st)
+{
+    struct llama_acts a;
+    return acts_layout(st, NULL, &a);
+}
+
+static size_t llama_work_floats(const struct kern_stage *st)
+{
+    struct llama_work w;
+    return work_layout(st, NULL, &w);
+}
+
+/* cos then sin of position t's angle for pair i, (seq_len, hs/2) each. */
+static size_t llama_table_floats(const struct kern_stage *st)
+{
+    return 2 * (size_t)st->spec.seq_len * (size_t)(st->model.d_model / st->model.heads / 2);
+}
+
+static void llama_fill_tables(const struct kern_stage *st, float *tables)
+{
+    int T = st->spec.seq_len, half = st->model.d_model / st->model.heads / 2;
+    float *cos_t = tables, *sin_t = tables + (size_t)T * half;
+    for (int i = 0; i < half; i++) {
+        double inv = model_rope_inv_freq(&st->model, i); /* radians per position */
+        for (int t = 0; t < T; t++) {
+            cos_t[(size_t)t * half + i] = (float)cos(t * inv);
+            sin_t[(size_t)t * half + i] = (float)sin(t * inv);
+        }
+    }
+}
+
+/* Block l's activations in slot s. */
+static void block_acts(const struct kern_stage *st, const struct cpu_slot *s, int l, struct llama_acts *a)
+{
+    const struct cpu_stage *c = st->impl;
+    acts_layout(st, s->blocks + (size_t)l * c->block_floats, a);
+}
+
+static int llama_forward(struct kern_stage *st, struct cpu_slot *s, const void *input, const int32_t *targets,
+                         float *output)
+{
+    struct cpu_stage *c = st->impl;
+    const struct model_config *m = &st->model;
+    int B = st->spec.micro_batch, T = st->spec.seq_len, C = m->d_model, NH = m->heads, KVH = m->kv_heads;
+    int F = m->ffn_dim, N = B * T, W = (int)qkv_width(m), nb = st->spec.layer_end - st->spec.layer_start;
+    size_t BTC = (size_t)N * C;
+    const float *cos_t = c->tables, *sin_t = c->tables + llama_table_floats(st) / 2;
+    float *p = c->params, eps = (float)m->norm_eps;
+    struct llama_work w;
+    work_layout(st, c->scratch, &w);
+
+    if (st->spec.first) {
+        memcpy(s->tokens, input, (size_t)N * sizeof(int32_t));
+        kern_cpu_encoder_forward_f32(s->x0, s->tokens, p + st->off_wte, NULL, B, T, C);
+    } else {
+        memcpy(s->x0, input, BTC * sizeof(float));
+    }
+    const float *res = s->x0; /* (B,T,C) */
+    for (int l = 0; l < nb; l++) {
+        struct llama_acts a;
+        block_acts(st, s, l, &a);
+        kern_cpu_rmsnorm_forward_f32(a.ln1, a.ln1_rstd, res, cpu_block_tensor(st, p, l, LT_LN1W), eps, N, C);
+        kern_cpu_matmul_forward_f32(a.qkv, a.ln1, cpu_block_tensor(st, p, l, LT_QW), NULL, N, C, W);
+        kern_cpu_rope_forward_f32(a.qkv, cos_t, sin_t, B, T, C, NH, KVH);
+        kern_cpu_attention_forward_f32(a.atty, a.att, a.qkv, B, T, C, NH, KVH);
+        kern_cpu_matmul_forward_f32(w.proj, a.atty, cpu_block_tensor(st, p, l, LT_OW), NULL, N, C, C);
+        kern_cpu_residual_forward_f32(a.res2, res, w.proj, BTC);
+        kern_cpu_rmsnorm_forward_f32(a.ln2, a.ln2_rstd, a.res2, cpu_block_tensor(st, p, l, LT_LN2W), eps, N, C);
+        kern_cpu_matmul_forward_f32(a.gu, a.ln2, cpu_block_tensor(st, p, l, LT_GATEW), NULL, N, C, 2 * F);
+        kern_cpu_swiglu_forward_f32(a.h, a.gu, N, F);
+        kern_cpu_matmul_forward_f32(w.proj, a.h, cpu_block_tensor(st, p, l, LT_DOWNW), NULL, N, F, C);
+        kern_cpu_residual_forward_f32(a.res3, a.res2, w.proj, BTC);
+        res = a.res3;
+    }
+    if (!st->spec.last) {
+        memcpy(output, res, BTC * sizeof(float));
+        return 0;
+    }
+    kern_cpu_rmsnorm_forward_f32(s->lnf, s->lnf_stat1, res, p + st->off_lnfw, eps, N, C);
+    cpu_head_forward(st, s, targets, output);
+    return 0;
+}
+
+static void llama_backward(struct kern_stage *st, struct cpu_slot *s, const float *grad_output, float *grad_input)
+{
+    struct cpu_stage *c = st->impl;
+    const struct model_config *m = &st->model;
+    int B = st->spec.micro_batch, T = st->spec.seq_len, C = m->d_model, NH = m->heads, KVH = m->kv_heads;
+    int F = m->ffn_dim, N = B * T, W = (int)qkv_width(m), nb = st->spec.layer_end - st->spec.layer_start;
+    size_t BTC = (size_t)N * C;
+    const float *cos_t = c->tables, *sin_t = c->tables + llama_table_floats(st) / 2;
+    float *p = c->params, *g = c->grads;
+    struct llama_work w;
+    work_layout(st, c->scratch, &w);
+
+    if (st->spec.last) {
+        struct llama_acts top;
+        if (nb)
+            block_acts(st, s, nb - 1, &top);
+        const float *res = nb ? top.res3 : s->x0;
+        cpu_head_backward(st, s, grad_output);
+        memset(c->dres, 0, BTC * sizeof(float));
+        kern_cpu_rmsnorm_backward_f32(c->dres, g + st->off_lnfw, c->dln, res, p + st->off_lnfw, s->lnf_stat1, N, C);
+    } else {
+        memcpy(c->dres, grad_output, BTC * sizeof(float));
+    }
+    for (int l = nb - 1; l >= 0; l--) {
+        struct llama_acts a, prev;
+        block_acts(st, s, l, &a);
+        if (l)
+            block_acts(st, s, l - 1, &prev);
+        const float *res_in = l ? prev.res3 : s->x0;
+        /* res3 = res2 + down(swiglu(gate|up(ln2(res2)))): dres is d res3, then d res2 */
+        memset(w.dh, 0, (size_t)N * F * sizeof(float));
+        kern_cpu_matmul_backward_f32(w.dh, cpu_block_tensor(st, g, l, LT_DOWNW), NULL, c->dres, a.h,
+                                     cpu_block_tensor(st, p, l, LT_DOWNW), N, F, C);
+        memset(w.dgu, 0, (size_t)N * 2 * F * sizeof(float));
+        kern_cpu_swiglu_backward_f32(w.dgu, a.gu, w.dh, N, F);
+        memset(c->dln, 0, BTC * sizeof(float));
+        kern_cpu_matmul_backward_f32(c->dln, cpu_block_tensor(st, g, l, LT_GATEW), NULL, w.dgu, a.ln2,
+                                     cpu_block_tensor(st, p, l, LT_GATEW), N, C, 2 * F);
+        kern_cpu_rmsnorm_backward_f32(c->dres, cpu_block_tensor(st, g, l, LT_LN2W), c->dln, a.res2,
+                                      cpu_block_tensor(st, p, l, LT_LN2W), a.ln2_rstd, N, C);
+        /* res2 = res_in + o(attention(rope(qkv(ln1(res_in))))): dres becomes d res_in */
+        memset(w.datty, 0, BTC * sizeof(float));
+        kern_cpu_matmul_backward_f32(w.datty, cpu_block_tensor(st, g, l, LT_OW), NULL, c->dres, a.atty,
+                                     cpu_block_tensor(st, p, l, LT_OW), N, C, C);
+        memset(w.dqkv, 0, (size_t)N * W * sizeof(float));
+        kern_cpu_attention_backward_f32(w.dqkv, w.datt, w.datty, a.qkv, a.att, B, T, C, NH, KVH);
+        kern_cpu_rope_backward_f32(w.dqkv, cos_t, sin_t, B, T, C, NH, KVH);
+        memset(c->dln, 0, BTC * sizeof(float));
+        kern_cpu_matmul_backward_f32(c->dln, cpu_block_tensor(st, g, l, LT_QW), NULL, w.dqkv, a.ln1,
+                                     cpu_block_tensor(st, p, l, LT_QW), N, C, W);
+        kern_cpu_rmsnorm_backward_f32(c->dres, cpu_block_tensor(st, g, l, LT_LN1W), c->dln, res_in,
+                                      cpu_block_tensor(st, p, l, LT_LN1W), a.ln1_rstd, N, C);
+    }
+    if (st->spec.first)
+        kern_cpu_encoder_backward_f32(g + st->off_wte, NULL, c->dres, s->tokens, B, T, C);
+    else
+        memcpy(grad_input, c->dres, BTC * sizeof(float));
+}
+
+const struct cpu_family kern_cpu_llama = {
+    .block_floats = llama_block_floats,
+    .work_floats = llama_work_floats,
+    .table_floats = llama_table_floats,
+    .fill_tables = llama_fill_tables,
+    .forward = llama_forward,
+    .backward = llama_backward,
+};
