@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../common/model_json.h"
+
 void assign_role(int stage, int replica, int64_t node, char out[PEER_ROLE_MAX])
 {
     snprintf(out, PEER_ROLE_MAX, "stage=%d replica=%d node=%lld", stage, replica, (long long)node);
@@ -147,7 +149,7 @@ int assign_parse(const json_t *a, struct assignment *o, struct shoal_err *err)
 {
     json_t *spec, *pipeline, *group, *resume = NULL, *live = NULL;
     json_int_t job, epoch, stage, replica, stages, replicas, ls, le;
-    json_int_t V, T, C, NH, L, M, B, steps, warmup, seed, ckpt;
+    json_int_t M, B, steps, warmup, seed, ckpt;
     double lr, wd, clip;
     const char *secret, *schedule, *path, *format, *allreduce = "ring";
     json_error_t je;
@@ -159,14 +161,18 @@ int assign_parse(const json_t *a, struct assignment *o, struct shoal_err *err)
                        "allreduce", &allreduce, "resume", &resume, "live", &live) != 0)
         return err_set(err, 502, "bad_assignment", NULL, "the server's assignment is malformed: %s", je.text);
     if (json_unpack_ex(spec, &je, 0,
-                       "{s:{s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:s},"
+                       "{s:{s:I, s:I, s:s},"
                        " s:{s:I, s:F, s:I, s:F, s:F, s:I}, s:{s:s, s:s}, s:I}",
-                       "model", "vocab_size", &V, "context_length", &T, "d_model", &C, "heads", &NH, "layers", &L,
                        "parallelism", "micro_batches", &M, "micro_batch_size", &B, "schedule", &schedule,
                        "training", "steps", &steps, "learning_rate", &lr, "warmup_steps", &warmup,
                        "weight_decay", &wd, "grad_clip", &clip, "seed", &seed,
                        "data", "path", &path, "format", &format, "checkpoint_interval", &ckpt) != 0)
         return err_set(err, 502, "bad_assignment", "spec", "the assignment's job spec is malformed: %s", je.text);
+    struct shoal_err merr;
+    if (model_json_parse(json_object_get(spec, "model"), "spec.model", &o->model, &merr) != 0)
+        return err_set(err, 502, "bad_assignment", merr.field, "the assignment's model is not one this agent can "
+                       "build: %s", merr.message);
+    json_int_t L = o->model.layers;
     /* The epoch's micro-batches per replica: the spec's, unless a re-plan
      * short of nodes trains fewer replicas, each more (absent from a server
      * from before that: the spec's). */
@@ -175,7 +181,7 @@ int assign_parse(const json_t *a, struct assignment *o, struct shoal_err *err)
         M = json_is_integer(epoch_m) ? json_integer_value(epoch_m) : 0;
     if (stages < 1 || replicas < 1 || stage < 0 || stage >= stages || replica < 0 || replica >= replicas ||
         ls < 0 || le <= ls || le > L || epoch < 0 || epoch > UINT32_MAX || job < 1 || M < 1 || B < 1 ||
-        T < 1 || V < 2 || C < 1 || NH < 1 || steps < 1 || (json_int_t)json_array_size(pipeline) != stages ||
+        steps < 1 || (json_int_t)json_array_size(pipeline) != stages ||
         (json_int_t)json_array_size(group) != replicas || strlen(path) >= sizeof o->data_path ||
         strlen(format) >= sizeof o->data_format || M > 1 << 20)
         return err_set(err, 502, "bad_assignment", NULL, "the server's assignment is inconsistent");
@@ -192,8 +198,6 @@ int assign_parse(const json_t *a, struct assignment *o, struct shoal_err *err)
         return err_set(err, 502, "bad_assignment", "spec", "unknown pipeline schedule '%s'", schedule);
     o->job_id = job, o->epoch = (uint32_t)epoch, o->stage = (int)stage, o->replica = (int)replica;
     o->stages = (int)stages, o->replicas = (int)replicas, o->layer_start = (int)ls, o->layer_end = (int)le;
-    o->model = (struct model_config){ .vocab = (int)V, .context = (int)T, .d_model = (int)C, .heads = (int)NH,
-                                    .layers = (int)L };
     o->micro_batches = (int)M, o->micro_batch_size = (int)B, o->steps = steps, o->learning_rate = lr;
     o->warmup_steps = warmup, o->weight_decay = wd, o->grad_clip = clip, o->seed = (uint64_t)seed;
     o->checkpoint_interval = ckpt;

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../common/model_json.h"
 #include "../common/opts.h"
 #include "../common/sha256.h"
 #include "../kernels/model_io.h"
@@ -54,8 +55,8 @@ struct import_job {
 
 static void model_text(const struct model_config *m, char *buf, size_t len)
 {
-    snprintf(buf, len, "vocab_size %d, context_length %d, d_model %d, heads %d, layers %d", m->vocab, m->context,
-             m->d_model, m->heads, m->layers);
+    snprintf(buf, len, "architecture %s, vocab_size %d, context_length %d, d_model %d, heads %d, layers %d",
+             model_families[m->arch].name, m->vocab, m->context, m->d_model, m->heads, m->layers);
 }
 
 /* Fetches the job and checks it can still be given starting weights. */
@@ -63,17 +64,17 @@ static int import_job_get(const struct ctl *c, long job, struct import_job *out,
 {
     char path[64];
     json_t *doc = NULL;
-    json_int_t V = 0, T = 0, C = 0, NH = 0, L = 0, P = 0;
+    json_int_t P = 0;
+    struct shoal_err merr;
     const char *state = NULL;
     int rc = -1;
     snprintf(path, sizeof path, "/v1/jobs/%ld", job);
     if (ctl_call_retry(c, "GET", path, NULL, IMPORT_CALL_S, IMPORT_CALL_S, &doc, err) != 0)
         goto out;
-    if (json_unpack(doc, "{s:s, s:{s:{s:I, s:I, s:I, s:I, s:I}, s:{s:I}}}", "state", &state, "spec", "model",
-                    "vocab_size", &V, "context_length", &T, "d_model", &C, "heads", &NH, "layers", &L,
-                    "parallelism", "stages", &P) != 0 ||
-        P < 1 || P > IMPORT_STAGES_MAX || V < 1 || V > INT_MAX || T < 1 || T > INT_MAX || C < 1 || C > INT_MAX ||
-        NH < 1 || NH > INT_MAX || L < P || L > INT_MAX) {
+    if (json_unpack(doc, "{s:s, s:{s:{s:I}}}", "state", &state, "spec", "parallelism", "stages", &P) != 0 ||
+        model_json_parse(json_object_get(json_object_get(doc, "spec"), "model"), "spec.model", &out->model,
+                         &merr) != 0 ||
+        P < 1 || P > IMPORT_STAGES_MAX || out->model.layers < P) {
         err_set(err, 502, "bad_answer", NULL, "job %ld's spec has no usable model and parallelism.stages", job);
         goto out;
     }
@@ -87,8 +88,6 @@ static int import_job_get(const struct ctl *c, long job, struct import_job *out,
                 "create it without resume_from to start it from imported weights", job);
         goto out;
     }
-    out->model = (struct model_config){ .vocab = (int)V, .context = (int)T, .d_model = (int)C, .heads = (int)NH,
-                                      .layers = (int)L };
     out->stages = (int)P;
     rc = 0;
 out:
@@ -198,7 +197,8 @@ static int import_fit(const struct import_job *job, const char *file, struct mod
                       struct shoal_err *err)
 {
     const struct model_config *want = &job->model;
-    if (model->vocab != want->vocab || model->d_model != want->d_model || model->heads != want->heads ||
+    if (model->arch != want->arch || model->vocab != want->vocab || model->d_model != want->d_model ||
+        model->heads != want->heads ||
         model->layers != want->layers || model->context < want->context) {
         char a[160], b[160];
         model_text(model, a, sizeof a);

@@ -284,6 +284,10 @@ static int train_step(struct tasklet *k, uint64_t t, uint64_t *queued, struct sh
         else
             first_backward = 0;
     }
+    /* A tied head and embedding held here take their summed gradient
+     * before the group's sync and the norm (kernels.h). */
+    if (kern_stage_tie_grads(k->st, &ke) != 0)
+        return tasklet_kern_failed(&ke, err);
     if (sync_gradients(k, t, err) != 0 || global_norm2(k, t, &norm2, err) != 0)
         goto fail;
     /* The norm passes stage 0's last backward down the pipeline: the drain. */

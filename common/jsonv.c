@@ -115,7 +115,7 @@ static int jv_member(const json_t *v, const struct jv_field *f, const char *path
     case JV_OBJ:
         if (!json_is_object(v))
             return err_set(err, 400, "invalid_field", path, "%s must be an object", path);
-        return jv_object(v, f->fields, path, out, err);
+        return f->fields ? jv_object(v, f->fields, path, out, err) : 0;   /* NULL: the caller's to check */
     }
     return err_set(err, 500, "internal", path, "unknown field type for %s", path);
 }

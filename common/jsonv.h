@@ -39,7 +39,8 @@ struct jv_field {
     size_t offset;                  /* of the destination in the output struct */
     size_t size;                    /* JV_STR: size of the char array, bytes */
     const char *const *choices;     /* JV_STR: allowed values, NULL-terminated, or NULL */
-    const struct jv_field *fields;  /* JV_OBJ: the nested table */
+    const struct jv_field *fields;  /* JV_OBJ: the nested table; NULL: any object, which the
+                                       caller checks itself (a job's model: model_json.h) */
 };
 
 /* Validates `obj` against `fields` and fills `out`.  `path` is the prefix for

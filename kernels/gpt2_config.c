@@ -108,6 +108,8 @@ int kern_gpt2_config_read(const char *text, size_t len, struct model_config *mod
 int kern_gpt2_config_write(FILE *f, const struct model_config *m, const float *params, struct kern_err *err)
 {
     struct kern_stage w;
+    if (io_check_gpt2(m, "config.json export", err))
+        return -1;
     if (io_layout(m, 0, m->layers, &w, err))
         return io_fail_in(err, "config.json export");
     io_layout_free(&w);

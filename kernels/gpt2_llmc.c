@@ -135,6 +135,8 @@ int kern_llmc_write(FILE *f, const struct model_config *m, const float *params, 
     struct kern_stage w;
     int rc = -1;
 
+    if (io_check_gpt2(m, "llm.c export", err))
+        return -1;
     if (io_layout(m, 0, m->layers, &w, err))
         return io_fail_in(err, "llm.c export");
     size_t vc = (size_t)m->vocab * (size_t)m->d_model;

@@ -527,6 +527,8 @@ int kern_safetensors_write(FILE *f, const struct model_config *m, const float *p
     FILE *h = NULL;
     int rc = -1;
 
+    if (io_check_gpt2(m, "safetensors export", err))
+        return -1;
     if (io_layout(m, 0, m->layers, &w, err))
         return io_fail_in(err, "safetensors export");
     int L = m->layers, n = w.n_tensors - kern_model_head_tied(m, params); /* a tied head is not written */

@@ -64,6 +64,14 @@ void io_layout_free(struct kern_stage *shell)
     shell->tensors = NULL;
 }
 
+int io_check_gpt2(const struct model_config *m, const char *format, struct kern_err *err)
+{
+    if (m->arch != MODEL_GPT2)
+        return kern_fail(err, "%s: the model is architecture \"%s\", and this format holds GPT-2", format,
+                         model_families[m->arch < MODEL_ARCH_COUNT ? m->arch : MODEL_GPT2].name);
+    return 0;
+}
+
 size_t kern_model_param_count(const struct model_config *m)
 {
     struct kern_err err;

@@ -20,6 +20,10 @@ int io_layout(const struct model_config *m, int start, int end, struct kern_stag
               struct kern_err *err);
 void io_layout_free(struct kern_stage *shell);
 
+/* 0 when m is a GPT-2 model, which `format` (llm.c's, GPT-2's safetensors
+ * and config.json) holds; else -1 naming the architecture. */
+int io_check_gpt2(const struct model_config *m, const char *format, struct kern_err *err);
+
 /* Where a reader's bytes come from: the whole file in memory, or a seekable
  * FILE* read at offsets. */
 struct io_src {

@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "../common/log.h"
+#include "../common/model_json.h"
 #include "../common/sha256.h"
 #include "../common/token.h"
 #include "../kernels/kernels.h"
@@ -214,9 +215,7 @@ static int ckpt_begin(struct request *rq, struct response *rs)
      * only step 0 (checkpoints_initial_open says when). */
     res = db_query_json(srv->db,
         "SELECT json_build_object('total_steps', j.total_steps, 'layers', (j.spec->'model'->>'layers')::int,"
-        " 'stages', j.stages, 'model', json_build_array((j.spec->'model'->>'vocab_size')::int,"
-        "   (j.spec->'model'->>'context_length')::int, (j.spec->'model'->>'d_model')::int,"
-        "   (j.spec->'model'->>'heads')::int, (j.spec->'model'->>'layers')::int),"
+        " 'stages', j.stages, 'model', j.spec->'model',"
         " 'diloco', j.spec->'communication'->>'sync' = 'diloco',"
         " 'assigned', EXISTS (SELECT 1"
         "   FROM assignments a JOIN plans p ON p.id = a.plan_id"
@@ -271,12 +270,10 @@ static int ckpt_begin(struct request *rq, struct response *rs)
     u->layer_end = le;
     u->replica = replica;
     u->admin = rq->node_id == 0;
-    json_t *m = json_object_get(res, "model");
-    u->model = (struct model_config){ .vocab = (int)json_integer_value(json_array_get(m, 0)),
-                                    .context = (int)json_integer_value(json_array_get(m, 1)),
-                                    .d_model = (int)json_integer_value(json_array_get(m, 2)),
-                                    .heads = (int)json_integer_value(json_array_get(m, 3)),
-                                    .layers = (int)json_integer_value(json_array_get(m, 4)) };
+    if (model_json_parse(json_object_get(res, "model"), "model", &u->model, &e) != 0) {
+        err_set(&e, 500, "internal", NULL, "job %s has a stored model that no longer parses", p_job);
+        goto fail;
+    }
     u->stages = json_integer_value(json_object_get(res, "stages"));
     snprintf(u->want_sha256, sizeof u->want_sha256, "%s", want);
     snprintf(u->tmp, sizeof u->tmp, "%s/.upload-XXXXXX", dir);
@@ -348,11 +345,13 @@ static int ckpt_check_stage_file(struct upload *u, int64_t job, int64_t stage, s
     if (rc != 0)
         return err_set(e, 422, "invalid_field", "body", "the body is not a stage file of shoal's: %s; nothing "
                        "was kept", ke.msg);
-    if (!model_config_equal(&m, want))
-        return err_set(e, 422, "invalid_field", "body", "the file holds a model V=%d T=%d C=%d NH=%d L=%d; job "
-                       "%lld trains V=%d T=%d C=%d NH=%d L=%d; nothing was kept", m.vocab, m.context, m.d_model,
-                       m.heads, m.layers, (long long)job, want->vocab, want->context, want->d_model, want->heads,
-                       want->layers);
+    if (!model_config_equal(&m, want)) {
+        char a[200], b[200];
+        model_config_text(&m, a, sizeof a);
+        model_config_text(want, b, sizeof b);
+        return err_set(e, 422, "invalid_field", "body", "the file holds a model %s; job %lld trains %s; nothing "
+                       "was kept", a, (long long)job, b);
+    }
     if (u->layer_start >= 0 && (sp.layer_start != u->layer_start || sp.layer_end != u->layer_end))
         return err_set(e, 422, "invalid_field", "body", "the file holds layers [%d, %d); the query says [%lld, "
                        "%lld); nothing was kept", sp.layer_start, sp.layer_end, u->layer_start, u->layer_end);

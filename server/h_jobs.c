@@ -118,10 +118,9 @@ static int job_check_resume(struct server *srv, const struct job_spec *spec, str
         goto out;
     }
     long long stored = json_integer_value(json_object_get(res, "stored"));
-    if (from.vocab_size != spec->vocab_size || from.context_length != spec->context_length ||
-        from.d_model != spec->d_model || from.heads != spec->heads || from.layers != spec->layers) {
-        err_set(e, 422, "invalid_field", "resume_from", "job %s trains another model (vocab_size, context_length, "
-                "d_model, heads and layers must all match)", p_job);
+    if (!model_config_equal(&from.model, &spec->model)) {
+        err_set(e, 422, "invalid_field", "resume_from", "job %s trains another model (its architecture and every "
+                "field of model must match)", p_job);
     } else if (stored < from.stages) {
         err_set(e, 422, "invalid_field", "resume_from", "job %s has no complete checkpoint at step %s "
                 "(%lld of %lld stages stored)", p_job, p_step, stored, (long long)from.stages);

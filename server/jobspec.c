@@ -6,6 +6,7 @@
 
 #include "../common/codec.h"
 #include "../common/jsonv.h"
+#include "../common/model_json.h"
 
 static const char *const schedules[] = { "gpipe", "1f1b", NULL };
 static const char *const data_formats[] = { "llmc", "text", NULL };
@@ -16,14 +17,6 @@ static const char *const syncs[] = { "every_step", "diloco", NULL };
 #define F(f) offsetof(struct job_spec, f)
 #define SZ(f) sizeof(((struct job_spec *)0)->f)
 /* name, type, required, nullable, min, max, offset, size, choices, fields */
-static const struct jv_field model_fields[] = {
-    { "vocab_size", JV_INT, 1, 0, 2, 1000000, F(vocab_size), 0, NULL, NULL },
-    { "context_length", JV_INT, 1, 0, 1, 131072, F(context_length), 0, NULL, NULL },
-    { "d_model", JV_INT, 1, 0, 1, 65536, F(d_model), 0, NULL, NULL },
-    { "heads", JV_INT, 1, 0, 1, 1024, F(heads), 0, NULL, NULL },
-    { "layers", JV_INT, 1, 0, 1, 1024, F(layers), 0, NULL, NULL },
-    { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
-};
 static const struct jv_field parallelism_fields[] = {
     { "stages", JV_INT, 1, 0, 1, 1024, F(stages), 0, NULL, NULL },
     { "replicas", JV_INT, 1, 0, 1, 4096, F(replicas), 0, NULL, NULL },
@@ -70,7 +63,7 @@ static const struct jv_field validation_fields[] = {
 };
 static const struct jv_field job_fields[] = {
     { "name", JV_STR, 0, 0, 1, 63, F(name), SZ(name), NULL, NULL },
-    { "model", JV_OBJ, 1, 0, 0, 0, 0, 0, NULL, model_fields },
+    { "model", JV_OBJ, 1, 0, 0, 0, 0, 0, NULL, NULL },   /* model_json_parse */
     { "parallelism", JV_OBJ, 1, 0, 0, 0, 0, 0, NULL, parallelism_fields },
     { "training", JV_OBJ, 1, 0, 0, 0, 0, 0, NULL, training_fields },
     { "data", JV_OBJ, 1, 0, 0, 0, 0, 0, NULL, data_fields },
@@ -142,7 +135,7 @@ static int check_validation(const json_t *body, struct job_spec *s, struct shoal
         return err_set(err, 422, "invalid_field", "validation.format",
                        "validation.holdout is a part of data.path: its format is data.format (\"%s\")",
                        s->data_format);
-    if (strcmp(s->val_format, "text") == 0 && s->vocab_size != TEXT_VOCAB)
+    if (strcmp(s->val_format, "text") == 0 && s->model.vocab != TEXT_VOCAB)
         return err_set(err, 422, "invalid_field", "validation.format",
                        "validation.format \"text\" is read as bytes: model.vocab_size must be %d", TEXT_VOCAB);
     int64_t B = s->micro_batch_size;
@@ -181,18 +174,20 @@ int jobspec_parse(const json_t *body, struct job_spec *spec, struct shoal_err *e
     spec->outer_learning_rate = JOBSPEC_OUTER_LR_DEFAULT;
     spec->outer_momentum = JOBSPEC_OUTER_MOMENTUM_DEFAULT;
     spec->val_sequences = spec->eval_interval = -1;
-    if (jv_object(body, job_fields, "", spec, err) != 0)
+    if (jv_object(body, job_fields, "", spec, err) != 0 ||
+        model_json_parse(json_object_get(body, "model"), "model", &spec->model, err) != 0)
         return -1;
     if (check_communication(spec, err) != 0 || check_validation(body, spec, err) != 0)
         return -1;
-    if (spec->d_model % spec->heads != 0)
-        return err_set(err, 422, "invalid_field", "model.d_model",
-                       "model.d_model (%lld) must be divisible by model.heads (%lld)",
-                       (long long)spec->d_model, (long long)spec->heads);
-    if (spec->layers < spec->stages)
+    if (spec->model.layers < spec->stages)
         return err_set(err, 422, "invalid_field", "parallelism.stages",
-                       "parallelism.stages (%lld) must not exceed model.layers (%lld): each stage needs a layer",
-                       (long long)spec->stages, (long long)spec->layers);
+                       "parallelism.stages (%lld) must not exceed model.layers (%d): each stage needs a layer",
+                       (long long)spec->stages, spec->model.layers);
+    if (spec->model.tied && spec->stages > 1)
+        return err_set(err, 422, "invalid_field", "model.tie_embeddings",
+                       "model.tie_embeddings with parallelism.stages %lld: a head tied across stages needs its "
+                       "gradient summed with the first stage's every step, which this version does not do yet; "
+                       "train it in 1 stage, or untied", (long long)spec->stages);
     if (spec->stages * spec->replicas > 65536)
         return err_set(err, 422, "invalid_field", "parallelism.replicas",
                        "stages x replicas must be at most 65536 tasklets");
@@ -202,7 +197,7 @@ int jobspec_parse(const json_t *body, struct job_spec *spec, struct shoal_err *e
     if (spec->checkpoint_interval > spec->steps)
         return err_set(err, 422, "invalid_field", "checkpoint_interval",
                        "checkpoint_interval must not exceed training.steps (0 checkpoints only at the end)");
-    if (strcmp(spec->data_format, "text") == 0 && spec->vocab_size != TEXT_VOCAB)
+    if (strcmp(spec->data_format, "text") == 0 && spec->model.vocab != TEXT_VOCAB)
         return err_set(err, 422, "invalid_field", "model.vocab_size",
                        "data.format \"text\" is read as bytes: model.vocab_size must be %d", TEXT_VOCAB);
     if (spec->resume_job_id > 0 && spec->resume_step >= spec->steps)
@@ -241,12 +236,11 @@ json_t *jobspec_to_json(const struct job_spec *s)
                     "sequences", (json_int_t)s->val_sequences, "eval_interval", (json_int_t)s->eval_interval)
         : json_null();
     return json_pack(
-        "{s:s, s:{s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I, s:I, s:I, s:s},"
+        "{s:s, s:o, s:{s:I, s:I, s:I, s:I, s:s},"
         " s:{s:I, s:f, s:I, s:f, s:f, s:I}, s:{s:s, s:s}, s:I, s:o,"
         " s:{s:s, s:s, s:I, s:f, s:f, s:s}, s:o}",
         "name", s->name,
-        "model", "vocab_size", (json_int_t)s->vocab_size, "context_length", (json_int_t)s->context_length,
-        "d_model", (json_int_t)s->d_model, "heads", (json_int_t)s->heads, "layers", (json_int_t)s->layers,
+        "model", model_json(&s->model),
         "parallelism", "stages", (json_int_t)s->stages, "replicas", (json_int_t)s->replicas,
         "micro_batches", (json_int_t)s->micro_batches, "micro_batch_size", (json_int_t)s->micro_batch_size,
         "schedule", s->schedule,
@@ -267,16 +261,18 @@ void jobspec_sched_model(const struct job_spec *spec, struct sched_problem *pb)
     const struct codec *link = codec_by_name(spec->stage_link), *sync = codec_by_name(spec->sync_dtype);
     pb->stages = (int)spec->stages;
     pb->replicas = (int)spec->replicas;
+    const struct model_config *m = &spec->model;
     pb->model = (struct sched_model){
-        .vocab_size = spec->vocab_size, .context_length = spec->context_length, .d_model = spec->d_model,
-        .heads = spec->heads, .layers = spec->layers, .micro_batches = spec->micro_batches,
+        .vocab_size = m->vocab, .context_length = m->context, .d_model = m->d_model,
+        .heads = m->heads, .layers = m->layers, .arch = m->arch, .kv_heads = m->kv_heads, .ffn_dim = m->ffn_dim,
+        .micro_batches = spec->micro_batches,
         .micro_batch_size = spec->micro_batch_size,
         .schedule = strcmp(spec->schedule, "gpipe") == 0 ? SCHED_GPIPE : SCHED_1F1B, .act_bytes = 2,
         /* What the agents send, on the CPU and the CUDA backend alike:
          * activations and their gradients in the stage link's codec (int8:
          * a scale per token of C values), and the sync's parameters. */
-        .wire_bytes = (double)codec_bytes(link ? link->id : CODEC_F32, (uint64_t)spec->d_model,
-                                          (uint64_t)spec->d_model) / (double)spec->d_model,
+        .wire_bytes = (double)codec_bytes(link ? link->id : CODEC_F32, (uint64_t)m->d_model,
+                                          (uint64_t)m->d_model) / (double)m->d_model,
         .sync_bytes = (double)codec_bytes(sync ? sync->id : CODEC_F32, CODEC_BLOCK, CODEC_BLOCK) / CODEC_BLOCK,
         .sync_every = (int)spec->inner_steps };
     sched_dtfm_sizes(pb);

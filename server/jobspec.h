@@ -12,16 +12,12 @@
 #include <stdint.h>
 
 #include "../common/err.h"
+#include "../common/model.h"
 #include "sched/sched.h"
 
 struct job_spec {
     char name[64];
-    /* model (GPT-2 architecture) */
-    int64_t vocab_size;         /* tokens */
-    int64_t context_length;     /* tokens per sequence, T */
-    int64_t d_model;            /* channels, C */
-    int64_t heads;
-    int64_t layers;             /* transformer blocks */
+    struct model_config model;  /* normalised and checked (common/model_json.h) */
     /* parallelism */
     int64_t stages;             /* pipeline depth, P */
     int64_t replicas;           /* data-parallel width, D */

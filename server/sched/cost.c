@@ -20,6 +20,15 @@ static double xfer_s(const struct sched_problem *pb, int i, int j, double bytes)
     return pb->latency_ms[i * pb->n + j] / 1000.0 + bytes * 8.0 / (pb->bandwidth_gbps[i * pb->n + j] * 1e9);
 }
 
+struct model_config sched_model_family(const struct sched_model *m)
+{
+    struct model_config f = {.vocab = (int)m->vocab_size, .context = (int)m->context_length,
+                             .d_model = (int)m->d_model, .heads = (int)m->heads, .layers = (int)m->layers,
+                             .arch = m->arch, .kv_heads = (int)m->kv_heads, .ffn_dim = (int)m->ffn_dim};
+    model_config_normalise(&f);
+    return f;
+}
+
 int ctx_init(struct sched_ctx *cx, const struct sched_problem *pb)
 {
     memset(cx, 0, sizeof *cx);
@@ -30,14 +39,17 @@ int ctx_init(struct sched_ctx *cx, const struct sched_problem *pb)
     cx->D = pb->replicas;
     cx->spares = n - cx->P * cx->D;
     const struct sched_model *m = &pb->model;
+    struct model_config f = sched_model_family(m);
     double C = (double)m->d_model, T = (double)m->context_length, V = (double)m->vocab_size;
     double tokens = (double)m->micro_batch_size * T;
-    cx->layer_params = 12.0 * C * C + 13.0 * C;
-    cx->first_params = V * C + T * C;
-    cx->last_params = 2.0 * C + V * C;
-    cx->layer_flops = tokens * (72.0 * C * C + 6.0 * C * T);
-    cx->last_flops = tokens * 6.0 * C * V;
-    cx->layer_act_bytes = tokens * C * (34.0 + 5.0 * (double)m->heads * T / (C > 0 ? C : 1)) * m->act_bytes / 2.0;
+    /* Counts from the family's row (common/model.c): gpt2's block is
+     * 12 C^2 + 13 C parameters and 72 C^2 + 6 C T FLOPs a token. */
+    cx->layer_params = (double)model_part_params(&f, MODEL_BLOCK);
+    cx->first_params = (double)model_part_params(&f, MODEL_EMBED);
+    cx->last_params = (double)model_part_params(&f, MODEL_HEAD);
+    cx->layer_flops = tokens * model_flops_per_token(&f, 1, 0, T);
+    cx->last_flops = tokens * (model_flops_per_token(&f, 0, 1, T));
+    cx->layer_act_bytes = tokens * model_block_act_values(&f, T) * m->act_bytes;
     cx->last_act_bytes = tokens * V * 4.0 * 2.0;
     cx->boundary_bytes = tokens * C * (m->wire_bytes > 0 ? m->wire_bytes : m->act_bytes);
     cx->sync_bytes = m->sync_bytes > 0 ? m->sync_bytes : 4.0;

@@ -61,6 +61,12 @@ int sched_problem_check(const struct sched_problem *pb, struct shoal_err *err)
             m->vocab_size < 1 || m->micro_batches < 1 || m->micro_batch_size < 1 || m->act_bytes < 1)
             return err_set(err, 422, "invalid_field", "model",
                            "the shoal cost model needs the model's shapes, layers >= stages, and the batch");
+        struct model_config f = sched_model_family(m);
+        const char *field;
+        char msg[200];
+        if ((unsigned)m->arch >= MODEL_ARCH_COUNT || model_config_check(&f, &field, msg, sizeof msg) != 0)
+            return err_set(err, 422, "invalid_field", "model", "the model cannot be costed: %s",
+                           (unsigned)m->arch >= MODEL_ARCH_COUNT ? "unknown architecture" : msg);
     }
     return 0;
 }
@@ -211,8 +217,9 @@ void sched_paper_job(struct sched_problem *pb)
 void sched_dtfm_sizes(struct sched_problem *pb)
 {
     const struct sched_model *m = &pb->model;
+    struct model_config f = sched_model_family(m);
     double C = (double)m->d_model, GiB = 1024.0 * 1024.0 * 1024.0;
-    double params = (double)m->layers * (12.0 * C * C + 13.0 * C);
+    double params = (double)m->layers * (double)model_block_params(&f);   /* gpt2: 12 C^2 + 13 C a block */
     pb->c_dp_gb = params / pb->stages * 4.0 / GiB;
     pb->c_pp_gb = (double)m->micro_batches * (double)m->micro_batch_size * (double)m->context_length * C * 2.0 / GiB;
 }

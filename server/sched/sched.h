@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "../../common/err.h"
+#include "../../common/model.h"
 
 enum sched_cost { SCHED_COST_DTFM, SCHED_COST_SHOAL };
 enum sched_schedule { SCHED_GPIPE, SCHED_1F1B };
@@ -33,9 +34,13 @@ struct sched_node {
     double mem_bytes;       /* memory for the stage: GPU memory, or RAM for CPU nodes, bytes */
 };
 
-/* The model and batch as the `shoal` cost model needs them (GPT-2 shapes). */
+/* The model and batch as the `shoal` cost model needs them: its family
+ * (common/model.h's row gives FLOPs, parameters and activation values) and
+ * sizes. */
 struct sched_model {
     int64_t vocab_size, context_length, d_model, heads, layers;
+    enum model_arch arch;       /* MODEL_GPT2 (0) unless said */
+    int64_t kv_heads, ffn_dim;  /* 0: the family's default (heads; gpt2's 4 d_model) */
     int64_t micro_batches;      /* M, per replica and step */
     int64_t micro_batch_size;   /* B, sequences */
     enum sched_schedule schedule;
@@ -46,6 +51,9 @@ struct sched_model {
     double sync_bytes;          /* a parameter value in a data-parallel sync; 0: 4 (f32) */
     int sync_every;             /* steps between syncs: 1 every step, diloco's inner_steps; 0: 1 */
 };
+
+/* The model's description (common/model.h) from its sizes and family. */
+struct model_config sched_model_family(const struct sched_model *m);
 
 struct sched_problem {
     int n;                          /* nodes */

@@ -81,7 +81,7 @@ static void check_job_roundtrip(const struct job_spec *spec)
     expect(strcmp(spec->name, again.name) == 0 && strcmp(spec->data_path, again.data_path) == 0 &&
            strcmp(spec->schedule, again.schedule) == 0 && strcmp(spec->data_format, again.data_format) == 0,
            "the stored spec keeps its strings");
-    expect(spec->vocab_size == again.vocab_size && spec->layers == again.layers && spec->stages == again.stages &&
+    expect(model_config_equal(&spec->model, &again.model) && spec->stages == again.stages &&
            spec->replicas == again.replicas && spec->steps == again.steps &&
            spec->checkpoint_interval == again.checkpoint_interval && spec->resume_job_id == again.resume_job_id &&
            spec->seed == again.seed, "the stored spec keeps its integers");

@@ -28,8 +28,10 @@ if wait_for 120 links_up; then ok "the agents measure all twelve directed links"
 else fail "the agents measure all twelve directed links" "$(sql s "SELECT count(*) FROM links_latest")"; fi
 
 # job NAME STAGES REPLICAS MICRO_BATCHES SCHEDULE STEPS CKPT [EXTRA_JSON]: a job body.
+# MODEL, when set, is the model object instead of the small GPT-2's.
+GPT2_SMALL='{"vocab_size":256,"context_length":32,"d_model":32,"heads":2,"layers":4}'
 job() {
-    printf '{"name":"%s","model":{"vocab_size":256,"context_length":32,"d_model":32,"heads":2,"layers":4},' "$1"
+    printf '{"name":"%s","model":%s,' "$1" "${MODEL:-$GPT2_SMALL}"
     printf '"parallelism":{"stages":%d,"replicas":%d,"micro_batches":%d,"micro_batch_size":2,"schedule":"%s"},' "$2" "$3" "$4" "$5"
     printf '"training":{"steps":%d,"learning_rate":0.003,"warmup_steps":3,"weight_decay":0.1,"grad_clip":1.0,"seed":7},' "$6"
     printf '"data":{"path":"%s","format":"text"},"checkpoint_interval":%d,' "$CORPUS" "$7"
@@ -67,6 +69,23 @@ run_job "a 1x4 job" "$(job wide 1 4 1 1f1b 30 30)"
 WIDE=$J
 job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/wide.losses"
 same_losses "1x4 equals 1x1 to 1e-5" "$WORK/wide.losses" "$WORK/one.losses" 1e-5
+
+# ---- a Llama model (RoPE, RMSNorm, SwiGLU, two kv heads for four query
+# heads) on the same layouts: 2x2 equals 1x1; a tied head trains across
+# two replicas
+LLAMA='{"architecture":"llama","vocab_size":256,"context_length":32,"d_model":32,"heads":4,"kv_heads":2,"ffn_dim":48,"layers":4}'
+MODEL=$LLAMA run_job "a 2x2 llama job" "$(MODEL=$LLAMA job llama 2 2 2 1f1b 20 20)"
+job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/llama.losses"
+fell=$(awk 'NR <= 3 { a += $2 } NR > 17 { b += $2 } END { print (b / 3 < a / 3 - 0.3) ? "yes" : "no: " a / 3 " -> " b / 3 }' "$WORK/llama.losses")
+check "the llama job's loss falls" "$fell" yes
+MODEL=$LLAMA run_job "a 1x1 llama job" "$(MODEL=$LLAMA job llama-one 1 1 4 1f1b 20 20)"
+job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/llama-one.losses"
+same_losses "llama: 2x2 equals 1x1 to 1e-5" "$WORK/llama.losses" "$WORK/llama-one.losses" 1e-5
+TIED="${LLAMA%\}},\"tie_embeddings\":true}"
+MODEL=$TIED run_job "a 1x2 llama job with a tied head" "$(MODEL=$TIED job llama-tied 1 2 2 1f1b 20 20)"
+check "its stored spec says the head is tied" \
+    "$(curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$J" | jq -c '.spec.model | [.architecture, .tie_embeddings, .kv_heads]')" \
+    '["llama",true,2]'
 
 # ---- the step parts the agents report (README.md, the step parts under
 # /metrics), on every step of the four layouts above: disjoint stretches of

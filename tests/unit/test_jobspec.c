@@ -15,7 +15,7 @@
 /* Every field given, none at its default. */
 static const char full_spec[] =
     "{\"name\":\"gpt2-small\","
-    " \"model\":{\"vocab_size\":50257,\"context_length\":1024,\"d_model\":768,"
+    " \"model\":{\"architecture\":\"gpt2\",\"vocab_size\":50257,\"context_length\":1024,\"d_model\":768,"
     "            \"heads\":12,\"layers\":12},"
     " \"parallelism\":{\"stages\":4,\"replicas\":2,\"micro_batches\":8,"
     "                  \"micro_batch_size\":4,\"schedule\":\"gpipe\"},"
@@ -72,11 +72,11 @@ static void test_jobspec_full_spec_parses(void **state)
     assert_int_equal(jobspec_parse(body, &s, &err), 0);
     assert_int_equal(err.status, 0);
     assert_string_equal(s.name, "gpt2-small");
-    assert_int_equal(s.vocab_size, 50257);
-    assert_int_equal(s.context_length, 1024);
-    assert_int_equal(s.d_model, 768);
-    assert_int_equal(s.heads, 12);
-    assert_int_equal(s.layers, 12);
+    assert_int_equal(s.model.vocab, 50257);
+    assert_int_equal(s.model.context, 1024);
+    assert_int_equal(s.model.d_model, 768);
+    assert_int_equal(s.model.heads, 12);
+    assert_int_equal(s.model.layers, 12);
     assert_int_equal(s.stages, 4);
     assert_int_equal(s.replicas, 2);
     assert_int_equal(s.micro_batches, 8);
@@ -143,7 +143,7 @@ static void test_jobspec_defaults_filled(void **state)
     assert_non_null(out);
     expect_json_equal(out,
         "{\"name\":\"job\","
-        " \"model\":{\"vocab_size\":50257,\"context_length\":1024,\"d_model\":768,"
+        " \"model\":{\"architecture\":\"gpt2\",\"vocab_size\":50257,\"context_length\":1024,\"d_model\":768,"
         "            \"heads\":12,\"layers\":12},"
         " \"parallelism\":{\"stages\":4,\"replicas\":2,\"micro_batches\":8,"
         "                  \"micro_batch_size\":4,\"schedule\":\"1f1b\"},"
@@ -186,7 +186,7 @@ static void apply_edit(json_t *root, const struct edit *e)
 
 struct spec_case {
     const char *what;
-    struct edit edits[3];
+    struct edit edits[4];
     int status;        /* 0: accepted */
     const char *code;
     const char *field;
@@ -197,7 +197,7 @@ static void run_spec_cases(const struct spec_case *cases, size_t n)
     for (size_t i = 0; i < n; i++) {
         const struct spec_case *c = &cases[i];
         json_t *body = load(full_spec);
-        for (size_t k = 0; k < 3 && c->edits[k].path; k++)
+        for (size_t k = 0; k < 4 && c->edits[k].path; k++)
             apply_edit(body, &c->edits[k]);
         struct job_spec s;
         struct shoal_err err;
@@ -296,6 +296,60 @@ static void test_jobspec_relations(void **state)
         { "validation null", { { "validation", "null" } }, 0, NULL, NULL },
     };
     run_spec_cases(cases, sizeof cases / sizeof cases[0]);
+}
+
+#define LLAMA { "model.architecture", "\"llama\"" }, { "model.ffn_dim", "2048" }
+
+/* The Llama family's fields: defaults, what cannot work, and what belongs
+ * to the other family. */
+static void test_jobspec_llama(void **state)
+{
+    (void)state;
+    static const struct spec_case cases[] = {
+        { "llama", { LLAMA }, 0, NULL, NULL },
+        { "llama with grouped-query attention", { LLAMA, { "model.kv_heads", "4" } }, 0, NULL, NULL },
+        { "llama without ffn_dim", { { "model.architecture", "\"llama\"" } }, 400, "missing_field",
+          "model.ffn_dim" },
+        { "kv_heads not dividing heads", { LLAMA, { "model.kv_heads", "5" } }, 422, "invalid_field",
+          "model.kv_heads" },
+        { "an odd head size", { LLAMA, { "model.heads", "256" } }, 422, "invalid_field", "model.heads" },
+        { "llama3 rope scaling", { LLAMA, { "model.rope_scaling", "{\"rope_type\":\"llama3\",\"factor\":32,"
+          "\"low_freq_factor\":1,\"high_freq_factor\":4,\"original_max_position_embeddings\":8192}" } },
+          0, NULL, NULL },
+        { "rope scaling with high below low", { LLAMA, { "model.rope_scaling", "{\"factor\":32,"
+          "\"low_freq_factor\":4,\"high_freq_factor\":1,\"original_max_position_embeddings\":8192}" } },
+          422, "invalid_field", "model.rope_scaling.high_freq_factor" },
+        { "another rope scaling type", { LLAMA, { "model.rope_scaling", "{\"rope_type\":\"yarn\",\"factor\":4,"
+          "\"low_freq_factor\":1,\"high_freq_factor\":4,\"original_max_position_embeddings\":8192}" } },
+          422, "invalid_field", "model.rope_scaling.rope_type" },
+        { "tied across 4 stages", { LLAMA, { "model.tie_embeddings", "true" } }, 422, "invalid_field",
+          "model.tie_embeddings" },
+        { "tied in 1 stage", { LLAMA, { "model.tie_embeddings", "true" }, { "parallelism.stages", "1" } },
+          0, NULL, NULL },
+        { "gpt2 with rope_theta", { { "model.rope_theta", "10000" } }, 400, "invalid_field", "model.rope_theta" },
+        { "gpt2 with kv_heads", { { "model.kv_heads", "4" } }, 400, "invalid_field", "model.kv_heads" },
+        { "an unknown architecture", { { "model.architecture", "\"mamba\"" } }, 422, "invalid_field",
+          "model.architecture" },
+        { "norm_eps out of range", { LLAMA, { "model.norm_eps", "0" } }, 422, "invalid_field", "model.norm_eps" },
+    };
+    run_spec_cases(cases, sizeof cases / sizeof cases[0]);
+
+    /* normalised: every field of the family, defaults filled, and back */
+    json_t *body = load(minimal_spec);
+    json_object_set_new(json_object_get(body, "model"), "architecture", json_string("llama"));
+    json_object_set_new(json_object_get(body, "model"), "ffn_dim", json_integer(2048));
+    struct job_spec s, again;
+    struct shoal_err err;
+    assert_int_equal(jobspec_parse(body, &s, &err), 0);
+    json_t *out = jobspec_to_json(&s);
+    expect_json_equal(json_object_get(out, "model"),
+                      "{\"architecture\":\"llama\",\"vocab_size\":50257,\"context_length\":1024,\"d_model\":768,"
+                      "\"heads\":12,\"layers\":12,\"kv_heads\":12,\"ffn_dim\":2048,\"rope_theta\":10000.0,"
+                      "\"rope_scaling\":null,\"norm_eps\":1e-05,\"tie_embeddings\":false}");
+    assert_int_equal(jobspec_parse(out, &again, &err), 0);
+    assert_true(model_config_equal(&again.model, &s.model));
+    json_decref(out);
+    json_decref(body);
 }
 
 static void test_jobspec_fields(void **state)
@@ -465,6 +519,7 @@ int main(void)
         cmocka_unit_test(test_jobspec_full_spec_parses),
         cmocka_unit_test(test_jobspec_defaults_filled),
         cmocka_unit_test(test_jobspec_relations),
+        cmocka_unit_test(test_jobspec_llama),
         cmocka_unit_test(test_jobspec_fields),
         cmocka_unit_test(test_jobspec_body_not_object),
         cmocka_unit_test(test_jobspec_short_job_checkpoint_default),

@@ -342,6 +342,40 @@ static void test_cost_shoal_pipeline_by_hand(void **state)
     sched_plan_free(&plan);
 }
 
+/* The same plan for a Llama model of the same sizes, one kv head of 16
+ * channels and an MLP of 96 (common/model.c's row, by hand):
+ *   block: ln1w 64, q 4096, k 1024, v 1024, o 4096, ln2w 64, gate, up and
+ *          down 6144 each = 28800 parameters, 28672 of them in products
+ *   layer_flops = 64 tokens * (6*28672 + 6*64*32) = 11796480
+ *   head: lnfw 64 + head 8192 = 8256; last_flops = 64 * 6*8192 = 3145728;
+ *   embedding: wte 8192 (no positions)
+ *   layers [0,1) + [1,3) as before; t0 = 0.01179648,
+ *   t1 = (2*11796480 + 3145728)/2e9 = 0.013369344; compute = 4 t1
+ *   optimizer: stage 0 (28800 + 8192)*12/5e7 = 0.00887808,
+ *              stage 1 (2*28800 + 8256)*12/1e8 = 0.00790272 */
+static void test_cost_shoal_llama_by_hand(void **state)
+{
+    (void)state;
+    struct sched_problem pb = shoal2();
+    pb.model.arch = MODEL_LLAMA;
+    pb.model.kv_heads = 1;
+    pb.model.ffn_dim = 96;
+    struct sched_plan plan;
+    struct shoal_err err;
+    assert_int_equal(sched_plan_init(&plan, 2, 1), 0);
+    plan.node[0] = 0;
+    plan.node[1] = 1;
+    assert_int_equal(sched_evaluate(&pb, &plan, &err), 0);
+    assert_int_equal(plan.layer_end[0], 1);
+    assert_int_equal(plan.layer_end[1], 3);
+    assert_near(plan.cost.compute_s, 4 * 0.013369344, 1e-12);
+    assert_near(plan.cost.optimizer_s, 0.00887808, 1e-12);
+    /* a family's constraint is the problem check's too */
+    pb.model.kv_heads = 3;
+    assert_int_equal(sched_evaluate(&pb, &plan, &err), -1);
+    sched_plan_free(&plan);
+}
+
 /* P = 1, D = 2 on nodes 0 and 1 (both 0.001 TFLOP/s), 2 layers:
  *   0->1: 5 ms, 4 Gbit/s; 1->0: 3 ms, 2 Gbit/s.  The ring of two uses both
  *   directions: slowest 2 Gbit/s, worst latency 5 ms.
@@ -759,6 +793,7 @@ int main(void)
         cmocka_unit_test(test_cost_dtfm_paper_dc_search),
         cmocka_unit_test(test_cost_dtfm_sizes),
         cmocka_unit_test(test_cost_shoal_pipeline_by_hand),
+        cmocka_unit_test(test_cost_shoal_llama_by_hand),
         cmocka_unit_test(test_cost_shoal_allreduce_by_hand),
         cmocka_unit_test(test_cost_cand_matches_plan_dtfm),
         cmocka_unit_test(test_cost_cand_matches_plan_shoal_d2),
