@@ -51,7 +51,8 @@ KERNELS_CFLAGS := -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-openmp
 KERNELS_LIBS   := -lopenblas -fopenmp -lm
 KERNELS_SRC := kernels/stage.c kernels/layout.c kernels/checkpoint.c kernels/stage_file.c \
                kernels/cpu_layers.c kernels/cpu_stage.c kernels/cpu_gpt2.c kernels/cpu_llama.c \
-               kernels/model_io.c kernels/gpt2_llmc.c kernels/gpt2_safetensors.c \
+               kernels/model_io.c kernels/gpt2_llmc.c kernels/gpt2_safetensors.c kernels/safetensors.c \
+               kernels/hf_weights.c kernels/llama_config.c \
                kernels/gpt2_config.c kernels/json_scan.c
 # The model families' description (common/model.c, libc only) is the one
 # piece of common/ the kernels read.
@@ -278,12 +279,13 @@ LDFLAGS += -fsanitize=fuzzer,address,undefined
 endif
 # What each target links besides common/; one not listed links what the unit tests do.
 FUZZ_OWN_LINK := fuzz_bodies fuzz_sched_files fuzz_checkpoint fuzz_dataset fuzz_peer fuzz_tokenizer \
-                 fuzz_gpt2_llmc fuzz_safetensors
+                 fuzz_gpt2_llmc fuzz_safetensors fuzz_hf_llama
 $(BUILD)/bin/fuzz_bodies: $(BUILD)/server/bodies.o $(BUILD)/server/jobspec.o $(SCHED_OBJ)
 $(BUILD)/bin/fuzz_sched_files: $(BUILD)/server/jobspec.o $(SCHED_OBJ)
 $(BUILD)/bin/fuzz_checkpoint: $(KERNELS_OBJ)
 $(BUILD)/bin/fuzz_gpt2_llmc: $(KERNELS_OBJ)
 $(BUILD)/bin/fuzz_safetensors: $(KERNELS_OBJ)
+$(BUILD)/bin/fuzz_hf_llama: $(KERNELS_OBJ)
 $(BUILD)/bin/fuzz_dataset: $(BUILD)/agent/data.o
 $(BUILD)/bin/fuzz_tokenizer: $(BUILD)/agent/tokenizer.o
 $(BUILD)/bin/fuzz_peer: $(filter $(BUILD)/agent/peer%,$(AGENT_OBJ))

@@ -215,6 +215,12 @@ int assign_parse(const json_t *a, struct assignment *o, struct shoal_err *err)
     if (stage < stages - 1 &&
         peer_at(pipeline, "stage", o->stage + 1, o->stage + 1, o->replica, &o->next_stage, err) != 0)
         return -1;
+    /* A head tied to the embedding across stages: the first and the last
+     * stage of the replica sum the two copies' gradients every step. */
+    int other_end = o->stage == 0 ? stages - 1 : 0;
+    if (o->model.tied && stages > 1 && (o->stage == 0 || o->stage == stages - 1) &&
+        peer_at(pipeline, "stage", other_end, other_end, o->replica, &o->tie_peer, err) != 0)
+        return -1;
     int up = (o->replica + 1) % o->replicas, down = (o->replica + o->replicas - 1) % o->replicas;
     if (replicas > 1 && o->allreduce == ASSIGN_ALLREDUCE_RING &&
         (peer_at(group, "replica", up, o->stage, up, &o->ring_next, err) != 0 ||

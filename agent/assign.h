@@ -74,6 +74,9 @@ struct assignment {
     int64_t node_id;                /* this node's, as the plan names it */
     /* neighbours; addr "" where there is none (the ring's too under NCCL) */
     struct assign_peer prev_stage, next_stage, ring_prev, ring_next;
+    /* a tied model's other copy of the shared matrix: the last stage of this
+     * replica for stage 0, stage 0 for the last; addr "" otherwise */
+    struct assign_peer tie_peer;
     /* start from this complete checkpoint; resume_job 0: from scratch */
     int64_t resume_job, resume_step;
     /* the layers [start, end) each of its stage files holds, by stage;

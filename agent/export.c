@@ -163,6 +163,20 @@ out:
     return rc;
 }
 
+static int llama_config_write(FILE *f, const struct model_config *m, const float *params, struct kern_err *err)
+{
+    (void)params;
+    return kern_llama_config_write(f, m, err);
+}
+
+/* Each family's Hugging Face files: model.safetensors and config.json. */
+static const struct {
+    export_writer weights, config;
+} hf_writers[MODEL_ARCH_COUNT] = {
+    [MODEL_GPT2] = {kern_safetensors_write, kern_gpt2_config_write},
+    [MODEL_LLAMA] = {kern_hf_write, llama_config_write},
+};
+
 static int export_run(const void *config, FILE *out, struct shoal_err *err)
 {
     const struct export_config *cfg = config;
@@ -178,13 +192,14 @@ static int export_run(const void *config, FILE *out, struct shoal_err *err)
         export_join(&ck, &whole, err) != 0)
         goto out;
     struct model_config m = ck.model;
-    int tied = kern_model_head_tied(&m, whole);
+    int tied = m.tied || kern_model_head_tied(&m, whole);
     job_ckpt_free(&ck);   /* the whole model holds every parameter now */
-    fprintf(stderr, "shoal-agent export: job %ld, checkpoint step %lld, %d stage(s), %d layers, d_model %d, "
-            "heads %d, vocab %d, context %d, head %s\n", cfg->src.job, (long long)ck.step, ck.stages, m.layers,
-            m.d_model, m.heads, m.vocab, m.context, tied ? "tied to the embedding" : "untied");
-    if (export_file(cfg->out_dir, "model.safetensors", kern_safetensors_write, &m, whole, out, err) != 0 ||
-        export_file(cfg->out_dir, "config.json", kern_gpt2_config_write, &m, whole, out, err) != 0)
+    fprintf(stderr, "shoal-agent export: job %ld, checkpoint step %lld, %d stage(s), %s, %d layers, d_model %d, "
+            "heads %d, vocab %d, context %d, head %s\n", cfg->src.job, (long long)ck.step, ck.stages,
+            model_families[m.arch].name, m.layers, m.d_model, m.heads, m.vocab, m.context,
+            tied ? "tied to the embedding" : "untied");
+    if (export_file(cfg->out_dir, "model.safetensors", hf_writers[m.arch].weights, &m, whole, out, err) != 0 ||
+        export_file(cfg->out_dir, "config.json", hf_writers[m.arch].config, &m, whole, out, err) != 0)
         goto out;
     if (llmc && !tied) {
         err_set(err, 1, "untied_head", "--llmc", "model.bin not written: job %ld's head is not tied to its "

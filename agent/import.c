@@ -29,10 +29,11 @@ struct import_config {
 static const struct opt import_opts[] = {
     JOB_CKPT_SERVER_OPTS(struct import_config, "SHOAL_IMPORT", "that starts from the weights"),
     { "--model", "SHOAL_IMPORT_MODEL", S(model_path), "",
-      "the weights (required): llm.c's checkpoint (gpt2_124M.bin, ...) or Hugging Face's model.safetensors" },
+      "the weights (required): llm.c's checkpoint (gpt2_124M.bin, ...), Hugging Face's model.safetensors, or "
+      "for a Llama job its model.safetensors.index.json with the shards beside it" },
     { "--config", "SHOAL_IMPORT_CONFIG", S(config_path), "",
-      "a safetensors file's config.json; empty: config.json beside --model if there is one, else the job's "
-      "heads (a safetensors file does not say them)" },
+      "a safetensors file's config.json, checked against the job; empty: config.json beside --model if there "
+      "is one, else the job's model" },
     { "--tmp-dir", "SHOAL_IMPORT_TMP_DIR", S(src.tmp_dir), "/tmp", "where stage files are kept while uploading" },
 };
 #undef S
@@ -40,9 +41,11 @@ static const struct opt import_opts[] = {
 
 static const char import_usage[] =
     "usage: shoal-agent import --job ID --model FILE [options]\n\n"
-    "Makes a GPT-2 checkpoint (llm.c's gpt2_124M.bin family, or Hugging Face's\n"
-    "model.safetensors with its config.json) the starting weights of job ID,\n"
-    "which must not have been scheduled yet: the model is checked against the\n"
+    "Makes a checkpoint the starting weights of job ID, which must not have\n"
+    "been scheduled yet: GPT-2's (llm.c's gpt2_124M.bin family, or Hugging\n"
+    "Face's model.safetensors with its config.json) or a Llama's (Hugging\n"
+    "Face's LlamaForCausalLM: model.safetensors or model.safetensors.index.json\n"
+    "and its shards, with its config.json).  The model is checked against the\n"
     "job's, split into its stages and uploaded as its step-0 checkpoint.  The\n"
     "job's context may be shorter than the file's.  Prints each stage file's\n"
     "layers, size and SHA-256.\n\n";
@@ -95,6 +98,40 @@ out:
     return rc;
 }
 
+/* The text of a JSON file (a config.json or an index) of at most `max`
+ * bytes: *text malloc'd, *len bytes.  `opt` names the option in errors. */
+static int read_text(const char *path, size_t max, const char *opt, char **text, size_t *len, struct shoal_err *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return err_set(err, 2, "invalid_config", opt, "cannot open %s: %s", path, strerror(errno));
+    *text = malloc(max);
+    *len = *text ? fread(*text, 1, max, f) : 0;
+    int bad = !*text || ferror(f) || *len == max;
+    fclose(f);
+    if (!bad)
+        return 0;
+    err_set(err, 422, "bad_model", opt, "%s: %s", path, !*text ? "out of memory" : *len == max
+            ? "larger than this reads (1 MiB of config.json, 16 MiB of index)" : strerror(errno));
+    free(*text);
+    *text = NULL;
+    return -1;
+}
+
+/* --config, else the config.json beside --model; "" when neither is. */
+static void config_path(const struct import_config *cfg, char *path, size_t cap)
+{
+    if (cfg->config_path[0]) {
+        snprintf(path, cap, "%s", cfg->config_path);
+        return;
+    }
+    const char *slash = strrchr(cfg->model_path, '/');
+    int dir_len = slash ? (int)(slash - cfg->model_path) + 1 : 0;
+    snprintf(path, cap, "%.*sconfig.json", dir_len, cfg->model_path);
+    if (access(path, F_OK) != 0)
+        path[0] = '\0';
+}
+
 /* The heads a safetensors file is read with: --config's n_head, else the
  * config.json beside the model's file when there is one, else the job's.
  * *cfg_model gets the config's model (vocab 0 when no config was read). */
@@ -102,43 +139,100 @@ static int import_heads(const struct import_config *cfg, const struct import_job
                         struct model_config *cfg_model, struct shoal_err *err)
 {
     char path[PATH_MAX + 16], *text = NULL;
+    size_t len;
     struct kern_err ke = {{0}};
-    FILE *f = NULL;
-    int rc = -1;
     memset(cfg_model, 0, sizeof *cfg_model);
     *heads = job->model.heads;
-    if (cfg->config_path[0]) {
-        snprintf(path, sizeof path, "%s", cfg->config_path);
-    } else {
-        const char *slash = strrchr(cfg->model_path, '/');
-        int dir_len = slash ? (int)(slash - cfg->model_path) + 1 : 0;
-        snprintf(path, sizeof path, "%.*sconfig.json", dir_len, cfg->model_path);
-        if (access(path, F_OK) != 0)
-            return 0;   /* none beside it: the job's heads */
+    config_path(cfg, path, sizeof path);
+    if (!path[0])
+        return 0;   /* none beside it: the job's heads */
+    if (read_text(path, IMPORT_CONFIG_MAX, "--config", &text, &len, err) != 0)
+        return -1;
+    int rc = kern_gpt2_config_read(text, len, cfg_model, &ke);
+    free(text);
+    if (rc != 0)
+        return err_set(err, 422, "bad_model", "--config", "%s: %s", path, ke.msg);
+    *heads = cfg_model->heads;
+    return 0;
+}
+
+/* Hugging Face weights of a family whose row names its tensors (Llama):
+ * config.json (when there is one) checked against the job's model, then
+ * --model, a model.safetensors or a model.safetensors.index.json and the
+ * shards beside it, read in the job's model's shapes. */
+static int import_read_hf(const struct import_config *cfg, const struct import_job *job, struct model_config *model,
+                          float **params, struct shoal_err *err)
+{
+    char path[PATH_MAX + 16], *text = NULL;
+    const char *file_names[KERN_HF_FILES_MAX];
+    char (*paths)[PATH_MAX + KERN_HF_FILE_MAX] = NULL;
+    FILE **files = NULL;
+    struct kern_hf_index *ix = NULL;
+    struct kern_err ke = {{0}};
+    size_t len;
+    int n = 0, rc = -1;
+    config_path(cfg, path, sizeof path);
+    if (path[0]) {
+        struct model_config c;
+        if (read_text(path, IMPORT_CONFIG_MAX, "--config", &text, &len, err) != 0)
+            return -1;
+        int bad = kern_llama_config_read(text, len, &c, &ke);
+        free(text);
+        text = NULL;
+        if (bad)
+            return err_set(err, 422, "bad_model", "--config", "%s: %s", path, ke.msg);
+        c.context = job->model.context;   /* rotary positions: any context works */
+        if (!model_config_equal(&c, &job->model)) {
+            char a[200], b[200];
+            model_config_text(&c, a, sizeof a);
+            model_config_text(&job->model, b, sizeof b);
+            return err_set(err, 422, "model_mismatch", "--config", "%s describes %s; the job trains %s (every "
+                           "field must match): nothing was uploaded", path, a, b);
+        }
     }
-    if (!(f = fopen(path, "rb"))) {
-        err_set(err, 2, "invalid_config", "--config", "cannot open %s: %s", path, strerror(errno));
-        goto out;
-    }
-    if (!(text = malloc(IMPORT_CONFIG_MAX))) {
+    size_t ml = strlen(cfg->model_path);
+    int sharded = ml > 11 && strcmp(cfg->model_path + ml - 11, ".index.json") == 0;
+    if (!(ix = calloc(1, sizeof *ix)) || !(paths = calloc(KERN_HF_FILES_MAX, sizeof *paths)) ||
+        !(files = calloc(KERN_HF_FILES_MAX, sizeof *files))) {
         err_set(err, 500, "internal", NULL, "out of memory");
         goto out;
     }
-    size_t len = fread(text, 1, IMPORT_CONFIG_MAX, f);
-    if (ferror(f) || len == IMPORT_CONFIG_MAX) {
-        err_set(err, 422, "bad_model", "--config", "%s: %s", path,
-                ferror(f) ? strerror(errno) : "over 1 MiB, not a GPT-2 config.json");
+    if (sharded) {
+        if (read_text(cfg->model_path, 16u << 20, "--model", &text, &len, err) != 0)
+            goto out;
+        if (kern_hf_index_read(text, len, ix, &ke) != 0) {
+            err_set(err, 422, "bad_model", "--model", "%s: %s", cfg->model_path, ke.msg);
+            goto out;
+        }
+        const char *slash = strrchr(cfg->model_path, '/');
+        int dir_len = slash ? (int)(slash - cfg->model_path) + 1 : 0;
+        for (int i = 0; i < ix->n_files; i++)
+            snprintf(paths[i], sizeof paths[i], "%.*s%s", dir_len, cfg->model_path, ix->files[i]);
+        n = ix->n_files;
+    } else {
+        snprintf(paths[0], sizeof paths[0], "%s", cfg->model_path);
+        n = 1;
+    }
+    for (int i = 0; i < n; i++) {
+        file_names[i] = paths[i];
+        if (!(files[i] = fopen(paths[i], "rb"))) {
+            err_set(err, 2, "invalid_config", "--model", "cannot open %s: %s", paths[i], strerror(errno));
+            goto out;
+        }
+    }
+    if (kern_hf_read(&job->model, files, file_names, n, params, &ke) != 0) {
+        err_set(err, 422, "bad_model", "--model", "%s", ke.msg);
         goto out;
     }
-    if (kern_gpt2_config_read(text, len, cfg_model, &ke) != 0) {
-        err_set(err, 422, "bad_model", "--config", "%s: %s", path, ke.msg);
-        goto out;
-    }
-    *heads = cfg_model->heads;
+    *model = job->model;
     rc = 0;
 out:
-    if (f)
-        fclose(f);
+    for (int i = 0; files && i < n; i++)
+        if (files[i])
+            fclose(files[i]);
+    free(files);
+    free(paths);
+    free(ix);
     free(text);
     return rc;
 }
@@ -163,6 +257,9 @@ static int import_read(const struct import_config *cfg, const struct import_job 
     if (llmc) {
         if (kern_llmc_read_file(f, model, params, &ke) != 0)
             goto bad;
+    } else if (job->model.arch != MODEL_GPT2) {   /* GPT-2's files are read by their own reader */
+        rc = import_read_hf(cfg, job, model, params, err);
+        goto out;
     } else {
         if (import_heads(cfg, job, &heads, &cfg_model, err) != 0)
             goto out;
@@ -316,9 +413,10 @@ static int import_run(const void *config, FILE *out, struct shoal_err *err)
     int file_context = model.context;
     if (import_fit(&job, cfg->model_path, &model, whole, err) != 0)
         goto out;
-    fprintf(stderr, "shoal-agent import: %s into job %ld: %d layers, d_model %d, heads %d, vocab %d, context %d "
-            "(the file's %d), head tied to the embedding, %d stage file(s)\n", cfg->model_path, cfg->src.job,
-            model.layers, model.d_model, model.heads, model.vocab, model.context, file_context, job.stages);
+    fprintf(stderr, "shoal-agent import: %s into job %ld: %s, %d layers, d_model %d, heads %d, vocab %d, context %d "
+            "(the file's %d), head %s, %d stage file(s)\n", cfg->model_path, cfg->src.job,
+            model_families[model.arch].name, model.layers, model.d_model, model.heads, model.vocab, model.context,
+            file_context, model.arch == MODEL_GPT2 || model.tied ? "tied to the embedding" : "untied", job.stages);
     for (int s = 0; s < job.stages; s++)
         if (import_stage(&c, cfg, &job, whole, s, out, err) != 0)
             goto out;

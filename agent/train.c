@@ -76,6 +76,12 @@ static int connect_neighbours(struct tasklet *k, struct shoal_err *err)
     }
     if (as->ring_prev.addr[0] && take(k, &as->ring_prev, &k->ring_prev, err) != 0)
         goto out;
+    /* the tied head's ring of two: each end dials the other and takes the
+     * other's dial (after the pipeline's, so a neighbour's two connections
+     * arrive in the order they are taken) */
+    if (as->tie_peer.addr[0] && (dial_until(k, &as->tie_peer, &k->tie_next, err) != 0 ||
+                                 take(k, &as->tie_peer, &k->tie_prev, err) != 0))
+        goto out;
     rc = 0;
 out:
     peer_close(&c);
@@ -257,6 +263,28 @@ static void fault_exit_after_sync(uint64_t t)
 
 /* One training step; on error the stage's micro-batches in flight are dropped
  * and no optimizer step has been taken. */
+/* The two copies of a tied model's shared matrix (wte on stage 0, head on
+ * the last stage) sum their gradients over a ring of the two, so both
+ * hold the same bits (a sum of two is the same in either order). */
+static int tie_exchange(struct tasklet *k, uint64_t t, struct shoal_err *err)
+{
+    size_t off, count;
+    int on_device;
+    float *g = kern_stage_grad_buffer(k->st, &on_device);
+    if (!kern_stage_tied_tensor(k->st, &off, &count))
+        return err_set(err, 500, "internal", NULL, "stage %d holds no copy of the tied matrix", k->as->stage);
+    if (on_device)
+        return err_set(err, 500, "device_error", NULL, "a tied head across stages is summed on the host; this "
+                       "stage's gradients are on the GPU");
+    struct ring r = { .next = &k->tie_next, .prev = &k->tie_prev, .rank = k->as->stage == 0 ? 0 : 1, .size = 2,
+                      .timeout_ms = k->env->peer_timeout_ms, .stop = tasklet_peer_stop(k) };
+    double t0 = ctl_now();
+    int rc = ring_allreduce_sum(&r, g + off, count, t, err);
+    k->allreduce_s += ctl_now() - t0;
+    k->dp_bytes += 4 * (uint64_t)count;
+    return rc != 0 ? tasklet_peer_failed(k, &k->as->tie_peer) : 0;
+}
+
 static int train_step(struct tasklet *k, uint64_t t, uint64_t *queued, struct shoal_err *err)
 {
     const struct assignment *as = k->as;
@@ -284,10 +312,13 @@ static int train_step(struct tasklet *k, uint64_t t, uint64_t *queued, struct sh
         else
             first_backward = 0;
     }
-    /* A tied head and embedding held here take their summed gradient
-     * before the group's sync and the norm (kernels.h). */
+    /* A tied head and embedding take their summed gradient before the
+     * group's sync and the norm (kernels.h): on this stage, or with the
+     * other end of the pipeline. */
     if (kern_stage_tie_grads(k->st, &ke) != 0)
         return tasklet_kern_failed(&ke, err);
+    if (k->as->tie_peer.addr[0] && tie_exchange(k, t, err) != 0)
+        goto fail;
     if (sync_gradients(k, t, err) != 0 || global_norm2(k, t, &norm2, err) != 0)
         goto fail;
     /* The norm passes stage 0's last backward down the pipeline: the drain. */
@@ -390,13 +421,13 @@ static int tasklet_open(struct tasklet *k, struct shoal_err *err)
 /* How many of the tasklet's peer connections are encrypted, of *links. */
 static int encrypted_links(const struct tasklet *k, int *links)
 {
-    const struct peer_conn *ring[2] = { &k->ring_prev, &k->ring_next };
+    const struct peer_conn *ring[4] = { &k->ring_prev, &k->ring_next, &k->tie_prev, &k->tie_next };
     const struct peer_stream *pipe[2] = { k->prev, k->next };
     int n = 0;
     *links = 0;
-    for (int i = 0; i < 2; i++) {
-        *links += (ring[i]->fd >= 0) + (pipe[i] != NULL);
-        n += (ring[i]->fd >= 0 && ring[i]->seal) + (pipe[i] && peer_stream_encrypted(pipe[i]));
+    for (int i = 0; i < 4; i++) {
+        *links += (ring[i]->fd >= 0) + (i < 2 && pipe[i] != NULL);
+        n += (ring[i]->fd >= 0 && ring[i]->seal) + (i < 2 && pipe[i] && peer_stream_encrypted(pipe[i]));
     }
     return n;
 }
@@ -410,6 +441,8 @@ static void tasklet_close(struct tasklet *k, int finished)
     peer_stream_stop(k->next);
     peer_close(&k->ring_prev);
     peer_close(&k->ring_next);
+    peer_close(&k->tie_prev);
+    peer_close(&k->tie_next);
     sync_close(k);
     kern_stage_free(k->st);
     data_close(&k->file);       /* data and a holdout's val are views of it */
@@ -426,7 +459,8 @@ static void tasklet_close(struct tasklet *k, int finished)
 enum train_result train_run(const struct train_env *env, const struct assignment *as,
                             struct assign_peer *failed_peer, struct shoal_err *err)
 {
-    struct tasklet k = { .env = env, .as = as, .ring_prev = { .fd = -1 }, .ring_next = { .fd = -1 } };
+    struct tasklet k = { .env = env, .as = as, .ring_prev = { .fd = -1 }, .ring_next = { .fd = -1 },
+                         .tie_prev = { .fd = -1 }, .tie_next = { .fd = -1 } };
     enum train_result res = TRAIN_FAILED;
     uint64_t queued[2] = { 0, 0 };   /* bytes queued on prev and next so far */
     memcpy(k.auth.secret, as->secret, as->secret_len);

@@ -15,27 +15,27 @@
  * flat buffer's and the streams are those of the first stage files, so
  * weights and files stay what they were. */
 static const struct model_tensor gpt2_embed[] = {
-    {"wte", ROW(MD_V, 1), ROW(MD_C, 1), MI_NORMAL, 0, 1, 0},
-    {"wpe", ROW(MD_CTX, 1), ROW(MD_C, 1), MI_NORMAL, 1, 1, 0},
+    {"wte", ROW(MD_V, 1), ROW(MD_C, 1), MI_NORMAL, 0, 1, 0, NULL},
+    {"wpe", ROW(MD_CTX, 1), ROW(MD_C, 1), MI_NORMAL, 1, 1, 0, NULL},
 };
 static const struct model_tensor gpt2_block[] = {
-    {"ln1w", VEC, ROW(MD_C, 1), MI_ONES, 0, 0, 0},
-    {"ln1b", VEC, ROW(MD_C, 1), MI_ZEROS, 1, 0, 0},
-    {"qkvw", ROW(MD_C, 3), ROW(MD_C, 1), MI_NORMAL, 2, 1, 1},
-    {"qkvb", VEC, ROW(MD_C, 3), MI_ZEROS, 3, 0, 0},
-    {"attprojw", ROW(MD_C, 1), ROW(MD_C, 1), MI_NORMAL_OUT, 4, 1, 1},
-    {"attprojb", VEC, ROW(MD_C, 1), MI_ZEROS, 5, 0, 0},
-    {"ln2w", VEC, ROW(MD_C, 1), MI_ONES, 6, 0, 0},
-    {"ln2b", VEC, ROW(MD_C, 1), MI_ZEROS, 7, 0, 0},
-    {"fcw", ROW(MD_FFN, 1), ROW(MD_C, 1), MI_NORMAL, 8, 1, 1},
-    {"fcb", VEC, ROW(MD_FFN, 1), MI_ZEROS, 9, 0, 0},
-    {"fcprojw", ROW(MD_C, 1), ROW(MD_FFN, 1), MI_NORMAL_OUT, 10, 1, 1},
-    {"fcprojb", VEC, ROW(MD_C, 1), MI_ZEROS, 11, 0, 0},
+    {"ln1w", VEC, ROW(MD_C, 1), MI_ONES, 0, 0, 0, NULL},
+    {"ln1b", VEC, ROW(MD_C, 1), MI_ZEROS, 1, 0, 0, NULL},
+    {"qkvw", ROW(MD_C, 3), ROW(MD_C, 1), MI_NORMAL, 2, 1, 1, NULL},
+    {"qkvb", VEC, ROW(MD_C, 3), MI_ZEROS, 3, 0, 0, NULL},
+    {"attprojw", ROW(MD_C, 1), ROW(MD_C, 1), MI_NORMAL_OUT, 4, 1, 1, NULL},
+    {"attprojb", VEC, ROW(MD_C, 1), MI_ZEROS, 5, 0, 0, NULL},
+    {"ln2w", VEC, ROW(MD_C, 1), MI_ONES, 6, 0, 0, NULL},
+    {"ln2b", VEC, ROW(MD_C, 1), MI_ZEROS, 7, 0, 0, NULL},
+    {"fcw", ROW(MD_FFN, 1), ROW(MD_C, 1), MI_NORMAL, 8, 1, 1, NULL},
+    {"fcb", VEC, ROW(MD_FFN, 1), MI_ZEROS, 9, 0, 0, NULL},
+    {"fcprojw", ROW(MD_C, 1), ROW(MD_FFN, 1), MI_NORMAL_OUT, 10, 1, 1, NULL},
+    {"fcprojb", VEC, ROW(MD_C, 1), MI_ZEROS, 11, 0, 0, NULL},
 };
 static const struct model_tensor gpt2_head[] = {
-    {"lnfw", VEC, ROW(MD_C, 1), MI_ONES, 2, 0, 0},
-    {"lnfb", VEC, ROW(MD_C, 1), MI_ZEROS, 3, 0, 0},
-    {"head", ROW(MD_V, 1), ROW(MD_C, 1), MI_NORMAL, 4, 1, 1},
+    {"lnfw", VEC, ROW(MD_C, 1), MI_ONES, 2, 0, 0, NULL},
+    {"lnfb", VEC, ROW(MD_C, 1), MI_ZEROS, 3, 0, 0, NULL},
+    {"head", ROW(MD_V, 1), ROW(MD_C, 1), MI_NORMAL, 4, 1, 1, NULL},
 };
 
 /* Llama (LlamaForCausalLM): rotary positions, RMSNorm without bias, q, k
@@ -44,23 +44,25 @@ static const struct model_tensor gpt2_head[] = {
  * buffer, so the kernels multiply them as one (C + 2 KV, C) matrix; gate
  * and up likewise as one (2F, C). */
 static const struct model_tensor llama_embed[] = {
-    {"wte", ROW(MD_V, 1), ROW(MD_C, 1), MI_NORMAL, 0, 1, 0},
+    {"wte", ROW(MD_V, 1), ROW(MD_C, 1), MI_NORMAL, 0, 1, 0, "model.embed_tokens.weight"},
 };
 static const struct model_tensor llama_block[] = {
-    {"ln1w", VEC, ROW(MD_C, 1), MI_ONES, 0, 0, 0},
-    {"qw", ROW(MD_C, 1), ROW(MD_C, 1), MI_NORMAL, 1, 1, 1},
-    {"kw", ROW(MD_KV, 1), ROW(MD_C, 1), MI_NORMAL, 2, 1, 1},
-    {"vw", ROW(MD_KV, 1), ROW(MD_C, 1), MI_NORMAL, 3, 1, 1},
-    {"ow", ROW(MD_C, 1), ROW(MD_C, 1), MI_NORMAL_OUT, 4, 1, 1},
-    {"ln2w", VEC, ROW(MD_C, 1), MI_ONES, 5, 0, 0},
-    {"gatew", ROW(MD_FFN, 1), ROW(MD_C, 1), MI_NORMAL, 6, 1, 1},
-    {"upw", ROW(MD_FFN, 1), ROW(MD_C, 1), MI_NORMAL, 7, 1, 1},
-    {"downw", ROW(MD_C, 1), ROW(MD_FFN, 1), MI_NORMAL_OUT, 8, 1, 1},
+    {"ln1w", VEC, ROW(MD_C, 1), MI_ONES, 0, 0, 0, "model.layers.%d.input_layernorm.weight"},
+    {"qw", ROW(MD_C, 1), ROW(MD_C, 1), MI_NORMAL, 1, 1, 1, "model.layers.%d.self_attn.q_proj.weight"},
+    {"kw", ROW(MD_KV, 1), ROW(MD_C, 1), MI_NORMAL, 2, 1, 1, "model.layers.%d.self_attn.k_proj.weight"},
+    {"vw", ROW(MD_KV, 1), ROW(MD_C, 1), MI_NORMAL, 3, 1, 1, "model.layers.%d.self_attn.v_proj.weight"},
+    {"ow", ROW(MD_C, 1), ROW(MD_C, 1), MI_NORMAL_OUT, 4, 1, 1, "model.layers.%d.self_attn.o_proj.weight"},
+    {"ln2w", VEC, ROW(MD_C, 1), MI_ONES, 5, 0, 0, "model.layers.%d.post_attention_layernorm.weight"},
+    {"gatew", ROW(MD_FFN, 1), ROW(MD_C, 1), MI_NORMAL, 6, 1, 1, "model.layers.%d.mlp.gate_proj.weight"},
+    {"upw", ROW(MD_FFN, 1), ROW(MD_C, 1), MI_NORMAL, 7, 1, 1, "model.layers.%d.mlp.up_proj.weight"},
+    {"downw", ROW(MD_C, 1), ROW(MD_FFN, 1), MI_NORMAL_OUT, 8, 1, 1, "model.layers.%d.mlp.down_proj.weight"},
 };
 static const struct model_tensor llama_head[] = {
-    {"lnfw", VEC, ROW(MD_C, 1), MI_ONES, 2, 0, 0},
-    {"head", ROW(MD_V, 1), ROW(MD_C, 1), MI_NORMAL, 4, 1, 1},
+    {"lnfw", VEC, ROW(MD_C, 1), MI_ONES, 2, 0, 0, "model.norm.weight"},
+    {"head", ROW(MD_V, 1), ROW(MD_C, 1), MI_NORMAL, 4, 1, 1, "lm_head.weight"},
 };
+/* Older Llama checkpoints carry the rotary frequencies as a buffer. */
+static const char *const llama_skipped[] = {"model.layers.%d.self_attn.rotary_emb.inv_freq", NULL};
 
 /* Values kept per token and block, counted as Korthikanti et al. count
  * GPT's (34 C + 5 NH T bytes at 2 bytes a value, dropout masks included):
@@ -81,9 +83,9 @@ static double llama_act_values(const struct model_config *m, double T)
 #define N(a) (int)(sizeof a / sizeof a[0])
 const struct model_family model_families[MODEL_ARCH_COUNT] = {
     [MODEL_GPT2] = {"gpt2", {gpt2_embed, gpt2_block, gpt2_head},
-                    {N(gpt2_embed), N(gpt2_block), N(gpt2_head)}, gpt2_act_values},
+                    {N(gpt2_embed), N(gpt2_block), N(gpt2_head)}, gpt2_act_values, NULL},
     [MODEL_LLAMA] = {"llama", {llama_embed, llama_block, llama_head},
-                     {N(llama_embed), N(llama_block), N(llama_head)}, llama_act_values},
+                     {N(llama_embed), N(llama_block), N(llama_head)}, llama_act_values, llama_skipped},
 };
 #undef N
 
@@ -99,8 +101,8 @@ void model_config_normalise(struct model_config *m)
 {
     if (m->kv_heads == 0)
         m->kv_heads = m->heads;
-    if (m->arch == MODEL_GPT2 && m->ffn_dim == 0)
-        m->ffn_dim = 4 * m->d_model;
+    if (m->arch == MODEL_GPT2 && m->ffn_dim == 0 && m->d_model > 0 && m->d_model <= INT32_MAX / 4)
+        m->ffn_dim = 4 * m->d_model;   /* (a d_model too large for it fails model_config_check) */
     if (m->norm_eps == 0)
         m->norm_eps = 1e-5;
     if (m->arch == MODEL_LLAMA && m->rope_theta == 0)
@@ -153,7 +155,8 @@ int model_config_check(const struct model_config *m, const char **field, char *m
                    : m->heads < 1 ? "heads" : m->layers < 1 ? "layers" : m->kv_heads < 1 ? "kv_heads" : "ffn_dim",
                    msg, len, "vocab_size, context_length, d_model, heads, kv_heads, ffn_dim and layers must be >= 1");
     if (m->d_model % m->heads)
-        return bad(field, "d_model", msg, len, "d_model %d is not a multiple of heads %d", m->d_model, m->heads);
+        return bad(field, "d_model", msg, len, "d_model %d is not a multiple of heads %d (it must be divisible "
+                   "by heads)", m->d_model, m->heads);
     if (m->heads % m->kv_heads)
         return bad(field, "kv_heads", msg, len, "heads (%d) must be divisible by kv_heads (%d): each key/value "
                    "head serves a whole group of query heads", m->heads, m->kv_heads);

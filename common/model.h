@@ -71,6 +71,10 @@ struct model_tensor {
     int stream;                /* initialisation stream within its part */
     int decay;                 /* 1: AdamW weight decay applies */
     int matmul;                /* 1: multiplied with every token (counts in FLOPs) */
+    const char *hf;            /* its name in Hugging Face files, "%d" for the block, the same
+                                  shape (out, in); NULL where the family's reader keeps its own
+                                  (gpt2: gpt2_safetensors.c, for Conv1D's transposes and the
+                                  optional "transformer." prefix) */
 };
 
 struct model_family {
@@ -81,6 +85,9 @@ struct model_family {
      * act_bytes each: a function of C, the heads and the sequence length
      * T (the attention probabilities grow with T). */
     double (*block_act_values)(const struct model_config *m, double T);
+    /* Buffers Hugging Face files may carry that are no parameters
+     * (skipped), "%d" for the block; NULL-terminated. */
+    const char *const *hf_skipped;
 };
 
 extern const struct model_family model_families[MODEL_ARCH_COUNT];

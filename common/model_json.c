@@ -78,12 +78,13 @@ int model_json_parse(const json_t *obj, const char *path, struct model_config *m
         return err_set(err, 400, "missing_field", sub, "%s (the SwiGLU hidden width) is required for "
                        "architecture \"llama\"", sub);
     }
-    struct model_config c = {
-        .vocab = (int)r.vocab_size, .context = (int)r.context_length, .d_model = (int)r.d_model,
-        .heads = (int)r.heads, .layers = (int)r.layers, .arch = arch, .kv_heads = (int)r.kv_heads,
-        .ffn_dim = (int)r.ffn_dim, .tied = r.tie_embeddings, .norm_eps = r.norm_eps, .rope_theta = r.rope_theta,
-        .rope_scaling = {.factor = r.factor, .low_freq_factor = r.low_freq_factor,
-                         .high_freq_factor = r.high_freq_factor, .original_context = (int)r.original_context}};
+    struct model_config c;
+    memset(&c, 0, sizeof c);   /* padding too: specs holding it are compared byte for byte */
+    c.vocab = (int)r.vocab_size, c.context = (int)r.context_length, c.d_model = (int)r.d_model;
+    c.heads = (int)r.heads, c.layers = (int)r.layers, c.arch = arch, c.kv_heads = (int)r.kv_heads;
+    c.ffn_dim = (int)r.ffn_dim, c.tied = r.tie_embeddings, c.norm_eps = r.norm_eps, c.rope_theta = r.rope_theta;
+    c.rope_scaling.factor = r.factor, c.rope_scaling.low_freq_factor = r.low_freq_factor;
+    c.rope_scaling.high_freq_factor = r.high_freq_factor, c.rope_scaling.original_context = (int)r.original_context;
     model_config_normalise(&c);
     const char *field = "";
     char msg[300];
@@ -91,7 +92,7 @@ int model_json_parse(const json_t *obj, const char *path, struct model_config *m
         snprintf(sub, sizeof sub, "%s.%s", path, field);
         return err_set(err, 422, "invalid_field", sub, "%s.%s", path, msg);
     }
-    *m = c;
+    memcpy(m, &c, sizeof c);
     return 0;
 }
 

@@ -1,13 +1,6 @@
 /* gpt2_safetensors.c - GPT-2 weights in Hugging Face's safetensors format
- * (model_io.h), the model.safetensors of GPT2LMHeadModel and GPT2Model:
- *
- *   uint64 N           little-endian: bytes of the JSON header
- *   char   header[N]   {"__metadata__": {"format": "pt"},
- *                       "NAME": {"dtype": "F32", "shape": [r, c],
- *                                "data_offsets": [begin, end]}, ...}
- *                      padded with spaces; offsets are bytes from the
- *                      start of the data, which the tensors cover exactly
- *   data
+ * (model_io.h; the container is safetensors.c's), the model.safetensors of
+ * GPT2LMHeadModel and GPT2Model.
  *
  * GPT-2's names, each with or without the "transformer." prefix (the hub's
  * gpt2 has none, GPT2LMHeadModel.save_pretrained writes it):
@@ -21,15 +14,13 @@
  * The attention and MLP weights are Conv1D's, (in, out): transposed to and
  * from shoal's (out, in).
  */
-#include "json_scan.h"
-#include "model_io_impl.h"
+#include "safetensors.h"
 
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define PREFIX "transformer."
-#define MAX_DIMS 8
 
 /* What a name is: one of the model's tensors (a slot) or a skipped buffer. */
 enum { S_WTE, S_WPE, S_LNFW, S_LNFB, S_HEAD, S_BLOCK, S_ATTN_MASK = S_BLOCK + KT_BLOCK_COUNT,
@@ -50,25 +41,6 @@ static const struct {
 static const char *const global_names[S_BLOCK] = {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias",
                                                   "lm_head.weight"};
 
-static const struct {
-    const char *name;
-    unsigned size; /* bytes */
-} dtypes[] = {
-    {"F32", 4}, {"F16", 2}, {"BF16", 2}, /* the three read; in enum io_dtype's order */
-    {"BOOL", 1}, {"U8", 1}, {"I8", 1}, {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2},
-    {"I32", 4}, {"U32", 4}, {"F64", 8}, {"I64", 8}, {"U64", 8},
-};
-#define N_DTYPES (int)(sizeof dtypes / sizeof dtypes[0])
-
-/* One entry of the header. */
-struct entry {
-    int kind, layer;           /* S_*, and the block for block kinds */
-    int dtype, ndim;           /* index in dtypes[]; dimensions */
-    uint64_t dim[2];           /* the first two dimensions */
-    uint64_t numel;            /* elements */
-    uint64_t begin, end;       /* bytes from the start of the data */
-};
-
 /* The name without prefix, for messages. */
 static const char *kind_name(int kind, int layer, char *buf, size_t cap)
 {
@@ -80,22 +52,10 @@ static const char *kind_name(int kind, int layer, char *buf, size_t cap)
     return buf;
 }
 
-/* "[a,b]", "[a]", "[]" or "[a,b,...]" (more than two dimensions). */
-static const char *shape_str(int ndim, const uint64_t dim[2], char *buf, size_t cap)
-{
-    if (ndim == 0)
-        snprintf(buf, cap, "[]");
-    else if (ndim == 1)
-        snprintf(buf, cap, "[%llu]", (unsigned long long)dim[0]);
-    else
-        snprintf(buf, cap, "[%llu,%llu%s]", (unsigned long long)dim[0], (unsigned long long)dim[1],
-                 ndim > 2 ? ",..." : "");
-    return buf;
-}
-
 /* The kind and block of a tensor name; -1 for a name GPT-2 does not have. */
-static int classify(const char *name, int *kind, int *layer)
+static int classify(const char *name, void *ctx, int *kind, int *layer)
 {
+    (void)ctx;
     if (strncmp(name, PREFIX, strlen(PREFIX)) == 0)
         name += strlen(PREFIX);
     *layer = 0;
@@ -123,173 +83,6 @@ static int classify(const char *name, int *kind, int *layer)
         }
     *kind = strcmp(d, "attn.bias") == 0 ? S_ATTN_MASK : strcmp(d, "attn.masked_bias") == 0 ? S_MASKED_BIAS : -1;
     return *kind < 0 ? -1 : 0;
-}
-
-/* {"dtype": ..., "shape": [...], "data_offsets": [b, e]}, each once. */
-static int parse_entry(struct jscan *j, struct entry *e, const char *name, uint64_t data_len)
-{
-    char key[32], dtype[16];
-    int first = 1, r, seen = 0;
-    size_t len;
-    if (js_object(j))
-        return -1;
-    while ((r = js_member(j, &first, key, sizeof key, &len)) == 1) {
-        int bit = strcmp(key, "dtype") == 0 ? 1 : strcmp(key, "shape") == 0 ? 2
-                  : strcmp(key, "data_offsets") == 0 ? 4 : 0;
-        if (!bit || (seen & bit))
-            return js_fail(j, "tensor '%s': %s member '%s'", name, bit ? "a second" : "unknown", key);
-        seen |= bit;
-        int el = 1, n = 0;
-        if (bit == 1) {
-            if (js_string(j, dtype, sizeof dtype, &len))
-                return -1;
-            for (e->dtype = 0; e->dtype < N_DTYPES && strcmp(dtypes[e->dtype].name, dtype) != 0; e->dtype++)
-                ;
-            if (e->dtype == N_DTYPES)
-                return js_fail(j, "tensor '%s': unknown dtype '%s'", name, dtype);
-            continue;
-        }
-        uint64_t v[MAX_DIMS];
-        if (js_array(j))
-            return -1;
-        while ((r = js_element(j, &el)) == 1) {
-            if (n == (bit == 2 ? MAX_DIMS : 2))
-                return js_fail(j, "tensor '%s': more than %d %s", name, bit == 2 ? MAX_DIMS : 2,
-                               bit == 2 ? "dimensions" : "offsets");
-            if (js_uint64(j, &v[n++]))
-                return -1;
-        }
-        if (r < 0)
-            return -1;
-        if (bit == 2) {
-            e->ndim = n;
-            e->numel = 1;
-            for (int i = 0; i < n; i++)
-                if (__builtin_mul_overflow(e->numel, v[i], &e->numel))
-                    return js_fail(j, "tensor '%s': its shape overflows 64 bits", name);
-            e->dim[0] = n > 0 ? v[0] : 0;
-            e->dim[1] = n > 1 ? v[1] : 0;
-        } else if (n != 2) {
-            return js_fail(j, "tensor '%s': data_offsets is not [begin, end]", name);
-        } else {
-            e->begin = v[0];
-            e->end = v[1];
-        }
-    }
-    if (r < 0)
-        return -1;
-    if (seen != 7)
-        return js_fail(j, "tensor '%s' lacks %s", name, !(seen & 1) ? "its dtype" : !(seen & 2) ? "its shape"
-                                                                                                : "its data_offsets");
-    uint64_t bytes;
-    if (e->begin > e->end || e->end > data_len)
-        return js_fail(j, "tensor '%s': data_offsets [%llu,%llu] are not inside the %llu bytes of data", name,
-                       (unsigned long long)e->begin, (unsigned long long)e->end, (unsigned long long)data_len);
-    if (__builtin_mul_overflow(e->numel, (uint64_t)dtypes[e->dtype].size, &bytes) || bytes != e->end - e->begin)
-        return js_fail(j, "tensor '%s': %llu bytes of data for %llu elements of %s", name,
-                       (unsigned long long)(e->end - e->begin), (unsigned long long)e->numel, dtypes[e->dtype].name);
-    return 0;
-}
-
-/* The header's entries (malloc'd into *out, *n of them). */
-static int parse_header(const char *text, size_t len, uint64_t data_len, struct entry **out, int *n,
-                        struct kern_err *err)
-{
-    struct jscan j;
-    struct entry *e = NULL;
-    size_t cap = 0, klen;
-    int count = 0, first = 1, r, meta = 0;
-    char key[512];
-
-    js_init(&j, text, len, "safetensors header", err);
-    if (len == 0 || text[0] != '{')
-        return js_fail(&j, "the header does not start with '{'");
-    if (js_object(&j))
-        return -1;
-    while ((r = js_member(&j, &first, key, sizeof key, &klen)) == 1) {
-        if (strcmp(key, "__metadata__") == 0) { /* string to string; kept by nobody here */
-            int f2 = 1, r2;
-            if (meta++)
-                goto fail_dup;
-            if (js_object(&j))
-                goto fail;
-            while ((r2 = js_member(&j, &f2, NULL, 0, &klen)) == 1)
-                if (js_string(&j, NULL, 0, NULL))
-                    goto fail;
-            if (r2 < 0)
-                goto fail;
-            continue;
-        }
-        if ((size_t)count == cap) {
-            cap = cap ? 2 * cap : 64;
-            struct entry *grown = realloc(e, cap * sizeof *e);
-            if (!grown) {
-                kern_fail(err, "safetensors: out of memory for %zu header entries", cap);
-                goto fail;
-            }
-            e = grown;
-        }
-        memset(&e[count], 0, sizeof e[count]);
-        if (classify(key, &e[count].kind, &e[count].layer)) {
-            js_fail(&j, "tensor '%s' is not part of a GPT-2 model", key);
-            goto fail;
-        }
-        if (parse_entry(&j, &e[count++], key, data_len))
-            goto fail;
-    }
-    if (r < 0 || js_finish(&j))
-        goto fail;
-    *out = e;
-    *n = count;
-    return 0;
-fail_dup:
-    js_fail(&j, "a second __metadata__");
-fail:
-    free(e);
-    return -1;
-}
-
-static int by_begin(const void *a, const void *b)
-{
-    const struct entry *x = *(const struct entry *const *)a, *y = *(const struct entry *const *)b;
-    return x->begin != y->begin ? (x->begin > y->begin ? 1 : -1) : (x->end > y->end) - (x->end < y->end);
-}
-
-/* The tensors cover [0, data_len) exactly, one after another. */
-static int check_coverage(struct entry *e, int n, uint64_t data_len, struct kern_err *err)
-{
-    struct entry **order = malloc(((size_t)n + 1) * sizeof *order);
-    char a[64], b[64];
-    uint64_t at = 0;
-    int rc = -1;
-    if (!order)
-        return kern_fail(err, "safetensors: out of memory");
-    for (int i = 0; i < n; i++)
-        order[i] = &e[i];
-    qsort(order, (size_t)n, sizeof *order, by_begin);
-    for (int i = 0; i < n; i++) {
-        if (order[i]->begin < at) {
-            kern_fail(err, "safetensors: tensors %s and %s overlap in the data",
-                      kind_name(order[i - 1]->kind, order[i - 1]->layer, a, sizeof a),
-                      kind_name(order[i]->kind, order[i]->layer, b, sizeof b));
-            goto out;
-        }
-        if (order[i]->begin > at) {
-            kern_fail(err, "safetensors: bytes [%llu,%llu) of the data belong to no tensor",
-                      (unsigned long long)at, (unsigned long long)order[i]->begin);
-            goto out;
-        }
-        at = order[i]->end;
-    }
-    if (at != data_len) {
-        kern_fail(err, "safetensors: the data is %llu bytes and its tensors end at byte %llu",
-                  (unsigned long long)data_len, (unsigned long long)at);
-        goto out;
-    }
-    rc = 0;
-out:
-    free(order);
-    return rc;
 }
 
 /* The file's shape of a kind, in a model of V, T, C: *ndim 1 or 2. */
@@ -323,7 +116,7 @@ static int table_index(int kind, int layer, int L)
 }
 
 /* Every tensor once, in its shape: slot[table_index] gets its entry. */
-static int check_tensors(const struct entry *e, int n, const struct model_config *m, int *slot,
+static int check_tensors(const struct st_entry *e, int n, const struct model_config *m, int *slot,
                          struct kern_err *err)
 {
     int L = m->layers, count = 5 + KT_BLOCK_COUNT * L;
@@ -355,13 +148,13 @@ static int check_tensors(const struct entry *e, int n, const struct model_config
         if (e[i].ndim != ndim || e[i].dim[0] != dim[0] || (ndim == 2 && e[i].dim[1] != dim[1])) {
             char got[64], want[64];
             kern_fail(err, "safetensors: tensor %s has shape %s; a GPT-2 of V=%d T=%d C=%d wants %s", name,
-                      shape_str(e[i].ndim, e[i].dim, got, sizeof got), m->vocab, m->context, m->d_model,
-                      shape_str(ndim, dim, want, sizeof want));
+                      st_shape_str(e[i].ndim, e[i].dim, got, sizeof got), m->vocab, m->context, m->d_model,
+                      st_shape_str(ndim, dim, want, sizeof want));
             goto out;
         }
         if (e[i].dtype > IO_BF16) {
             kern_fail(err, "safetensors: tensor %s is %s; this reads F32, F16 and BF16", name,
-                      dtypes[e[i].dtype].name);
+                      st_dtype_name(e[i].dtype));
             goto out;
         }
     }
@@ -381,9 +174,9 @@ out:
 
 /* The model the entries describe: V and C from wte, T from wpe, L from the
  * highest block named. */
-static int model_of(const struct entry *e, int n, int heads, struct model_config *m, struct kern_err *err)
+static int model_of(const struct st_entry *e, int n, int heads, struct model_config *m, struct kern_err *err)
 {
-    const struct entry *wte = NULL, *wpe = NULL;
+    const struct st_entry *wte = NULL, *wpe = NULL;
     int L = 0;
     for (int i = 0; i < n; i++) {
         if (e[i].kind == S_WTE)
@@ -413,31 +206,19 @@ static int model_of(const struct entry *e, int n, int heads, struct model_config
 static int st_read(const struct io_src *src, int heads, struct model_config *model, float **params,
                    struct kern_err *err)
 {
-    uint64_t hlen;
+    uint64_t hlen, data_len;
     char *text = NULL;
-    struct entry *e = NULL;
+    struct st_entry *e = NULL;
     int n = 0, *slot = NULL, rc = -1;
     float *p = NULL, *scratch = NULL;
     struct model_config m;
     struct kern_stage w;
 
     memset(&w, 0, sizeof w);
-    if (src->size < 8)
-        return kern_fail(err, "safetensors: the file is %llu bytes, shorter than its 8-byte header size",
-                         (unsigned long long)src->size);
-    if (io_read(src, 0, &hlen, 8, err))
-        return io_fail_in(err, "safetensors");
-    if (hlen > KERN_SAFETENSORS_HEADER_MAX || hlen > src->size - 8)
-        return kern_fail(err, "safetensors: the header claims %llu bytes; the file has %llu after the size, "
-                         "and the limit is %u", (unsigned long long)hlen, (unsigned long long)(src->size - 8),
-                         KERN_SAFETENSORS_HEADER_MAX);
-    uint64_t data_len = src->size - 8 - hlen;
-    if (!(text = malloc(hlen + 1))) {
-        kern_fail(err, "safetensors: out of memory for a %llu-byte header", (unsigned long long)hlen);
-        goto out;
-    }
-    if (io_read(src, 8, text, hlen, err) || parse_header(text, hlen, data_len, &e, &n, err) ||
-        check_coverage(e, n, data_len, err) || model_of(e, n, heads, &m, err))
+    if (st_header_read(src, "safetensors", &text, &hlen, &data_len, err))
+        return -1;
+    if (st_parse_header(text, hlen, data_len, classify, NULL, "a GPT-2 model", &e, &n, err) ||
+        st_check_coverage(e, n, data_len, err) || model_of(e, n, heads, &m, err))
         goto out;
     if (io_layout(&m, 0, m.layers, &w, err)) {
         io_fail_in(err, "safetensors");
@@ -464,7 +245,7 @@ static int st_read(const struct io_src *src, int heads, struct model_config *mod
             memcpy(p + t->offset, p + w.off_wte, t->count * sizeof *p);
             continue;
         }
-        const struct entry *x = &e[slot[i]];
+        const struct st_entry *x = &e[slot[i]];
         int conv1d = x->kind >= S_BLOCK && block_names[x->kind - S_BLOCK].conv1d;
         float *dst = conv1d ? scratch : p + t->offset;
         if (io_read_floats(src, 8 + hlen + x->begin, (enum io_dtype)x->dtype, t->count, dst, t->name, err)) {
@@ -521,10 +302,8 @@ static int written_kind(int i, int L, int *layer)
 int kern_safetensors_write(FILE *f, const struct model_config *m, const float *params, struct kern_err *err)
 {
     struct kern_stage w;
-    char *text = NULL, name[64];
-    size_t text_len = 0;
-    float *scratch = NULL;
-    FILE *h = NULL;
+    struct st_out *out = NULL;
+    char name[64];
     int rc = -1;
 
     if (io_check_gpt2(m, "safetensors export", err))
@@ -532,61 +311,26 @@ int kern_safetensors_write(FILE *f, const struct model_config *m, const float *p
     if (io_layout(m, 0, m->layers, &w, err))
         return io_fail_in(err, "safetensors export");
     int L = m->layers, n = w.n_tensors - kern_model_head_tied(m, params); /* a tied head is not written */
-    size_t C = (size_t)m->d_model;
-    if (!(scratch = malloc(4 * C * C * sizeof *scratch)) || !(h = open_memstream(&text, &text_len))) {
+    if (!(out = calloc((size_t)n, sizeof *out))) {
         kern_fail(err, "safetensors export: out of memory");
         goto out;
     }
-    fprintf(h, "{\"__metadata__\":{\"format\":\"pt\"}");
-    uint64_t at = 0;
-    for (int i = 0; i < n; i++) {
-        int layer, kind = written_kind(i, L, &layer), ndim;
-        uint64_t dim[2];
-        file_shape(kind, (uint64_t)m->vocab, (uint64_t)m->context, C, &ndim, dim);
-        fprintf(h, ",\"%s%s\":{\"dtype\":\"F32\",\"shape\":[%llu", kind == S_HEAD ? "" : PREFIX,
-                kind_name(kind, layer, name, sizeof name),
-                (unsigned long long)dim[0]);
-        if (ndim == 2)
-            fprintf(h, ",%llu", (unsigned long long)dim[1]);
-        fprintf(h, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)at,
-                (unsigned long long)(at + 4 * w.tensors[i].count));
-        at += 4 * w.tensors[i].count;
-    }
-    fputc('}', h);
-    while (ftell(h) % 8 != 0) /* as safetensors pads: the data starts 8-byte aligned */
-        fputc(' ', h);
-    if (fclose(h) != 0) {
-        h = NULL;
-        kern_fail(err, "safetensors export: out of memory");
-        goto out;
-    }
-    h = NULL;
-    uint64_t hlen = text_len;
-    if (io_write(f, &hlen, 8, "safetensors export", err) || io_write(f, text, text_len, "safetensors export", err))
-        goto out;
     for (int i = 0; i < n; i++) {
         const struct kern_tensor *t = &w.tensors[i];
-        int layer, kind = written_kind(i, L, &layer);
-        const float *src = params + t->offset;
-        if (kind >= S_BLOCK && block_names[kind - S_BLOCK].conv1d) { /* (out, in) to (in, out) */
-            for (size_t o = 0; o < (size_t)t->rows; o++)
-                for (size_t in = 0; in < (size_t)t->cols; in++)
-                    scratch[in * (size_t)t->rows + o] = src[o * (size_t)t->cols + in];
-            src = scratch;
-        }
-        if (io_write(f, src, t->count * sizeof(float), "safetensors export", err))
-            goto out;
+        int layer, kind = written_kind(i, L, &layer), ndim;
+        uint64_t dim[2];
+        file_shape(kind, (uint64_t)m->vocab, (uint64_t)m->context, (uint64_t)m->d_model, &ndim, dim);
+        snprintf(out[i].name, sizeof out[i].name, "%s%s", kind == S_HEAD ? "" : PREFIX,
+                 kind_name(kind, layer, name, sizeof name));
+        out[i].ndim = ndim;
+        out[i].rows = ndim == 2 ? dim[0] : 1;
+        out[i].cols = ndim == 2 ? dim[1] : dim[0];
+        out[i].data = params + t->offset;
+        out[i].transpose = kind >= S_BLOCK && block_names[kind - S_BLOCK].conv1d; /* (out, in) to (in, out) */
     }
-    if (fflush(f) != 0) {
-        kern_fail(err, "safetensors export: write failed");
-        goto out;
-    }
-    rc = 0;
+    rc = st_write(f, out, n, "safetensors export", err);
 out:
-    if (h)
-        fclose(h);
-    free(text);
-    free(scratch);
+    free(out);
     io_layout_free(&w);
     return rc;
 }

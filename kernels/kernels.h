@@ -148,6 +148,12 @@ int kern_stage_grad_norm2(struct kern_stage *st, double *out, struct kern_err *e
  * other stages or untied models. */
 int kern_stage_tie_grads(struct kern_stage *st, struct kern_err *err);
 
+/* On a stage holding one copy of a tied model's shared matrix (wte on the
+ * first stage, head on the last, not both): 1, with its place in the flat
+ * buffers (floats); the caller sums its gradient with the other copy's
+ * (the agent: over the peers, every step, before the all-reduce).  Else 0. */
+int kern_stage_tied_tensor(const struct kern_stage *st, size_t *offset, size_t *count);
+
 /* One AdamW step on every parameter; increments the step count. */
 int kern_stage_adamw(struct kern_stage *st, const struct kern_adamw *h, struct kern_err *err);
 

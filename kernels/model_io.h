@@ -134,4 +134,49 @@ int kern_gpt2_config_read(const char *text, size_t len, struct model_config *mod
 int kern_gpt2_config_write(FILE *f, const struct model_config *m, const float *params,
                            struct kern_err *err);
 
+/* ---- a family's Hugging Face weights (Llama) ------------------------- */
+
+#define KERN_HF_FILES_MAX 1024  /* shards an index may name */
+#define KERN_HF_FILE_MAX 256    /* bytes of a shard's file name, with the NUL */
+
+/* What model.safetensors.index.json says: the shard files its weight_map
+ * names (each once, plain file names beside the index) and how many
+ * tensors it maps. */
+struct kern_hf_index {
+    int n_files, n_names;
+    char files[KERN_HF_FILES_MAX][KERN_HF_FILE_MAX];
+};
+int kern_hf_index_read(const char *text, size_t len, struct kern_hf_index *ix, struct kern_err *err);
+
+/* Reads model m's weights (a family whose row names its tensors the Hugging
+ * Face way: llama) from n safetensors files: a model.safetensors, or all
+ * the shards an index names, in any order.  Every tensor of m once across
+ * them, in the shape m makes (so the config's heads, kv heads and MLP width
+ * are checked), F32, F16 or BF16; buffers that are no parameters
+ * (rotary_emb.inv_freq) skipped; any other name refused.  A tied model
+ * (m->tied) may leave lm_head.weight out and its head is then wte; one
+ * that stores it must store wte's values.  names[i] is file i's name in
+ * messages.  On success *params is the whole model (kern_model_param_count
+ * floats, malloc'd). */
+int kern_hf_read(const struct model_config *m, FILE *const *files, const char *const *names, int n,
+                 float **params, struct kern_err *err);
+
+/* Writes the whole model as save_pretrained writes it in one file: the
+ * Hugging Face names, F32, in shoal's order, lm_head.weight left out when
+ * the model is tied. */
+int kern_hf_write(FILE *f, const struct model_config *m, const float *params, struct kern_err *err);
+
+/* Reads a Hugging Face LlamaForCausalLM config.json into *model: model_type
+ * "llama", hidden_act "silu", no attention or MLP biases, head_dim (when
+ * given) d_model / heads; vocab_size, max_position_embeddings,
+ * hidden_size, intermediate_size, num_attention_heads, num_hidden_layers
+ * required; num_key_value_heads (default heads), rms_norm_eps (1e-6, as
+ * LlamaConfig), rope_theta (10000), rope_scaling (null or type "llama3"),
+ * tie_word_embeddings (false).  Anything else is refused with the reason;
+ * *model is written only on success. */
+int kern_llama_config_read(const char *text, size_t len, struct model_config *model, struct kern_err *err);
+
+/* Writes the config.json save_pretrained writes for m (LlamaForCausalLM). */
+int kern_llama_config_write(FILE *f, const struct model_config *m, struct kern_err *err);
+
 #endif

@@ -282,6 +282,15 @@ int kern_stage_grad_norm2(struct kern_stage *st, double *out, struct kern_err *e
     return 0;
 }
 
+int kern_stage_tied_tensor(const struct kern_stage *st, size_t *offset, size_t *count)
+{
+    if (!st->model.tied || st->spec.first == st->spec.last)
+        return 0;
+    *offset = st->spec.first ? st->off_wte : st->off_head;
+    *count = (size_t)st->model.vocab * st->model.d_model;
+    return 1;
+}
+
 int kern_stage_tie_grads(struct kern_stage *st, struct kern_err *err)
 {
     if (!st->model.tied || !st->spec.first || !st->spec.last)

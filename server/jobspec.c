@@ -183,11 +183,6 @@ int jobspec_parse(const json_t *body, struct job_spec *spec, struct shoal_err *e
         return err_set(err, 422, "invalid_field", "parallelism.stages",
                        "parallelism.stages (%lld) must not exceed model.layers (%d): each stage needs a layer",
                        (long long)spec->stages, spec->model.layers);
-    if (spec->model.tied && spec->stages > 1)
-        return err_set(err, 422, "invalid_field", "model.tie_embeddings",
-                       "model.tie_embeddings with parallelism.stages %lld: a head tied across stages needs its "
-                       "gradient summed with the first stage's every step, which this version does not do yet; "
-                       "train it in 1 stage, or untied", (long long)spec->stages);
     if (spec->stages * spec->replicas > 65536)
         return err_set(err, 422, "invalid_field", "parallelism.replicas",
                        "stages x replicas must be at most 65536 tasklets");

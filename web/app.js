@@ -515,7 +515,7 @@ function viewJobs(root) {
           el('td', { dataset: { col: 'name' } }, el('a', { href: '#/jobs/' + Number(j.id) }, j.name)),
           el('td', { dataset: { col: 'state' } }, badge(j.state)),
           el('td', { class: 'num' }, `${j.spec.parallelism.stages} × ${j.spec.parallelism.replicas}`),
-          el('td', {}, `${j.spec.model.layers} layers, d_model ${j.spec.model.d_model}`),
+          el('td', {}, modelText(j.spec.model)),
           el('td', { dataset: { col: 'progress' } }, jobProgress(j)),
           el('td', { title: fmtTime(j.created_at) }, fmtAgo(j.created_at)),
           el('td', { title: fmtTime(j.updated_at) }, fmtAgo(j.updated_at))))))
@@ -866,7 +866,7 @@ function viewJob(root, id) {
     const sp = job.spec;
     fill(head, el('h1', {}, job.name, ' ', el('span', { class: 'muted' }, '#' + job.id)), badge(job.state),
       el('span', { class: 'muted' }, `${sp.parallelism.stages} stages × ${sp.parallelism.replicas} replicas · ` +
-        `${sp.model.layers} layers, d_model ${sp.model.d_model} · ${sp.parallelism.micro_batches} micro-batches of ` +
+        `${modelText(sp.model)} · ${sp.parallelism.micro_batches} micro-batches of ` +
         `${sp.parallelism.micro_batch_size} · ${sp.parallelism.schedule} · data ${sp.data.path} (${sp.data.format})` +
         commText(sp)),
       LIVE_JOB_STATES.includes(job.state)
@@ -977,18 +977,33 @@ function schedulePanel(job, onScheduled) {
 
 // ---------------------------------------------------------------- submitting
 
-// Every field of the job form: [dotted path, label, kind, default, extra].
+// A job's model in a few words: its family, depth and width, and for
+// llama its query/kv heads, MLP width and a tied head.
+function modelText(m) {
+  const base = `${m.architecture || 'gpt2'} · ${m.layers} layers, d_model ${m.d_model}`;
+  if (m.architecture !== 'llama') return base;
+  return `${base}, ${m.heads}/${m.kv_heads} heads (q/kv), ffn ${m.ffn_dim}` + (m.tie_embeddings ? ', tied head' : '');
+}
+
+// Every field of the job form: [dotted path, label, kind, default, extra];
+// extra.family: sent only when model.architecture is that family.
 const JOB_FIELDS = [
   ['Job', [
     ['name', 'name', 'text', 'job', { maxlength: 63 }],
     ['checkpoint_interval', 'checkpoint interval (steps; 0: only at the end)', 'int', 100, { min: 0 }],
   ]],
-  ['Model (GPT-2)', [
+  ['Model', [
+    ['model.architecture', 'architecture', 'choice', 'gpt2', { choices: ['gpt2', 'llama'] }],
     ['model.vocab_size', 'vocabulary size', 'int', 256, { min: 2 }],
     ['model.context_length', 'context length (tokens)', 'int', 64, { min: 1 }],
     ['model.d_model', 'd_model (channels)', 'int', 64, { min: 1 }],
     ['model.heads', 'heads', 'int', 4, { min: 1 }],
     ['model.layers', 'layers', 'int', 4, { min: 1 }],
+    ['model.kv_heads', 'key/value heads (llama)', 'int', 2, { min: 1, family: 'llama' }],
+    ['model.ffn_dim', 'SwiGLU width (llama)', 'int', 172, { min: 1, family: 'llama' }],
+    ['model.rope_theta', 'rotary base (llama)', 'float', 10000, { min: 1, family: 'llama' }],
+    ['model.tie_embeddings', 'head tied to the embedding (llama)', 'choice', 'false',
+      { choices: ['false', 'true'], family: 'llama', bool: true }],
   ]],
   ['Parallelism', [
     ['parallelism.stages', 'pipeline stages', 'int', 2, { min: 1 }],
@@ -1027,11 +1042,19 @@ function viewSubmit(root) {
           step: kind === 'float' ? 'any' : kind === 'int' ? 1 : null, min: extra.min, maxlength: extra.maxlength,
           required: true, spellcheck: 'false' });
       }
-      inputs.set(path, { input, kind });
+      inputs.set(path, { input, kind, extra });
       fs.append(el('label', { dataset: { field: path } }, label, input));
     }
     form.append(fs);
   }
+  // A family's own fields show only while that family is chosen.
+  const arch = inputs.get('model.architecture').input;
+  const showFamily = () => {
+    for (const [path, { extra }] of inputs)
+      if (extra.family) form.querySelector(`label[data-field="${path}"]`).hidden = extra.family !== arch.value;
+  };
+  arch.addEventListener('change', showFamily);
+  showFamily();
   const submit = el('button', { type: 'submit', class: 'primary', id: 'submit-job' }, 'Create job');
   form.append(el('div', { class: 'buttons' }, submit,
     el('span', { class: 'muted' }, 'The job is created pending; preview and schedule it next.')));
@@ -1039,8 +1062,11 @@ function viewSubmit(root) {
 
   function spec() {
     const out = {};
-    for (const [path, { input, kind }] of inputs) {
-      const v = kind === 'text' || kind === 'choice' ? input.value : Number(input.value);
+    const family = inputs.get('model.architecture').input.value;
+    for (const [path, { input, kind, extra }] of inputs) {
+      if (extra.family && extra.family !== family) continue;
+      const v = extra.bool ? input.value === 'true'
+        : kind === 'text' || kind === 'choice' ? input.value : Number(input.value);
       const keys = path.split('.');
       let o = out;
       for (const k of keys.slice(0, -1)) o = o[k] = o[k] || {};

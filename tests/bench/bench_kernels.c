@@ -6,9 +6,14 @@
  *                     C=2048, NH=16, layers [3,6) of 24, T=2048, B=1/2/4
  *   gpt2-124m-b{4,8}  GPT-2 124M whole (first and last): V=50257, T=1024,
  *                     C=768, NH=12, L=12, B=4/8
+ *   smollm2-whole-b1  Llama: SmolLM2-135M whole (V=49152, C=576, 9 heads, 3 kv
+ *                     heads, MLP 1536, L=30, tied), T=512, B=1
+ *   llama1b-mid-b1    Llama: Llama-3.2-1B's layers [4,8) of 16 (C=2048, 32
+ *                     heads, 8 kv heads, MLP 8192), T=2048, B=1
  * With --device cpu the default is a small set a CI machine runs in seconds
- * (small-mid-b2, small-whole-b2: C=256, T=256, 2 layers); --only picks any
- * config by name on either device.
+ * (small-mid-b2, small-whole-b2: C=256, T=256, 2 layers; small-llama-whole-b2,
+ * the Llama of that size, 2 kv heads of 4, MLP 688); --only picks any config
+ * by name on either device.
  *
  * Each config: 3 warm-up iterations, then --steps timed ones (default 10) of
  * forward then backward of micro-batch 0, wall clock (CLOCK_MONOTONIC; the
@@ -46,7 +51,7 @@
 
 struct bench_config {
     const char *name;
-    struct model_config model; /* vocab, context, d_model, heads, layers */
+    struct model_config model; /* the family and its sizes */
     int layer_start, layer_end;
     int B, T;
     int small; /* 1: the default set on cpu; 0: the default set on cuda */
@@ -60,6 +65,19 @@ static const struct bench_config configs[] = {
     {"gpt2-124m-b8", {.vocab = 50257, .context = 1024, .d_model = 768, .heads = 12, .layers = 12}, 0, 12, 8, 1024, 0},
     {"small-mid-b2", {.vocab = 8192, .context = 256, .d_model = 256, .heads = 4, .layers = 4}, 1, 3, 2, 256, 1},
     {"small-whole-b2", {.vocab = 8192, .context = 256, .d_model = 256, .heads = 4, .layers = 2}, 0, 2, 2, 256, 1},
+    /* Llama: SmolLM2-135M whole (tied), a Llama-3.2-1B middle stage, and a
+     * small whole model for the CPU's default set */
+    {"smollm2-whole-b1", {.vocab = 49152, .context = 2048, .d_model = 576, .heads = 9, .layers = 30,
+                          .arch = MODEL_LLAMA, .kv_heads = 3, .ffn_dim = 1536, .tied = 1, .rope_theta = 100000},
+     0, 30, 1, 512, 0},
+    {"llama1b-mid-b1", {.vocab = 128256, .context = 2048, .d_model = 2048, .heads = 32, .layers = 16,
+                        .arch = MODEL_LLAMA, .kv_heads = 8, .ffn_dim = 8192, .tied = 1, .rope_theta = 500000,
+                        .rope_scaling = {.factor = 32, .low_freq_factor = 1, .high_freq_factor = 4,
+                                         .original_context = 8192}},
+     4, 8, 1, 2048, 0},
+    {"small-llama-whole-b2", {.vocab = 8192, .context = 256, .d_model = 256, .heads = 4, .layers = 2,
+                              .arch = MODEL_LLAMA, .kv_heads = 2, .ffn_dim = 688, .rope_theta = 10000},
+     0, 2, 2, 256, 1},
 };
 #define N_CONFIGS (sizeof configs / sizeof configs[0])
 
@@ -226,7 +244,7 @@ static void print_header(const struct options *o)
 {
     printf("# bench_kernels: device %s, timed steps %d (after %d warm-up), peak %.0f TFLOP/s\n",
            o->device, o->steps, WARMUP, o->peak_tflops);
-    printf("%-16s %3s %5s %10s %10s %10s %12s %9s %7s\n", "config", "B", "T", "fwd ms",
+    printf("%-20s %3s %5s %10s %10s %10s %12s %9s %7s\n", "config", "B", "T", "fwd ms",
            "bwd ms", "ms", "tokens/s", "TFLOP/s", "MFU");
 }
 
@@ -235,12 +253,12 @@ static void print_row(const struct options *o, const struct bench_config *c,
                       const struct result *r, const char *error)
 {
     if (error) {
-        printf("%-16s %3d %5d error: %s\n", c->name, c->B, c->T, error);
+        printf("%-20s %3d %5d error: %s\n", c->name, c->B, c->T, error);
         return;
     }
     double tokens_per_s = (double)c->B * c->T / (r->ms / 1e3);
     double tflops = r->flops / (r->ms / 1e3) / 1e12;
-    printf("%-16s %3d %5d %10.2f %10.2f %10.2f %12.0f %9.2f %6.2f%%\n", c->name, c->B, c->T,
+    printf("%-20s %3d %5d %10.2f %10.2f %10.2f %12.0f %9.2f %6.2f%%\n", c->name, c->B, c->T,
            r->fwd_ms, r->bwd_ms, r->ms, tokens_per_s, tflops, 100 * tflops / o->peak_tflops);
 }
 

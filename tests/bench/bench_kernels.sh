@@ -41,9 +41,9 @@ grep -h '^{' "$out/shoal" "$out/torch" | jq -rs '
        | .sdpa_over_shoal = ratio(.torch_sdpa_ms; .shoal_ms)] as $rows
     | "shoal beside PyTorch: device \($t.device // "?"), torch \($t.dtype // "?")"
       + (if $t.threads then ", \($t.threads) threads" else "" end) + " (ms per forward+backward; ratio: PyTorch over shoal)",
-      "config             shoal ms  torch-eager ms   ratio  torch-sdpa ms   ratio",
+      "config                 shoal ms  torch-eager ms   ratio  torch-sdpa ms   ratio",
       ($rows[] | [.config, .shoal_ms, .torch_eager_ms, .eager_over_shoal, .torch_sdpa_ms, .sdpa_over_shoal]
                | map(if . == null then "-" else tostring end)
-               | "\(.[0] | . + " " * (16 - length)) \(.[1] | " " * (10 - length) + .) \(.[2] | " " * (15 - length) + .) \(.[3] | " " * (7 - length) + .) \(.[4] | " " * (14 - length) + .) \(.[5] | " " * (7 - length) + .)"),
+               | "\(.[0] | . + " " * (20 - length)) \(.[1] | " " * (10 - length) + .) \(.[2] | " " * (15 - length) + .) \(.[3] | " " * (7 - length) + .) \(.[4] | " " * (14 - length) + .) \(.[5] | " " * (7 - length) + .)"),
       ({bench: "kernels_vs_torch", device: $t.device, dtype: $t.dtype, threads: $t.threads, rows: $rows} | tojson)'
 exit "$rc"

@@ -4,11 +4,15 @@ the baseline the shoal kernels are compared with.
 
 The same configs as bench_kernels.c (xl-mid-b1/2/4: GPT-3 XL-like middle
 stage, layers [3,6) of 24, C=2048, NH=16, T=2048; gpt2-124m-b4/8: GPT-2 124M
-whole, C=768, NH=12, L=12, T=1024; and the small CPU smoke set), built as a
-GPT-2 block stack like shoal's: pre-LayerNorm, one fused qkv Linear, causal
-softmax attention, GELU (tanh), 4x MLP, residual adds; token and position
-embeddings on a first stage, final LayerNorm, untied head and cross-entropy
-on a last one. Weights are fp32; the forward runs under bf16 autocast on a
+whole, C=768, NH=12, L=12, T=1024; smollm2-whole-b1 and llama1b-mid-b1:
+SmolLM2-135M whole and Llama-3.2-1B's layers [4,8); and the small CPU smoke
+set), built as shoal's stacks: GPT-2's pre-LayerNorm, one fused qkv Linear,
+causal softmax attention, GELU (tanh), 4x MLP, residual adds, token and
+position embeddings on a first stage, final LayerNorm, untied head and
+cross-entropy on a last one; or Llama's (Hugging Face's LlamaForCausalLM
+written out: RMSNorm, q/k/v/o without bias, rotate_half RoPE, k and v
+repeated for grouped-query attention, SwiGLU, the head tied to the embedding
+on a stage holding both). Weights are fp32; the forward runs under bf16 autocast on a
 GPU (shoal's CUDA products are bf16) and in plain fp32 on the CPU (shoal's
 CPU backend is fp32), or as --dtype says. On the CPU torch uses --threads
 threads (default: OMP_NUM_THREADS, else every core, as shoal's OpenMP does),
@@ -60,15 +64,19 @@ except ImportError as exc:  # reported by main(); the file still parses
 WARMUP = 3
 EXIT_FAILED, EXIT_USAGE, EXIT_NO_DEVICE = 1, 2, 3
 
-# name, (vocab, context, d_model, heads, layers), layer_start, layer_end, B, T, small
+# name, (vocab, context, d_model, heads, layers), layer_start, layer_end, B, T, small,
+# and for a Llama (kv_heads, ffn_dim, tied, rope_theta); None: GPT-2
 CONFIGS = [
-    ("xl-mid-b1", (50257, 2048, 2048, 16, 24), 3, 6, 1, 2048, False),
-    ("xl-mid-b2", (50257, 2048, 2048, 16, 24), 3, 6, 2, 2048, False),
-    ("xl-mid-b4", (50257, 2048, 2048, 16, 24), 3, 6, 4, 2048, False),
-    ("gpt2-124m-b4", (50257, 1024, 768, 12, 12), 0, 12, 4, 1024, False),
-    ("gpt2-124m-b8", (50257, 1024, 768, 12, 12), 0, 12, 8, 1024, False),
-    ("small-mid-b2", (8192, 256, 256, 4, 4), 1, 3, 2, 256, True),
-    ("small-whole-b2", (8192, 256, 256, 4, 2), 0, 2, 2, 256, True),
+    ("xl-mid-b1", (50257, 2048, 2048, 16, 24), 3, 6, 1, 2048, False, None),
+    ("xl-mid-b2", (50257, 2048, 2048, 16, 24), 3, 6, 2, 2048, False, None),
+    ("xl-mid-b4", (50257, 2048, 2048, 16, 24), 3, 6, 4, 2048, False, None),
+    ("gpt2-124m-b4", (50257, 1024, 768, 12, 12), 0, 12, 4, 1024, False, None),
+    ("gpt2-124m-b8", (50257, 1024, 768, 12, 12), 0, 12, 8, 1024, False, None),
+    ("small-mid-b2", (8192, 256, 256, 4, 4), 1, 3, 2, 256, True, None),
+    ("small-whole-b2", (8192, 256, 256, 4, 2), 0, 2, 2, 256, True, None),
+    ("smollm2-whole-b1", (49152, 2048, 576, 9, 30), 0, 30, 1, 512, False, (3, 1536, True, 100000.0)),
+    ("llama1b-mid-b1", (128256, 2048, 2048, 32, 16), 4, 8, 1, 2048, False, (8, 8192, True, 500000.0)),
+    ("small-llama-whole-b2", (8192, 256, 256, 4, 2), 0, 2, 2, 256, True, (2, 688, False, 10000.0)),
 ]
 
 IMPLS = {"eager": "torch-eager", "sdpa": "torch-sdpa"}
@@ -77,15 +85,24 @@ IMPLS = {"eager": "torch-eager", "sdpa": "torch-sdpa"}
 class Config:
     def __init__(self, row):
         (self.name, model, self.layer_start, self.layer_end, self.B, self.T,
-         self.small) = row
+         self.small, llama) = row
         self.V, self.context, self.C, self.NH, self.L = model
+        self.llama = llama is not None
+        self.KVH, self.F, self.tied, self.theta = llama if llama else (self.NH, 4 * self.C, False, 0.0)
         self.first = self.layer_start == 0
         self.last = self.layer_end == self.L
         self.blocks = self.layer_end - self.layer_start
 
+    def block_matmul_params(self):
+        """Weights multiplied per token in one block (common/model.c's rows)."""
+        if not self.llama:
+            return 12.0 * self.C * self.C
+        kv = self.KVH * (self.C // self.NH)
+        return 2.0 * self.C * self.C + 2.0 * self.C * kv + 3.0 * self.C * self.F
+
     def flops(self):
         """One forward+backward of a micro-batch, as kern_stage_flops()."""
-        matmul_params = self.blocks * 12.0 * self.C * self.C
+        matmul_params = self.blocks * self.block_matmul_params()
         if self.last:
             matmul_params += float(self.V) * self.C
         per_token = 6.0 * matmul_params + 6.0 * self.blocks * self.C * self.T
@@ -127,32 +144,102 @@ class Block(_Module):
         return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
 
+class RMSNorm(_Module):
+    """LlamaRMSNorm: weight * (x * rsqrt(mean(x^2) + eps))."""
+
+    def __init__(self, C, eps=1e-5):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.ones(C)), eps
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def rotate(x, cos, sin):
+    """Hugging Face's apply_rotary_pos_emb: x cos + rotate_half(x) sin."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+class LlamaBlock(_Module):
+    """x (B,T,C) -> x + o(attn(rope(q), rope(k), v)) of rmsnorm(x), then
+    + down(silu(gate) * up) of rmsnorm(x); k and v of KVH heads."""
+
+    def __init__(self, C, NH, KVH, F_, sdpa):
+        super().__init__()
+        self.NH, self.KVH, self.sdpa, hs = NH, KVH, sdpa, C // NH
+        self.ln1, self.ln2 = RMSNorm(C), RMSNorm(C)
+        self.q = nn.Linear(C, C, bias=False)
+        self.k = nn.Linear(C, KVH * hs, bias=False)
+        self.v = nn.Linear(C, KVH * hs, bias=False)
+        self.o = nn.Linear(C, C, bias=False)
+        self.gate = nn.Linear(C, F_, bias=False)
+        self.up = nn.Linear(C, F_, bias=False)
+        self.down = nn.Linear(F_, C, bias=False)
+
+    def attention(self, x, blocked, cos, sin):
+        B, T, C = x.shape
+        hs, group = C // self.NH, self.NH // self.KVH
+        q = rotate(self.q(x).view(B, T, self.NH, hs).transpose(1, 2), cos, sin)     # (B,NH,T,hs)
+        k = rotate(self.k(x).view(B, T, self.KVH, hs).transpose(1, 2), cos, sin)    # (B,KVH,T,hs)
+        v = self.v(x).view(B, T, self.KVH, hs).transpose(1, 2)
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # repeat_kv
+        if self.sdpa:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hs))
+            att = F.softmax(att.masked_fill(blocked, float("-inf")), dim=-1)
+            y = att @ v
+        return self.o(y.transpose(1, 2).contiguous().view(B, T, C))
+
+    def forward(self, x, blocked, cos, sin):
+        x = x + self.attention(self.ln1(x), blocked, cos, sin)
+        h = self.ln2(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
 class Stage(_Module):
     """Blocks [layer_start, layer_end), with embeddings when first and final
-    LN, untied head and mean cross-entropy when last."""
+    norm, head and mean cross-entropy when last: GPT-2's (untied head) or a
+    Llama's (rotary positions, tied head where the config ties it and the
+    stage holds both)."""
 
     def __init__(self, cfg, sdpa):
         super().__init__()
-        self.first, self.last = cfg.first, cfg.last
+        self.first, self.last, self.llama = cfg.first, cfg.last, cfg.llama
         if cfg.first:
             self.wte = nn.Embedding(cfg.V, cfg.C)
-            self.wpe = nn.Embedding(cfg.context, cfg.C)
-        self.blocks = nn.ModuleList(Block(cfg.C, cfg.NH, sdpa) for _ in range(cfg.blocks))
+            if not cfg.llama:
+                self.wpe = nn.Embedding(cfg.context, cfg.C)
+        if cfg.llama:
+            self.blocks = nn.ModuleList(LlamaBlock(cfg.C, cfg.NH, cfg.KVH, cfg.F, sdpa) for _ in range(cfg.blocks))
+            hs = cfg.C // cfg.NH
+            inv = 1.0 / (cfg.theta ** (torch.arange(0, hs, 2, dtype=torch.float32) / hs))
+            angle = torch.arange(cfg.T, dtype=torch.float32)[:, None] * inv[None, :]
+            angle = torch.cat((angle, angle), dim=-1)                     # (T,hs)
+            self.register_buffer("cos", angle.cos(), persistent=False)
+            self.register_buffer("sin", angle.sin(), persistent=False)
+        else:
+            self.blocks = nn.ModuleList(Block(cfg.C, cfg.NH, sdpa) for _ in range(cfg.blocks))
         if cfg.last:
-            self.lnf = nn.LayerNorm(cfg.C)
+            self.lnf = RMSNorm(cfg.C) if cfg.llama else nn.LayerNorm(cfg.C)
             self.head = nn.Linear(cfg.C, cfg.V, bias=False)
+            if cfg.llama and cfg.tied and cfg.first:
+                self.head.weight = self.wte.weight
         # (T,T) True above the diagonal: the future a position may not attend to
         blocked = None if sdpa else torch.ones(cfg.T, cfg.T, dtype=torch.bool).triu(1)
         self.register_buffer("blocked", blocked, persistent=False)
 
     def forward(self, inp, targets=None):
-        if self.first:                                        # inp (B,T) token ids
+        if self.first and self.llama:                         # inp (B,T) token ids
+            x = self.wte(inp)
+        elif self.first:
             pos = torch.arange(inp.shape[1], device=inp.device)
             x = self.wte(inp) + self.wpe(pos)                 # (B,T,C)
         else:                                                 # inp (B,T,C) fp32
             x = inp
         for block in self.blocks:
-            x = block(x, self.blocked)
+            x = block(x, self.blocked, self.cos, self.sin) if self.llama else block(x, self.blocked)
         if not self.last:
             return x
         logits = self.head(self.lnf(x))                       # (B,T,V)
@@ -234,15 +321,15 @@ def print_header(impl_name, args):
           f"{args.steps} (after {WARMUP} warm-up), peak {args.peak_tflops:.0f} TFLOP/s"
           f"{', host io' if args.host_io else ''}, {args.dtype}"
           f"{f', {args.threads} threads' if args.device == 'cpu' else ''}")
-    print(f"{'config':<16} {'B':>3} {'T':>5} {'fwd ms':>10} {'bwd ms':>10} {'ms':>10} "
+    print(f"{'config':<20} {'B':>3} {'T':>5} {'fwd ms':>10} {'bwd ms':>10} {'ms':>10} "
           f"{'tokens/s':>12} {'TFLOP/s':>9} {'MFU':>7}")
 
 
 def print_row(cfg, r, error):
     if error is not None:
-        print(f"{cfg.name:<16} {cfg.B:>3} {cfg.T:>5} error: {error}")
+        print(f"{cfg.name:<20} {cfg.B:>3} {cfg.T:>5} error: {error}")
     else:
-        print(f"{cfg.name:<16} {cfg.B:>3} {cfg.T:>5} {r['fwd_ms']:>10.2f} "
+        print(f"{cfg.name:<20} {cfg.B:>3} {cfg.T:>5} {r['fwd_ms']:>10.2f} "
               f"{r['bwd_ms']:>10.2f} {r['ms']:>10.2f} {r['tokens_per_s']:>12.0f} "
               f"{r['tflops']:>9.2f} {100 * r['mfu']:>6.2f}%")
     sys.stdout.flush()

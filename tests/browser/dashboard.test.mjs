@@ -345,6 +345,10 @@ try {
     await page.click('nav a[data-route="submit"]');
     await page.locator('#job-form').waitFor(WAIT);
     await page.fill('input[name="name"]', 'browser-job');
+    await page.selectOption('select[name="model.architecture"]', 'llama');
+    check('choosing llama shows its own fields', await page.isVisible('input[name="model.ffn_dim"]'), true);
+    await page.selectOption('select[name="model.architecture"]', 'gpt2');
+    check('and gpt2 hides them', await page.isVisible('input[name="model.ffn_dim"]'), false);
     await page.fill('input[name="model.heads"]', '7');
     await page.click('#submit-job');
     await page.locator('#submit-result .error').waitFor(WAIT);

@@ -71,8 +71,8 @@ job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/wide.losses"
 same_losses "1x4 equals 1x1 to 1e-5" "$WORK/wide.losses" "$WORK/one.losses" 1e-5
 
 # ---- a Llama model (RoPE, RMSNorm, SwiGLU, two kv heads for four query
-# heads) on the same layouts: 2x2 equals 1x1; a tied head trains across
-# two replicas
+# heads) on the same layouts: 2x2 equals 1x1, untied and with a head tied
+# to the embedding across the pipeline
 LLAMA='{"architecture":"llama","vocab_size":256,"context_length":32,"d_model":32,"heads":4,"kv_heads":2,"ffn_dim":48,"layers":4}'
 MODEL=$LLAMA run_job "a 2x2 llama job" "$(MODEL=$LLAMA job llama 2 2 2 1f1b 20 20)"
 job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/llama.losses"
@@ -82,10 +82,15 @@ MODEL=$LLAMA run_job "a 1x1 llama job" "$(MODEL=$LLAMA job llama-one 1 1 4 1f1b 
 job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/llama-one.losses"
 same_losses "llama: 2x2 equals 1x1 to 1e-5" "$WORK/llama.losses" "$WORK/llama-one.losses" 1e-5
 TIED="${LLAMA%\}},\"tie_embeddings\":true}"
-MODEL=$TIED run_job "a 1x2 llama job with a tied head" "$(MODEL=$TIED job llama-tied 1 2 2 1f1b 20 20)"
+MODEL=$TIED run_job "a 2x2 llama job with a tied head (first and last stage sum its gradient)" \
+    "$(MODEL=$TIED job llama-tied 2 2 2 1f1b 20 20)"
 check "its stored spec says the head is tied" \
     "$(curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$J" | jq -c '.spec.model | [.architecture, .tie_embeddings, .kv_heads]')" \
     '["llama",true,2]'
+job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/llama-tied.losses"
+MODEL=$TIED run_job "a 1x1 llama job with a tied head" "$(MODEL=$TIED job llama-tied-one 1 1 4 1f1b 20 20)"
+job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/llama-tied-one.losses"
+same_losses "llama, tied: 2x2 equals 1x1 to 1e-5" "$WORK/llama-tied.losses" "$WORK/llama-tied-one.losses" 1e-5
 
 # ---- the step parts the agents report (README.md, the step parts under
 # /metrics), on every step of the four layouts above: disjoint stretches of

@@ -7,8 +7,8 @@
 # form, the job trains to success, and its export imported into another job
 # and exported again is the same file byte for byte; another model, a
 # damaged file, a scheduled job and bad options are refused with nothing
-# stored; the README's fine-tune example runs as written on a GPT-2 124M
-# sized file.
+# stored; a Llama in Hugging Face's sharded files does the same; the
+# README's fine-tune example runs as written on a GPT-2 124M sized file.
 set -u
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/agents.sh"
@@ -108,6 +108,51 @@ printf '{"model_type":"gpt2","n_head":4}' > "$WORK/bad-config.json"
 import "$WORK/imp" --job "$E" --model "$WORK/ex/model.safetensors" --config "$WORK/bad-config.json"
 check "a --config that is not a GPT-2 config: exit 1, its reason" "$IMPORT_RC $(grep -c 'bad-config.json: ' "$WORK/imp.err")" "1 1"
 
+# ---- Llama (Hugging Face's LlamaForCausalLM files): three bf16 shards and
+# their index, grouped-query attention, imported into a 2x2 job, land where
+# their names say; the job trains; its export (one F32 file) imported into
+# a 4x1 job and exported again is the same file; a tied model goes into two
+# stages; a config.json of another model is refused, nothing stored
+LLAMA="python3 $TOP/tests/integration/llama_files.py"
+$LLAMA write "$WORK/llama" 256 64 32 4 2 48 4 --shards 3 --bf16
+$LLAMA write "$WORK/llama-tied" 256 64 32 4 2 48 4 --tied
+# llama_job NAME STAGES REPLICAS [MORE]: a Llama job body (MORE: model members)
+llama_job() {
+    printf '{"name":"%s","model":{"architecture":"llama","vocab_size":256,"context_length":32,"d_model":32,' "$1"
+    printf '"heads":4,"kv_heads":2,"ffn_dim":48,"layers":4%s},' "${4-}"
+    printf '"parallelism":{"stages":%d,"replicas":%d,"micro_batches":2,"micro_batch_size":2},' "$2" "$3"
+    printf '"training":{"steps":6,"learning_rate":0.001,"warmup_steps":0,"seed":7},'
+    printf '"data":{"path":"%s","format":"text"},"checkpoint_interval":3,"communication":{"stage_link":"f32"}}' "$WORK/a.txt"
+}
+LJ=$(create "$(llama_job llama 2 2)")
+import "$WORK/limp" --job "$LJ" --model "$WORK/llama/model.safetensors.index.json"
+check "import of a sharded Llama (three bf16 shards, the index, config.json beside): exit 0, two stage files" \
+    "$IMPORT_RC $(grep -c '^stage [01] layers' "$WORK/limp")" "0 2"
+export_model "$WORK/lex0" --job "$LJ"
+check "every Llama tensor lands where its name says (the step-0 export is the files' model, config.json alike)" \
+    "$EXPORT_RC $($LLAMA same "$WORK/llama" "$WORK/lex0")" "0 same 39"
+req POST "$S/v1/jobs/$LJ/schedule" "$ADMIN" '{"budget_ms":200}'
+wait_for 300 finished "$LJ"
+check "the imported Llama trains to success on four agents" "$(job_state "$S" "$ADMIN" "$LJ")" succeeded
+export_model "$WORK/lex" --job "$LJ"
+LE=$(create "$(llama_job llama-elsewhere 4 1)")
+import "$WORK/limp" --job "$LE" --model "$WORK/lex/model.safetensors"
+export_model "$WORK/lex2" --job "$LE"
+check "its export imports into a 4x1 job and exports again as the same file byte for byte" \
+    "$IMPORT_RC $EXPORT_RC $(sha256sum < "$WORK/lex2/model.safetensors")" "0 0 $(sha256sum < "$WORK/lex/model.safetensors")"
+LT=$(create "$(llama_job llama-tied 2 2 ',"tie_embeddings":true')")
+import "$WORK/limp" --job "$LT" --model "$WORK/llama-tied/model.safetensors"
+export_model "$WORK/ltx" --job "$LT"
+check "a tied Llama (no lm_head.weight) imports into two stages and exports tied" \
+    "$IMPORT_RC $($LLAMA same "$WORK/llama-tied" "$WORK/ltx") $(grep -c '"tie_word_embeddings": true' "$WORK/ltx/config.json")" \
+    "0 same 38 1"
+LB=$(create "$(llama_job llama-other 2 2 ',"rope_theta":500000')")
+import "$WORK/limp" --job "$LB" --model "$WORK/llama/model.safetensors.index.json"
+check "a config.json of another Llama (rope_theta): exit 1, both named, nothing uploaded" \
+    "$IMPORT_RC $(grep -c 'theta=10000.*theta=500000.*nothing was uploaded' "$WORK/limp.err") $(steps_of "$LB")" "1 1 []"
+import "$WORK/limp" --job "$LB" --model "$WORK/tiny.bin"
+check "GPT-2 weights into a Llama job: exit 1, nothing uploaded" "$IMPORT_RC $(steps_of "$LB")" "1 []"
+
 # ---- the README's example as written, on a file of GPT-2 124M's sizes
 # (weights a repeated pattern): created, imported, not trained
 mkdir -p "$README_DIR"
@@ -119,6 +164,17 @@ R=$(tail -n 1 "$README_DIR/finetune.out" | awk '{ print $2 }')
 check "its job holds GPT-2 124M's weights as two stage files, complete" \
     "$(fetch "$S/v1/jobs/$R/checkpoints" "$ADMIN" | jq -c '.checkpoints[] | [.step, .complete, [.stages[] | [.layer_start, .layer_end]]]')" \
     '[0,true,[[0,6],[6,12]]]'
+
+# ---- the README's Llama example as written, on files of SmolLM2-135M's
+# shape (a repeated pattern, bf16): created, imported, not trained
+$LLAMA big "$README_DIR/SmolLM2-135M"
+readme_example finetune-llama ADMIN="$ADMIN"
+check "the README's Llama fine-tune example runs as written" \
+    "$EXAMPLE_RC $(tail -n 1 "$README_DIR/finetune-llama.out" | grep -c 'starts from SmolLM2-135M/model.safetensors')" "0 1"
+R=$(tail -n 1 "$README_DIR/finetune-llama.out" | awk '{ print $2 }')
+check "its job holds SmolLM2-135M's shape as two stage files, complete" \
+    "$(fetch "$S/v1/jobs/$R/checkpoints" "$ADMIN" | jq -c '.checkpoints[] | [.step, .complete, [.stages[] | [.layer_start, .layer_end]]]')" \
+    '[0,true,[[0,15],[15,30]]]'
 
 check_no_secrets s
 [ "$FAILS" -eq 0 ]

@@ -43,7 +43,7 @@ rows() { sql a "SELECT count(*) FROM checkpoints"; }
 # ---- refused files: nothing stored, no file left
 put x 0 "$J" 0 0 "$WORK/big.bin"
 expect "a file of another model is 422" 422 .error.message \
-    "the file holds a model V=256 T=32 C=16 NH=2 L=2; job $J trains V=256 T=16 C=16 NH=2 L=2; nothing was kept"
+    "the file holds a model gpt2 V=256 T=32 C=16 NH=2 L=2; job $J trains gpt2 V=256 T=16 C=16 NH=2 L=2; nothing was kept"
 put x 0 "$J" 0 0 "$WORK/random.bin"
 expect "a file that is no stage file is 422" 422 '.error.message | test("not a stage file")' true
 put x 0 "$J" 0 0 "$WORK/nofirst.bin"

@@ -109,6 +109,26 @@ static __attribute__((unused)) void train(struct kern_stage *s0, struct kern_sta
     }
 }
 
+/* The gradients of the stages `parts` are those of `whole`, tensor by
+ * tensor, bit for bit, and between them they hold every tensor of whole. */
+static __attribute__((unused)) void expect_split_grads(struct kern_stage *whole, struct kern_stage *const *parts,
+                                                       int n)
+{
+    float *gw = read_buf(whole, KERN_GRADS);
+    int compared = 0;
+    for (int p = 0; p < n; p++) {
+        float *gp = read_buf(parts[p], KERN_GRADS);
+        for (int i = 0; i < kern_stage_tensor_count(parts[p]); i++, compared++) {
+            const struct kern_tensor *t = kern_stage_tensor(parts[p], i), *w = find_tensor(whole, t->name);
+            if (!w || memcmp(gp + t->offset, gw + w->offset, t->count * sizeof(float)))
+                fail_msg("gradient of %s differs between the split and the whole model", t->name);
+        }
+        free(gp);
+    }
+    assert_int_equal(compared, kern_stage_tensor_count(whole));
+    free(gw);
+}
+
 static const struct model_config small = {.vocab = 256, .context = 32, .d_model = 32,
                                         .heads = 4, .layers = 2};
 static __attribute__((unused)) void save_to(struct kern_stage *st, FILE *f)

@@ -481,7 +481,7 @@ static void test_safetensors_bad(void **state)
     f = good_st();
     e = st_find(f, "transformer.h.2.ln_1.bias");
     e->begin -= 4, e->end -= 4;
-    st_expect_refused(f, NULL, 0, "tensors h.1.ln_1.bias and h.2.ln_1.bias overlap", "overlapping offsets");
+    st_expect_refused(f, NULL, 0, "tensors transformer.h.1.ln_1.bias and transformer.h.2.ln_1.bias overlap", "overlapping offsets");
     f = good_st();
     e = st_find(f, "transformer.h.2.ln_1.bias");
     uint64_t tmp = e->begin;

@@ -1,0 +1,288 @@
+/* safetensors.c - the safetensors container (safetensors.h): its header
+ * read and checked whatever model it holds, and a file written. */
+#include "safetensors.h"
+#include "json_scan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_DIMS 8
+
+static const struct {
+    const char *name;
+    unsigned size; /* bytes */
+} dtypes[] = {
+    {"F32", 4}, {"F16", 2}, {"BF16", 2}, /* the three read; in enum io_dtype's order */
+    {"BOOL", 1}, {"U8", 1}, {"I8", 1}, {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2},
+    {"I32", 4}, {"U32", 4}, {"F64", 8}, {"I64", 8}, {"U64", 8},
+};
+#define N_DTYPES (int)(sizeof dtypes / sizeof dtypes[0])
+
+const char *st_dtype_name(int dtype)
+{
+    return dtype >= 0 && dtype < N_DTYPES ? dtypes[dtype].name : "?";
+}
+
+const char *st_shape_str(int ndim, const uint64_t dim[2], char *buf, size_t cap)
+{
+    if (ndim == 0)
+        snprintf(buf, cap, "[]");
+    else if (ndim == 1)
+        snprintf(buf, cap, "[%llu]", (unsigned long long)dim[0]);
+    else
+        snprintf(buf, cap, "[%llu,%llu%s]", (unsigned long long)dim[0], (unsigned long long)dim[1],
+                 ndim > 2 ? ",..." : "");
+    return buf;
+}
+
+int st_header_read(const struct io_src *src, const char *who, char **text, uint64_t *hlen, uint64_t *data_len,
+                   struct kern_err *err)
+{
+    char *t;
+    if (src->size < 8)
+        return kern_fail(err, "%s: the file is %llu bytes, shorter than its 8-byte header size", who,
+                         (unsigned long long)src->size);
+    if (io_read(src, 0, hlen, 8, err))
+        return io_fail_in(err, who);
+    if (*hlen > KERN_SAFETENSORS_HEADER_MAX || *hlen > src->size - 8)
+        return kern_fail(err, "%s: the header claims %llu bytes; the file has %llu after the size, and the limit "
+                         "is %u", who, (unsigned long long)*hlen, (unsigned long long)(src->size - 8),
+                         KERN_SAFETENSORS_HEADER_MAX);
+    *data_len = src->size - 8 - *hlen;
+    if (!(t = malloc(*hlen + 1)))
+        return kern_fail(err, "%s: out of memory for a %llu-byte header", who, (unsigned long long)*hlen);
+    if (io_read(src, 8, t, *hlen, err)) {
+        free(t);
+        return io_fail_in(err, who);
+    }
+    t[*hlen] = '\0';
+    *text = t;
+    return 0;
+}
+
+/* {"dtype": ..., "shape": [...], "data_offsets": [b, e]}, each once. */
+static int parse_entry(struct jscan *j, struct st_entry *e, const char *name, uint64_t data_len)
+{
+    char key[32], dtype[16];
+    int first = 1, r, seen = 0;
+    size_t len;
+    if (js_object(j))
+        return -1;
+    while ((r = js_member(j, &first, key, sizeof key, &len)) == 1) {
+        int bit = strcmp(key, "dtype") == 0 ? 1 : strcmp(key, "shape") == 0 ? 2
+                  : strcmp(key, "data_offsets") == 0 ? 4 : 0;
+        if (!bit || (seen & bit))
+            return js_fail(j, "tensor '%s': %s member '%s'", name, bit ? "a second" : "unknown", key);
+        seen |= bit;
+        int el = 1, n = 0;
+        if (bit == 1) {
+            if (js_string(j, dtype, sizeof dtype, &len))
+                return -1;
+            for (e->dtype = 0; e->dtype < N_DTYPES && strcmp(dtypes[e->dtype].name, dtype) != 0; e->dtype++)
+                ;
+            if (e->dtype == N_DTYPES)
+                return js_fail(j, "tensor '%s': unknown dtype '%s'", name, dtype);
+            continue;
+        }
+        uint64_t v[MAX_DIMS];
+        if (js_array(j))
+            return -1;
+        while ((r = js_element(j, &el)) == 1) {
+            if (n == (bit == 2 ? MAX_DIMS : 2))
+                return js_fail(j, "tensor '%s': more than %d %s", name, bit == 2 ? MAX_DIMS : 2,
+                               bit == 2 ? "dimensions" : "offsets");
+            if (js_uint64(j, &v[n++]))
+                return -1;
+        }
+        if (r < 0)
+            return -1;
+        if (bit == 2) {
+            e->ndim = n;
+            e->numel = 1;
+            for (int i = 0; i < n; i++)
+                if (__builtin_mul_overflow(e->numel, v[i], &e->numel))
+                    return js_fail(j, "tensor '%s': its shape overflows 64 bits", name);
+            e->dim[0] = n > 0 ? v[0] : 0;
+            e->dim[1] = n > 1 ? v[1] : 0;
+        } else if (n != 2) {
+            return js_fail(j, "tensor '%s': data_offsets is not [begin, end]", name);
+        } else {
+            e->begin = v[0];
+            e->end = v[1];
+        }
+    }
+    if (r < 0)
+        return -1;
+    if (seen != 7)
+        return js_fail(j, "tensor '%s' lacks %s", name, !(seen & 1) ? "its dtype" : !(seen & 2) ? "its shape"
+                                                                                                : "its data_offsets");
+    uint64_t bytes;
+    if (e->begin > e->end || e->end > data_len)
+        return js_fail(j, "tensor '%s': data_offsets [%llu,%llu] are not inside the %llu bytes of data", name,
+                       (unsigned long long)e->begin, (unsigned long long)e->end, (unsigned long long)data_len);
+    if (__builtin_mul_overflow(e->numel, (uint64_t)dtypes[e->dtype].size, &bytes) || bytes != e->end - e->begin)
+        return js_fail(j, "tensor '%s': %llu bytes of data for %llu elements of %s", name,
+                       (unsigned long long)(e->end - e->begin), (unsigned long long)e->numel, dtypes[e->dtype].name);
+    return 0;
+}
+
+int st_parse_header(const char *text, size_t len, uint64_t data_len, st_classify_fn classify, void *ctx,
+                    const char *model, struct st_entry **out, int *n, struct kern_err *err)
+{
+    struct jscan j;
+    struct st_entry *e = NULL;
+    size_t cap = 0, klen;
+    int count = 0, first = 1, r, meta = 0;
+    char key[ST_NAME_MAX];
+
+    js_init(&j, text, len, "safetensors header", err);
+    if (len == 0 || text[0] != '{')
+        return js_fail(&j, "the header does not start with '{'");
+    if (js_object(&j))
+        return -1;
+    while ((r = js_member(&j, &first, key, sizeof key, &klen)) == 1) {
+        if (strcmp(key, "__metadata__") == 0) { /* string to string; kept by nobody here */
+            int f2 = 1, r2;
+            if (meta++)
+                goto fail_dup;
+            if (js_object(&j))
+                goto fail;
+            while ((r2 = js_member(&j, &f2, NULL, 0, &klen)) == 1)
+                if (js_string(&j, NULL, 0, NULL))
+                    goto fail;
+            if (r2 < 0)
+                goto fail;
+            continue;
+        }
+        if ((size_t)count == cap) {
+            cap = cap ? 2 * cap : 64;
+            struct st_entry *grown = realloc(e, cap * sizeof *e);
+            if (!grown) {
+                kern_fail(err, "safetensors: out of memory for %zu header entries", cap);
+                goto fail;
+            }
+            e = grown;
+        }
+        memset(&e[count], 0, sizeof e[count]);
+        snprintf(e[count].name, sizeof e[count].name, "%s", key);
+        if (classify(key, ctx, &e[count].kind, &e[count].layer)) {
+            js_fail(&j, "tensor '%s' is not part of %s", key, model);
+            goto fail;
+        }
+        if (parse_entry(&j, &e[count++], key, data_len))
+            goto fail;
+    }
+    if (r < 0 || js_finish(&j))
+        goto fail;
+    *out = e;
+    *n = count;
+    return 0;
+fail_dup:
+    js_fail(&j, "a second __metadata__");
+fail:
+    free(e);
+    return -1;
+}
+
+static int by_begin(const void *a, const void *b)
+{
+    const struct st_entry *x = *(const struct st_entry *const *)a, *y = *(const struct st_entry *const *)b;
+    return x->begin != y->begin ? (x->begin > y->begin ? 1 : -1) : (x->end > y->end) - (x->end < y->end);
+}
+
+int st_check_coverage(struct st_entry *e, int n, uint64_t data_len, struct kern_err *err)
+{
+    struct st_entry **order = malloc(((size_t)n + 1) * sizeof *order);
+    uint64_t at = 0;
+    int rc = -1;
+    if (!order)
+        return kern_fail(err, "safetensors: out of memory");
+    for (int i = 0; i < n; i++)
+        order[i] = &e[i];
+    qsort(order, (size_t)n, sizeof *order, by_begin);
+    for (int i = 0; i < n; i++) {
+        if (order[i]->begin < at) {
+            kern_fail(err, "safetensors: tensors %s and %s overlap in the data", order[i - 1]->name,
+                      order[i]->name);
+            goto out;
+        }
+        if (order[i]->begin > at) {
+            kern_fail(err, "safetensors: bytes [%llu,%llu) of the data belong to no tensor",
+                      (unsigned long long)at, (unsigned long long)order[i]->begin);
+            goto out;
+        }
+        at = order[i]->end;
+    }
+    if (at != data_len) {
+        kern_fail(err, "safetensors: the data is %llu bytes and its tensors end at byte %llu",
+                  (unsigned long long)data_len, (unsigned long long)at);
+        goto out;
+    }
+    rc = 0;
+out:
+    free(order);
+    return rc;
+}
+
+int st_write(FILE *f, const struct st_out *t, int n, const char *who, struct kern_err *err)
+{
+    char *text = NULL;
+    size_t text_len = 0, widest = 0;
+    float *scratch = NULL;
+    FILE *h = NULL;
+    int rc = -1;
+
+    for (int i = 0; i < n; i++)
+        if (t[i].transpose && t[i].rows * t[i].cols > widest)
+            widest = t[i].rows * t[i].cols;
+    if ((widest && !(scratch = malloc(widest * sizeof *scratch))) || !(h = open_memstream(&text, &text_len))) {
+        kern_fail(err, "%s: out of memory", who);
+        goto out;
+    }
+    fprintf(h, "{\"__metadata__\":{\"format\":\"pt\"}");
+    uint64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t bytes = 4 * t[i].rows * t[i].cols;
+        if (t[i].ndim == 2)
+            fprintf(h, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%llu,%llu]", t[i].name,
+                    (unsigned long long)t[i].rows, (unsigned long long)t[i].cols);
+        else
+            fprintf(h, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%llu]", t[i].name, (unsigned long long)t[i].cols);
+        fprintf(h, ",\"data_offsets\":[%llu,%llu]}", (unsigned long long)at, (unsigned long long)(at + bytes));
+        at += bytes;
+    }
+    fputc('}', h);
+    while (ftell(h) % 8 != 0) /* as safetensors pads: the data starts 8-byte aligned */
+        fputc(' ', h);
+    if (fclose(h) != 0) {
+        h = NULL;
+        kern_fail(err, "%s: out of memory", who);
+        goto out;
+    }
+    h = NULL;
+    uint64_t hlen = text_len;
+    if (io_write(f, &hlen, 8, who, err) || io_write(f, text, text_len, who, err))
+        goto out;
+    for (int i = 0; i < n; i++) {
+        const float *src = t[i].data;
+        if (t[i].transpose) { /* (cols, rows) to (rows, cols) */
+            for (size_t r = 0; r < t[i].rows; r++)
+                for (size_t c = 0; c < t[i].cols; c++)
+                    scratch[r * t[i].cols + c] = src[c * t[i].rows + r];
+            src = scratch;
+        }
+        if (io_write(f, src, t[i].rows * t[i].cols * sizeof(float), who, err))
+            goto out;
+    }
+    if (fflush(f) != 0) {
+        kern_fail(err, "%s: write failed", who);
+        goto out;
+    }
+    rc = 0;
+out:
+    if (h)
+        fclose(h);
+    free(text);
+    free(scratch);
+    return rc;
+}

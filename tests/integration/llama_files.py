@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""llama_files.py - Llama weight files for the import tests, stdlib only.
+
+  llama_files.py write DIR V T C NH KVH F L [--tied] [--shards N] [--bf16]
+      writes DIR/config.json (LlamaForCausalLM's, theta 10000, eps 1e-5)
+      and the weights under Hugging Face's names: DIR/model.safetensors, or
+      with --shards N the tensors dealt into N files
+      model-0000K-of-0000N.safetensors and DIR/model.safetensors.index.json;
+      weights from a fixed seed, F32 or BF16; no lm_head.weight with --tied.
+  llama_files.py big DIR
+      SmolLM2-135M's files (its config.json: V 49152, C 576, 9 heads, 3 kv
+      heads, MLP 1536, 30 layers, theta 100000, tied; one BF16
+      model.safetensors), the weights a short pattern repeated: fast to
+      write, valid to read.
+  llama_files.py same DIR EXPORT_DIR
+      checks that an export (EXPORT_DIR/model.safetensors, F32) holds
+      exactly DIR's tensors (the same names, shapes and values, bf16 ones
+      widened) and that its config.json says the same model; prints
+      "same N" (N tensors) or what differs.
+"""
+import array
+import json
+import os
+import random
+import struct
+import sys
+
+
+def names(C, NH, KVH, F, L, V, tied):
+    """(name, shape) in LlamaForCausalLM's state dict order."""
+    kv = KVH * (C // NH)
+    out = [("model.embed_tokens.weight", (V, C))]
+    for l in range(L):
+        p = "model.layers.%d." % l
+        out += [(p + "input_layernorm.weight", (C,)),
+                (p + "self_attn.q_proj.weight", (C, C)), (p + "self_attn.k_proj.weight", (kv, C)),
+                (p + "self_attn.v_proj.weight", (kv, C)), (p + "self_attn.o_proj.weight", (C, C)),
+                (p + "post_attention_layernorm.weight", (C,)),
+                (p + "mlp.gate_proj.weight", (F, C)), (p + "mlp.up_proj.weight", (F, C)),
+                (p + "mlp.down_proj.weight", (C, F))]
+    out.append(("model.norm.weight", (C,)))
+    if not tied:
+        out.append(("lm_head.weight", (V, C)))
+    return out
+
+
+def numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def safetensors(path, tensors, bf16):
+    """tensors: [(name, shape, array('f'))]."""
+    header, blobs, at = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, shape, values in tensors:
+        if bf16:
+            raw = values.tobytes()
+            data = b"".join(raw[i + 2:i + 4] for i in range(0, len(raw), 4))
+        else:
+            data = values.tobytes()
+        header[name] = {"dtype": "BF16" if bf16 else "F32", "shape": list(shape),
+                        "data_offsets": [at, at + len(data)]}
+        blobs.append(data)
+        at += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        raw = f.read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    data, out = raw[8 + n:], {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        b, end = e["data_offsets"]
+        chunk = data[b:end]
+        if e["dtype"] == "BF16":
+            chunk = b"".join(b"\0\0" + chunk[i:i + 2] for i in range(0, len(chunk), 2))
+        elif e["dtype"] != "F32":
+            raise SystemExit("%s: dtype %s" % (name, e["dtype"]))
+        out[name] = (tuple(e["shape"]), array.array("f", chunk))
+    return out
+
+
+def write(argv):
+    d = argv[0]
+    V, T, C, NH, KVH, F, L = (int(x) for x in argv[1:8])
+    tied, bf16 = "--tied" in argv, "--bf16" in argv
+    shards = int(argv[argv.index("--shards") + 1]) if "--shards" in argv else 0
+    os.makedirs(d, exist_ok=True)
+    rng = random.Random(20241127)
+    tensors = []
+    for name, shape in names(C, NH, KVH, F, L, V, tied):
+        if len(shape) == 1:
+            values = array.array("f", (1.0 + rng.uniform(-0.1, 0.1) for _ in range(numel(shape))))
+        else:
+            values = array.array("f", (rng.uniform(-0.08, 0.08) for _ in range(numel(shape))))
+        if bf16:   # values exact in bf16, so an F32 export holds them as they are
+            raw = values.tobytes()
+            values = array.array("f", b"".join(b"\0\0" + raw[i + 2:i + 4] for i in range(0, len(raw), 4)))
+        tensors.append((name, shape, values))
+    config = {"architectures": ["LlamaForCausalLM"], "attention_bias": False, "hidden_act": "silu",
+              "hidden_size": C, "intermediate_size": F, "max_position_embeddings": T, "model_type": "llama",
+              "num_attention_heads": NH, "num_hidden_layers": L, "num_key_value_heads": KVH,
+              "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 10000.0, "tie_word_embeddings": tied,
+              "torch_dtype": "bfloat16" if bf16 else "float32", "vocab_size": V}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    if not shards:
+        safetensors(os.path.join(d, "model.safetensors"), tensors, bf16)
+        return
+    weight_map = {}
+    for k in range(shards):
+        file = "model-%05d-of-%05d.safetensors" % (k + 1, shards)
+        part = tensors[k::shards]
+        safetensors(os.path.join(d, file), part, bf16)
+        weight_map.update({name: file for name, _, _ in part})
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": sum(4 * numel(s) for _, s, _ in tensors)},
+                   "weight_map": weight_map}, f, indent=2)
+
+
+def big(argv):
+    d = argv[0]
+    os.makedirs(d, exist_ok=True)
+    V, C, NH, KVH, F, L = 49152, 576, 9, 3, 1536, 30
+    pattern = array.array("f", ((i % 17 - 8) / 256.0 for i in range(4096))).tobytes()
+    bf16 = b"".join(pattern[i + 2:i + 4] for i in range(0, len(pattern), 4))   # 2048 values, exact
+    header, at, sizes = {"__metadata__": {"format": "pt"}}, 0, []
+    for name, shape in names(C, NH, KVH, F, L, V, True):
+        n = 2 * numel(shape)
+        header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [at, at + n]}
+        sizes.append(n)
+        at += n
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(os.path.join(d, "model.safetensors"), "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for n in sizes:
+            f.write(bf16 * (n // len(bf16)) + bf16[:n % len(bf16)])
+    config = {"architectures": ["LlamaForCausalLM"], "attention_bias": False, "hidden_act": "silu",
+              "hidden_size": C, "intermediate_size": F, "max_position_embeddings": 8192, "model_type": "llama",
+              "num_attention_heads": NH, "num_hidden_layers": L, "num_key_value_heads": KVH,
+              "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 100000, "tie_word_embeddings": True,
+              "torch_dtype": "bfloat16", "vocab_size": V}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+
+
+def same(argv):
+    d, ex = argv
+    want = {}
+    index = os.path.join(d, "model.safetensors.index.json")
+    files = sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index) \
+        else ["model.safetensors"]
+    for f in files:
+        want.update(read_safetensors(os.path.join(d, f)))
+    got = read_safetensors(os.path.join(ex, "model.safetensors"))
+    if set(got) != set(want):
+        print("names differ: %s" % sorted(set(got) ^ set(want))[:4])
+        return
+    for name in want:
+        if got[name][0] != want[name][0]:
+            print("%s: shape %s, want %s" % (name, got[name][0], want[name][0]))
+            return
+        if got[name][1] != want[name][1]:
+            print("%s: values differ" % name)
+            return
+    a, b = json.load(open(os.path.join(d, "config.json"))), json.load(open(os.path.join(ex, "config.json")))
+    for k in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
+              "num_hidden_layers", "vocab_size", "rms_norm_eps", "rope_theta", "tie_word_embeddings",
+              "model_type", "hidden_act"):
+        if a[k] != b[k]:
+            print("config.json: %s is %s, want %s" % (k, b[k], a[k]))
+            return
+    print("same %d" % len(want))
+
+
+if __name__ == "__main__":
+    commands = {"write": write, "big": big, "same": same}
+    if len(sys.argv) < 2 or sys.argv[1] not in commands:
+        raise SystemExit(__doc__.strip().splitlines()[2])
+    commands[sys.argv[1]](sys.argv[2:])
