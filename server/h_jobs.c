@@ -142,8 +142,8 @@ void h_job_create(struct request *rq, struct response *rs)
     struct job_spec spec;
     struct shoal_err e;
     char p_stages[24], p_replicas[24], p_steps[24], secret[TOKEN_MAX];
-    json_t *job = NULL, *norm = NULL;
-    char *spec_text = NULL;
+    json_t *job = NULL, *norm = NULL, *costs = NULL;
+    char *spec_text = NULL, *costs_text = NULL;
     json_t *body = request_json(rq, rs);
     if (!body)
         goto out;
@@ -163,17 +163,26 @@ void h_job_create(struct request *rq, struct response *rs)
         reply_fail(rs, 500, "internal", NULL, "cannot generate the job's peer secret");
         goto out;
     }
+    costs = jobspec_model_costs(&spec);
+    costs_text = costs ? json_dumps(costs, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+    if (!costs_text) {
+        reply_fail(rs, 500, "internal", NULL, "out of memory");
+        goto out;
+    }
     const char *params[] = { spec.name, spec_text, db_param_i64(p_stages, spec.stages),
-                             db_param_i64(p_replicas, spec.replicas), db_param_i64(p_steps, spec.steps), secret };
-    job = db_query_json(rq->srv->db, "INSERT INTO jobs AS j (name, spec, stages, replicas, total_steps, peer_secret)"
-                                     " VALUES ($1, $2::jsonb, $3, $4, $5, $6) RETURNING " JOB_JSON,
-                        6, params, "job", &e);
+                             db_param_i64(p_replicas, spec.replicas), db_param_i64(p_steps, spec.steps), secret,
+                             costs_text };
+    job = db_query_json(rq->srv->db, "INSERT INTO jobs AS j (name, spec, stages, replicas, total_steps, peer_secret,"
+                                     " model_costs) VALUES ($1, $2::jsonb, $3, $4, $5, $6, $7::jsonb) RETURNING "
+                                     JOB_JSON, 7, params, "job", &e);
     if (job)
         reply_json(rs, 201, job);
     else
         reply_error(rs, &e);
 out:
     free(spec_text);
+    free(costs_text);
+    json_decref(costs);
     json_decref(norm);
     json_decref(body);
 }

@@ -251,6 +251,16 @@ json_t *jobspec_to_json(const struct job_spec *s)
         "validation", validation);
 }
 
+json_t *jobspec_model_costs(const struct job_spec *spec)
+{
+    const struct model_config *m = &spec->model;
+    double T = (double)m->context;
+    return json_pack("{s:f, s:f, s:f, s:f, s:f}", "layer_params", (double)model_part_params(m, MODEL_BLOCK),
+                     "first_params", (double)model_part_params(m, MODEL_EMBED),
+                     "last_params", (double)model_part_params(m, MODEL_HEAD),
+                     "layer_flops", model_flops_per_token(m, 1, 0, T), "last_flops", model_flops_per_token(m, 0, 1, T));
+}
+
 void jobspec_sched_model(const struct job_spec *spec, struct sched_problem *pb)
 {
     const struct codec *link = codec_by_name(spec->stage_link), *sync = codec_by_name(spec->sync_dtype);

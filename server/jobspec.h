@@ -84,6 +84,12 @@ json_t *jobspec_to_json(const struct job_spec *spec);
 #define JOBSPEC_OUTER_MOMENTUM_DEFAULT 0.9
 #define JOBSPEC_VAL_SEQUENCES_DEFAULT 32   /* rounded up to a multiple of micro_batch_size */
 
+/* The model's counts the straggler rule's SQL needs (server/queries.h,
+ * stored in jobs.model_costs): parameters of a block, the embedding and
+ * the head, FLOPs of a forward+backward per token of a block and of the
+ * head, from the family's row.  New reference; NULL if memory is short. */
+json_t *jobspec_model_costs(const struct job_spec *spec);
+
 /* Fills the job's shape, model and batch into a scheduling problem
  * (stages, replicas, model, and dtfm's c_dp/c_pp derived from them). */
 void jobspec_sched_model(const struct job_spec *spec, struct sched_problem *pb);

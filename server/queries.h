@@ -178,18 +178,20 @@
  * per micro-batch, and its AdamW term, OPT_FLOP_PER_PARAM = 12 FLOP per
  * parameter at OPT_EFFICIENCY = 5% of the measured rate).  The agents'
  * compute_s covers forward, backward and the optimizer step, so this is
- *   (M * (layers * layer_flops + is_last * last_flops)
+ *   (M * B*T * (layers * layer_flops + is_last * last_flops)
  *    + 12 * params / 0.05) / (tflops * 1e12)
- * with layer_flops = B*T * (72 C^2 + 6 C T), last_flops = B*T * 6 C V,
- * params = layers * (12 C^2 + 13 C) + is_first * (V C + T C)
- *          + is_last * (2 C + V C).
- * An expression over columns c, t, v (d_model, context_length,
- * vocab_size), tok (B*T), mb (M), layers, is_first, is_last (0 or 1) and
- * tflops; tests/integration/test_stragglers.sh checks it against the
- * plan's breakdown, which the C model computed. */
+ * with params = layers * layer_params + is_first * first_params
+ *               + is_last * last_params,
+ * the model's counts from the jobs row's model_costs (the family's row in
+ * common/model.c, jobspec_model_costs; GPT-2's layer_flops is
+ * 72 C^2 + 6 C T a token).  An expression over columns k (model_costs),
+ * tok (B*T), mb (M), layers, is_first, is_last (0 or 1) and tflops;
+ * tests/integration/test_stragglers.sh checks it against the plan's
+ * breakdown, which the C model computed. */
 #define TASKLET_PREDICTED_COMPUTE_S_SQL \
-    "((mb * (layers * tok * (72 * c * c + 6 * c * t) + is_last * tok * 6 * c * v)" \
-    " + 12.0 * (layers * (12 * c * c + 13 * c) + is_first * (v * c + t * c) + is_last * (2 * c + v * c)) / 0.05)" \
+    "((mb * tok * (layers * (k->>'layer_flops')::float8 + is_last * (k->>'last_flops')::float8)" \
+    " + 12.0 * (layers * (k->>'layer_params')::float8 + is_first * (k->>'first_params')::float8" \
+    "   + is_last * (k->>'last_params')::float8) / 0.05)" \
     " / (tflops * 1e12))"
 
 /* A subquery over the jobs row `j` of the enclosing query (use it in a
@@ -225,8 +227,7 @@
     "       AND m.epoch = j.plan_epoch) - " MEASURED_WINDOW_TEXT \
     "   GROUP BY s.stage, s.replica)," \
     " p AS (SELECT w.*, (SELECT " TASKLET_PREDICTED_COMPUTE_S_SQL \
-    "     FROM (SELECT (j.spec #>> '{model,d_model}')::float8 AS c," \
-    "       (j.spec #>> '{model,context_length}')::float8 AS t, (j.spec #>> '{model,vocab_size}')::float8 AS v," \
+    "     FROM (SELECT j.model_costs AS k," \
     "       (j.spec #>> '{parallelism,micro_batch_size}')::float8" \
     "         * (j.spec #>> '{model,context_length}')::float8 AS tok," \
     "       (j.spec #>> '{parallelism,micro_batches}')::float8 AS mb," \

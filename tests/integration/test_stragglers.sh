@@ -37,8 +37,9 @@ tok_by_id() { local i; for i in 0 1 2 3 4 5 6 7; do [ "${ID[$i]}" = "$1" ] && ec
 
 # A model whose every dimension differs (C 48, T 32, V 256, B 3, M 5, 5
 # layers), so a term with the wrong factor cannot pass.
-spec() {  # NAME STAGES REPLICAS
-    printf '{"name":"%s","model":{"vocab_size":256,"context_length":32,"d_model":48,"heads":4,"layers":5},"parallelism":{"stages":%s,"replicas":%s,"micro_batches":5,"micro_batch_size":3},"training":{"steps":40,"learning_rate":0.001},"data":{"path":"/data/corpus.txt","format":"text"},"checkpoint_interval":4}' "$1" "$2" "$3"
+GPT2_MODEL='{"vocab_size":256,"context_length":32,"d_model":48,"heads":4,"layers":5}'
+spec() {  # NAME STAGES REPLICAS; MODEL, when set, the model object
+    printf '{"name":"%s","model":%s,"parallelism":{"stages":%s,"replicas":%s,"micro_batches":5,"micro_batch_size":3},"training":{"steps":40,"learning_rate":0.001},"data":{"path":"/data/corpus.txt","format":"text"},"checkpoint_interval":4}' "$1" "${MODEL:-$GPT2_MODEL}" "$2" "$3"
 }
 
 # hand JOB_DETAIL: the plan's tasklets with the compute time the shoal cost
@@ -194,6 +195,16 @@ req GET "$S/v1/jobs/$D" "$ADMIN"
 check "a job of two tasklets flags neither, even ten times apart" \
       "$(printf '%s' "$BODY" | jq -c '[[.measured[] | .slowdown * 1e6 | round], [.measured[].straggler], .stragglers]')" \
       '[[1000000,10000000],[false,false],[]]'
+
+# ---- job E, a 1x1 Llama on B's last node: its prediction comes from its
+# family's counts (jobs.model_costs, common/model.c), as the C cost model's
+MODEL='{"architecture":"llama","vocab_size":256,"context_length":32,"d_model":48,"heads":4,"kv_heads":2,"ffn_dim":100,"layers":5}' \
+    new_job E strag-e 1 1 100 "schedule the Llama job E"
+req GET "$S/v1/jobs/$E" "$ADMIN"; TASKLETS=$(hand "$BODY")
+steps "$E" 0 3 1
+req GET "$S/v1/jobs/$E" "$ADMIN"
+near "E (Llama): predicted_compute_s is the plan's compute_s + optimizer_s" \
+     "$(printf '%s' "$BODY" | jq '.measured[0].predicted_compute_s')" "$(printf '%s' "$BODY" | jq '.plan.breakdown.compute_s + .plan.breakdown.optimizer_s')"
 
 # ---- the operator re-plans A from its latest complete checkpoint
 TASKLETS=$(hand "$DETAIL_A")
