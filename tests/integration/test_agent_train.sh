@@ -74,7 +74,8 @@ same_losses "1x4 equals 1x1 to 1e-5" "$WORK/wide.losses" "$WORK/one.losses" 1e-5
 # heads) on the same layouts: 2x2 equals 1x1, untied and with a head tied
 # to the embedding across the pipeline
 LLAMA='{"architecture":"llama","vocab_size":256,"context_length":32,"d_model":32,"heads":4,"kv_heads":2,"ffn_dim":48,"layers":4}'
-MODEL=$LLAMA run_job "a 2x2 llama job" "$(MODEL=$LLAMA job llama 2 2 2 1f1b 20 20)"
+MODEL=$LLAMA run_job "a 2x2 llama job" "$(MODEL=$LLAMA job llama 2 2 2 1f1b 20 10)"
+LLAMA_MAIN=$J
 job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/llama.losses"
 fell=$(awk 'NR <= 3 { a += $2 } NR > 17 { b += $2 } END { print (b / 3 < a / 3 - 0.3) ? "yes" : "no: " a / 3 " -> " b / 3 }' "$WORK/llama.losses")
 check "the llama job's loss falls" "$fell" yes
@@ -84,13 +85,20 @@ same_losses "llama: 2x2 equals 1x1 to 1e-5" "$WORK/llama.losses" "$WORK/llama-on
 TIED="${LLAMA%\}},\"tie_embeddings\":true}"
 MODEL=$TIED run_job "a 2x2 llama job with a tied head (first and last stage sum its gradient)" \
     "$(MODEL=$TIED job llama-tied 2 2 2 1f1b 20 20)"
+LLAMA_TIED=$J
 check "its stored spec says the head is tied" \
     "$(curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$J" | jq -c '.spec.model | [.architecture, .tie_embeddings, .kv_heads]')" \
     '["llama",true,2]'
 job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/llama-tied.losses"
 MODEL=$TIED run_job "a 1x1 llama job with a tied head" "$(MODEL=$TIED job llama-tied-one 1 1 4 1f1b 20 20)"
+LLAMA_TIED_ONE=$J
 job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/llama-tied-one.losses"
 same_losses "llama, tied: 2x2 equals 1x1 to 1e-5" "$WORK/llama-tied.losses" "$WORK/llama-tied-one.losses" 1e-5
+MODEL=$LLAMA run_job "a 4x1 llama job resumed from the 2-stage checkpoint at step 10" \
+    "$(MODEL=$LLAMA job llama-resumed 4 1 4 gpipe 20 10 ",\"resume_from\":{\"job_id\":$LLAMA_MAIN,\"step\":10}")"
+job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/llama-resumed.losses"
+same_losses "llama: its losses equal the straight run's (a re-split of the checkpoint)" \
+    "$WORK/llama-resumed.losses" "$WORK/llama.losses" 1e-5
 
 # ---- the step parts the agents report (README.md, the step parts under
 # /metrics), on every step of the four layouts above: disjoint stretches of
@@ -137,6 +145,10 @@ check "sample: it says which checkpoint it loaded" "$(grep -o 'checkpoint step [
 sample "$WORK/s1x1" --job "$ONE" --prompt "The " --tokens 40 --temperature 0
 check "sample: the 1x1 job (same losses) writes the same greedy text from one stage" \
     "$SAMPLE_RC $(cmp -s "$WORK/s2x2" "$WORK/s1x1" && echo same)" "0 same"
+sample "$WORK/sl2x2" --job "$LLAMA_TIED" --prompt "The " --tokens 40 --temperature 0
+sample "$WORK/sl1x1" --job "$LLAMA_TIED_ONE" --prompt "The " --tokens 40 --temperature 0
+check "sample: the tied llama jobs (2x2 and 1x1, the same losses) write the same greedy text" \
+    "$SAMPLE_RC $(head -c 4 "$WORK/sl2x2") $(cmp -s "$WORK/sl2x2" "$WORK/sl1x1" && echo same)" "0 The  same"
 sample "$WORK/s10" --job "$MAIN" --step 10 --prompt "The " --tokens 40 --temperature 0
 check "sample: --step 10 loads that checkpoint, and its model writes other text" \
     "$SAMPLE_RC $(grep -c 'checkpoint step 10,' "$WORK/s10.err") $(cmp -s "$WORK/s2x2" "$WORK/s10" || echo differs)" \

@@ -81,6 +81,20 @@ check "naming the pair" "$(grep -c '13->12' "$WORK/err")" 1
 check "fill values let it schedule" "$?" 0
 check "all six layers are placed over three stages" "$(jq -c '[.plan[0].layer_start, .plan[2].layer_end, (.plan | length)]' "$WORK/out")" "[0,6,3]"
 
+# a Llama job of the same sizes: the family's own counts (fewer parameters a
+# block with 2 kv heads and an MLP of 256), a different predicted time
+jq '.model += {"architecture":"llama","kv_heads":2,"ffn_dim":256}' "$WORK/job.json" > "$WORK/llama.json"
+"$SCHED" --nodes "$WORK/nodes.json" --links "$WORK/links.json" --job "$WORK/llama.json" --budget-ms 200 \
+    --fill-latency-ms 80 --fill-bandwidth-gbps 0.2 --json > "$WORK/llama.out"
+check "a Llama job file schedules" "$? $(jq -c '[.plan[0].layer_start, .plan[2].layer_end]' "$WORK/llama.out")" "0 [0,6]"
+check "with its own predicted compute" \
+    "$(jq -n --slurpfile a "$WORK/out" --slurpfile b "$WORK/llama.out" '$a[0].cost.compute_s != $b[0].cost.compute_s')" true
+jq '.model += {"architecture":"llama","kv_heads":3,"ffn_dim":256}' "$WORK/job.json" > "$WORK/bad-llama.json"
+"$SCHED" --nodes "$WORK/nodes.json" --links "$WORK/links.json" --job "$WORK/bad-llama.json" --budget-ms 200 \
+    --fill-latency-ms 80 --fill-bandwidth-gbps 0.2 > /dev/null 2> "$WORK/err"
+check "a Llama job whose heads do not divide into kv heads is refused, naming the field" \
+    "$? $(grep -c 'kv_heads' "$WORK/err")" "1 1"
+
 "$SCHED" --scenario moon --paper-job > /dev/null 2> "$WORK/err"
 check "an unknown scenario fails" "$?" 1
 check "and says which exist" "$(grep -c 'use dc, spot, multi, regional or world' "$WORK/err")" 1
