@@ -269,20 +269,34 @@ static void fault_exit_after_sync(uint64_t t)
 static int tie_exchange(struct tasklet *k, uint64_t t, struct shoal_err *err)
 {
     size_t off, count;
-    int on_device;
-    float *g = kern_stage_grad_buffer(k->st, &on_device);
+    struct kern_err ke = {{0}};
+    int on_device, rc = -1;
+    float *g = kern_stage_grad_buffer(k->st, &on_device), *host = NULL;
     if (!kern_stage_tied_tensor(k->st, &off, &count))
         return err_set(err, 500, "internal", NULL, "stage %d holds no copy of the tied matrix", k->as->stage);
-    if (on_device)
-        return err_set(err, 500, "device_error", NULL, "a tied head across stages is summed on the host; this "
-                       "stage's gradients are on the GPU");
+    /* on a GPU, through a host copy of the one tensor */
+    if (on_device && (!(host = malloc(count * sizeof *host)) ||
+                      kern_stage_range(k->st, KERN_GRADS, off, count, host, 1, &ke) != 0)) {
+        free(host);
+        return host ? tasklet_kern_failed(&ke, err) : err_set(err, 500, "internal", NULL, "out of memory");
+    }
     struct ring r = { .next = &k->tie_next, .prev = &k->tie_prev, .rank = k->as->stage == 0 ? 0 : 1, .size = 2,
                       .timeout_ms = k->env->peer_timeout_ms, .stop = tasklet_peer_stop(k) };
     double t0 = ctl_now();
-    int rc = ring_allreduce_sum(&r, g + off, count, t, err);
+    if (ring_allreduce_sum(&r, on_device ? host : g + off, count, t, err) != 0) {
+        rc = tasklet_peer_failed(k, &k->as->tie_peer);
+        goto out;
+    }
     k->allreduce_s += ctl_now() - t0;
     k->dp_bytes += 4 * (uint64_t)count;
-    return rc != 0 ? tasklet_peer_failed(k, &k->as->tie_peer) : 0;
+    if (on_device && kern_stage_range(k->st, KERN_GRADS, off, count, host, 0, &ke) != 0) {
+        rc = tasklet_kern_failed(&ke, err);
+        goto out;
+    }
+    rc = 0;
+out:
+    free(host);
+    return rc;
 }
 
 static int train_step(struct tasklet *k, uint64_t t, uint64_t *queued, struct shoal_err *err)

@@ -19,6 +19,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum model_arch { MODEL_GPT2, MODEL_LLAMA, MODEL_ARCH_COUNT };
 
 /* Llama 3.1/3.2's "rope_scaling" of type "llama3"; factor 0: none. */
@@ -140,5 +144,9 @@ double model_block_act_values(const struct model_config *m, double T);
 /* Rotary inverse frequency of pair i (0 <= i < hd/2), radians per
  * position: theta^(-2i/hd), adjusted by rope_scaling as Llama 3 does. */
 double model_rope_inv_freq(const struct model_config *m, int i);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

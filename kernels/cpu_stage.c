@@ -227,17 +227,23 @@ static float *cpu_buffer(struct kern_stage *st, enum kern_buffer which)
 }
 
 /* Copies a whole flat buffer out of (to_host) or into the stage. */
-static int cpu_transfer(struct kern_stage *st, enum kern_buffer which, float *host,
-                        int to_host, struct kern_err *err)
+static int cpu_transfer_range(struct kern_stage *st, enum kern_buffer which, size_t off, size_t count,
+                              float *host, int to_host, struct kern_err *err)
 {
     float *buf = cpu_buffer(st, which);
     if (!buf)
         return kern_fail(err, "unknown buffer %d", (int)which);
     if (to_host)
-        memcpy(host, buf, st->n_params * sizeof(float));
+        memcpy(host, buf + off, count * sizeof(float));
     else
-        memcpy(buf, host, st->n_params * sizeof(float));
+        memcpy(buf + off, host, count * sizeof(float));
     return 0;
+}
+
+static int cpu_transfer(struct kern_stage *st, enum kern_buffer which, float *host,
+                        int to_host, struct kern_err *err)
+{
+    return cpu_transfer_range(st, which, 0, st->n_params, host, to_host, err);
 }
 
 static int cpu_read(struct kern_stage *st, enum kern_buffer which, float *dst,
@@ -264,4 +270,5 @@ const struct kern_ops kern_cpu_ops = {
     .grad_buffer = cpu_grad_buffer,
     .read = cpu_read,
     .write = cpu_write,
+    .transfer_range = cpu_transfer_range,
 };

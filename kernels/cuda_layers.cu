@@ -142,7 +142,7 @@ __global__ static void encoder_forward_kernel(float *out, const int32_t *inp, co
 {
     KCU_FOR(i, n) {
         size_t bt = i / C, c = i % C;
-        out[i] = wte[(size_t)inp[bt] * C + c] + wpe[(bt % T) * C + c];
+        out[i] = wte[(size_t)inp[bt] * C + c] + (wpe ? wpe[(bt % T) * C + c] : 0.0f);
     }
 }
 
@@ -190,9 +190,11 @@ int kcu_encoder_backward(const struct kcu_ctx *cx, float *dwte, float *dwpe, con
     KCU_LAUNCH(encoder_backward_wte_kernel, kcu_blocks(n, KCU_THREADS), KCU_THREADS, cx->stream)(
         dwte, dout, inp, C, n);
     KCU_TRY_LAUNCH("encoder_backward_wte_kernel");
-    KCU_LAUNCH(encoder_backward_wpe_kernel, kcu_blocks((size_t)T * C, KCU_THREADS), KCU_THREADS,
-               cx->stream)(dwpe, dout, B, T, C);
-    KCU_TRY_LAUNCH("encoder_backward_wpe_kernel");
+    if (dwpe) {   /* NULL: no learned positions */
+        KCU_LAUNCH(encoder_backward_wpe_kernel, kcu_blocks((size_t)T * C, KCU_THREADS), KCU_THREADS,
+                   cx->stream)(dwpe, dout, B, T, C);
+        KCU_TRY_LAUNCH("encoder_backward_wpe_kernel");
+    }
     rc = 0;
 out:
     return rc;
@@ -377,17 +379,37 @@ __device__ static size_t head_to_token(size_t i, int T, int NH, int hs, int ld)
     return (b * T + t) * ld + h * hs + d;
 }
 
-/* q, k, v (B,NH,T,hs) bf16 <- qkv (B,T,3C) fp32: the CPU reads them in place
- * from qkv with ld 3C; here they are split into heads for batched products. */
-__global__ static void permute_qkv_kernel(bf16 *q, bf16 *k, bf16 *v, const float *qkv, int T,
-                                          int NH, int hs, size_t n)
+/* Element d of a head's row x (hs values), rotated by the angle table of
+ * position t (cos, sin (T, hs/2)) as rotate_half pairs d with d +- hs/2;
+ * sign +1 rotates, -1 rotates back.  Without tables, x[d]. */
+__device__ static float rope_at(const float *x, int d, int hs, int t, const float *cos_t, const float *sin_t,
+                                float sign)
 {
-    int C = NH * hs;
+    if (!cos_t)
+        return x[d];
+    int half = hs / 2, i = d % half;
+    float c = cos_t[(size_t)t * half + i], s = sign * sin_t[(size_t)t * half + i];
+    return d < half ? x[d] * c - x[d + half] * s : x[d] * c + x[d - half] * s;
+}
+
+/* q, k, v (B,NH,T,hs) bf16 <- qkv (B,T,C+2KV) fp32: the CPU reads them in
+ * place from qkv; here they are split into heads for batched products, k
+ * and v repeated for the query heads of their group (kv head h / (NH /
+ * KVH)), q and k rotated first when tables are given (the CPU's
+ * kern_cpu_rope_forward). */
+__global__ static void permute_qkv_kernel(bf16 *q, bf16 *k, bf16 *v, const float *qkv, int T, int NH,
+                                          int KVH, int hs, const float *cos_t, const float *sin_t, size_t n)
+{
+    int C = NH * hs, KV = KVH * hs, W = C + 2 * KV, group = NH / KVH;
     KCU_FOR(i, n) {
-        const float *src = qkv + head_to_token(i, T, NH, hs, 3 * C);
-        q[i] = __float2bfloat16(src[0]);
-        k[i] = __float2bfloat16(src[C]);
-        v[i] = __float2bfloat16(src[2 * C]);
+        size_t d = i % hs, r = i / hs;
+        int t = (int)(r % T);
+        r /= T;
+        size_t h = r % NH, b = r / NH, g = h / group;
+        const float *row = qkv + (b * T + t) * W;
+        q[i] = __float2bfloat16(rope_at(row + h * hs, (int)d, hs, t, cos_t, sin_t, 1.0f));
+        k[i] = __float2bfloat16(rope_at(row + C + g * hs, (int)d, hs, t, cos_t, sin_t, 1.0f));
+        v[i] = __float2bfloat16(row[C + KV + g * hs + d]);
     }
 }
 
@@ -407,20 +429,37 @@ __global__ static void permute_kernel(bf16 *dy, const float *dout, int T, int NH
         dy[i] = __float2bfloat16(dout[head_to_token(i, T, NH, hs, NH * hs)]);
 }
 
-/* dqkv (B,T,3C) fp32 and bf16 <- dq, dk, dv (B,NH,T,hs) fp32 */
-__global__ static void unpermute_qkv_kernel(float *dqkv, bf16 *dqkv_bf, const float *dq,
-                                            const float *dk, const float *dv, int T, int NH,
-                                            int hs, size_t n)
+/* dqkv (B,T,C+2KV) fp32 and bf16 <- dq, dk, dv (B,NH,T,hs) fp32: one thread
+ * per element of dqkv; dk and dv of a kv head sum its group's query heads
+ * in order, and dq and dk are rotated back when tables are given (the
+ * CPU's kern_cpu_rope_backward). */
+__global__ static void unpermute_qkv_kernel(float *dqkv, bf16 *dqkv_bf, const float *dq, const float *dk,
+                                            const float *dv, int T, int NH, int KVH, int hs,
+                                            const float *cos_t, const float *sin_t, size_t n)
 {
-    int C = NH * hs;
+    int C = NH * hs, KV = KVH * hs, W = C + 2 * KV, group = NH / KVH;
     KCU_FOR(i, n) {
-        size_t at = head_to_token(i, T, NH, hs, 3 * C);
-        dqkv[at] = dq[i];
-        dqkv[at + C] = dk[i];
-        dqkv[at + 2 * C] = dv[i];
-        dqkv_bf[at] = __float2bfloat16(dq[i]);
-        dqkv_bf[at + C] = __float2bfloat16(dk[i]);
-        dqkv_bf[at + 2 * C] = __float2bfloat16(dv[i]);
+        size_t col = i % W, bt = i / W, b = bt / T;
+        int t = (int)(bt % T), part = col < (size_t)C ? 0 : col < (size_t)(C + KV) ? 1 : 2;
+        size_t in = part == 0 ? col : part == 1 ? col - C : col - C - KV;   /* column within the part */
+        int head = (int)(in / hs), d = (int)(in % hs);
+        float x[2] = {0.0f, 0.0f};   /* the element and its rotation pair */
+        const float *src = part == 0 ? dq : part == 1 ? dk : dv;
+        int from = part == 0 ? head : head * group, to = part == 0 ? head + 1 : (head + 1) * group;
+        int half = hs / 2, pair = d < half ? d + half : d - half;
+        for (int h = from; h < to; h++) {
+            const float *r = src + (((size_t)b * NH + h) * T + t) * hs;
+            x[0] += r[d];
+            x[1] += r[pair];
+        }
+        float val = x[0];
+        if (part < 2 && cos_t) {   /* rotated back: the transpose of the rotation */
+            int j = d % half;
+            float c = cos_t[(size_t)t * half + j], s = sin_t[(size_t)t * half + j];
+            val = d < half ? x[0] * c + x[1] * s : x[0] * c - x[1] * s;
+        }
+        dqkv[i] = val;
+        dqkv_bf[i] = __float2bfloat16(val);
     }
 }
 
@@ -464,7 +503,7 @@ __global__ static void softmax_backward_kernel(bf16 *dpre, const bf16 *att, cons
 
 int kcu_attention_forward(const struct kcu_ctx *cx, bf16 *out, bf16 *qkvr, bf16 *att,
                           const float *qkv, float *scores, bf16 *y, int B, int T, int C,
-                          int NH, struct kern_err *err)
+                          int NH, int KVH, const float *cos_t, const float *sin_t, struct kern_err *err)
 {
     int rc = -1;
     int hs = C / NH, BH = B * NH;
@@ -474,7 +513,8 @@ int kcu_attention_forward(const struct kcu_ctx *cx, bf16 *out, bf16 *qkvr, bf16 
     float scale = 1.0f / sqrtf((float)hs);
     unsigned blocks = kcu_blocks(n, KCU_THREADS);
 
-    KCU_LAUNCH(permute_qkv_kernel, blocks, KCU_THREADS, cx->stream)(q, k, v, qkv, T, NH, hs, n);
+    KCU_LAUNCH(permute_qkv_kernel, blocks, KCU_THREADS, cx->stream)(q, k, v, qkv, T, NH, KVH, hs, cos_t, sin_t,
+                                                                     n);
     KCU_TRY_LAUNCH("permute_qkv_kernel");
     /* scores (T,T) = q (T,hs) . k^T (hs,T), per (b,h) */
     KCU_TRY_OK(kcu_gemm(cx, 0, 1, T, T, hs, 1.0f, q, hs, s_th, k, hs, s_th, 0.0f, scores,
@@ -494,8 +534,8 @@ out:
 
 int kcu_attention_backward(const struct kcu_ctx *cx, float *dqkv, bf16 *dqkv_bf,
                            const float *dout, const bf16 *qkvr, const bf16 *att, float *datt,
-                           bf16 *dpre, bf16 *dy, float *dqkvr, int B, int T, int C, int NH,
-                           struct kern_err *err)
+                           bf16 *dpre, bf16 *dy, float *dqkvr, int B, int T, int C, int NH, int KVH,
+                           const float *cos_t, const float *sin_t, struct kern_err *err)
 {
     int rc = -1;
     int hs = C / NH, BH = B * NH;
@@ -505,6 +545,7 @@ int kcu_attention_backward(const struct kcu_ctx *cx, float *dqkv, bf16 *dqkv_bf,
     long long s_th = (long long)T * hs, s_tt = (long long)T * T;
     float scale = 1.0f / sqrtf((float)hs);
     unsigned blocks = kcu_blocks(n, KCU_THREADS);
+    size_t n_out = (size_t)B * T * (C + 2 * (size_t)KVH * hs);   /* elements of dqkv */
 
     KCU_LAUNCH(permute_kernel, blocks, KCU_THREADS, cx->stream)(dy, dout, T, NH, hs, n);
     KCU_TRY_LAUNCH("permute_kernel");
@@ -522,8 +563,8 @@ int kcu_attention_backward(const struct kcu_ctx *cx, float *dqkv, bf16 *dqkv_bf,
                         CUDA_R_32F, hs, s_th, BH, err));
     KCU_TRY_OK(kcu_gemm(cx, 1, 0, T, hs, T, 1.0f, dpre, T, s_tt, q, hs, s_th, 0.0f, dk,
                         CUDA_R_32F, hs, s_th, BH, err));
-    KCU_LAUNCH(unpermute_qkv_kernel, blocks, KCU_THREADS, cx->stream)(dqkv, dqkv_bf, dq, dk, dv, T,
-                                                                 NH, hs, n);
+    KCU_LAUNCH(unpermute_qkv_kernel, kcu_blocks(n_out, KCU_THREADS), KCU_THREADS, cx->stream)(
+        dqkv, dqkv_bf, dq, dk, dv, T, NH, KVH, hs, cos_t, sin_t, n_out);
     KCU_TRY_LAUNCH("unpermute_qkv_kernel");
     rc = 0;
 out:
@@ -577,6 +618,163 @@ int kcu_gelu_backward(const struct kcu_ctx *cx, float *dinp, bf16 *dinp_bf, cons
     KCU_LAUNCH(gelu_backward_kernel, kcu_blocks(n, KCU_THREADS), KCU_THREADS, cx->stream)(
         dinp, dinp_bf, inp, dout, n);
     KCU_TRY_LAUNCH("gelu_backward_kernel");
+    rc = 0;
+out:
+    return rc;
+}
+
+/* ---- rmsnorm ---- */
+
+/* One block per row n: out = weight * (x * r), r = 1 / sqrt(mean(x^2) + eps),
+ * as the CPU does. */
+__global__ static void rmsnorm_forward_kernel(bf16 *out, float *rstd, const float *inp, const float *weight,
+                                              float eps, int C)
+{
+    size_t n = blockIdx.x;
+    const float *x = inp + n * C; /* (C) */
+    bf16 *o = out + n * C;        /* (C) */
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        ss += x[i] * x[i];
+    float r = 1.0f / sqrtf(block_sum(ss) / C + eps);
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        o[i] = __float2bfloat16(weight[i] * (x[i] * r));
+    if (threadIdx.x == 0)
+        rstd[n] = r;
+}
+
+int kcu_rmsnorm_forward(const struct kcu_ctx *cx, bf16 *out, float *rstd, const float *inp, const float *weight,
+                        float eps, int N, int C, struct kern_err *err)
+{
+    int rc = -1;
+    KCU_LAUNCH(rmsnorm_forward_kernel, N, kcu_row_threads(C, KCU_ROW_THREADS), cx->stream)(out, rstd, inp, weight,
+                                                                                        eps, C);
+    KCU_TRY_LAUNCH("rmsnorm_forward_kernel");
+    rc = 0;
+out:
+    return rc;
+}
+
+/* The CPU's first loop: one block per row, dinp (C) += r w d - x r^3 (w.d.x) / C. */
+__global__ static void rmsnorm_backward_dinp_kernel(float *dinp, const float *dout, const float *inp,
+                                                    const float *weight, const float *rstd, int C)
+{
+    size_t n = blockIdx.x;
+    const float *d = dout + n * C, *x = inp + n * C; /* (C) each */
+    float *di = dinp + n * C, r = rstd[n], dot = 0.0f;
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        dot += weight[i] * d[i] * x[i];
+    float k = block_sum(dot) * r * r * r / C;
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        di[i] += r * weight[i] * d[i] - x[i] * k;
+}
+
+/* The CPU's second loop, first pass: partial (chunks, C) holds, per chunk of
+ * rows, the sums of x * rstd * d. */
+__global__ static void rmsnorm_backward_colsum_kernel(float *partial, const float *dout, const float *inp,
+                                                      const float *rstd, int N, int C)
+{
+    int i = blockIdx.y * blockDim.x + threadIdx.x;
+    int n0 = blockIdx.x * KCU_COLSUM_ROWS, n1 = min(N, n0 + KCU_COLSUM_ROWS);
+    if (i >= C)
+        return;
+    float dw = 0.0f;
+    for (int n = n0; n < n1; n++) {
+        size_t at = (size_t)n * C + i;
+        dw += inp[at] * rstd[n] * dout[at];
+    }
+    partial[(size_t)blockIdx.x * C + i] = dw;
+}
+
+int kcu_rmsnorm_backward(const struct kcu_ctx *cx, float *dinp, float *dweight, const float *dout,
+                         const float *inp, const float *weight, const float *rstd, int N, int C,
+                         struct kern_err *err)
+{
+    int rc = -1;
+    int chunks = (int)kcu_colsum_chunks(N);
+    dim3 grid(chunks, (C + KCU_THREADS - 1) / KCU_THREADS);
+    KCU_LAUNCH(rmsnorm_backward_dinp_kernel, N, kcu_row_threads(C, KCU_ROW_THREADS), cx->stream)(
+        dinp, dout, inp, weight, rstd, C);
+    KCU_TRY_LAUNCH("rmsnorm_backward_dinp_kernel");
+    KCU_LAUNCH(rmsnorm_backward_colsum_kernel, grid, KCU_THREADS, cx->stream)(cx->colsum, dout, inp, rstd, N, C);
+    KCU_TRY_LAUNCH("rmsnorm_backward_colsum_kernel");
+    KCU_LAUNCH(colsum_finish_kernel, (C + KCU_THREADS - 1) / KCU_THREADS, KCU_THREADS, cx->stream)(
+        dweight, cx->colsum, chunks, C, C);
+    KCU_TRY_LAUNCH("colsum_finish_kernel (rmsnorm dweight)");
+    rc = 0;
+out:
+    return rc;
+}
+
+/* ---- swiglu ---- */
+
+__device__ static float sigmoidf(float g)
+{
+    return 1.0f / (1.0f + expf(-g));
+}
+
+/* out (N,F) = silu(gate) * up, gu (N,2F) = [gate | up]. */
+__global__ static void swiglu_forward_kernel(bf16 *out, const float *gu, int F, size_t n)
+{
+    KCU_FOR(i, n) {
+        size_t row = i / F, c = i % F;
+        float g = gu[row * 2 * F + c], u = gu[row * 2 * F + F + c];
+        out[i] = __float2bfloat16(g * sigmoidf(g) * u);
+    }
+}
+
+/* dgu (N,2F) overwritten in fp32 and bf16, from dout (N,F). */
+__global__ static void swiglu_backward_kernel(float *dgu, bf16 *dgu_bf, const float *gu, const float *dout, int F,
+                                              size_t n)
+{
+    KCU_FOR(i, n) {
+        size_t row = i / F, c = i % F, at = row * 2 * F + c;
+        float g = gu[at], u = gu[at + F], d = dout[i], s = sigmoidf(g);
+        float dg = d * u * s * (1.0f + g * (1.0f - s)), du = d * g * s;
+        dgu[at] = dg;
+        dgu[at + F] = du;
+        dgu_bf[at] = __float2bfloat16(dg);
+        dgu_bf[at + F] = __float2bfloat16(du);
+    }
+}
+
+int kcu_swiglu_forward(const struct kcu_ctx *cx, bf16 *out, const float *gu, int N, int F, struct kern_err *err)
+{
+    int rc = -1;
+    size_t n = (size_t)N * F;
+    KCU_LAUNCH(swiglu_forward_kernel, kcu_blocks(n, KCU_THREADS), KCU_THREADS, cx->stream)(out, gu, F, n);
+    KCU_TRY_LAUNCH("swiglu_forward_kernel");
+    rc = 0;
+out:
+    return rc;
+}
+
+int kcu_swiglu_backward(const struct kcu_ctx *cx, float *dgu, bf16 *dgu_bf, const float *gu, const float *dout,
+                        int N, int F, struct kern_err *err)
+{
+    int rc = -1;
+    size_t n = (size_t)N * F;
+    KCU_LAUNCH(swiglu_backward_kernel, kcu_blocks(n, KCU_THREADS), KCU_THREADS, cx->stream)(dgu, dgu_bf, gu, dout,
+                                                                                          F, n);
+    KCU_TRY_LAUNCH("swiglu_backward_kernel");
+    rc = 0;
+out:
+    return rc;
+}
+
+/* ---- a tied matrix's two gradients ---- */
+
+__global__ static void add_pair_kernel(float *a, float *b, size_t n)
+{
+    KCU_FOR(i, n)
+        a[i] = b[i] = a[i] + b[i];
+}
+
+int kcu_add_pair(const struct kcu_ctx *cx, float *a, float *b, size_t n, struct kern_err *err)
+{
+    int rc = -1;
+    KCU_LAUNCH(add_pair_kernel, kcu_blocks(n, KCU_THREADS), KCU_THREADS, cx->stream)(a, b, n);
+    KCU_TRY_LAUNCH("add_pair_kernel");
     rc = 0;
 out:
     return rc;

@@ -13,8 +13,13 @@
  *              mean (N), rstd (N) fp32
  *   matmul     inp (N,IC) bf16, weight (OC,IC) bf16, bias (OC) fp32 or NULL
  *              -> out (N,OC) fp32, rows ldo apart (the head's: a padded vocab)
- *   attention  qkv (B,T,3C) fp32 -> out (B,T,C) bf16; keeps q,k,v per head
- *              (3,B,NH,T,hs) and the causal softmax att (B,NH,T,T), bf16
+ *   attention  qkv (B,T,C+2KV) fp32 -> out (B,T,C) bf16; keeps q,k,v per
+ *              head (3,B,NH,T,hs), k and v repeated over their group of
+ *              query heads (KVH kv heads; gpt2: KVH = NH, qkv (B,T,3C)), q
+ *              and k rotated when rope tables (T,hs/2) are given, and the
+ *              causal softmax att (B,NH,T,T), bf16
+ *   rmsnorm    inp (N,C) fp32, weight (C) -> out (N,C) bf16, rstd (N) fp32
+ *   swiglu     gu (N,2F) fp32 = [gate | up] -> out (N,F) bf16
  *   gelu       inp (n) fp32 -> out (n) bf16, tanh approximation
  *   residual   a (n), b (n) fp32 -> out (n) fp32
  *   crossentropy logits (N,V) fp32 -> probs (N,V) fp32 in place, losses (N);
@@ -72,10 +77,12 @@ int kcu_gemm(const struct kcu_ctx *cx, int trans_a, int trans_b, int M, int N, i
              long long stride_b, float beta, void *C, cudaDataType_t c_type, int ldc,
              long long stride_c, int batch, struct kern_err *err);
 
+/* wpe NULL: no learned positions (llama). */
 int kcu_encoder_forward(const struct kcu_ctx *cx, float *out, const int32_t *inp,
                         const float *wte, const float *wpe, int B, int T, int C,
                         struct kern_err *err);
-/* dwte, dwpe += ; dwte by atomic adds (summation order varies run to run). */
+/* dwte, dwpe += ; dwte by atomic adds (summation order varies run to run);
+ * dwpe NULL: none. */
 int kcu_encoder_backward(const struct kcu_ctx *cx, float *dwte, float *dwpe, const float *dout,
                          const int32_t *inp, int B, int T, int C, struct kern_err *err);
 
@@ -105,14 +112,30 @@ int kcu_matmul_backward(const struct kcu_ctx *cx, float *dinp, float *dweight, f
  * (B,NH,T,T) fp32 and y (B,NH,T,hs) bf16 are scratch. */
 int kcu_attention_forward(const struct kcu_ctx *cx, bf16 *out, bf16 *qkvr, bf16 *att,
                           const float *qkv, float *scores, bf16 *y, int B, int T, int C,
-                          int NH, struct kern_err *err);
-/* dqkv (B,T,3C) overwritten in fp32 and bf16 (dqkv_bf); dout (B,T,C) fp32.
+                          int NH, int KVH, const float *cos_t, const float *sin_t, struct kern_err *err);
+/* dqkv (B,T,C+2KV) overwritten in fp32 and bf16 (dqkv_bf), dk and dv
+ * summed over each group, dq and dk rotated back; dout (B,T,C) fp32.
  * Scratch: datt (B,NH,T,T) fp32, dpre (B,NH,T,T) bf16, dy (B,NH,T,hs) bf16,
  * dqkvr (3,B,NH,T,hs) fp32. */
 int kcu_attention_backward(const struct kcu_ctx *cx, float *dqkv, bf16 *dqkv_bf,
                            const float *dout, const bf16 *qkvr, const bf16 *att, float *datt,
-                           bf16 *dpre, bf16 *dy, float *dqkvr, int B, int T, int C, int NH,
-                           struct kern_err *err);
+                           bf16 *dpre, bf16 *dy, float *dqkvr, int B, int T, int C, int NH, int KVH,
+                           const float *cos_t, const float *sin_t, struct kern_err *err);
+
+int kcu_rmsnorm_forward(const struct kcu_ctx *cx, bf16 *out, float *rstd, const float *inp, const float *weight,
+                        float eps, int N, int C, struct kern_err *err);
+/* dinp (N,C), dweight (C) += ; dout (N,C) fp32. */
+int kcu_rmsnorm_backward(const struct kcu_ctx *cx, float *dinp, float *dweight, const float *dout,
+                         const float *inp, const float *weight, const float *rstd, int N, int C,
+                         struct kern_err *err);
+
+int kcu_swiglu_forward(const struct kcu_ctx *cx, bf16 *out, const float *gu, int N, int F, struct kern_err *err);
+/* dgu (N,2F) overwritten in fp32 and bf16 (dgu_bf); dout (N,F) fp32. */
+int kcu_swiglu_backward(const struct kcu_ctx *cx, float *dgu, bf16 *dgu_bf, const float *gu, const float *dout,
+                        int N, int F, struct kern_err *err);
+
+/* a[i] = b[i] = a[i] + b[i], i < n: a tied matrix's two gradients. */
+int kcu_add_pair(const struct kcu_ctx *cx, float *a, float *b, size_t n, struct kern_err *err);
 
 int kcu_gelu_forward(const struct kcu_ctx *cx, bf16 *out, const float *inp, size_t n,
                      struct kern_err *err);

@@ -9,91 +9,12 @@
  * is bf16, accumulated in fp32. The host sees fp32 and int32 only, through
  * pinned staging buffers; every operation synchronises its stream before it
  * returns. */
-#include "cuda_layers.cuh"
+#include "cuda_stage.cuh"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Hidden states cross the host boundary through the pinned staging buffer in
- * at most KCU_COPY_CHUNKS pieces, so that the CPU's copy of one piece (by the
- * OpenMP threads) overlaps the DMA of the next: a pageable memcpy on one
- * thread was half of an XL middle stage's time on an H200 (kernels/README.md). */
-#define KCU_COPY_CHUNKS 8
-#define KCU_COPY_MIN ((size_t)1 << 20) /* bytes: smaller pieces, one thread */
-
-/* Activations one block keeps for its backward, per micro-batch (device). */
-struct kcu_block_acts {
-    bf16 *ln1;                   /* (B,T,C) */
-    float *ln1_mean, *ln1_rstd;  /* (B,T) each */
-    bf16 *qkvr;                  /* (3,B,NH,T,hs) q, k, v split into heads */
-    bf16 *att;                   /* (B,NH,T,T) softmax probabilities */
-    bf16 *atty;                  /* (B,T,C) attention output before projection */
-    float *res2;                 /* (B,T,C) residual after attention */
-    bf16 *ln2;                   /* (B,T,C) */
-    float *ln2_mean, *ln2_rstd;  /* (B,T) each */
-    float *fch;                  /* (B,T,4C) before GELU */
-    bf16 *fch_gelu;              /* (B,T,4C) */
-    float *res3;                 /* (B,T,C) block output */
-};
-
-/* Everything one micro-batch in flight keeps. */
-struct kcu_slot {
-    void *mem;                   /* device: one allocation holding all of the below */
-    int32_t *tokens, *targets;   /* (B,T) each, first / last stage */
-    float *x0;                   /* (B,T,C) residual stream entering the first block */
-    struct kcu_block_acts *blocks; /* host array, one per block held */
-    bf16 *lnf;                   /* (B,T,C) last stage */
-    float *lnf_mean, *lnf_rstd;  /* (B,T) each */
-    float *probs;                /* (B,T,Vp) logits, turned into probabilities in place;
-                                  * Vp = kcu_padded_vocab(V), columns [V, Vp) unused */
-    float *losses;               /* (B,T) */
-};
-
-struct kcu_stage {
-    struct kcu_ctx cx;             /* stream, cuBLAS handle, column-sum scratch */
-    float *params, *grads, *m, *v; /* device, n_params each */
-    bf16 *params_bf;               /* device, n_params: what the products read */
-    struct kcu_slot *slots;        /* in_flight */
-    /* Device scratch shared by all micro-batches (one runs at a time). */
-    void *scratch;                 /* one allocation holding the rest */
-    float *qkv;                    /* (B,T,3C) qkv product before the split into heads */
-    float *attproj;                /* (B,T,C) projection output before the residual add */
-    float *scores;                 /* (B,NH,T,T) forward q.k^T; backward d att */
-    bf16 *atty_heads;              /* (B,NH,T,hs) att . v before the merge of heads */
-    float *dres;                   /* (B,T,C) gradient of the residual stream */
-    bf16 *dres_bf;                 /* (B,T,C) */
-    float *dln;                    /* (B,T,C) */
-    float *datty;                  /* (B,T,C) */
-    bf16 *dy;                      /* (B,NH,T,hs) datty split into heads */
-    bf16 *dpre;                    /* (B,NH,T,T) d of q.k^T */
-    float *dqkvr;                  /* (3,B,NH,T,hs) dq, dk, dv */
-    float *dqkv;                   /* (B,T,3C) */
-    bf16 *dqkv_bf;                 /* (B,T,3C) */
-    float *dfch_gelu, *dfch;       /* (B,T,4C) each */
-    bf16 *dfch_bf;                 /* (B,T,4C) */
-    bf16 *dlogits;                 /* (B,T,Vp) last stage, columns [V, Vp) unused */
-    float *loss;                   /* (1) mean loss, last stage */
-    double *norm_partial;          /* (KCU_NORM_BLOCKS) */
-    /* Pinned host staging, allocated once. */
-    float *h_act;                  /* (B,T,C): hidden states in and out, token ids, loss */
-    int32_t *h_targets;            /* (B,T) */
-    double *h_norm_partial;        /* (KCU_NORM_BLOCKS) */
-    cudaEvent_t copied[KCU_COPY_CHUNKS]; /* a download's pieces, landed in h_act */
-};
-
-/* Hands out consecutive 256-byte aligned pieces of one allocation; pass base
- * NULL to count. Returns the piece (NULL when counting). */
-static void *carve(void *base, size_t *used, size_t bytes)
-{
-    void *p = base ? (char *)base + *used : NULL;
-    *used += (bytes + 255) & ~(size_t)255;
-    return p;
-}
-#define CARVE_F32(base, used, n) ((float *)carve(base, used, (n) * sizeof(float)))
-#define CARVE_BF16(base, used, n) ((bf16 *)carve(base, used, (n) * sizeof(bf16)))
-#define CARVE_I32(base, used, n) ((int32_t *)carve(base, used, (n) * sizeof(int32_t)))
 
 /* Bytes of one slot; with base, also sets its pointers. */
 static size_t slot_layout(const struct kern_stage *st, struct kcu_slot *s, void *base)
@@ -162,6 +83,46 @@ static size_t scratch_layout(const struct kern_stage *st, struct kcu_stage *c, v
     return used;
 }
 
+static const struct kcu_family *const kcu_families[MODEL_ARCH_COUNT] = {&kcu_gpt2, &kcu_llama};
+
+/* GPT-2's scratch and slot activations (kcu_family.alloc). */
+static int gpt2_alloc(struct kern_stage *st, struct kcu_stage *c, struct kern_err *err)
+{
+    int rc = -1;
+    int nb = st->spec.layer_end - st->spec.layer_start;
+    size_t scratch_bytes = scratch_layout(st, c, NULL);
+    cudaError_t e = cudaSuccess;
+    KCU_TRY(cudaMalloc(&c->scratch, scratch_bytes));
+    scratch_layout(st, c, c->scratch);
+    for (int i = 0; i < st->spec.in_flight; i++) {
+        struct kcu_slot *s = &c->slots[i];
+        s->blocks = (struct kcu_block_acts *)calloc(nb ? (size_t)nb : 1, sizeof *s->blocks);
+        if (!s->blocks) {
+            kern_fail(err, "out of memory");
+            goto out;
+        }
+        size_t bytes = slot_layout(st, s, NULL);
+        e = cudaMalloc(&s->mem, bytes);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError(); /* taken, as KCU_TRY does */
+            kern_fail(err, "CUDA: %s allocating %zu MiB of activations for micro-batch "
+                      "slot %d of %d (lower in_flight, micro_batch or seq_len)",
+                      cudaGetErrorString(e), bytes >> 20, i + 1, st->spec.in_flight);
+            goto out;
+        }
+        slot_layout(st, s, s->mem);
+    }
+    rc = 0;
+out:
+    return rc;
+}
+
+static void gpt2_release(struct kern_stage *st, struct kcu_stage *c)
+{
+    for (int i = 0; c->slots && i < st->spec.in_flight; i++)
+        free(c->slots[i].blocks);
+}
+
 /* Frees whatever kcu_init got to; safe on a half-built stage. */
 static void kcu_release(struct kern_stage *st)
 {
@@ -171,11 +132,10 @@ static void kcu_release(struct kern_stage *st)
     (void)cudaSetDevice(st->device.index);
     if (c->cx.stream)
         (void)cudaStreamSynchronize(c->cx.stream);
+    kcu_families[st->model.arch]->release(st, c);
     if (c->slots)
-        for (int i = 0; i < st->spec.in_flight; i++) {
+        for (int i = 0; i < st->spec.in_flight; i++)
             (void)cudaFree(c->slots[i].mem);
-            free(c->slots[i].blocks);
-        }
     free(c->slots);
     (void)cudaFree(c->scratch);
     (void)cudaFree(c->params);
@@ -203,19 +163,10 @@ static void kcu_release(struct kern_stage *st)
 static int kcu_init(struct kern_stage *st, const float *params, struct kern_err *err)
 {
     int rc = -1;
-    int nb = st->spec.layer_end - st->spec.layer_start;
     size_t n = st->n_params, BT = (size_t)st->spec.micro_batch * st->spec.seq_len;
     size_t act_floats = BT * st->model.d_model; /* >= BT: also holds token ids */
-    size_t scratch_bytes = 0;
-    cudaError_t e = cudaSuccess;
-    struct kcu_stage *c = NULL;
+    struct kcu_stage *c = (struct kcu_stage *)calloc(1, sizeof *c);
 
-    if (st->model.arch != MODEL_GPT2) {
-        kern_fail(err, "the cuda backend runs architecture \"gpt2\" only so far, not \"%s\"; use --device cpu",
-                  model_families[st->model.arch].name);
-        return -1;
-    }
-    c = (struct kcu_stage *)calloc(1, sizeof *c);
     if (!c) {
         kern_fail(err, "out of memory");
         goto out;
@@ -233,32 +184,13 @@ static int kcu_init(struct kern_stage *st, const float *params, struct kern_err 
     KCU_TRY(cudaMalloc(&c->m, n * sizeof(float)));
     KCU_TRY(cudaMalloc(&c->v, n * sizeof(float)));
     KCU_TRY(cudaMalloc(&c->params_bf, n * sizeof(bf16)));
-    scratch_bytes = scratch_layout(st, c, NULL);
-    KCU_TRY(cudaMalloc(&c->scratch, scratch_bytes));
-    scratch_layout(st, c, c->scratch);
     c->slots = (struct kcu_slot *)calloc((size_t)st->spec.in_flight, sizeof *c->slots);
     if (!c->slots) {
         kern_fail(err, "out of memory");
         goto out;
     }
-    for (int i = 0; i < st->spec.in_flight; i++) {
-        struct kcu_slot *s = &c->slots[i];
-        s->blocks = (struct kcu_block_acts *)calloc(nb ? (size_t)nb : 1, sizeof *s->blocks);
-        if (!s->blocks) {
-            kern_fail(err, "out of memory");
-            goto out;
-        }
-        size_t bytes = slot_layout(st, s, NULL);
-        e = cudaMalloc(&s->mem, bytes);
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError(); /* taken, as KCU_TRY does */
-            kern_fail(err, "CUDA: %s allocating %zu MiB of activations for micro-batch "
-                      "slot %d of %d (lower in_flight, micro_batch or seq_len)",
-                      cudaGetErrorString(e), bytes >> 20, i + 1, st->spec.in_flight);
-            goto out;
-        }
-        slot_layout(st, s, s->mem);
-    }
+    if (kcu_families[st->model.arch]->alloc(st, c, err) != 0)
+        goto out;
     KCU_TRY(cudaMallocHost(&c->h_act, act_floats * sizeof(float)));
     KCU_TRY(cudaMallocHost(&c->h_targets, BT * sizeof(int32_t)));
     KCU_TRY(cudaMallocHost(&c->h_norm_partial, KCU_NORM_BLOCKS * sizeof(double)));
@@ -276,11 +208,7 @@ out:
     return rc;
 }
 
-/* Offset (floats) of tensor t of block l of this stage in the flat buffers. */
-static size_t toff(const struct kern_stage *st, int l, enum kern_block_tensor t)
-{
-    return st->off_block0 + (size_t)l * st->block_floats + kern_block_offset(&st->model, t);
-}
+#define toff kcu_toff
 
 /* memcpy by the OpenMP threads, in 256 KiB pieces. */
 static void host_copy(void *dst, const void *src, size_t bytes)
@@ -303,7 +231,7 @@ static size_t copy_piece(size_t bytes)
 
 /* host -> h_act -> dev, queued on the stream piece by piece: h_act is in
  * use until the stream has passed this point. */
-static cudaError_t kcu_upload(struct kcu_stage *c, void *dev, const void *host, size_t bytes)
+cudaError_t kcu_upload(struct kcu_stage *c, void *dev, const void *host, size_t bytes)
 {
     size_t piece = copy_piece(bytes);
     for (size_t off = 0; off < bytes; off += piece) {
@@ -319,7 +247,7 @@ static cudaError_t kcu_upload(struct kcu_stage *c, void *dev, const void *host, 
 
 /* dev -> h_act -> host, after all the stream's work so far; each piece is
  * copied out as soon as it lands. Returns when host holds it all. */
-static cudaError_t kcu_download(struct kcu_stage *c, void *host, const void *dev, size_t bytes)
+cudaError_t kcu_download(struct kcu_stage *c, void *host, const void *dev, size_t bytes)
 {
     size_t piece = copy_piece(bytes), off;
     int k;
@@ -340,15 +268,64 @@ static cudaError_t kcu_download(struct kcu_stage *c, void *host, const void *dev
     return e;
 }
 
-static int kcu_forward(struct kern_stage *st, int slot, const void *input,
-                       const int32_t *targets, float *output, struct kern_err *err)
+int kcu_tokens_in(struct kcu_stage *c, int32_t *dev, const void *host, int n, struct kern_err *err)
+{
+    int rc = -1;
+    memcpy(c->h_act, host, (size_t)n * sizeof(int32_t));
+    KCU_TRY(cudaMemcpyAsync(dev, c->h_act, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice, c->cx.stream));
+    rc = 0;
+out:
+    return rc;
+}
+
+int kcu_head_forward(struct kern_stage *st, struct kcu_slot *s, const int32_t *targets, float *output,
+                     struct kern_err *err)
 {
     int rc = -1;
     struct kcu_stage *c = (struct kcu_stage *)st->impl;
-    struct kcu_slot *s = &c->slots[slot];
+    const struct kcu_ctx *cx = &c->cx;
+    int N = st->spec.micro_batch * st->spec.seq_len, C = st->model.d_model, V = st->model.vocab;
+    int Vp = kcu_padded_vocab(V);
+    memcpy(c->h_targets, targets, (size_t)N * sizeof(int32_t));
+    KCU_TRY(cudaMemcpyAsync(s->targets, c->h_targets, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice,
+                            cx->stream));
+    /* the logits go straight into probs, which the loss turns into probabilities */
+    KCU_TRY_OK(kcu_matmul_forward(cx, s->probs, s->lnf, c->params_bf + st->off_head, NULL, N, C, V, Vp, err));
+    KCU_TRY_OK(kcu_crossentropy_forward(cx, s->losses, s->probs, s->targets, N, V, Vp, err));
+    KCU_TRY_OK(kcu_mean(cx, c->loss, s->losses, N, err));
+    KCU_TRY(cudaMemcpyAsync(c->h_act, c->loss, sizeof(float), cudaMemcpyDeviceToHost, cx->stream));
+    KCU_TRY(cudaStreamSynchronize(cx->stream));
+    *output = c->h_act[0];
+    rc = 0;
+out:
+    return rc;
+}
+
+int kcu_head_backward(struct kern_stage *st, struct kcu_slot *s, const float *grad_output, struct kern_err *err)
+{
+    int rc = -1;
+    struct kcu_stage *c = (struct kcu_stage *)st->impl;
+    const struct kcu_ctx *cx = &c->cx;
+    int N = st->spec.micro_batch * st->spec.seq_len, C = st->model.d_model, V = st->model.vocab;
+    int Vp = kcu_padded_vocab(V);
+    /* the loss is a mean over N tokens */
+    KCU_TRY_OK(kcu_crossentropy_backward(cx, c->dlogits, s->probs, s->targets, grad_output[0] / (float)N, N, V,
+                                         Vp, err));
+    KCU_TRY_OK(kcu_matmul_backward(cx, c->dln, c->grads + st->off_head, NULL, NULL, c->dlogits, s->lnf,
+                                   c->params_bf + st->off_head, N, C, V, Vp, err));
+    rc = 0;
+out:
+    return rc;
+}
+
+static int gpt2_forward(struct kern_stage *st, struct kcu_slot *s, const void *input,
+                        const int32_t *targets, float *output, struct kern_err *err)
+{
+    int rc = -1;
+    struct kcu_stage *c = (struct kcu_stage *)st->impl;
     const struct kcu_ctx *cx = &c->cx;
     int B = st->spec.micro_batch, T = st->spec.seq_len, C = st->model.d_model;
-    int NH = st->model.heads, V = st->model.vocab, Vp = kcu_padded_vocab(V), N = B * T;
+    int NH = st->model.heads, N = B * T;
     int nb = st->spec.layer_end - st->spec.layer_start;
     size_t BTC = (size_t)N * C;
     const float *p = c->params; /* fp32: embeddings, biases, LN */
@@ -357,9 +334,7 @@ static int kcu_forward(struct kern_stage *st, int slot, const void *input,
 
     KCU_TRY(cudaSetDevice(st->device.index));
     if (st->spec.first) {
-        memcpy(c->h_act, input, (size_t)N * sizeof(int32_t));
-        KCU_TRY(cudaMemcpyAsync(s->tokens, c->h_act, (size_t)N * sizeof(int32_t),
-                                cudaMemcpyHostToDevice, cx->stream));
+        KCU_TRY_OK(kcu_tokens_in(c, s->tokens, input, N, err));
         KCU_TRY_OK(kcu_encoder_forward(cx, s->x0, s->tokens, p + st->off_wte,
                                        p + st->off_wpe, B, T, C, err));
     } else {
@@ -373,7 +348,7 @@ static int kcu_forward(struct kern_stage *st, int slot, const void *input,
         KCU_TRY_OK(kcu_matmul_forward(cx, c->qkv, a->ln1, pb + toff(st, l, KT_QKVW),
                                       p + toff(st, l, KT_QKVB), N, C, 3 * C, 3 * C, err));
         KCU_TRY_OK(kcu_attention_forward(cx, a->atty, a->qkvr, a->att, c->qkv, c->scores,
-                                         c->atty_heads, B, T, C, NH, err));
+                                         c->atty_heads, B, T, C, NH, NH, NULL, NULL, err));
         KCU_TRY_OK(kcu_matmul_forward(cx, c->attproj, a->atty, pb + toff(st, l, KT_ATTPROJW),
                                       p + toff(st, l, KT_ATTPROJB), N, C, C, C, err));
         KCU_TRY_OK(kcu_residual_forward(cx, a->res2, res, c->attproj, BTC, err));
@@ -394,20 +369,9 @@ static int kcu_forward(struct kern_stage *st, int slot, const void *input,
         rc = 0;
         goto out;
     }
-    memcpy(c->h_targets, targets, (size_t)N * sizeof(int32_t));
-    KCU_TRY(cudaMemcpyAsync(s->targets, c->h_targets, (size_t)N * sizeof(int32_t),
-                            cudaMemcpyHostToDevice, cx->stream));
     KCU_TRY_OK(kcu_layernorm_forward(cx, s->lnf, s->lnf_mean, s->lnf_rstd, res,
                                      p + st->off_lnfw, p + st->off_lnfb, N, C, err));
-    /* the logits go straight into probs, which the loss turns into probabilities */
-    KCU_TRY_OK(kcu_matmul_forward(cx, s->probs, s->lnf, pb + st->off_head, NULL, N, C, V, Vp,
-                                  err));
-    KCU_TRY_OK(kcu_crossentropy_forward(cx, s->losses, s->probs, s->targets, N, V, Vp, err));
-    KCU_TRY_OK(kcu_mean(cx, c->loss, s->losses, N, err));
-    KCU_TRY(cudaMemcpyAsync(c->h_act, c->loss, sizeof(float), cudaMemcpyDeviceToHost,
-                            cx->stream));
-    KCU_TRY(cudaStreamSynchronize(cx->stream));
-    *output = c->h_act[0];
+    KCU_TRY_OK(kcu_head_forward(st, s, targets, output, err));
     rc = 0;
 out:
     if (rc != 0) /* copies queued from the staging buffers must finish before their reuse */
@@ -415,15 +379,14 @@ out:
     return rc;
 }
 
-static int kcu_backward(struct kern_stage *st, int slot, const float *grad_output,
-                        float *grad_input, struct kern_err *err)
+static int gpt2_backward(struct kern_stage *st, struct kcu_slot *s, const float *grad_output,
+                         float *grad_input, struct kern_err *err)
 {
     int rc = -1;
     struct kcu_stage *c = (struct kcu_stage *)st->impl;
-    struct kcu_slot *s = &c->slots[slot];
     const struct kcu_ctx *cx = &c->cx;
     int B = st->spec.micro_batch, T = st->spec.seq_len, C = st->model.d_model;
-    int NH = st->model.heads, V = st->model.vocab, Vp = kcu_padded_vocab(V), N = B * T;
+    int NH = st->model.heads, N = B * T;
     int nb = st->spec.layer_end - st->spec.layer_start;
     size_t BTC = (size_t)N * C;
     const float *p = c->params;
@@ -433,11 +396,7 @@ static int kcu_backward(struct kern_stage *st, int slot, const float *grad_outpu
     KCU_TRY(cudaSetDevice(st->device.index));
     if (st->spec.last) {
         const float *res = nb ? s->blocks[nb - 1].res3 : s->x0;
-        /* the loss is a mean over N tokens */
-        KCU_TRY_OK(kcu_crossentropy_backward(cx, c->dlogits, s->probs, s->targets,
-                                             grad_output[0] / (float)N, N, V, Vp, err));
-        KCU_TRY_OK(kcu_matmul_backward(cx, c->dln, g + st->off_head, NULL, NULL, c->dlogits,
-                                       s->lnf, pb + st->off_head, N, C, V, Vp, err));
+        KCU_TRY_OK(kcu_head_backward(st, s, grad_output, err));
         KCU_TRY(cudaMemsetAsync(c->dres, 0, BTC * sizeof(float), cx->stream));
         KCU_TRY_OK(kcu_layernorm_backward(cx, c->dres, g + st->off_lnfw, g + st->off_lnfb,
                                           c->dln, res, p + st->off_lnfw, s->lnf_mean,
@@ -469,8 +428,8 @@ static int kcu_backward(struct kern_stage *st, int slot, const float *grad_outpu
                                        g + toff(st, l, KT_ATTPROJB), c->dres, c->dres_bf,
                                        a->atty, pb + toff(st, l, KT_ATTPROJW), N, C, C, C, err));
         KCU_TRY_OK(kcu_attention_backward(cx, c->dqkv, c->dqkv_bf, c->datty, a->qkvr, a->att,
-                                          c->scores, c->dpre, c->dy, c->dqkvr, B, T, C, NH,
-                                          err));
+                                          c->scores, c->dpre, c->dy, c->dqkvr, B, T, C, NH, NH,
+                                          NULL, NULL, err));
         KCU_TRY_OK(kcu_matmul_backward(cx, c->dln, g + toff(st, l, KT_QKVW),
                                        g + toff(st, l, KT_QKVB), c->dqkv, c->dqkv_bf, a->ln1,
                                        pb + toff(st, l, KT_QKVW), N, C, 3 * C, 3 * C, err));
@@ -490,6 +449,34 @@ static int kcu_backward(struct kern_stage *st, int slot, const float *grad_outpu
 out:
     if (rc != 0) /* copies queued from the staging buffers must finish before their reuse */
         (void)cudaStreamSynchronize(cx->stream);
+    return rc;
+}
+
+const struct kcu_family kcu_gpt2 = {gpt2_alloc, gpt2_release, gpt2_forward, gpt2_backward};
+
+static int kcu_forward(struct kern_stage *st, int slot, const void *input, const int32_t *targets, float *output,
+                       struct kern_err *err)
+{
+    struct kcu_stage *c = (struct kcu_stage *)st->impl;
+    return kcu_families[st->model.arch]->forward(st, &c->slots[slot], input, targets, output, err);
+}
+
+static int kcu_backward(struct kern_stage *st, int slot, const float *grad_output, float *grad_input,
+                        struct kern_err *err)
+{
+    struct kcu_stage *c = (struct kcu_stage *)st->impl;
+    return kcu_families[st->model.arch]->backward(st, &c->slots[slot], grad_output, grad_input, err);
+}
+
+static int kcu_tie_grads(struct kern_stage *st, size_t a, size_t b, size_t count, struct kern_err *err)
+{
+    int rc = -1;
+    struct kcu_stage *c = (struct kcu_stage *)st->impl;
+    KCU_TRY(cudaSetDevice(st->device.index));
+    KCU_TRY_OK(kcu_add_pair(&c->cx, c->grads + a, c->grads + b, count, err));
+    KCU_TRY(cudaStreamSynchronize(c->cx.stream));
+    rc = 0;
+out:
     return rc;
 }
 
@@ -566,13 +553,13 @@ static float *kcu_buffer(struct kcu_stage *c, enum kern_buffer which)
 
 /* Copies a whole flat buffer out of (to_host) or into the stage; writing the
  * parameters also refreshes their bf16 copy. */
-static int kcu_transfer(struct kern_stage *st, enum kern_buffer which, float *host,
-                        int to_host, struct kern_err *err)
+static int kcu_transfer_range(struct kern_stage *st, enum kern_buffer which, size_t off, size_t count,
+                              float *host, int to_host, struct kern_err *err)
 {
     int rc = -1;
     struct kcu_stage *c = (struct kcu_stage *)st->impl;
-    float *dev = kcu_buffer(c, which);
-    size_t bytes = st->n_params * sizeof(float);
+    float *dev = kcu_buffer(c, which) + off;
+    size_t bytes = count * sizeof(float);
     if (which != KERN_PARAMS && which != KERN_GRADS && which != KERN_ADAM_M && which != KERN_ADAM_V) {
         kern_fail(err, "unknown buffer %d", (int)which);
         goto out;
@@ -587,11 +574,17 @@ static int kcu_transfer(struct kern_stage *st, enum kern_buffer which, float *ho
     else
         KCU_TRY(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, c->cx.stream));
     if (!to_host && which == KERN_PARAMS)
-        KCU_TRY_OK(kcu_to_bf16(&c->cx, c->params_bf, c->params, st->n_params, err));
+        KCU_TRY_OK(kcu_to_bf16(&c->cx, c->params_bf + off, c->params + off, count, err));
     KCU_TRY(cudaStreamSynchronize(c->cx.stream));
     rc = 0;
 out:
     return rc;
+}
+
+static int kcu_transfer(struct kern_stage *st, enum kern_buffer which, float *host, int to_host,
+                        struct kern_err *err)
+{
+    return kcu_transfer_range(st, which, 0, st->n_params, host, to_host, err);
 }
 
 static int kcu_read(struct kern_stage *st, enum kern_buffer which, float *dst,
@@ -613,11 +606,12 @@ static const struct kern_ops kcu_ops = {
     kcu_backward,    /* backward */
     kcu_zero_grad,   /* zero_grad */
     kcu_grad_norm2,  /* grad_norm2 */
-    NULL,            /* tie_grads: no family the cuda backend runs ties its head */
+    kcu_tie_grads,   /* tie_grads */
     kcu_adamw_step,  /* adamw */
     kcu_grad_buffer, /* grad_buffer */
     kcu_read,        /* read */
     kcu_write,       /* write */
+    kcu_transfer_range, /* transfer_range */
 };
 
 extern "C" const struct kern_ops *const kern_cuda_ops = &kcu_ops;

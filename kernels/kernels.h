@@ -168,6 +168,11 @@ int kern_stage_read(struct kern_stage *st, enum kern_buffer which, float *dst,
                     struct kern_err *err);
 int kern_stage_write(struct kern_stage *st, enum kern_buffer which, const float *src,
                      struct kern_err *err);
+/* count floats of buffer `which` from offset off (floats) into host
+ * (to_host) or from it: a tensor's part, such as a tied matrix's gradient
+ * (kern_stage_tied_tensor).  Fails on a range outside the buffer. */
+int kern_stage_range(struct kern_stage *st, enum kern_buffer which, size_t off, size_t count, float *host,
+                     int to_host, struct kern_err *err);
 
 /* Per-parameter state a caller keeps with a stage beside AdamW's: host
  * memory, kern_stage_param_count floats each, zeroed when first asked for.

@@ -326,6 +326,14 @@ int kern_stage_read(struct kern_stage *st, enum kern_buffer which, float *dst,
     return st->ops->read(st, which, dst, err);
 }
 
+int kern_stage_range(struct kern_stage *st, enum kern_buffer which, size_t off, size_t count, float *host,
+                     int to_host, struct kern_err *err)
+{
+    if (off > st->n_params || count > st->n_params - off)
+        return kern_fail(err, "range [%zu,%zu) is outside the stage's %zu floats", off, off + count, st->n_params);
+    return count ? st->ops->transfer_range(st, which, off, count, host, to_host, err) : 0;
+}
+
 int kern_stage_write(struct kern_stage *st, enum kern_buffer which, const float *src,
                      struct kern_err *err)
 {

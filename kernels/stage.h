@@ -37,6 +37,10 @@ struct kern_ops {
     int (*read)(struct kern_stage *st, enum kern_buffer which, float *dst, struct kern_err *err);
     int (*write)(struct kern_stage *st, enum kern_buffer which, const float *src,
                  struct kern_err *err);
+    /* count floats of buffer `which` from offset off (floats) to host
+     * (to_host) or from it; checked by stage.c. */
+    int (*transfer_range)(struct kern_stage *st, enum kern_buffer which, size_t off, size_t count, float *host,
+                          int to_host, struct kern_err *err);
 };
 
 /* GPT-2's per-block tensor order (common/model.c's gpt2_block). */

@@ -176,7 +176,7 @@ static void check_tensors(const char *scope, const char *what, const struct kern
 
 struct test_case {
     const char *name;
-    struct model_config model; /* vocab, context, d_model, heads, layers */
+    struct model_config model; /* the family and its sizes */
     int layer_start, layer_end;
     int B, T;
 };
@@ -195,6 +195,17 @@ static const struct test_case cases[] = {
     /* head size 64 with T over 128; head size 128 (as GPT-3 XL) middle */
     {"hs64-whole", {.vocab = 1000, .context = 256, .d_model = 256, .heads = 4, .layers = 2}, 0, 2, 2, 256},
     {"hs128-middle", {.vocab = 512, .context = 128, .d_model = 512, .heads = 4, .layers = 4}, 1, 3, 2, 128},
+    /* Llama: two kv heads of four (whole); one kv head for three query
+     * heads, a tied head, llama3 scaling, odd sizes, T < context (whole);
+     * multi-head (kv heads = heads) of head size 64 with T over 128 (first) */
+    {"llama-gqa-whole", {.vocab = 256, .context = 64, .d_model = 128, .heads = 4, .layers = 2, .arch = MODEL_LLAMA,
+                         .kv_heads = 2, .ffn_dim = 176, .rope_theta = 10000}, 0, 2, 2, 64},
+    {"llama-mqa-tied-whole", {.vocab = 101, .context = 48, .d_model = 96, .heads = 3, .layers = 2,
+                              .arch = MODEL_LLAMA, .kv_heads = 1, .ffn_dim = 160, .tied = 1, .rope_theta = 500000,
+                              .rope_scaling = {.factor = 8, .low_freq_factor = 1, .high_freq_factor = 4,
+                                               .original_context = 16}}, 0, 2, 3, 37},
+    {"llama-mha-hs64-first", {.vocab = 1000, .context = 256, .d_model = 256, .heads = 4, .layers = 2,
+                              .arch = MODEL_LLAMA, .kv_heads = 4, .ffn_dim = 512, .rope_theta = 10000}, 0, 1, 2, 256},
 };
 
 static struct kern_stage_spec case_spec(const struct test_case *tc, int in_flight,

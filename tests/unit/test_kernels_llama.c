@@ -354,6 +354,14 @@ static void test_tied_trains(void **state)
         assert_int_equal(kern_stage_tie_grads(st, &err), 0);
         float *g = read_buf(st, KERN_GRADS);
         assert_memory_equal(g + wte->offset, g + head->offset, wte->count * sizeof *g);
+        if (s == 0) {   /* a range of a buffer: the tensor's floats; outside it, refused */
+            float *part = malloc(head->count * sizeof *part);
+            assert_non_null(part);
+            assert_int_equal(kern_stage_range(st, KERN_GRADS, head->offset, head->count, part, 1, &err), 0);
+            assert_memory_equal(part, g + head->offset, head->count * sizeof *part);
+            assert_int_equal(kern_stage_range(st, KERN_GRADS, head->offset, head->count + 1, part, 1, &err), -1);
+            free(part);
+        }
         double norm, by_hand = 0;
         assert_int_equal(kern_stage_grad_norm2(st, &norm, &err), 0);
         for (size_t i = 0; i < kern_stage_param_count(st); i++)

@@ -1,0 +1,132 @@
+/* cuda_stage.cuh - what the CUDA backend's families share (not public): a
+ * stage's device state and micro-batch slots, the host staging copies, and
+ * the table of families.  cuda_stage.cu is the backend's operations and
+ * GPT-2's forward and backward; cuda_llama.cu a Llama's. */
+#ifndef SHOAL_KERNELS_CUDA_STAGE_CUH
+#define SHOAL_KERNELS_CUDA_STAGE_CUH
+
+#include "cuda_layers.cuh"
+
+/* Hidden states cross the host boundary through the pinned staging buffer in
+ * at most KCU_COPY_CHUNKS pieces, so that the CPU's copy of one piece (by the
+ * OpenMP threads) overlaps the DMA of the next: a pageable memcpy on one
+ * thread was half of an XL middle stage's time on an H200 (kernels/README.md). */
+#define KCU_COPY_CHUNKS 8
+#define KCU_COPY_MIN ((size_t)1 << 20) /* bytes: smaller pieces, one thread */
+
+struct kcu_llama_acts;
+struct kcu_llama_work;
+
+/* Activations one block keeps for its backward, per micro-batch (device). */
+struct kcu_block_acts {
+    bf16 *ln1;                   /* (B,T,C) */
+    float *ln1_mean, *ln1_rstd;  /* (B,T) each */
+    bf16 *qkvr;                  /* (3,B,NH,T,hs) q, k, v split into heads */
+    bf16 *att;                   /* (B,NH,T,T) softmax probabilities */
+    bf16 *atty;                  /* (B,T,C) attention output before projection */
+    float *res2;                 /* (B,T,C) residual after attention */
+    bf16 *ln2;                   /* (B,T,C) */
+    float *ln2_mean, *ln2_rstd;  /* (B,T) each */
+    float *fch;                  /* (B,T,4C) before GELU */
+    bf16 *fch_gelu;              /* (B,T,4C) */
+    float *res3;                 /* (B,T,C) block output */
+};
+
+/* Everything one micro-batch in flight keeps. */
+struct kcu_slot {
+    void *mem;                   /* device: one allocation holding all of the below */
+    int32_t *tokens, *targets;   /* (B,T) each, first / last stage */
+    float *x0;                   /* (B,T,C) residual stream entering the first block */
+    struct kcu_block_acts *blocks; /* gpt2: host array, one per block held */
+    struct kcu_llama_acts *llama;  /* llama: host array, one per block held */
+    bf16 *lnf;                   /* (B,T,C) last stage */
+    float *lnf_mean, *lnf_rstd;  /* (B,T) each */
+    float *probs;                /* (B,T,Vp) logits, turned into probabilities in place;
+                                  * Vp = kcu_padded_vocab(V), columns [V, Vp) unused */
+    float *losses;               /* (B,T) */
+};
+
+struct kcu_stage {
+    struct kcu_ctx cx;             /* stream, cuBLAS handle, column-sum scratch */
+    float *params, *grads, *m, *v; /* device, n_params each */
+    bf16 *params_bf;               /* device, n_params: what the products read */
+    struct kcu_slot *slots;        /* in_flight */
+    /* Device scratch shared by all micro-batches (one runs at a time); the
+     * fields below are GPT-2's (a Llama's are in `llama`), but for the
+     * column sums, the loss and the norm's partial sums, which every
+     * family's scratch layout sets. */
+    void *scratch;                 /* one allocation holding the rest */
+    float *qkv;                    /* (B,T,3C) qkv product before the split into heads */
+    float *attproj;                /* (B,T,C) projection output before the residual add */
+    float *scores;                 /* (B,NH,T,T) forward q.k^T; backward d att */
+    bf16 *atty_heads;              /* (B,NH,T,hs) att . v before the merge of heads */
+    float *dres;                   /* (B,T,C) gradient of the residual stream */
+    bf16 *dres_bf;                 /* (B,T,C) */
+    float *dln;                    /* (B,T,C) */
+    float *datty;                  /* (B,T,C) */
+    bf16 *dy;                      /* (B,NH,T,hs) datty split into heads */
+    bf16 *dpre;                    /* (B,NH,T,T) d of q.k^T */
+    float *dqkvr;                  /* (3,B,NH,T,hs) dq, dk, dv */
+    float *dqkv;                   /* (B,T,3C) */
+    bf16 *dqkv_bf;                 /* (B,T,3C) */
+    float *dfch_gelu, *dfch;       /* (B,T,4C) each */
+    bf16 *dfch_bf;                 /* (B,T,4C) */
+    bf16 *dlogits;                 /* (B,T,Vp) last stage, columns [V, Vp) unused */
+    float *loss;                   /* (1) mean loss, last stage */
+    double *norm_partial;          /* (KCU_NORM_BLOCKS) */
+    struct kcu_llama_work *llama;  /* llama's scratch (cuda_llama.cu), or NULL */
+    /* Pinned host staging, allocated once. */
+    float *h_act;                  /* (B,T,C): hidden states in and out, token ids, loss */
+    int32_t *h_targets;            /* (B,T) */
+    double *h_norm_partial;        /* (KCU_NORM_BLOCKS) */
+    cudaEvent_t copied[KCU_COPY_CHUNKS]; /* a download's pieces, landed in h_act */
+};
+
+/* Hands out consecutive 256-byte aligned pieces of one allocation; pass base
+ * NULL to count. Returns the piece (NULL when counting). */
+static inline void *carve(void *base, size_t *used, size_t bytes)
+{
+    void *p = base ? (char *)base + *used : NULL;
+    *used += (bytes + 255) & ~(size_t)255;
+    return p;
+}
+#define CARVE_F32(base, used, n) ((float *)carve(base, used, (n) * sizeof(float)))
+#define CARVE_BF16(base, used, n) ((bf16 *)carve(base, used, (n) * sizeof(bf16)))
+#define CARVE_I32(base, used, n) ((int32_t *)carve(base, used, (n) * sizeof(int32_t)))
+
+/* One family's stage on the GPU. */
+struct kcu_family {
+    /* The shared scratch (c->scratch, setting cx.colsum, loss and
+     * norm_partial) and each slot's device memory (s->mem) with its
+     * pointers; kcu_release frees what it got to. */
+    int (*alloc)(struct kern_stage *st, struct kcu_stage *c, struct kern_err *err);
+    void (*release)(struct kern_stage *st, struct kcu_stage *c);
+    int (*forward)(struct kern_stage *st, struct kcu_slot *s, const void *input, const int32_t *targets,
+                   float *output, struct kern_err *err);
+    int (*backward)(struct kern_stage *st, struct kcu_slot *s, const float *grad_output, float *grad_input,
+                    struct kern_err *err);
+};
+extern const struct kcu_family kcu_gpt2, kcu_llama;
+
+/* Offset (floats) of tensor t of block l of this stage in the flat buffers. */
+static inline size_t kcu_toff(const struct kern_stage *st, int l, int t)
+{
+    return st->off_block0 + (size_t)l * st->block_floats + kern_block_offset(&st->model, t);
+}
+
+/* host -> device through the staging buffer, queued; and device -> host,
+ * returning when the host holds it all (cuda_stage.cu). */
+cudaError_t kcu_upload(struct kcu_stage *c, void *dev, const void *host, size_t bytes);
+cudaError_t kcu_download(struct kcu_stage *c, void *host, const void *dev, size_t bytes);
+
+/* What every family shares (cuda_stage.cu): the token ids (n) into dev,
+ * queued; the head on s->lnf (the final norm's bf16 output): the logits
+ * into s->probs and the mean loss into *output, synchronised; its
+ * backward: head gradients +=, d lnf into c->dln (overwritten), dlogits in
+ * c->dlogits. */
+int kcu_tokens_in(struct kcu_stage *c, int32_t *dev, const void *host, int n, struct kern_err *err);
+int kcu_head_forward(struct kern_stage *st, struct kcu_slot *s, const int32_t *targets, float *output,
+                     struct kern_err *err);
+int kcu_head_backward(struct kern_stage *st, struct kcu_slot *s, const float *grad_output, struct kern_err *err);
+
+#endif
