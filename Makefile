@@ -21,7 +21,8 @@
 #                     agent, victims and steps from a printed seed: recovery times, steps
 #                     trained again, losses against the uninterrupted run
 #   make bench-finetune GPT-2 124M imported and fine-tuned across four agents beside the same
-#                     job from scratch: import, step and export times (GPT2_BIN, GPT2_DATA)
+#                     job from scratch: import, step and export times (GPT2_BIN, GPT2_DATA;
+#                     FAMILY=llama: SmolLM2-135M, LLAMA_DIR its files)
 #   make CUDA=0       build without the CUDA backend even where nvcc exists
 #   make clean
 

@@ -12,6 +12,11 @@
 #                            timings hold, the losses say nothing)
 #   GPT2_DATA=shard.bin      an llm.c token shard (default: random tokens)
 #   CONTEXT=64               the job's context_length (at most 1024)
+#   FAMILY=llama             SmolLM2-135M instead (a Llama: 30 layers, GQA,
+#                            a tied head), from LLAMA_DIR (its hub directory:
+#                            model.safetensors and config.json; default a
+#                            pattern of its shape, written here); GPT2_DATA
+#                            then holds its tokens
 set -u
 export SHOAL_SERVER=$(realpath "${1:?usage: bench_finetune.sh SERVER AGENT [STEPS]}")
 export SHOAL_AGENT=$(realpath "${2:?usage: bench_finetune.sh SERVER AGENT [STEPS]}")
@@ -28,8 +33,18 @@ for n in a0 a1 a2 a3; do start_agent "$n" s; done
 links_up() { [ "$(sql s "SELECT count(*) FROM links_latest")" = 12 ]; }
 wait_for 180 links_up || { echo "agents did not measure their links" >&2; exit 1; }
 
-WEIGHTS=${GPT2_BIN:-$WORK/gpt2_124M.bin}
-[ -n "${GPT2_BIN:-}" ] || python3 "$here/../integration/gpt2_files.py" big "$WEIGHTS"
+FAMILY=${FAMILY:-gpt2}
+if [ "$FAMILY" = llama ]; then
+    WEIGHTS=${LLAMA_DIR:-$WORK/SmolLM2-135M}/model.safetensors
+    [ -n "${LLAMA_DIR:-}" ] || python3 "$here/../integration/llama_files.py" big "$WORK/SmolLM2-135M"
+    VOCAB=49152 NAME="SmolLM2-135M"
+    MODEL='"architecture":"llama","vocab_size":49152,"context_length":%d,"d_model":576,"heads":9,"kv_heads":3,"ffn_dim":1536,"layers":30,"rope_theta":100000,"tie_embeddings":true'
+else
+    WEIGHTS=${GPT2_BIN:-$WORK/gpt2_124M.bin}
+    [ -n "${GPT2_BIN:-}" ] || python3 "$here/../integration/gpt2_files.py" big "$WEIGHTS"
+    VOCAB=50257 NAME="GPT-2 124M"
+    MODEL='"vocab_size":50257,"context_length":%d,"d_model":768,"heads":12,"layers":12'
+fi
 DATA=${GPT2_DATA:-$WORK/shard.bin}
 [ -n "${GPT2_DATA:-}" ] || python3 -c '
 import random, struct, sys
@@ -37,11 +52,11 @@ n = 200000
 rnd = random.Random(3)
 with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<256i", 20240520, 1, n, *[0] * 253))
-    f.write(struct.pack("<%dH" % n, *[rnd.randrange(50257) for _ in range(n)]))' "$DATA"
+    f.write(struct.pack("<%dH" % n, *[rnd.randrange(int(sys.argv[2])) for _ in range(n)]))' "$DATA" "$VOCAB"
 
-# job NAME: GPT-2 124M, 2 stages x 2 replicas, one micro-batch of 4 sequences
+# job NAME: the model, 2 stages x 2 replicas, one micro-batch of 4 sequences
 job() {
-    printf '{"name":"%s","model":{"vocab_size":50257,"context_length":%d,"d_model":768,"heads":12,"layers":12},' "$1" "$CONTEXT"
+    printf '{"name":"%s","model":{'"$MODEL"'},' "$1" "$CONTEXT"
     printf '"parallelism":{"stages":2,"replicas":2,"micro_batches":1,"micro_batch_size":4},'
     printf '"training":{"steps":%d,"learning_rate":0.0001,"warmup_steps":0},' "$STEPS"
     printf '"data":{"path":"%s","format":"llmc"},"checkpoint_interval":0}' "$(realpath "$DATA")"
@@ -76,10 +91,12 @@ run() {
 }
 
 echo
-echo "GPT-2 124M, 2x2 on four agents (one CPU thread each), context $CONTEXT, 1 micro-batch of 4, $STEPS steps"
-echo "weights: ${GPT2_BIN:-a pattern of GPT-2 124M sizes}; data: ${GPT2_DATA:-random tokens}"
+echo "$NAME, 2x2 on four agents (one CPU thread each), context $CONTEXT, 1 micro-batch of 4, $STEPS steps"
+echo "weights: ${GPT2_BIN:-${LLAMA_DIR:-a pattern of the sizes of $NAME}}; data: ${GPT2_DATA:-random tokens}"
 printf '%-10s %9s %10s %11s %10s %9s %9s %9s\n' job import_s upload_MB first_loss last_loss step_s tokens/s export_s
 JSON=""
 run imported yes
 run scratch no
-echo "{\"bench\":\"finetune_124M_2x2\",\"steps\":$STEPS,\"context\":$CONTEXT,\"jobs\":[${JSON%,}]}"
+bench=finetune_124M_2x2
+[ "$FAMILY" != llama ] || bench=finetune_smollm2_2x2
+echo "{\"bench\":\"$bench\",\"steps\":$STEPS,\"context\":$CONTEXT,\"jobs\":[${JSON%,}]}"

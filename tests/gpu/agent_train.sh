@@ -24,11 +24,15 @@ start_agent c1 s --device cpu
 links_up() { [ "$(sql s "SELECT count(*) FROM links_latest")" = 12 ]; }
 wait_for 120 links_up || { echo "agents did not measure their links" >&2; exit 1; }
 
+# MODEL (a job's model object) picks the model: GPT-2 of d_model 256 unless
+# set, e.g. a tied Llama (device_check.sh's agent-llama).
+MODEL=${MODEL:-'{"vocab_size":256,"context_length":128,"d_model":256,"heads":4,"layers":4}'}
+
 # A job on two given nodes: the plan is forced, so each run lands where it should.
 node_id() { sql s "SELECT id FROM nodes WHERE name = '$1'"; }
 train() {   # train NAME NODE0 NODE1: sets J
     local body
-    body='{"name":"'$1'","model":{"vocab_size":256,"context_length":128,"d_model":256,"heads":4,"layers":4},'
+    body='{"name":"'$1'","model":'"$MODEL"','
     body=$body'"parallelism":{"stages":2,"replicas":1,"micro_batches":2,"micro_batch_size":4},'
     body=$body"\"training\":{\"steps\":$STEPS,\"learning_rate\":0.001,\"warmup_steps\":2,\"seed\":7},"
     body=$body"\"data\":{\"path\":\"$CORPUS\",\"format\":\"text\"},\"checkpoint_interval\":0,\"communication\":{\"stage_link\":\"f32\"}}"
@@ -46,7 +50,7 @@ job_losses "$S" "$ADMIN" "$JG" > "$WORK/g.loss"
 job_losses "$S" "$ADMIN" "$JC" > "$WORK/c.loss"
 step_ms() { sql s "SELECT round((percentile_cont(0.5) WITHIN GROUP (ORDER BY iteration_s) * 1e3)::numeric, 1)
                     FROM job_steps WHERE job_id = $1 AND step >= 2"; }
-echo "2x1, d_model 256, context 128, 4 layers, M=2, B=4: $DEVICE agents vs cpu agents"
+echo "2x1, model $MODEL, M=2, B=4: $DEVICE agents vs cpu agents"
 printf '%6s %12s %12s %10s\n' step "$DEVICE" cpu rel_diff
 join "$WORK/g.loss" "$WORK/c.loss" | awk '{ d = $2 - $3; if (d < 0) d = -d; printf "%6d %12.6f %12.6f %10.2e\n", $1, $2, $3, d / $3 }' \
     | tee "$WORK/cmp" | awk -v s="$STEPS" 'NR <= 5 || NR % 10 == 0 || NR == s'
