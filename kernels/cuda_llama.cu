@@ -52,12 +52,10 @@ static size_t qkv_width(const struct model_config *m)
 static size_t slot_layout(const struct kern_stage *st, struct kcu_slot *s, void *base)
 {
     size_t B = st->spec.micro_batch, T = st->spec.seq_len, C = st->model.d_model, F = st->model.ffn_dim;
-    size_t NH = st->model.heads, V = (size_t)kcu_padded_vocab(st->model.vocab), BT = B * T, used = 0;
+    size_t NH = st->model.heads, BT = B * T, used = 0;
     int nb = st->spec.layer_end - st->spec.layer_start;
 
-    s->tokens = CARVE_I32(base, &used, st->spec.first ? BT : 0);
-    s->targets = CARVE_I32(base, &used, st->spec.last ? BT : 0);
-    s->x0 = CARVE_F32(base, &used, BT * C);
+    kcu_slot_inputs(st, s, base, &used);
     for (int l = 0; l < nb; l++) {
         struct kcu_llama_acts *a = &s->llama[l];
         a->ln1 = CARVE_BF16(base, &used, BT * C);
@@ -72,12 +70,7 @@ static size_t slot_layout(const struct kern_stage *st, struct kcu_slot *s, void 
         a->h = CARVE_BF16(base, &used, BT * F);
         a->res3 = CARVE_F32(base, &used, BT * C);
     }
-    if (st->spec.last) {
-        s->lnf = CARVE_BF16(base, &used, BT * C);
-        s->lnf_rstd = CARVE_F32(base, &used, BT);
-        s->probs = CARVE_F32(base, &used, BT * V);
-        s->losses = CARVE_F32(base, &used, BT);
-    }
+    kcu_slot_head(st, s, base, &used);
     return used;
 }
 
@@ -140,7 +133,6 @@ out:
 static int llama_alloc(struct kern_stage *st, struct kcu_stage *c, struct kern_err *err)
 {
     int rc = -1, nb = st->spec.layer_end - st->spec.layer_start;
-    cudaError_t e = cudaSuccess;
     if (!(c->llama = (struct kcu_llama_work *)calloc(1, sizeof *c->llama))) {
         kern_fail(err, "out of memory");
         goto out;
@@ -149,24 +141,12 @@ static int llama_alloc(struct kern_stage *st, struct kcu_stage *c, struct kern_e
     scratch_layout(st, c, c->llama, c->scratch);
     if (fill_rope(st, c, err) != 0)
         goto out;
-    for (int i = 0; i < st->spec.in_flight; i++) {
-        struct kcu_slot *s = &c->slots[i];
-        if (!(s->llama = (struct kcu_llama_acts *)calloc(nb ? (size_t)nb : 1, sizeof *s->llama))) {
+    for (int i = 0; i < st->spec.in_flight; i++)
+        if (!(c->slots[i].llama = (struct kcu_llama_acts *)calloc(nb ? (size_t)nb : 1, sizeof(struct kcu_llama_acts)))) {
             kern_fail(err, "out of memory");
             goto out;
         }
-        size_t bytes = slot_layout(st, s, NULL);
-        e = cudaMalloc(&s->mem, bytes);
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError(); /* taken, as KCU_TRY does */
-            kern_fail(err, "CUDA: %s allocating %zu MiB of activations for micro-batch slot %d of %d (lower "
-                      "in_flight, micro_batch or seq_len)", cudaGetErrorString(e), bytes >> 20, i + 1,
-                      st->spec.in_flight);
-            goto out;
-        }
-        slot_layout(st, s, s->mem);
-    }
-    rc = 0;
+    rc = kcu_slots_alloc(st, c, slot_layout, err);
 out:
     return rc;
 }

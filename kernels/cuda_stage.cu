@@ -20,13 +20,10 @@
 static size_t slot_layout(const struct kern_stage *st, struct kcu_slot *s, void *base)
 {
     size_t B = st->spec.micro_batch, T = st->spec.seq_len, C = st->model.d_model;
-    size_t NH = st->model.heads, V = (size_t)kcu_padded_vocab(st->model.vocab), BT = B * T;
-    size_t used = 0;
+    size_t NH = st->model.heads, BT = B * T, used = 0;
     int nb = st->spec.layer_end - st->spec.layer_start;
 
-    s->tokens = CARVE_I32(base, &used, st->spec.first ? BT : 0);
-    s->targets = CARVE_I32(base, &used, st->spec.last ? BT : 0);
-    s->x0 = CARVE_F32(base, &used, BT * C);
+    kcu_slot_inputs(st, s, base, &used);
     for (int l = 0; l < nb; l++) {
         struct kcu_block_acts *a = &s->blocks[l];
         a->ln1 = CARVE_BF16(base, &used, BT * C);
@@ -43,13 +40,7 @@ static size_t slot_layout(const struct kern_stage *st, struct kcu_slot *s, void 
         a->fch_gelu = CARVE_BF16(base, &used, BT * 4 * C);
         a->res3 = CARVE_F32(base, &used, BT * C);
     }
-    if (st->spec.last) {
-        s->lnf = CARVE_BF16(base, &used, BT * C);
-        s->lnf_mean = CARVE_F32(base, &used, BT);
-        s->lnf_rstd = CARVE_F32(base, &used, BT);
-        s->probs = CARVE_F32(base, &used, BT * V);
-        s->losses = CARVE_F32(base, &used, BT);
-    }
+    kcu_slot_head(st, s, base, &used);
     return used;
 }
 
@@ -85,34 +76,39 @@ static size_t scratch_layout(const struct kern_stage *st, struct kcu_stage *c, v
 
 static const struct kcu_family *const kcu_families[MODEL_ARCH_COUNT] = {&kcu_gpt2, &kcu_llama};
 
+int kcu_slots_alloc(struct kern_stage *st, struct kcu_stage *c,
+                    size_t (*layout)(const struct kern_stage *st, struct kcu_slot *s, void *base),
+                    struct kern_err *err)
+{
+    for (int i = 0; i < st->spec.in_flight; i++) {
+        struct kcu_slot *s = &c->slots[i];
+        size_t bytes = layout(st, s, NULL);
+        cudaError_t e = cudaMalloc(&s->mem, bytes);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError(); /* taken, as KCU_TRY does */
+            return kern_fail(err, "CUDA: %s allocating %zu MiB of activations for micro-batch slot %d of %d (lower "
+                             "in_flight, micro_batch or seq_len)", cudaGetErrorString(e), bytes >> 20, i + 1,
+                             st->spec.in_flight);
+        }
+        layout(st, s, s->mem);
+    }
+    return 0;
+}
+
 /* GPT-2's scratch and slot activations (kcu_family.alloc). */
 static int gpt2_alloc(struct kern_stage *st, struct kcu_stage *c, struct kern_err *err)
 {
     int rc = -1;
     int nb = st->spec.layer_end - st->spec.layer_start;
     size_t scratch_bytes = scratch_layout(st, c, NULL);
-    cudaError_t e = cudaSuccess;
     KCU_TRY(cudaMalloc(&c->scratch, scratch_bytes));
     scratch_layout(st, c, c->scratch);
-    for (int i = 0; i < st->spec.in_flight; i++) {
-        struct kcu_slot *s = &c->slots[i];
-        s->blocks = (struct kcu_block_acts *)calloc(nb ? (size_t)nb : 1, sizeof *s->blocks);
-        if (!s->blocks) {
+    for (int i = 0; i < st->spec.in_flight; i++)
+        if (!(c->slots[i].blocks = (struct kcu_block_acts *)calloc(nb ? (size_t)nb : 1, sizeof(struct kcu_block_acts)))) {
             kern_fail(err, "out of memory");
             goto out;
         }
-        size_t bytes = slot_layout(st, s, NULL);
-        e = cudaMalloc(&s->mem, bytes);
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError(); /* taken, as KCU_TRY does */
-            kern_fail(err, "CUDA: %s allocating %zu MiB of activations for micro-batch "
-                      "slot %d of %d (lower in_flight, micro_batch or seq_len)",
-                      cudaGetErrorString(e), bytes >> 20, i + 1, st->spec.in_flight);
-            goto out;
-        }
-        slot_layout(st, s, s->mem);
-    }
-    rc = 0;
+    rc = kcu_slots_alloc(st, c, slot_layout, err);
 out:
     return rc;
 }

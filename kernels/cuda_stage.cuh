@@ -114,6 +114,35 @@ static inline size_t kcu_toff(const struct kern_stage *st, int l, int t)
     return st->off_block0 + (size_t)l * st->block_floats + kern_block_offset(&st->model, t);
 }
 
+/* The slot's pieces every family has, carved before the blocks' (token
+ * ids, targets, the first block's input) and after them (the last stage's
+ * final norm, its statistics, probabilities and losses). */
+static inline void kcu_slot_inputs(const struct kern_stage *st, struct kcu_slot *s, void *base, size_t *used)
+{
+    size_t BT = (size_t)st->spec.micro_batch * st->spec.seq_len;
+    s->tokens = CARVE_I32(base, used, st->spec.first ? BT : 0);
+    s->targets = CARVE_I32(base, used, st->spec.last ? BT : 0);
+    s->x0 = CARVE_F32(base, used, BT * st->model.d_model);
+}
+
+static inline void kcu_slot_head(const struct kern_stage *st, struct kcu_slot *s, void *base, size_t *used)
+{
+    size_t BT = (size_t)st->spec.micro_batch * st->spec.seq_len, V = (size_t)kcu_padded_vocab(st->model.vocab);
+    if (!st->spec.last)
+        return;
+    s->lnf = CARVE_BF16(base, used, BT * st->model.d_model);
+    s->lnf_mean = CARVE_F32(base, used, BT);
+    s->lnf_rstd = CARVE_F32(base, used, BT);
+    s->probs = CARVE_F32(base, used, BT * V);
+    s->losses = CARVE_F32(base, used, BT);
+}
+
+/* Each slot's device memory, laid out by the family's `layout` (bytes;
+ * with base, also sets the slot's pointers); a failure names the slot. */
+int kcu_slots_alloc(struct kern_stage *st, struct kcu_stage *c,
+                    size_t (*layout)(const struct kern_stage *st, struct kcu_slot *s, void *base),
+                    struct kern_err *err);
+
 /* host -> device through the staging buffer, queued; and device -> host,
  * returning when the host holds it all (cuda_stage.cu). */
 cudaError_t kcu_upload(struct kcu_stage *c, void *dev, const void *host, size_t bytes);

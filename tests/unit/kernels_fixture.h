@@ -129,6 +129,35 @@ static __attribute__((unused)) void expect_split_grads(struct kern_stage *whole,
     free(gw);
 }
 
+/* M micro-batches (tok, tgt: M rows of B*T) in GPipe order, all forwards
+ * then the backwards in reverse, through `whole` and through s0 then s1:
+ * the same losses and gradients, bit for bit. */
+static __attribute__((unused)) void expect_gpipe_split(struct kern_stage *whole, struct kern_stage *s0,
+                                                       struct kern_stage *s1, int M, const int32_t *tok,
+                                                       const int32_t *tgt)
+{
+    struct kern_err err;
+    size_t bt = (size_t)kern_stage_spec(s0)->micro_batch * kern_stage_spec(s0)->seq_len;
+    size_t btc = bt * (size_t)kern_stage_model(s0)->d_model;
+    float *hidden = malloc((size_t)M * btc * sizeof *hidden), *dhidden = malloc(btc * sizeof *dhidden);
+    float *lw = malloc((size_t)M * sizeof *lw), *ls = malloc((size_t)M * sizeof *ls), dloss = 1.0f / M;
+    assert_true(hidden && dhidden && lw && ls);
+    for (int k = 0; k < M; k++) {
+        assert_int_equal(kern_stage_forward(whole, k, tok + k * bt, tgt + k * bt, &lw[k], &err), 0);
+        assert_int_equal(kern_stage_forward(s0, k, tok + k * bt, NULL, hidden + k * btc, &err), 0);
+        assert_int_equal(kern_stage_forward(s1, k, hidden + k * btc, tgt + k * bt, &ls[k], &err), 0);
+    }
+    for (int k = M - 1; k >= 0; k--) {
+        assert_int_equal(kern_stage_backward(whole, k, &dloss, NULL, &err), 0);
+        assert_int_equal(kern_stage_backward(s1, k, &dloss, dhidden, &err), 0);
+        assert_int_equal(kern_stage_backward(s0, k, dhidden, NULL, &err), 0);
+    }
+    assert_memory_equal(lw, ls, (size_t)M * sizeof *lw);
+    struct kern_stage *parts[2] = {s0, s1};
+    expect_split_grads(whole, parts, 2);
+    free(hidden), free(dhidden), free(lw), free(ls);
+}
+
 static const struct model_config small = {.vocab = 256, .context = 32, .d_model = 32,
                                         .heads = 4, .layers = 2};
 static __attribute__((unused)) void save_to(struct kern_stage *st, FILE *f)

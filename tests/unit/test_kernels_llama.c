@@ -311,23 +311,10 @@ static void test_split_equals_whole(void **state)
     const struct model_config *m = &mha_odd;
     struct kern_stage *whole = stage_new(m, 0, 3, B, T, M, 5), *s0 = stage_new(m, 0, 1, B, T, M, 5);
     struct kern_stage *s1 = stage_new(m, 1, 3, B, T, M, 5);
-    struct kern_err err;
     int32_t tok[M][B * T], tgt[M][B * T];
-    float hidden[M][B * T * 24], dhidden[B * T * 24], lw[M], ls[M], dloss = 1.0f / M;
-    for (int k = 0; k < M; k++) {
+    for (int k = 0; k < M; k++)
         fold_batch(m, B, T, k, tok[k], tgt[k]);
-        assert_int_equal(kern_stage_forward(whole, k, tok[k], tgt[k], &lw[k], &err), 0);
-        assert_int_equal(kern_stage_forward(s0, k, tok[k], NULL, hidden[k], &err), 0);
-        assert_int_equal(kern_stage_forward(s1, k, hidden[k], tgt[k], &ls[k], &err), 0);
-    }
-    for (int k = M - 1; k >= 0; k--) {
-        assert_int_equal(kern_stage_backward(whole, k, &dloss, NULL, &err), 0);
-        assert_int_equal(kern_stage_backward(s1, k, &dloss, dhidden, &err), 0);
-        assert_int_equal(kern_stage_backward(s0, k, dhidden, NULL, &err), 0);
-    }
-    assert_memory_equal(lw, ls, sizeof lw);
-    struct kern_stage *parts[2] = {s0, s1};
-    expect_split_grads(whole, parts, 2);
+    expect_gpipe_split(whole, s0, s1, M, tok[0], tgt[0]);
     kern_stage_free(whole), kern_stage_free(s0), kern_stage_free(s1);
 }
 

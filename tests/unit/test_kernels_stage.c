@@ -74,28 +74,13 @@ static void test_split_equals_whole_bit_for_bit(void **state)
     struct kern_stage *s1 = stage_new(&m, 2, 4, B, T, M, 5);
     struct kern_err err;
     int32_t tok[M][B * T], tgt[M][B * T];
-    float hidden[M][B * T * 48], dhidden[B * T * 48];
-    float lw[M], ls[M], dloss = 1.0f / M;
 
     for (int k = 0; k < M; k++) {
         text_batch(B, T, k, tok[k], tgt[k]);
         for (int i = 0; i < B * T; i++) /* vocab 97: fold bytes into range */
             tok[k][i] %= 97, tgt[k][i] %= 97;
     }
-    /* GPipe order: all forwards, then all backwards in reverse */
-    for (int k = 0; k < M; k++) {
-        assert_int_equal(kern_stage_forward(whole, k, tok[k], tgt[k], &lw[k], &err), 0);
-        assert_int_equal(kern_stage_forward(s0, k, tok[k], NULL, hidden[k], &err), 0);
-        assert_int_equal(kern_stage_forward(s1, k, hidden[k], tgt[k], &ls[k], &err), 0);
-    }
-    for (int k = M - 1; k >= 0; k--) {
-        assert_int_equal(kern_stage_backward(whole, k, &dloss, NULL, &err), 0);
-        assert_int_equal(kern_stage_backward(s1, k, &dloss, dhidden, &err), 0);
-        assert_int_equal(kern_stage_backward(s0, k, dhidden, NULL, &err), 0);
-    }
-    assert_memory_equal(lw, ls, sizeof lw);
-    struct kern_stage *parts[2] = {s0, s1};
-    expect_split_grads(whole, parts, 2);
+    expect_gpipe_split(whole, s0, s1, M, tok[0], tgt[0]);
     /* and the squared norms add up */
     double n_whole, n0, n1;
     kern_stage_grad_norm2(whole, &n_whole, &err);
