@@ -27,6 +27,7 @@ struct tasklet {
     struct peer_stream *prev, *next;     /* pipeline neighbours, NULL at the ends */
     struct peer_conn ring_prev, ring_next;   /* the TCP ring's, unused under NCCL */
     struct peer_conn tie_prev, tie_next;     /* to and from as->tie_peer: a two-rank ring */
+    float *tie_host;                     /* on a GPU: the tied matrix's gradient on the host, or NULL */
     struct nccl_group *nccl;             /* the stage's NCCL group, or NULL */
     size_t btc;                          /* floats in one micro-batch's hidden state */
     float *x, *y;                        /* (B,T,C): input received, output computed */

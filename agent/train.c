@@ -270,33 +270,25 @@ static int tie_exchange(struct tasklet *k, uint64_t t, struct shoal_err *err)
 {
     size_t off, count;
     struct kern_err ke = {{0}};
-    int on_device, rc = -1;
-    float *g = kern_stage_grad_buffer(k->st, &on_device), *host = NULL;
+    int on_device;
+    float *g = kern_stage_grad_buffer(k->st, &on_device);
     if (!kern_stage_tied_tensor(k->st, &off, &count))
         return err_set(err, 500, "internal", NULL, "stage %d holds no copy of the tied matrix", k->as->stage);
-    /* on a GPU, through a host copy of the one tensor */
-    if (on_device && (!(host = malloc(count * sizeof *host)) ||
-                      kern_stage_range(k->st, KERN_GRADS, off, count, host, 1, &ke) != 0)) {
-        free(host);
-        return host ? tasklet_kern_failed(&ke, err) : err_set(err, 500, "internal", NULL, "out of memory");
-    }
+    /* on a GPU, through a host copy of the one tensor, allocated once */
+    if (on_device && !k->tie_host && !(k->tie_host = malloc(count * sizeof *k->tie_host)))
+        return err_set(err, 500, "internal", NULL, "out of memory for the tied matrix's gradient");
+    if (on_device && kern_stage_range(k->st, KERN_GRADS, off, count, k->tie_host, 1, &ke) != 0)
+        return tasklet_kern_failed(&ke, err);
     struct ring r = { .next = &k->tie_next, .prev = &k->tie_prev, .rank = k->as->stage == 0 ? 0 : 1, .size = 2,
                       .timeout_ms = k->env->peer_timeout_ms, .stop = tasklet_peer_stop(k) };
     double t0 = ctl_now();
-    if (ring_allreduce_sum(&r, on_device ? host : g + off, count, t, err) != 0) {
-        rc = tasklet_peer_failed(k, &k->as->tie_peer);
-        goto out;
-    }
+    if (ring_allreduce_sum(&r, on_device ? k->tie_host : g + off, count, t, err) != 0)
+        return tasklet_peer_failed(k, &k->as->tie_peer);
     k->allreduce_s += ctl_now() - t0;
     k->dp_bytes += 4 * (uint64_t)count;
-    if (on_device && kern_stage_range(k->st, KERN_GRADS, off, count, host, 0, &ke) != 0) {
-        rc = tasklet_kern_failed(&ke, err);
-        goto out;
-    }
-    rc = 0;
-out:
-    free(host);
-    return rc;
+    if (on_device && kern_stage_range(k->st, KERN_GRADS, off, count, k->tie_host, 0, &ke) != 0)
+        return tasklet_kern_failed(&ke, err);
+    return 0;
 }
 
 static int train_step(struct tasklet *k, uint64_t t, uint64_t *queued, struct shoal_err *err)
@@ -457,6 +449,7 @@ static void tasklet_close(struct tasklet *k, int finished)
     peer_close(&k->ring_next);
     peer_close(&k->tie_prev);
     peer_close(&k->tie_next);
+    free(k->tie_host);
     sync_close(k);
     kern_stage_free(k->st);
     data_close(&k->file);       /* data and a holdout's val are views of it */

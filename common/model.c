@@ -232,19 +232,6 @@ size_t model_extent_size(const struct model_config *given, struct model_extent e
     return d * (size_t)e.times;
 }
 
-/* The sum over a part's tensors of rows x cols, of all or of matmul ones. */
-static double part_sum(const struct model_config *m, enum model_part part, int matmul_only)
-{
-    const struct model_family *f = &model_families[m->arch];
-    double sum = 0;
-    for (int i = 0; i < f->n_tensors[part]; i++) {
-        const struct model_tensor *t = &f->tensors[part][i];
-        if (!matmul_only || t->matmul)
-            sum += (double)model_extent_size(m, t->rows) * (double)model_extent_size(m, t->cols);
-    }
-    return sum;
-}
-
 uint64_t model_part_params(const struct model_config *m, enum model_part part)
 {
     const struct model_family *f = &model_families[m->arch];
@@ -256,15 +243,10 @@ uint64_t model_part_params(const struct model_config *m, enum model_part part)
     return sum;
 }
 
-uint64_t model_block_params(const struct model_config *m)
-{
-    return model_part_params(m, MODEL_BLOCK);
-}
-
 uint64_t model_stage_params(const struct model_config *m, int layer_start, int layer_end, int first, int last)
 {
     uint64_t n = 0, p;
-    if (__builtin_mul_overflow(model_block_params(m), (uint64_t)(layer_end - layer_start), &n) ||
+    if (__builtin_mul_overflow(model_part_params(m, MODEL_BLOCK), (uint64_t)(layer_end - layer_start), &n) ||
         (first && __builtin_add_overflow(n, model_part_params(m, MODEL_EMBED), &p)))
         return 0;
     n = first ? p : n;
@@ -275,12 +257,20 @@ uint64_t model_stage_params(const struct model_config *m, int layer_start, int l
 
 double model_part_matmul_params(const struct model_config *m, enum model_part part)
 {
-    return part_sum(m, part, 1);
+    const struct model_family *f = &model_families[m->arch];
+    double sum = 0;
+    for (int i = 0; i < f->n_tensors[part]; i++) {
+        const struct model_tensor *t = &f->tensors[part][i];
+        if (t->matmul)
+            sum += (double)model_extent_size(m, t->rows) * (double)model_extent_size(m, t->cols);
+    }
+    return sum;
 }
 
 double model_flops_per_token(const struct model_config *m, int blocks, int last, double T)
 {
-    double matmul = blocks * part_sum(m, MODEL_BLOCK, 1) + (last ? part_sum(m, MODEL_HEAD, 1) : 0);
+    double matmul = blocks * model_part_matmul_params(m, MODEL_BLOCK)
+                    + (last ? model_part_matmul_params(m, MODEL_HEAD) : 0);
     return 6.0 * matmul + 6.0 * blocks * (double)m->d_model * T;
 }
 

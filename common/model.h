@@ -121,8 +121,6 @@ void model_config_text(const struct model_config *m, char *buf, size_t len);
 /* Rows and columns of tensor t of m. */
 size_t model_extent_size(const struct model_config *m, struct model_extent e);
 
-/* Floats of one block's parameters. */
-uint64_t model_block_params(const struct model_config *m);
 /* Floats of a part's parameters (MODEL_BLOCK: one block). */
 uint64_t model_part_params(const struct model_config *m, enum model_part part);
 /* Floats of the stage holding blocks [layer_start, layer_end), with the

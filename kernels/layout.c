@@ -80,7 +80,7 @@ int kern_layout_build(struct kern_stage *st, struct kern_err *err)
     for (int i = 0; s->first && i < f->n_tensors[MODEL_EMBED]; i++)
         add_tensor(st, f->tensors[MODEL_EMBED][i].name, &f->tensors[MODEL_EMBED][i]);
     st->off_block0 = st->n_params;
-    st->block_floats = model_block_params(m);
+    st->block_floats = model_part_params(m, MODEL_BLOCK);
     for (int l = s->layer_start; l < s->layer_end; l++)
         for (int t = 0; t < f->n_tensors[MODEL_BLOCK]; t++) {
             char name[32];

@@ -115,8 +115,7 @@ int kern_stage_new(const struct kern_device *dev, const struct model_config *mod
         kern_fail(err, "out of memory");
         goto out;
     }
-    st->model = *model;
-    model_config_normalise(&st->model);
+    st->model = norm;
     st->spec = *spec;
     st->device = *dev;
     st->ops = dev->kind == KERN_CUDA ? kern_cuda_ops : &kern_cpu_ops;

@@ -219,7 +219,7 @@ void sched_dtfm_sizes(struct sched_problem *pb)
     const struct sched_model *m = &pb->model;
     struct model_config f = sched_model_family(m);
     double C = (double)m->d_model, GiB = 1024.0 * 1024.0 * 1024.0;
-    double params = (double)m->layers * (double)model_block_params(&f);   /* gpt2: 12 C^2 + 13 C a block */
+    double params = (double)m->layers * (double)model_part_params(&f, MODEL_BLOCK);   /* gpt2: 12 C^2 + 13 C a block */
     pb->c_dp_gb = params / pb->stages * 4.0 / GiB;
     pb->c_pp_gb = (double)m->micro_batches * (double)m->micro_batch_size * (double)m->context_length * C * 2.0 / GiB;
 }

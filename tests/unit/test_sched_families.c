@@ -13,12 +13,7 @@
 #include "../../server/sched/scenario.h"
 #include "../../server/sched/sched.h"
 
-static void assert_near(double got, double want, double rel)
-{
-    double tol = rel * (fabs(want) > 1 ? fabs(want) : 1);
-    if (!(fabs(got - want) <= tol))
-        fail_msg("got %.12g, want %.12g (tolerance %.3g)", got, want, tol);
-}
+#include "sched_fixture.h"
 
 /* GPT-2 124M's shapes, 8 micro-batches of 4: fits every generated node. */
 static struct sched_model small_gpt(void)

@@ -18,12 +18,7 @@
 
 #define MAXN 8
 
-static void assert_near(double got, double want, double rel)
-{
-    double tol = rel * (fabs(want) > 1 ? fabs(want) : 1);
-    if (!(fabs(got - want) <= tol))
-        fail_msg("got %.12g, want %.12g (tolerance %.3g)", got, want, tol);
-}
+#include "sched_fixture.h"
 
 static double unit(uint64_t *rng)
 {
