@@ -243,6 +243,11 @@ uint64_t model_part_params(const struct model_config *m, enum model_part part)
     return sum;
 }
 
+uint64_t model_tied_params(const struct model_config *m)
+{
+    return m->tied ? (uint64_t)m->vocab * (uint64_t)m->d_model : 0;
+}
+
 uint64_t model_stage_params(const struct model_config *m, int layer_start, int layer_end, int first, int last)
 {
     uint64_t n = 0, p;

@@ -127,6 +127,10 @@ uint64_t model_part_params(const struct model_config *m, enum model_part part);
  * embedding when first and the head when last; 0 when that overflows. */
 uint64_t model_stage_params(const struct model_config *m, int layer_start, int layer_end, int first, int last);
 
+/* Floats of the matrix a tied head shares with the token embedding
+ * (V x C); 0 when the head is untied. */
+uint64_t model_tied_params(const struct model_config *m);
+
 /* Parameters multiplied with every token, of one part (MODEL_BLOCK: one
  * block): the FLOPs of a forward are 2 per such parameter per token. */
 double model_part_matmul_params(const struct model_config *m, enum model_part part);

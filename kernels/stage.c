@@ -286,7 +286,7 @@ int kern_stage_tied_tensor(const struct kern_stage *st, size_t *offset, size_t *
     if (!st->model.tied || st->spec.first == st->spec.last)
         return 0;
     *offset = st->spec.first ? st->off_wte : st->off_head;
-    *count = (size_t)st->model.vocab * st->model.d_model;
+    *count = (size_t)model_tied_params(&st->model);
     return 1;
 }
 
@@ -297,7 +297,7 @@ int kern_stage_tie_grads(struct kern_stage *st, struct kern_err *err)
     if (!st->ops->tie_grads)
         return kern_fail(err, "tie: the %s backend cannot tie a head to its embedding",
                          st->device.kind == KERN_CUDA ? "cuda" : "cpu");
-    return st->ops->tie_grads(st, st->off_wte, st->off_head, (size_t)st->model.vocab * st->model.d_model, err);
+    return st->ops->tie_grads(st, st->off_wte, st->off_head, (size_t)model_tied_params(&st->model), err);
 }
 
 int kern_stage_adamw(struct kern_stage *st, const struct kern_adamw *h, struct kern_err *err)

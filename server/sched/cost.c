@@ -20,11 +20,21 @@ static double xfer_s(const struct sched_problem *pb, int i, int j, double bytes)
     return pb->latency_ms[i * pb->n + j] / 1000.0 + bytes * 8.0 / (pb->bandwidth_gbps[i * pb->n + j] * 1e9);
 }
 
+/* The two ends of a pipeline sum a tied matrix's gradient as a ring of
+ * two (agent/ring.c): each sends half of it twice, both directions at
+ * once, so the slower direction's bandwidth and latency set the time. */
+static double tied_exchange_s(const struct sched_problem *pb, int x, int y, double bytes)
+{
+    double there = xfer_s(pb, x, y, bytes / 2), back = xfer_s(pb, y, x, bytes / 2);
+    return 2.0 * (there > back ? there : back);
+}
+
 struct model_config sched_model_family(const struct sched_model *m)
 {
     struct model_config f = {.vocab = (int)m->vocab_size, .context = (int)m->context_length,
                              .d_model = (int)m->d_model, .heads = (int)m->heads, .layers = (int)m->layers,
-                             .arch = m->arch, .kv_heads = (int)m->kv_heads, .ffn_dim = (int)m->ffn_dim};
+                             .arch = m->arch, .kv_heads = (int)m->kv_heads, .ffn_dim = (int)m->ffn_dim,
+                             .tied = m->tied};
     model_config_normalise(&f);
     return f;
 }
@@ -54,6 +64,9 @@ int ctx_init(struct sched_ctx *cx, const struct sched_problem *pb)
     cx->boundary_bytes = tokens * C * (m->wire_bytes > 0 ? m->wire_bytes : m->act_bytes);
     cx->sync_bytes = m->sync_bytes > 0 ? m->sync_bytes : 4.0;
     cx->sync_every = m->sync_every > 0 ? m->sync_every : 1;
+    /* a tied head split from its embedding: its f32 gradient summed by
+     * the two ends of each replica's pipeline, every step */
+    cx->tied_bytes = cx->P > 1 ? 4.0 * (double)model_tied_params(&f) : 0;
 
     cx->pp = malloc(sizeof(double) * (size_t)n * (size_t)n);
     cx->dp = malloc(sizeof(double) * (size_t)n * (size_t)n);
@@ -409,7 +422,7 @@ static double shoal_cost(const struct sched_ctx *cx, const int *node, const doub
     int P = cx->P, D = cx->D;
     double M = (double)pb->model.micro_batches;
     double shortfall = shoal_layers(cx, node, layers, layers_given);
-    double pipeline = 0, crit_compute = 0, crit_comm = 0, optimizer = 0, allreduce = 0;
+    double pipeline = 0, crit_compute = 0, crit_comm = 0, optimizer = 0, allreduce = 0, tied = 0;
     int one_f_one_b = pb->model.schedule == SCHED_1F1B;
     double step[2 * P];   /* one micro-batch's path: stage s at [2s], the link s -> s+1 both ways at [2s+1] */
     for (int r = 0; r < D; r++) {
@@ -454,6 +467,12 @@ static double shoal_cost(const struct sched_ctx *cx, const int *node, const doub
             crit_compute = M * worst_compute;
             crit_comm = comm;
         }
+        if (cx->tied_bytes > 0) {
+            double x = tied_exchange_s(pb, node[r], node[(P - 1) * D + r], cx->tied_bytes);
+            terms->allreduce_sum += x;
+            if (x > tied)
+                tied = x;
+        }
     }
     for (int s = 0; s < P; s++) {
         double params = layers[s] * cx->layer_params + (s == 0 ? cx->first_params : 0) + (s == P - 1 ? cx->last_params : 0);
@@ -472,9 +491,9 @@ static double shoal_cost(const struct sched_ctx *cx, const int *node, const doub
             if (o > optimizer) optimizer = o;
         }
     }
-    double total = pipeline + allreduce + optimizer;
+    double total = pipeline + tied + allreduce + optimizer;
     if (bd) {
-        bd->dp_s = allreduce;
+        bd->dp_s = tied + allreduce;
         bd->pipeline_s = pipeline;
         bd->compute_s = crit_compute;
         bd->comm_s = crit_comm;
@@ -523,6 +542,35 @@ static void cand_total(const struct sched_ctx *cx, struct cand *c)
     c->crit = c->order[terms.slowest_sync];
 }
 
+/* A tied head closes the pipeline into a cycle: its ends exchange the
+ * head's gradient as its neighbours exchange activations.  Tries every
+ * place to open the path's cycle, both ways round, and keeps the
+ * cheapest (the path's edges know only the activations). */
+static void cycle_best(const struct sched_ctx *cx, struct cand *c)
+{
+    int P = cx->P, cycle[P], best[P];
+    double best_cost = c->cost, best_tie = c->tie;
+    int best_crit = c->crit;
+    memcpy(cycle, c->order, sizeof cycle);
+    memcpy(best, c->order, sizeof best);
+    for (int way = 0; way < 2; way++)
+        for (int start = 0; start < P; start++) {
+            for (int s = 0; s < P; s++)
+                c->order[s] = cycle[way ? (start - s + P) % P : (start + s) % P];
+            cand_total(cx, c);
+            if (c->cost < best_cost - 1e-12 || (c->cost <= best_cost + 1e-12 && c->tie < best_tie)) {
+                memcpy(best, c->order, sizeof best);
+                best_cost = c->cost;
+                best_tie = c->tie;
+                best_crit = c->crit;
+            }
+        }
+    memcpy(c->order, best, sizeof best);
+    c->cost = best_cost;
+    c->tie = best_tie;
+    c->crit = best_crit;
+}
+
 /* Orders the groups (the cheapest path over pipeline links) and totals the
  * cost; keeps the order it had if that costs less (the path heuristic
  * above PATH_EXACT_MAX groups, or shoal's full cost, can disagree). */
@@ -534,6 +582,8 @@ static void cand_finish(const struct sched_ctx *cx, struct cand *c, int had_orde
     memcpy(old_order, c->order, sizeof old_order);
     path_open_best(c->edge, P, c->order, cx->pw);
     cand_total(cx, c);
+    if (cx->tied_bytes > 0)
+        cycle_best(cx, c);
     if (had_order && old_cost < c->cost) {
         memcpy(c->order, old_order, sizeof old_order);
         c->cost = old_cost;

@@ -32,6 +32,8 @@ struct sched_ctx {
     double boundary_bytes;    /* hidden state crossing a stage boundary, bytes */
     double sync_bytes;        /* bytes per parameter a sync sends (4: f32) */
     double sync_every;        /* steps per sync, its cost spread over them */
+    double tied_bytes;        /* a tied matrix's gradient the pipeline's ends sum each step, bytes;
+                                 0 when untied or on one stage */
     int near_k;               /* entries per node in `near` */
     int *near;                /* n*near_k: each node's nearest others by pp, nearest first */
     struct match_work *mw;

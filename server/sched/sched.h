@@ -41,6 +41,8 @@ struct sched_model {
     int64_t vocab_size, context_length, d_model, heads, layers;
     enum model_arch arch;       /* MODEL_GPT2 (0) unless said */
     int64_t kv_heads, ffn_dim;  /* 0: the family's default (heads; gpt2's 4 d_model) */
+    int tied;                   /* 1: the head shares the embedding's matrix; across stages the
+                                   first and last stage of each replica sum its gradient each step */
     int64_t micro_batches;      /* M, per replica and step */
     int64_t micro_batch_size;   /* B, sequences */
     enum sched_schedule schedule;
@@ -68,7 +70,8 @@ struct sched_problem {
 
 struct sched_breakdown {
     double total_s;        /* the plan's cost, seconds (model-seconds for dtfm) */
-    double dp_s;           /* dtfm: DP cost; shoal: gradient all-reduce time */
+    double dp_s;           /* dtfm: DP cost; shoal: gradient sums: the all-reduce, and a tied
+                              head's exchange between the pipeline's ends */
     double pipeline_s;     /* dtfm: pipeline cost (counted twice in total); shoal: forward+backward pipeline time */
     double compute_s;      /* shoal: busiest stage's compute per step */
     double comm_s;         /* shoal: activation/gradient transfer time on the critical path */

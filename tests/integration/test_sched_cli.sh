@@ -89,6 +89,13 @@ jq '.model += {"architecture":"llama","kv_heads":2,"ffn_dim":256}' "$WORK/job.js
 check "a Llama job file schedules" "$? $(jq -c '[.plan[0].layer_start, .plan[2].layer_end]' "$WORK/llama.out")" "0 [0,6]"
 check "with its own predicted compute" \
     "$(jq -n --slurpfile a "$WORK/out" --slurpfile b "$WORK/llama.out" '$a[0].cost.compute_s != $b[0].cost.compute_s')" true
+# tied across its three stages, the pipeline's ends sum the head's gradient
+# (1000 x 128 floats) each step: a gradient sum with no replicas to sync
+jq '.model += {"tie_embeddings":true}' "$WORK/llama.json" > "$WORK/tied.json"
+"$SCHED" --nodes "$WORK/nodes.json" --links "$WORK/links.json" --job "$WORK/tied.json" --budget-ms 200 \
+    --fill-latency-ms 80 --fill-bandwidth-gbps 0.2 --json > "$WORK/tied.out"
+check "a tied Llama job prices its ends' exchange" \
+    "$? $(jq '.cost.dp_s > 0' "$WORK/tied.out") $(jq '.cost.dp_s' "$WORK/llama.out")" "0 true 0"
 jq '.model += {"architecture":"llama","kv_heads":3,"ffn_dim":256}' "$WORK/job.json" > "$WORK/bad-llama.json"
 "$SCHED" --nodes "$WORK/nodes.json" --links "$WORK/links.json" --job "$WORK/bad-llama.json" --budget-ms 200 \
     --fill-latency-ms 80 --fill-bandwidth-gbps 0.2 > /dev/null 2> "$WORK/err"
