@@ -22,7 +22,8 @@
 #                     trained again, losses against the uninterrupted run
 #   make bench-finetune GPT-2 124M imported and fine-tuned across four agents beside the same
 #                     job from scratch: import, step and export times (GPT2_BIN, GPT2_DATA;
-#                     FAMILY=llama: SmolLM2-135M, LLAMA_DIR its files)
+#                     FAMILY=llama: SmolLM2-135M, LLAMA_DIR its files; SHAPE=llama-3.2-1b:
+#                     a Llama-3.2-1B-shaped file in, out, in and out again, untrained)
 #   make CUDA=0       build without the CUDA backend even where nvcc exists
 #   make clean
 
@@ -33,7 +34,7 @@ BINDIR  := $(if $(SAN),$(BUILD)/bin,bin)
 
 CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O2 -g -pthread \
            -I/usr/include/postgresql -MMD -MP
-LDLIBS  := -lmicrohttpd -ljansson -lpq -lcrypto -lm -pthread
+LDLIBS  := -lmicrohttpd -ljansson -lpq -lcrypto -lpcre2-8 -lm -pthread
 ifdef SAN
 CFLAGS  += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=address,undefined
@@ -92,7 +93,7 @@ DEB_PACKAGES := build-essential pkg-config libmicrohttpd-dev libjansson-dev \
                 libcurl4-openssl-dev libpq-dev libssl-dev libcmocka-dev \
                 postgresql curl jq procps bc libopenblas-openmp-dev nodejs chromium \
                 fortunes docker-compose clang libclang-rt-dev wrk openssl \
-                prometheus python3
+                prometheus python3 libpcre2-dev
 # python3: test_examples.sh extracts and compares the documents' examples.
 # prometheus: for promtool (the tests lint /metrics, prometheus.yml and the
 # Grafana dashboard's queries); deploy/deps.sh keeps its daemon stopped.
@@ -100,8 +101,9 @@ DEB_PACKAGES := build-essential pkg-config libmicrohttpd-dev libjansson-dev \
 # Installed only when the command is missing (NodeSource's nodejs has its own npm).
 DEB_COMMANDS := npm
 # From each package-lock.json: the browser test's playwright-core; the
-# OpenAPI lint (Redocly) and response validator (ajv) of tests/api.
-NPM_DIRS     := tests/browser tests/api
+# OpenAPI lint (Redocly) and response validator (ajv) of tests/api; the
+# tokenizer oracles of tests/tokenize (tiktoken, @huggingface/tokenizers).
+NPM_DIRS     := tests/browser tests/api tests/tokenize
 
 .PHONY: all deps test test-gpu demo bench-sched bench-sched-long bench-kernels bench-peer bench-load bench-wan bench-faults bench-finetune testbed fuzz clean
 all: $(BINDIR)/shoal-server $(BINDIR)/shoal-sched $(BINDIR)/shoal-agent
@@ -280,7 +282,7 @@ LDFLAGS += -fsanitize=fuzzer,address,undefined
 endif
 # What each target links besides common/; one not listed links what the unit tests do.
 FUZZ_OWN_LINK := fuzz_bodies fuzz_sched_files fuzz_checkpoint fuzz_dataset fuzz_peer fuzz_tokenizer \
-                 fuzz_gpt2_llmc fuzz_safetensors fuzz_hf_llama
+                 fuzz_gpt2_llmc fuzz_safetensors fuzz_hf_llama fuzz_bpe
 $(BUILD)/bin/fuzz_bodies: $(BUILD)/server/bodies.o $(BUILD)/server/jobspec.o $(SCHED_OBJ)
 $(BUILD)/bin/fuzz_sched_files: $(BUILD)/server/jobspec.o $(SCHED_OBJ)
 $(BUILD)/bin/fuzz_checkpoint: $(KERNELS_OBJ)
@@ -289,6 +291,7 @@ $(BUILD)/bin/fuzz_safetensors: $(KERNELS_OBJ)
 $(BUILD)/bin/fuzz_hf_llama: $(KERNELS_OBJ)
 $(BUILD)/bin/fuzz_dataset: $(BUILD)/agent/data.o
 $(BUILD)/bin/fuzz_tokenizer: $(BUILD)/agent/tokenizer.o
+$(BUILD)/bin/fuzz_bpe: $(BUILD)/agent/bpe.o $(BUILD)/agent/bpe_files.o $(BUILD)/agent/tokenizer.o
 $(BUILD)/bin/fuzz_peer: $(filter $(BUILD)/agent/peer%,$(AGENT_OBJ))
 $(patsubst %,$(BUILD)/bin/%,$(filter-out $(FUZZ_OWN_LINK),$(FUZZ_NAMES))): $(SERVER_OBJ) $(AGENT_OBJ) $(KERNELS_OBJ)
 

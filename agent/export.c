@@ -64,51 +64,25 @@ static int out_dir_ready(const char *dir, struct shoal_err *err)
     return 0;
 }
 
-/* The whole model from the checkpoint's stages (kern_model_join).  On
- * success *whole is malloc'd, kern_model_param_count floats; the caller
- * frees it. */
-static int export_join(const struct job_ckpt *ck, float **whole, struct shoal_err *err)
+/* The whole model from the checkpoint's stages (kern_model_join), each
+ * stage's parameters released as soon as they are in.  On success *whole
+ * is malloc'd, kern_model_param_count floats; the caller frees it. */
+static int export_join(struct job_ckpt *ck, float **whole, struct shoal_err *err)
 {
     struct kern_err ke = {{0}};
-    struct kern_stage_spec *specs = calloc((size_t)ck->stages, sizeof *specs);
-    float **bufs = calloc((size_t)ck->stages, sizeof *bufs);
     size_t n = kern_model_param_count(&ck->model);
-    int rc = -1;
     *whole = NULL;
-    if (n == 0) {
-        err_set(err, 422, "bad_checkpoint", NULL, "the checkpoint's model is over what model_io.h can write "
-                "(KERN_MODEL_MAX_PARAMS, KERN_MODEL_MAX_LAYERS)");
-        goto out;
-    }
-    if (!specs || !bufs || !(*whole = malloc(n * sizeof(float)))) {
-        err_set(err, 500, "internal", NULL, "out of memory for a model of %zu parameters", n);
-        goto out;
-    }
-    for (int s = 0; s < ck->stages; s++) {
-        specs[s] = *kern_stage_spec(ck->st[s]);
-        if (!(bufs[s] = malloc(kern_stage_param_count(ck->st[s]) * sizeof(float)))) {
-            err_set(err, 500, "internal", NULL, "out of memory for stage %d's parameters", s);
-            goto out;
-        }
-        if (kern_stage_read(ck->st[s], KERN_PARAMS, bufs[s], &ke) != 0)
-            goto bad;
-    }
-    if (kern_model_join(&ck->model, specs, (const float *const *)bufs, ck->stages, *whole, &ke) != 0)
-        goto bad;
-    rc = 0;
-    goto out;
-bad:
-    err_set(err, 422, "bad_checkpoint", NULL, "joining the checkpoint's stages: %s", ke.msg);
-out:
-    for (int s = 0; bufs && s < ck->stages; s++)
-        free(bufs[s]);
-    free(bufs);
-    free(specs);
-    if (rc != 0) {
+    if (n == 0)
+        return err_set(err, 422, "bad_checkpoint", NULL, "the checkpoint's model is over what model_io.h can write "
+                       "(KERN_MODEL_MAX_PARAMS, KERN_MODEL_MAX_LAYERS)");
+    if (!(*whole = malloc(n * sizeof(float))))
+        return err_set(err, 500, "internal", NULL, "out of memory for a model of %zu parameters", n);
+    if (kern_model_join(&ck->model, ck->spec, (const float *const *)ck->params, ck->stages, *whole, &ke) != 0) {
         free(*whole);
         *whole = NULL;
+        return err_set(err, 422, "bad_checkpoint", NULL, "joining the checkpoint's stages: %s", ke.msg);
     }
-    return rc;
+    return 0;
 }
 
 /* Writes dir/name through `write` under a temporary name in dir, flushed
@@ -188,7 +162,7 @@ static int export_run(const void *config, FILE *out, struct shoal_err *err)
         return err_set(err, 2, "invalid_config", "--llmc", "--llmc must be off or on, not '%s'", cfg->llmc);
     if (job_ckpt_connect(&cfg->src, "export", &c, err) != 0 || out_dir_ready(cfg->out_dir, err) != 0)
         return -1;
-    if (job_ckpt_find(&c, &cfg->src, &ck, err) != 0 || job_ckpt_load(&c, &cfg->src, 1, &ck, err) != 0 ||
+    if (job_ckpt_find(&c, &cfg->src, &ck, err) != 0 || job_ckpt_load_params(&c, &cfg->src, &ck, err) != 0 ||
         export_join(&ck, &whole, err) != 0)
         goto out;
     struct model_config m = ck.model;

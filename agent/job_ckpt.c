@@ -85,18 +85,20 @@ out:
     return rc;
 }
 
-/* Fetches stage s's file and builds a cpu stage from it, with one
- * micro-batch of one sequence of seq_len tokens (0: the context). */
+/* Fetches stage s's file and reads it: into a cpu stage with one
+ * micro-batch of one sequence of seq_len tokens (0: the context), or
+ * (params set) its parameters alone. */
 static int load_stage(const struct ctl *c, const struct job_ckpt_source *src, int64_t step, int s, int seq_len,
-                      struct kern_stage **out, struct model_config *model, struct shoal_err *err)
+                      struct kern_stage **out, float **params, struct kern_stage_spec *sp,
+                      struct model_config *model, struct shoal_err *err)
 {
     char file[PATH_MAX + 64], path[128];
     struct kern_err ke = {{0}};
     struct kern_device cpu = { KERN_CPU, 0 };
-    struct kern_stage_spec sp = { .micro_batch = 1, .in_flight = 1 };
     FILE *f = NULL;
+    uint64_t n;
     int fd, rc = -1;
-    *out = NULL;
+    *sp = (struct kern_stage_spec){ .micro_batch = 1, .in_flight = 1 };
     snprintf(file, sizeof file, "%s/shoal-ckpt-XXXXXX", src->tmp_dir);
     if ((fd = mkstemp(file)) < 0)
         return err_set(err, 500, "io_error", "tmp_dir", "cannot create a file in %s: %s", src->tmp_dir,
@@ -109,11 +111,16 @@ static int load_stage(const struct ctl *c, const struct job_ckpt_source *src, in
         err_set(err, 500, "io_error", NULL, "cannot open %s: %s", file, strerror(errno));
         goto out;
     }
-    if (kern_stage_file_peek(f, model, &sp, NULL, &ke) != 0)
-        goto bad;
-    sp.seq_len = seq_len > 0 && seq_len < model->context ? seq_len : model->context;
-    if (kern_stage_new(&cpu, model, &sp, out, &ke) != 0 || kern_stage_load(*out, f, &ke) != 0)
-        goto bad;
+    if (params) {
+        if (kern_stage_file_params(f, model, sp, params, &n, &ke) != 0)
+            goto bad;
+    } else {
+        if (kern_stage_file_peek(f, model, sp, NULL, &ke) != 0)
+            goto bad;
+        sp->seq_len = seq_len > 0 && seq_len < model->context ? seq_len : model->context;
+        if (kern_stage_new(&cpu, model, sp, out, &ke) != 0 || kern_stage_load(*out, f, &ke) != 0)
+            goto bad;
+    }
     rc = 0;
     goto out;
 bad:
@@ -123,7 +130,7 @@ out:
     if (f)
         fclose(f);
     unlink(file);
-    if (rc != 0) {
+    if (rc != 0 && out) {
         kern_stage_free(*out);
         *out = NULL;
     }
@@ -132,11 +139,12 @@ out:
 
 /* Checks that the stages chain: same model, layers back to back, first
  * and last where they belong. */
-static int check_chain(const struct job_ckpt *ck, const struct model_config *models, struct shoal_err *err)
+static int check_chain(const struct job_ckpt *ck, const struct kern_stage_spec *specs,
+                       const struct model_config *models, struct shoal_err *err)
 {
     int next_layer = 0;
     for (int s = 0; s < ck->stages; s++) {
-        const struct kern_stage_spec *sp = kern_stage_spec(ck->st[s]);
+        const struct kern_stage_spec *sp = &specs[s];
         if (!model_config_equal(&models[s], &models[0]) || sp->layer_start != next_layer ||
             sp->first != (s == 0) || sp->last != (s == ck->stages - 1))
             return err_set(err, 422, "bad_checkpoint", NULL, "the checkpoint's stage %d (layers [%d,%d)) does "
@@ -149,25 +157,45 @@ static int check_chain(const struct job_ckpt *ck, const struct model_config *mod
     return 0;
 }
 
-int job_ckpt_load(const struct ctl *c, const struct job_ckpt_source *src, int seq_len, struct job_ckpt *ck,
-                  struct shoal_err *err)
+static int load_all(const struct ctl *c, const struct job_ckpt_source *src, int seq_len, int params_only,
+                    struct job_ckpt *ck, struct shoal_err *err)
 {
     struct model_config *models = calloc((size_t)ck->stages, sizeof *models);
+    struct kern_stage_spec *specs = calloc((size_t)ck->stages, sizeof *specs);
     int rc = -1;
-    if (!models || !(ck->st = calloc((size_t)ck->stages, sizeof *ck->st))) {
+    if (!models || !specs || !(params_only ? (ck->params = calloc((size_t)ck->stages, sizeof *ck->params)) != NULL
+                                           : (ck->st = calloc((size_t)ck->stages, sizeof *ck->st)) != NULL)) {
         err_set(err, 500, "internal", NULL, "out of memory");
         goto out;
     }
     for (int s = 0; s < ck->stages; s++)
-        if (load_stage(c, src, ck->step, s, seq_len, &ck->st[s], &models[s], err) != 0)
+        if (load_stage(c, src, ck->step, s, seq_len, params_only ? NULL : &ck->st[s],
+                       params_only ? &ck->params[s] : NULL, &specs[s], &models[s], err) != 0)
             goto out;
-    if (check_chain(ck, models, err) != 0)
+    if (check_chain(ck, specs, models, err) != 0)
         goto out;
     ck->model = models[0];
+    if (params_only) {
+        ck->spec = specs;
+        specs = NULL;
+    }
     rc = 0;
 out:
     free(models);
+    free(specs);
     return rc;
+}
+
+int job_ckpt_load(const struct ctl *c, const struct job_ckpt_source *src, int seq_len, struct job_ckpt *ck,
+                  struct shoal_err *err)
+{
+    return load_all(c, src, seq_len, 0, ck, err);
+}
+
+int job_ckpt_load_params(const struct ctl *c, const struct job_ckpt_source *src, struct job_ckpt *ck,
+                         struct shoal_err *err)
+{
+    return load_all(c, src, 0, 1, ck, err);
 }
 
 void job_ckpt_free(struct job_ckpt *ck)
@@ -176,6 +204,12 @@ void job_ckpt_free(struct job_ckpt *ck)
         kern_stage_free(ck->st[s]);
     free(ck->st);
     ck->st = NULL;
+    for (int s = 0; ck->params && s < ck->stages; s++)
+        free(ck->params[s]);
+    free(ck->params);
+    free(ck->spec);
+    ck->params = NULL;
+    ck->spec = NULL;
 }
 
 int job_ckpt_main(const struct job_ckpt_command *cmd, int argc, char **argv, int first, FILE *out)

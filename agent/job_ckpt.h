@@ -57,6 +57,9 @@ struct job_ckpt {
     char format[16];              /* the job's data.format: "text", "llmc" */
     struct model_config model;      /* set by job_ckpt_load */
     struct kern_stage **st;       /* stage s holds the layers after stage s-1's; cpu, B=1 */
+    /* job_ckpt_load_params instead: each stage's layers and parameters alone */
+    struct kern_stage_spec *spec;
+    float **params;
 };
 
 /* Checks src->job and loads the admin token, and fills *c to call the
@@ -78,6 +81,12 @@ int job_ckpt_find(const struct ctl *c, const struct job_ckpt_source *src, struct
  * The files are removed from src->tmp_dir as soon as they are loaded. */
 int job_ckpt_load(const struct ctl *c, const struct job_ckpt_source *src, int seq_len, struct job_ckpt *ck,
                   struct shoal_err *err);
+
+/* job_ckpt_load for a reader that trains nothing (export): each stage's
+ * spec and parameters only (ck->spec, ck->params: 4 bytes a parameter,
+ * where a cpu stage holds 16), checked the same way. */
+int job_ckpt_load_params(const struct ctl *c, const struct job_ckpt_source *src, struct job_ckpt *ck,
+                         struct shoal_err *err);
 
 void job_ckpt_free(struct job_ckpt *ck);
 

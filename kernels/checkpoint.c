@@ -176,6 +176,58 @@ out:
     return rc;
 }
 
+int kern_stage_file_params(FILE *f, struct model_config *model, struct kern_stage_spec *spec, float **params,
+                           uint64_t *n, struct kern_err *err)
+{
+    struct stage_file_header h;
+    unsigned char raw[STAGE_FILE_HEADER_MAX], chunk[1 << 16];
+    size_t raw_len;
+    uint64_t sum = FNV_START, stored;
+    int rc = -1;
+    *params = NULL;
+    if (kern_stage_file_peek(f, model, spec, NULL, err) != 0 || fseek(f, 0, SEEK_SET) != 0 ||
+        stage_file_header_read(f, &h, raw, &raw_len, err) != 0)
+        goto out;
+    sum = fnv1a(sum, raw, raw_len);
+    if (!(*params = malloc(h.n ? h.n * sizeof **params : 1))) {
+        kern_fail(err, "params: out of memory for %llu floats", (unsigned long long)h.n);
+        goto out;
+    }
+    if (fread(*params, sizeof **params, h.n, f) != h.n) {
+        kern_fail(err, "params: file is truncated");
+        goto out;
+    }
+    sum = fnv1a(sum, *params, h.n * sizeof **params);
+    /* the moments (unless left out) and the extras: summed, not kept */
+    uint64_t rest = (uint64_t)(h.extras & STAGE_FILE_NO_MOMENTS ? 0 : 2);
+    for (int i = 0; i < KERN_EXTRA_COUNT; i++)
+        rest += (h.extras >> i) & 1;
+    for (uint64_t left = rest * h.n * sizeof(float); left > 0;) {
+        size_t want = left < sizeof chunk ? (size_t)left : sizeof chunk;
+        if (fread(chunk, 1, want, f) != want) {
+            kern_fail(err, "params: file is truncated");
+            goto out;
+        }
+        sum = fnv1a(sum, chunk, want);
+        left -= want;
+    }
+    int has_sum = fread(&stored, sizeof stored, 1, f) == 1;
+    if (!has_sum || stored != sum || fgetc(f) != EOF) {
+        kern_fail(err, "params: %s", !has_sum ? "file is truncated (no checksum)"
+                                   : stored != sum ? "checksum mismatch: the file is corrupt"
+                                                   : "trailing bytes after the checksum");
+        goto out;
+    }
+    *n = h.n;
+    rc = 0;
+out:
+    if (rc != 0) {
+        free(*params);
+        *params = NULL;
+    }
+    return rc;
+}
+
 /* Index of the tensor named `name` in `st`, or -1. */
 static int tensor_index(const struct kern_stage *st, const char *name)
 {

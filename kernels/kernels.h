@@ -225,6 +225,16 @@ int kern_stage_assemble(struct kern_stage *st, struct kern_stage *const *sources
 int kern_stage_file_peek(FILE *f, struct model_config *model, struct kern_stage_spec *spec, uint64_t *step,
                          struct kern_err *err);
 
+/* A stage file's parameters alone, for a reader that trains nothing
+ * (export): the header's model and layers into *model and *spec, the
+ * parameters into *params (malloc'd, *n floats: the caller frees it); the
+ * other buffers are read through the checksum in small pieces and not
+ * kept, so this takes 4 bytes a parameter where a stage takes 16.  -1 with
+ * err (a bad header, a truncated or corrupt file, memory) and *params
+ * NULL. */
+int kern_stage_file_params(FILE *f, struct model_config *model, struct kern_stage_spec *spec, float **params,
+                           uint64_t *n, struct kern_err *err);
+
 /* FLOPs of one forward+backward of a micro-batch on this stage (matrix
  * products, 3x the forward's), for throughput and MFU reports. */
 double kern_stage_flops(const struct kern_stage *st);

@@ -7,11 +7,17 @@
       with --shards N the tensors dealt into N files
       model-0000K-of-0000N.safetensors and DIR/model.safetensors.index.json;
       weights from a fixed seed, F32 or BF16; no lm_head.weight with --tied.
-  llama_files.py big DIR
-      SmolLM2-135M's files (its config.json: V 49152, C 576, 9 heads, 3 kv
-      heads, MLP 1536, 30 layers, theta 100000, tied; one BF16
+  llama_files.py big DIR [SHAPE]
+      the files of a published model's shape (its config.json and one BF16
       model.safetensors), the weights a short pattern repeated: fast to
-      write, valid to read.
+      write, valid to read.  SHAPE smollm2-135m (the default: V 49152,
+      C 576, 9 heads, 3 kv heads, MLP 1536, 30 layers, theta 100000, tied)
+      or llama-3.2-1b (V 128256, C 2048, 32 heads, 8 kv heads, MLP 8192,
+      16 layers, theta 500000, llama3 rope scaling, tied: 2.5 GB).
+  llama_files.py pattern DIR EXPORT_DIR
+      the same check as `same` for a `big` file, streamed (a 1B model's
+      values do not fit in Python's memory): every exported tensor holds
+      the pattern, widened to F32; prints "same N" or what differs.
   llama_files.py same DIR EXPORT_DIR
       checks that an export (EXPORT_DIR/model.safetensors, F32) holds
       exactly DIR's tensors (the same names, shapes and values, bf16 ones
@@ -127,12 +133,25 @@ def write(argv):
                    "weight_map": weight_map}, f, indent=2)
 
 
+# The published shapes `big` writes: sizes, then config.json's other fields.
+SHAPES = {
+    "smollm2-135m": ((49152, 576, 9, 3, 1536, 30),
+                     {"max_position_embeddings": 8192, "rope_scaling": None, "rope_theta": 100000}),
+    "llama-3.2-1b": ((128256, 2048, 32, 8, 8192, 16),
+                     {"max_position_embeddings": 131072, "rope_theta": 500000.0,
+                      "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                                       "original_max_position_embeddings": 8192, "rope_type": "llama3"}}),
+}
+# big's weights: 4096 values exact in bf16, repeated from each tensor's start
+PATTERN_F32 = array.array("f", ((i % 17 - 8) / 256.0 for i in range(4096))).tobytes()
+PATTERN_BF16 = b"".join(PATTERN_F32[i + 2:i + 4] for i in range(0, len(PATTERN_F32), 4))
+
+
 def big(argv):
     d = argv[0]
+    (V, C, NH, KVH, F, L), extra = SHAPES[argv[1] if len(argv) > 1 else "smollm2-135m"]
     os.makedirs(d, exist_ok=True)
-    V, C, NH, KVH, F, L = 49152, 576, 9, 3, 1536, 30
-    pattern = array.array("f", ((i % 17 - 8) / 256.0 for i in range(4096))).tobytes()
-    bf16 = b"".join(pattern[i + 2:i + 4] for i in range(0, len(pattern), 4))   # 2048 values, exact
+    bf16 = PATTERN_BF16
     header, at, sizes = {"__metadata__": {"format": "pt"}}, 0, []
     for name, shape in names(C, NH, KVH, F, L, V, True):
         n = 2 * numel(shape)
@@ -146,12 +165,49 @@ def big(argv):
         for n in sizes:
             f.write(bf16 * (n // len(bf16)) + bf16[:n % len(bf16)])
     config = {"architectures": ["LlamaForCausalLM"], "attention_bias": False, "hidden_act": "silu",
-              "hidden_size": C, "intermediate_size": F, "max_position_embeddings": 8192, "model_type": "llama",
+              "hidden_size": C, "intermediate_size": F, "model_type": "llama",
               "num_attention_heads": NH, "num_hidden_layers": L, "num_key_value_heads": KVH,
-              "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 100000, "tie_word_embeddings": True,
-              "torch_dtype": "bfloat16", "vocab_size": V}
+              "rms_norm_eps": 1e-05, "tie_word_embeddings": True, "torch_dtype": "bfloat16", "vocab_size": V}
+    config.update(extra)
     with open(os.path.join(d, "config.json"), "w") as f:
-        json.dump(config, f, indent=2)
+        json.dump(config, f, indent=2, sort_keys=True)
+
+
+def pattern(argv):
+    d, ex = argv
+    def header_of(path):
+        with open(path, "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            return json.loads(f.read(n)), 8 + n
+    want, _ = header_of(os.path.join(d, "model.safetensors"))
+    got, base = header_of(os.path.join(ex, "model.safetensors"))
+    want.pop("__metadata__", None)
+    got.pop("__metadata__", None)
+    if set(got) != set(want):
+        print("names differ: %s" % sorted(set(got) ^ set(want))[:4])
+        return
+    with open(os.path.join(ex, "model.safetensors"), "rb") as f:
+        for name, e in want.items():
+            g = got[name]
+            if g["shape"] != e["shape"] or g["dtype"] != "F32":
+                print("%s: %s %s, want F32 %s" % (name, g["dtype"], g["shape"], e["shape"]))
+                return
+            f.seek(base + g["data_offsets"][0])
+            left, chunk = g["data_offsets"][1] - g["data_offsets"][0], PATTERN_F32 * 256
+            while left > 0:
+                n = min(left, len(chunk))
+                if f.read(n) != chunk[:n]:
+                    print("%s: values differ" % name)
+                    return
+                left -= n
+    a, b = json.load(open(os.path.join(d, "config.json"))), json.load(open(os.path.join(ex, "config.json")))
+    # (max_position_embeddings is the job's context_length, not the file's)
+    for k in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "vocab_size",
+              "num_hidden_layers", "rope_theta", "rope_scaling", "tie_word_embeddings"):
+        if a.get(k) != b.get(k):
+            print("config.json: %s is %s, want %s" % (k, b.get(k), a.get(k)))
+            return
+    print("same %d" % len(want))
 
 
 def same(argv):
@@ -184,7 +240,7 @@ def same(argv):
 
 
 if __name__ == "__main__":
-    commands = {"write": write, "big": big, "same": same}
+    commands = {"write": write, "big": big, "same": same, "pattern": pattern}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         raise SystemExit(__doc__.strip().splitlines()[2])
     commands[sys.argv[1]](sys.argv[2:])

@@ -301,6 +301,65 @@ static void test_extra_state(void **state)
     kern_stage_free(a0), kern_stage_free(a1), kern_stage_free(r1), kern_stage_free(b0), kern_stage_free(plain);
 }
 
+/* Parameters alone (export): the same floats as the stage holds, with and
+ * without moments and extras in the file; a damaged file is refused. */
+static void test_file_params(void **state)
+{
+    (void)state;
+    struct kern_err err;
+    struct model_config three = small;
+    three.layers = 3;
+    struct kern_stage *st = stage_new(&three, 1, 3, 4, 32, 2, 11);
+    float *m = read_buf(st, KERN_ADAM_M);
+    m[0] = 1e-3f;   /* moments in the file */
+    assert_int_equal(kern_stage_write(st, KERN_ADAM_M, m, &err), 0);
+    free(m);
+    kern_stage_extra(st, KERN_EXTRA_OUTER_MOMENTUM)[3] = 0.5f;
+    for (int fresh = 0; fresh < 2; fresh++) {
+        struct kern_stage *src = fresh ? stage_new(&three, 0, 1, 4, 32, 2, 7) : st;   /* step 0: no moments */
+        FILE *f = tmpfile();
+        assert_non_null(f);
+        save_to(src, f);
+        rewind(f);
+        struct model_config got;
+        struct kern_stage_spec sp = {0};
+        float *params;
+        uint64_t n;
+        assert_int_equal(kern_stage_file_params(f, &got, &sp, &params, &n, &err), 0);
+        assert_int_equal(n, kern_stage_param_count(src));
+        assert_true(got.layers == 3 && got.d_model == three.d_model && got.vocab == three.vocab);
+        assert_int_equal(sp.layer_start, fresh ? 0 : 1);
+        assert_int_equal(sp.layer_end, fresh ? 1 : 3);
+        float *want = read_buf(src, KERN_PARAMS);
+        assert_memory_equal(params, want, n * sizeof(float));
+        free(params), free(want);
+        /* a flipped byte in the moments (read but not kept) or the params */
+        fseek(f, 0, SEEK_END);
+        long len = ftell(f);
+        unsigned char *raw = malloc((size_t)len);
+        rewind(f);
+        assert_int_equal(fread(raw, 1, (size_t)len, f), (size_t)len);
+        for (int k = 0; k < 3; k++) {
+            unsigned char *bad = malloc((size_t)len);
+            memcpy(bad, raw, (size_t)len);
+            size_t at = k == 0 ? (size_t)len - 20 : 200;
+            bad[at] ^= 0x40;
+            FILE *g = fmemopen(bad, (size_t)(k == 2 ? len - 9 : len), "rb");
+            assert_int_equal(kern_stage_file_params(g, &got, &sp, &params, &n, &err), -1);
+            assert_null(params);
+            if (!strstr(err.msg, k == 2 ? "the file is" : "checksum"))
+                fail_msg("case %d: %s", k, err.msg);
+            fclose(g);
+            free(bad);
+        }
+        free(raw);
+        fclose(f);
+        if (fresh)
+            kern_stage_free(src);
+    }
+    kern_stage_free(st);
+}
+
 /* A stage file says which stage can load it, and peeking leaves it loadable. */
 static void test_file_peek(void **state)
 {
@@ -476,6 +535,7 @@ int main(void)
         cmocka_unit_test(test_save_load_continue),
         cmocka_unit_test(test_extra_state),
         cmocka_unit_test(test_file_peek),
+        cmocka_unit_test(test_file_params),
         cmocka_unit_test(test_file_peek_bounds),
         cmocka_unit_test(test_assemble_other_split),
         cmocka_unit_test(test_step0_without_moments),
