@@ -19,6 +19,9 @@
 
 #define DATA_LLMC_MAGIC 20240520
 #define DATA_LLMC_VERSION 1
+/* llm.c's shards of uint32 tokens (its Llama 3 data): vocabularies above 65536 */
+#define DATA_LLMC32_MAGIC 20240801
+#define DATA_LLMC32_VERSION 7
 #define DATA_LLMC_HEADER_INTS 256
 
 enum data_format { DATA_TEXT, DATA_LLMC };

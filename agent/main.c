@@ -1,7 +1,8 @@
 /* main.c - shoal-agent: flags, signals, then the agent's life (agent.h);
  * `shoal-agent sample` prints text from a job's checkpoint (sample.h),
  * `shoal-agent export` writes its model as safetensors and llm.c (export.h),
- * `shoal-agent import` starts a job from GPT-2 weights (import.h). */
+ * `shoal-agent import` starts a job from GPT-2 weights (import.h),
+ * `shoal-agent tokenize` turns text into token shards (tokenize.h). */
 #include <curl/curl.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -14,6 +15,7 @@
 #include "export.h"
 #include "import.h"
 #include "sample.h"
+#include "tokenize.h"
 
 static atomic_int stop_requested;
 
@@ -33,6 +35,8 @@ int main(int argc, char **argv)
         return export_main(argc, argv, 2, stdout);
     if (argc > 1 && strcmp(argv[1], "import") == 0)
         return import_main(argc, argv, 2, stdout);
+    if (argc > 1 && strcmp(argv[1], "tokenize") == 0)
+        return tokenize_main(argc, argv, 2, stdout);
     int first = argc > 1 && strcmp(argv[1], "run") == 0 ? 2 : 1;
     memset(&cfg, 0, sizeof cfg);
     int rc = agent_config_load(&cfg, argc, argv, first, &err);
