@@ -24,6 +24,8 @@
 #                     job from scratch: import, step and export times (GPT2_BIN, GPT2_DATA;
 #                     FAMILY=llama: SmolLM2-135M, LLAMA_DIR its files; SHAPE=llama-3.2-1b:
 #                     a Llama-3.2-1B-shaped file in, out, in and out again, untrained)
+#   make bench-tokenize shoal's BPE encoder (tokenize, 1 and 2 threads) beside npm's tiktoken on the
+#                     same text, GPT-2 and Llama 3 vocabularies: MB/s (TOKENIZE_MB, 24)
 #   make CUDA=0       build without the CUDA backend even where nvcc exists
 #   make clean
 
@@ -105,7 +107,7 @@ DEB_COMMANDS := npm
 # tokenizer oracles of tests/tokenize (tiktoken, @huggingface/tokenizers).
 NPM_DIRS     := tests/browser tests/api tests/tokenize
 
-.PHONY: all deps test test-gpu demo bench-sched bench-sched-long bench-kernels bench-peer bench-load bench-wan bench-faults bench-finetune testbed fuzz clean
+.PHONY: all deps test test-gpu demo bench-sched bench-sched-long bench-kernels bench-peer bench-load bench-wan bench-faults bench-finetune bench-tokenize testbed fuzz clean
 all: $(BINDIR)/shoal-server $(BINDIR)/shoal-sched $(BINDIR)/shoal-agent
 
 $(BINDIR)/shoal-server: $(BUILD)/server/main.o $(SERVER_OBJ) $(COMMON_OBJ)
@@ -246,6 +248,9 @@ bench-faults: deps all
 bench-finetune: deps all
 	@bash tests/bench/bench_finetune.sh bin/shoal-server bin/shoal-agent $(FINETUNE_STEPS)
 
+bench-tokenize: deps all
+	@bash tests/bench/bench_tokenize.sh bin/shoal-agent $(TOKENIZE_MB)
+
 bench-sched: all
 	@sh tests/bench/bench_sched.sh bin/shoal-sched
 
@@ -289,7 +294,7 @@ $(BUILD)/bin/fuzz_checkpoint: $(KERNELS_OBJ)
 $(BUILD)/bin/fuzz_gpt2_llmc: $(KERNELS_OBJ)
 $(BUILD)/bin/fuzz_safetensors: $(KERNELS_OBJ)
 $(BUILD)/bin/fuzz_hf_llama: $(KERNELS_OBJ)
-$(BUILD)/bin/fuzz_dataset: $(BUILD)/agent/data.o
+$(BUILD)/bin/fuzz_dataset: $(BUILD)/agent/data.o $(BUILD)/agent/digests.o
 $(BUILD)/bin/fuzz_tokenizer: $(BUILD)/agent/tokenizer.o
 $(BUILD)/bin/fuzz_bpe: $(BUILD)/agent/bpe.o $(BUILD)/agent/bpe_files.o $(BUILD)/agent/tokenizer.o
 $(BUILD)/bin/fuzz_peer: $(filter $(BUILD)/agent/peer%,$(AGENT_OBJ))

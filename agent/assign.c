@@ -203,6 +203,14 @@ int assign_parse(const json_t *a, struct assignment *o, struct shoal_err *err)
     o->checkpoint_interval = ckpt;
     snprintf(o->data_path, sizeof o->data_path, "%s", path);
     snprintf(o->data_format, sizeof o->data_format, "%s", format);
+    /* {data, validation}: hex or null; absent from a server from before it */
+    json_t *ds = json_object_get(a, "dataset");
+    const char *dsha = json_string_value(json_object_get(ds, "data"));
+    const char *vsha = json_string_value(json_object_get(ds, "validation"));
+    if ((dsha && strlen(dsha) != 64) || (vsha && strlen(vsha) != 64))
+        return err_set(err, 502, "bad_assignment", "dataset", "the assignment's dataset digests are malformed");
+    snprintf(o->data_sha256, sizeof o->data_sha256, "%s", dsha ? dsha : "");
+    snprintf(o->val_sha256, sizeof o->val_sha256, "%s", vsha ? vsha : "");
     if (parse_communication(json_object_get(spec, "communication"), o, err) != 0 ||
         parse_validation(json_object_get(spec, "validation"), o, err) != 0)
         return -1;

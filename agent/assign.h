@@ -56,6 +56,9 @@ struct assignment {
     uint64_t seed;
     char data_path[512];
     char data_format[16];
+    /* The datasets' manifests' SHA-256 the job recorded ("": none yet; the
+     * first agent to open one records it, sql/013) */
+    char data_sha256[65], val_sha256[65];
     int64_t checkpoint_interval;    /* steps; 0: only at the end */
     /* communication (a spec from before it: f32, every step) */
     enum codec_id stage_link;       /* activations and their gradients */

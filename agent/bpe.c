@@ -115,7 +115,7 @@ int bpe_add_merge(struct bpe *b, uint32_t left, uint32_t right, uint32_t rank, u
 
 int bpe_begin(struct bpe *b, uint32_t n_ids, size_t total_bytes, struct shoal_err *err)
 {
-    if (n_ids < 256 || n_ids > BPE_TOKENS_MAX)
+    if (n_ids < (b->decode_only ? 1u : 256u) || n_ids > BPE_TOKENS_MAX)
         return bpe_bad(err, b->name, "%u tokens; a byte-level BPE has 256 to %u", n_ids, BPE_TOKENS_MAX);
     b->n_ids = n_ids;
     b->bytes_cap = total_bytes;
@@ -179,6 +179,8 @@ int bpe_finish(struct bpe *b, struct shoal_err *err)
     size_t mergeable = 0;
     for (uint32_t k = b->set_next; k < b->n_ids; k++)
         b->at[k + 1] = b->at[b->set_next];   /* ids after the last one set: no bytes */
+    if (b->decode_only)
+        return 0;
     for (uint32_t i = 0; i < b->n_ids; i++)
         mergeable += b->at[i + 1] > b->at[i] && !b->special[i];
     if (table_init(&b->vocab, mergeable, 0) != 0)
@@ -504,6 +506,9 @@ static int split_level(const struct bpe *b, struct bpe_work *w, const unsigned c
 int bpe_encode(const struct bpe *b, struct bpe_work *w, const char *text, size_t len, struct bpe_ids *ids,
                struct shoal_err *err)
 {
+    if (b->decode_only)
+        return bpe_bad(err, b->name, "an llm.c tokenizer file of %u tokens, no encoding shoal knows (GPT-2's has "
+                       "50257): it decodes ids but cannot encode text", b->n_ids);
     if (work_ready(w, len, err) != 0)
         return -1;
     size_t n = utf8_clean(w, (const unsigned char *)text, len);

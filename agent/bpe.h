@@ -5,6 +5,7 @@
  *
  *   llmc      llm.c's gpt2_tokenizer.bin (tokenizer.h): GPT-2's token bytes
  *             by id, which are also its merge ranks; <|endoftext|> the eot
+ *             (a file of another size decodes only)
  *   tiktoken  `base64(bytes) rank` lines (cl100k_base.tiktoken, o200k,
  *             Llama 3's tokenizer.model); the split pattern and special
  *             tokens come from the encoding's row of bpe_encodings, named
@@ -52,8 +53,10 @@ struct bpe_table {
 };
 
 struct bpe {
-    char name[96];              /* for messages: "cl100k_base (tiktoken)", "tokenizer.json (hf)" */
+    char name[4096];            /* the file, for messages */
     const char *format;         /* its bpe_formats row's name */
+    int decode_only;            /* 1: an llm.c file of no known encoding (its tokens print; text cannot be
+                                   encoded: bpe_encode refuses) */
     enum bpe_mode mode;
     int ignore_merges;          /* a piece that is a token is that token */
     uint32_t n_ids;             /* ids are 0..n_ids-1; some may have no bytes (gaps) */
@@ -105,7 +108,8 @@ int bpe_load(const unsigned char *buf, size_t len, const char *name, const char 
 
 /* Appends the ids of `len` bytes of text (any bytes: invalid UTF-8 is
  * replaced first) to `ids`.  Returns 0, or -1 with err when memory runs
- * out or ids->cap would be passed (ids keeps what fit). */
+ * out or ids->cap would be passed (ids keeps what fit), or (422) the
+ * tokenizer decodes only. */
 int bpe_encode(const struct bpe *b, struct bpe_work *w, const char *text, size_t len, struct bpe_ids *ids,
                struct shoal_err *err);
 

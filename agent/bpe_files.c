@@ -122,22 +122,24 @@ static int load_llmc(struct bpe *b, const unsigned char *buf, size_t len, const 
     if (tokenizer_load(buf, len, b->name, &t, err) != 0)
         return -1;
     const struct bpe_encoding *e = encoding_find(encoding, t.vocab - 1, b->name, err);
-    if (!e)
+    if (!e && encoding && encoding[0])
         goto out;
-    if (t.eot != e->ranks) {
+    if (e && t.eot != e->ranks) {
         bpe_bad(err, b->name, "eot_token %u, but encoding %s's <|endoftext|> is %u", t.eot, e->name, e->ranks);
         goto out;
     }
+    b->decode_only = !e;   /* llm.c's file of another vocabulary: its tokens print */
     b->mode = BPE_RANKS;
     if (bpe_begin(b, t.vocab, len, err) != 0)
         goto out;
+    b->eot = t.eot;
     for (uint32_t id = 0; id < t.vocab; id++) {
         size_t n;
         const unsigned char *p = tokenizer_decode(&t, id, &n);
         if (bpe_set_token(b, id, p, n, id == t.eot, err) != 0)
             goto out;
     }
-    rc = bpe_add_split(b, e->pattern, err);
+    rc = e ? bpe_add_split(b, e->pattern, err) : 0;
 out:
     tokenizer_free(&t);
     return rc;
@@ -590,8 +592,7 @@ int bpe_open(const char *path, const char *format, const char *encoding, struct 
             err_set(err, 500, "internal", NULL, "out of memory for tokenizer '%s'", path);
         goto out;
     }
-    const char *base = strrchr(path, '/');
-    rc = bpe_load(buf, len, base ? base + 1 : path, format, encoding, out, err);
+    rc = bpe_load(buf, len, path, format, encoding, out, err);
 out:
     free(buf);
     if (f)

@@ -21,9 +21,9 @@ int eval_run(struct tasklet *k, uint64_t t, struct shoal_err *err)
     for (int v = as->replica; v < batches; v += as->replicas) {
         const void *input = k->x;
         float loss;
-        if (k->have_val)
-            data_eval_batch(&k->val, (uint64_t)as->val_sequences, (uint64_t)v * (uint64_t)B, B, T, k->tokens,
-                            k->targets);
+        if (k->have_val && data_eval_batch(&k->val, (uint64_t)as->val_sequences, (uint64_t)v * (uint64_t)B, B, T,
+                                           k->tokens, k->targets, err) != 0)
+            return -1;
         if (first)
             input = k->tokens;
         else if (tasklet_recv_tensor(k, k->prev, WIRE_EVAL, t, v, k->x, err) != 0)

@@ -59,8 +59,7 @@ static const struct opt tokenize_opts[] = {
       "the special token each document starts with; empty: the tokenizer's begin-of-text token, else its "
       "end-of-text token" },
     { "--val-fraction", "SHOAL_TOKENIZE_VAL_FRACTION", S(val_fraction), "0.005",
-      "documents held out for the validation shards, by a hash of their index (0 to 0.5; at least one "
-      "document when there are two or more)" },
+      "documents held out for the validation shards, by a hash of their index (0 to 0.5)" },
     { "--shard-tokens", "SHOAL_TOKENIZE_SHARD_TOKENS", L(shard_tokens, 1024, INT32_MAX), "100000000",
       "tokens per shard (llm.c's fineweb shards hold 100 million)" },
     { "--threads", "SHOAL_TOKENIZE_THREADS", L(threads, 0, THREADS_MAX), "0",
@@ -499,10 +498,10 @@ static int run(const struct tokenize_config *cfg, char **inputs, int n_inputs, F
         }
     }
     if (!cfg->print_ids) {
-        /* at least one document each way when there are two */
-        if (docs[1] == 0 && fraction > 0 && doc_index >= 2)
-            fprintf(stderr, "shoal-agent tokenize: no document fell under --val-fraction %s: no validation "
-                    "shard\n", cfg->val_fraction);
+        if (docs[1] == 0 && fraction > 0)
+            fprintf(stderr, "shoal-agent tokenize: no document of %llu fell under --val-fraction %s: no validation "
+                    "shard (a job can validate on validation.holdout instead)\n", (unsigned long long)doc_index,
+                    cfg->val_fraction);
         if (shard_close(&split[0], err) != 0 || shard_close(&split[1], err) != 0 ||
             write_manifest(cfg, &tok, separator, token_bytes, split, docs, err) != 0)
             goto out;

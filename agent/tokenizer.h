@@ -1,4 +1,4 @@
-/* tokenizer.h - token ids back to bytes, through llm.c's tokenizer file.
+/* tokenizer.h - llm.c's tokenizer file, read and checked.
  *
  * The file (`gpt2_tokenizer.bin`, written by llm.c's `write_tokenizer`,
  * read by its `tokenizer_init`): a header of 256 little-endian uint32,
@@ -11,8 +11,9 @@
  * (GPT-2's byte-level tokens), possibly holding a NUL byte.  The file ends
  * after the last token.
  *
- * Decoding only: shoal cannot turn text into GPT-2 BPE tokens (that needs
- * the merges and the pre-tokenising regex, which this file does not hold). */
+ * The bytes of GPT-2's tokens by id are also its merge ranks: bpe_files.c
+ * reads this file as the `llmc` row of the BPE tokenizers (bpe.h), which
+ * encode text and decode ids. */
 #ifndef SHOAL_AGENT_TOKENIZER_H
 #define SHOAL_AGENT_TOKENIZER_H
 

@@ -96,7 +96,8 @@ static int forward(struct tasklet *k, uint64_t t, int m, struct shoal_err *err)
     const void *input = k->x;
     if (k->have_data) {
         uint64_t first = ((uint64_t)as->replica * (uint64_t)as->micro_batches + (uint64_t)m) * (uint64_t)B;
-        data_batch(&k->data, as->seed, t, first, B, T, k->tokens, k->targets);
+        if (data_batch(&k->data, as->seed, t, first, B, T, k->tokens, k->targets, err) != 0)
+            return -1;
         if (as->stage == 0)
             input = k->tokens;
     }
@@ -360,6 +361,47 @@ fail:
     return -1;
 }
 
+/* Proves that this node's copy of a dataset is the job's: its manifest's
+ * SHA-256 against the one the job recorded, or (none yet) recorded now
+ * by the server, first come.  A dataset the job names by a manifest must
+ * be opened through one.  A mismatch is "invalid_dataset": the job fails
+ * at once (agent.c), the message naming the node, the dataset and both
+ * digests. */
+static int prove_dataset(struct tasklet *k, const char *source, const char *path, const struct data_source *src,
+                         const char *recorded, struct shoal_err *err)
+{
+    const struct assignment *as = k->as;
+    const char *field = strcmp(source, "data") == 0 ? "data.path" : "validation.path";
+    char job_sha[SHA256_HEX];
+    json_t *ans = NULL;
+    snprintf(job_sha, sizeof job_sha, "%s", recorded);
+    if (!src->identity[0]) {
+        if (!job_sha[0])
+            return 0;   /* no manifest on either side: nothing to prove */
+        return err_set(err, 422, "invalid_dataset", field, "node %lld opened %s '%s' without a manifest, but "
+                       "job %lld names it by its manifest's SHA-256 %s", (long long)as->node_id, source, path,
+                       (long long)as->job_id, job_sha);
+    }
+    if (!job_sha[0]) {
+        json_t *body = json_pack("{s:I, s:I, s:s, s:s}", "job_id", (json_int_t)as->job_id, "epoch",
+                                 (json_int_t)as->epoch, "source", source, "sha256", src->identity);
+        int rc = body ? ctl_call_retry(k->env->ctl, "POST", "/v1/agent/dataset", body, 10, 60, &ans, err) : -1;
+        json_decref(body);
+        if (rc != 0) {
+            json_decref(ans);
+            return -1;
+        }
+        snprintf(job_sha, sizeof job_sha, "%s", json_string_value(json_object_get(ans, "sha256")) ?
+                 json_string_value(json_object_get(ans, "sha256")) : "");
+        json_decref(ans);
+    }
+    if (strcmp(job_sha, src->identity) != 0)
+        return err_set(err, 422, "invalid_dataset", field, "node %lld's copy of %s '%s' is not job %lld's: its "
+                       "manifest's SHA-256 is %s, the job's %s", (long long)as->node_id, source, path,
+                       (long long)as->job_id, src->identity, job_sha[0] ? job_sha : "(none recorded)");
+    return 0;
+}
+
 /* Maps the training data (first and last stages) and finds the
  * validation sequences: a held-out tail of it, or a file of their own. */
 static int open_data(struct tasklet *k, struct shoal_err *err)
@@ -368,21 +410,29 @@ static int open_data(struct tasklet *k, struct shoal_err *err)
     int T = as->model.context;
     if (as->stage != 0 && as->stage != as->stages - 1)
         return 0;
-    if (data_open(as->data_path, as->data_format, as->model.vocab, T, &k->file, err) != 0)
+    if (data_open(as->data_path, as->data_format, "train", as->model.vocab, T, k->env->data_dir, &k->file,
+                  err) != 0)
         return -1;
     k->data = k->file;
+    k->data.owner = 0;   /* a view: k->file is closed */
     k->have_data = 1;
+    if (prove_dataset(k, "data", as->data_path, &k->file, as->data_sha256, err) != 0)
+        return -1;
     if (!as->has_validation)
         return 0;
     if (as->val_holdout > 0) {
         if (data_holdout(&k->file, as->val_holdout, T, &k->data, &k->val, err) != 0)
             return -1;
     } else {
-        if (data_open(as->val_path, as->val_format, as->model.vocab, T, &k->val_file, err) != 0) {
+        if (data_open(as->val_path, as->val_format, "val", as->model.vocab, T, k->env->data_dir, &k->val_file,
+                      err) != 0) {
             snprintf(err->field, sizeof err->field, "validation.path");
             return -1;
         }
         k->val = k->val_file;
+        k->val.owner = 0;
+        if (prove_dataset(k, "validation", as->val_path, &k->val_file, as->val_sha256, err) != 0)
+            return -1;
     }
     k->have_val = 1;
     return 0;

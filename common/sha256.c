@@ -35,3 +35,12 @@ out:
     EVP_MD_CTX_free(ctx);
     return rc;
 }
+
+void sha256_hex(const void *bytes, size_t len, char hex[SHA256_HEX])
+{
+    unsigned char md[32];
+    unsigned got = 0;
+    EVP_Digest(bytes, len, md, &got, EVP_sha256(), NULL);
+    for (int i = 0; i < 32; i++)
+        snprintf(hex + 2 * i, 3, "%02x", md[i]);
+}

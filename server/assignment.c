@@ -29,6 +29,7 @@
     "WITH me AS (SELECT node_id, ord FROM unnest($1::bigint[]) WITH ORDINALITY AS t(node_id, ord))," \
     " cur AS (SELECT DISTINCT ON (a.node_id) a.node_id, j.id AS job_id, j.plan_epoch AS epoch, j.state," \
     "   j.spec, j.peer_secret, j.stages, p.replicas, p.micro_batches, a.plan_id, p.resume_step, p.live," \
+    "   j.data_sha256, j.val_sha256," \
     "   a.stage, a.replica," \
     "   a.layer_start, a.layer_end" \
     "   FROM assignments a JOIN plans p ON p.id = a.plan_id" \
@@ -43,6 +44,7 @@
     "   'stages', c.stages, 'replicas', c.replicas, 'micro_batches', c.micro_batches," \
     "   'layer_start', c.layer_start, 'layer_end', c.layer_end," \
     "   'peer_secret', c.peer_secret, 'spec', c.spec," \
+    "   'dataset', json_build_object('data', c.data_sha256, 'validation', c.val_sha256)," \
     "   'pipeline', (SELECT json_agg(json_build_object('stage', a.stage, 'node_id', a.node_id," \
     "       'peer_address', n.peer_address, 'layer_start', a.layer_start, 'layer_end', a.layer_end)" \
     "       ORDER BY a.stage)" \

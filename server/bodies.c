@@ -318,6 +318,29 @@ int body_nccl_put_parse(const json_t *body, struct body_nccl_put *out, struct sh
     return 0;
 }
 
+/* ---- dataset identity ---- */
+
+static const char *const dataset_sources[] = { "data", "validation", NULL };
+#define D(f) offsetof(struct body_dataset, f)
+static const struct jv_field dataset_fields[] = {
+    { "job_id", JV_INT, 1, 0, 1, 9e18, D(job_id), 0, NULL, NULL },
+    { "epoch", JV_INT, 1, 0, 0, 2147483647, D(epoch), 0, NULL, NULL },
+    { "source", JV_STR, 1, 0, 1, 15, D(source), sizeof(((struct body_dataset *)0)->source), dataset_sources, NULL },
+    { "sha256", JV_STR, 1, 0, 64, 64, D(sha256), sizeof(((struct body_dataset *)0)->sha256), NULL, NULL },
+    { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
+};
+#undef D
+
+int body_dataset_parse(const json_t *body, struct body_dataset *out, struct shoal_err *e)
+{
+    memset(out, 0, sizeof *out);
+    if (jv_object(body, dataset_fields, "", out, e) != 0)
+        return -1;
+    if (nccl_hex_lower(out->sha256) != 0)
+        return err_set(e, 422, "invalid_field", "sha256", "sha256 must be 64 hex digits");
+    return 0;
+}
+
 /* ---- schedules and forced plans ---- */
 
 static const char *const cost_models[] = { "shoal", "dtfm", NULL };

@@ -103,6 +103,14 @@ struct body_failure {
 };
 int body_failure_parse(const json_t *body, struct body_failure *out, struct shoal_err *e);
 
+/* POST /v1/agent/dataset: the SHA-256 of the manifest an agent opened. */
+struct body_dataset {
+    int64_t job_id, epoch;
+    char source[16];             /* "data" or "validation" */
+    char sha256[65];             /* lowercased */
+};
+int body_dataset_parse(const json_t *body, struct body_dataset *out, struct shoal_err *e);
+
 #define BODY_NCCL_ID_HEX 256     /* hex digits of a 128-byte ncclUniqueId */
 
 /* PUT /v1/nccl: replica 0 of a stage puts its group's NCCL id. */

@@ -17,6 +17,7 @@
     " 'recoveries', j.recoveries, 'recovery_reason', j.recovery_reason, 'recovery_waiting', j.recovery_waiting," \
     " 'schedule_refused', j.schedule_refused, 'checkpoint_failures', j.checkpoint_failures," \
     " 'checkpoint_error', j.checkpoint_error," \
+    " 'dataset', json_build_object('data_sha256', j.data_sha256, 'validation_sha256', j.val_sha256)," \
     " 'latest_step', (SELECT max(ls.step) FROM job_steps ls WHERE ls.job_id = j.id))"
 
 #define PROGRESS_LIMIT_TEXT "10000"   /* steps of loss history in a job's detail, the latest */
@@ -173,8 +174,9 @@ void h_job_create(struct request *rq, struct response *rs)
                              db_param_i64(p_replicas, spec.replicas), db_param_i64(p_steps, spec.steps), secret,
                              costs_text };
     job = db_query_json(rq->srv->db, "INSERT INTO jobs AS j (name, spec, stages, replicas, total_steps, peer_secret,"
-                                     " model_costs) VALUES ($1, $2::jsonb, $3, $4, $5, $6, $7::jsonb) RETURNING "
-                                     JOB_JSON, 7, params, "job", &e);
+                                     " model_costs, data_sha256, val_sha256) VALUES ($1, $2::jsonb, $3, $4, $5, $6,"
+                                     " $7::jsonb, $2::jsonb #>> '{data,sha256}', $2::jsonb #>> '{validation,sha256}')"
+                                     " RETURNING " JOB_JSON, 7, params, "job", &e);
     if (job)
         reply_json(rs, 201, job);
     else

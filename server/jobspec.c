@@ -37,6 +37,7 @@ static const struct jv_field training_fields[] = {
 static const struct jv_field data_fields[] = {
     { "path", JV_STR, 1, 0, 1, 511, F(data_path), SZ(data_path), NULL, NULL },
     { "format", JV_STR, 0, 0, 1, 15, F(data_format), SZ(data_format), data_formats, NULL },
+    { "sha256", JV_STR, 0, 1, 64, 64, F(data_sha256), SZ(data_sha256), NULL, NULL },
     { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
 };
 static const struct jv_field resume_fields[] = {
@@ -58,6 +59,7 @@ static const struct jv_field validation_fields[] = {
     { "format", JV_STR, 0, 0, 1, 15, F(val_format), SZ(val_format), data_formats, NULL },
     { "holdout", JV_NUM, 0, 1, 1e-6, 0.5, F(val_holdout), 0, NULL, NULL },
     { "sequences", JV_INT, 0, 0, 1, 65536, F(val_sequences), 0, NULL, NULL },
+    { "sha256", JV_STR, 0, 1, 64, 64, F(val_sha256), SZ(val_sha256), NULL, NULL },
     { "eval_interval", JV_INT, 0, 0, 1, 1e9, F(eval_interval), 0, NULL, NULL },
     { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
 };
@@ -131,6 +133,10 @@ static int check_validation(const json_t *body, struct job_spec *s, struct shoal
                        "data.path, 0 < holdout <= 0.5)");
     if (!s->val_format[0])
         snprintf(s->val_format, sizeof s->val_format, "%s", s->data_format);
+    if (s->val_holdout > 0 && s->val_sha256[0])
+        return err_set(err, 422, "invalid_field", "validation.sha256",
+                       "validation.sha256 names validation.path's manifest; a holdout is a part of data.path, "
+                       "which data.sha256 names");
     if (s->val_holdout > 0 && strcmp(s->val_format, s->data_format) != 0)
         return err_set(err, 422, "invalid_field", "validation.format",
                        "validation.holdout is a part of data.path: its format is data.format (\"%s\")",
@@ -159,6 +165,19 @@ static int check_validation(const json_t *body, struct job_spec *s, struct shoal
     return 0;
 }
 
+/* A manifest's SHA-256: 64 hex digits, lowercased in place; "" passes. */
+static int sha256_field(char *hex, const char *field, struct shoal_err *err)
+{
+    for (char *c = hex; *c; c++) {
+        if (*c >= 'A' && *c <= 'F')
+            *c = (char)(*c - 'A' + 'a');
+        else if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f')))
+            return err_set(err, 422, "invalid_field", field, "%s must be the 64 hex digits of a SHA-256 (sha256sum "
+                           "dataset.json)", field);
+    }
+    return 0;
+}
+
 int jobspec_parse(const json_t *body, struct job_spec *spec, struct shoal_err *err)
 {
     memset(spec, 0, sizeof *spec);
@@ -177,7 +196,9 @@ int jobspec_parse(const json_t *body, struct job_spec *spec, struct shoal_err *e
     if (jv_object(body, job_fields, "", spec, err) != 0 ||
         model_json_parse(json_object_get(body, "model"), "model", &spec->model, err) != 0)
         return -1;
-    if (check_communication(spec, err) != 0 || check_validation(body, spec, err) != 0)
+    if (check_communication(spec, err) != 0 || check_validation(body, spec, err) != 0 ||
+        sha256_field(spec->data_sha256, "data.sha256", err) != 0 ||
+        sha256_field(spec->val_sha256, "validation.sha256", err) != 0)
         return -1;
     if (spec->model.layers < spec->stages)
         return err_set(err, 422, "invalid_field", "parallelism.stages",
@@ -226,13 +247,14 @@ json_t *jobspec_to_json(const struct job_spec *s)
         ? json_pack("{s:I, s:I}", "job_id", (json_int_t)s->resume_job_id, "step", (json_int_t)s->resume_step)
         : json_null();
     json_t *validation = s->has_validation
-        ? json_pack("{s:o, s:s, s:o, s:I, s:I}", "path", s->val_path[0] ? json_string(s->val_path) : json_null(),
+        ? json_pack("{s:o, s:s, s:o, s:I, s:I, s:o}", "path", s->val_path[0] ? json_string(s->val_path) : json_null(),
                     "format", s->val_format, "holdout", s->val_holdout > 0 ? json_real(s->val_holdout) : json_null(),
-                    "sequences", (json_int_t)s->val_sequences, "eval_interval", (json_int_t)s->eval_interval)
+                    "sequences", (json_int_t)s->val_sequences, "eval_interval", (json_int_t)s->eval_interval,
+                    "sha256", s->val_sha256[0] ? json_string(s->val_sha256) : json_null())
         : json_null();
     return json_pack(
         "{s:s, s:o, s:{s:I, s:I, s:I, s:I, s:s},"
-        " s:{s:I, s:f, s:I, s:f, s:f, s:I}, s:{s:s, s:s}, s:I, s:o,"
+        " s:{s:I, s:f, s:I, s:f, s:f, s:I}, s:{s:s, s:s, s:o}, s:I, s:o,"
         " s:{s:s, s:s, s:I, s:f, s:f, s:s}, s:o}",
         "name", s->name,
         "model", model_json(&s->model),
@@ -242,7 +264,8 @@ json_t *jobspec_to_json(const struct job_spec *s)
         "training", "steps", (json_int_t)s->steps, "learning_rate", s->learning_rate,
         "warmup_steps", (json_int_t)s->warmup_steps, "weight_decay", s->weight_decay,
         "grad_clip", s->grad_clip, "seed", (json_int_t)s->seed,
-        "data", "path", s->data_path, "format", s->data_format,
+        "data", "path", s->data_path, "format", s->data_format, "sha256",
+        s->data_sha256[0] ? json_string(s->data_sha256) : json_null(),
         "checkpoint_interval", (json_int_t)s->checkpoint_interval,
         "resume_from", resume,
         "communication", "stage_link", s->stage_link, "sync", s->sync, "inner_steps", (json_int_t)s->inner_steps,

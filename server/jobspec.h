@@ -34,6 +34,7 @@ struct job_spec {
     /* data */
     char data_path[512];        /* as the agents see it */
     char data_format[16];       /* "llmc": llm.c token shards; "text": bytes, vocabulary 256 */
+    char data_sha256[65];       /* the dataset's manifest's SHA-256, lowercase; "": the first agent's */
     int64_t checkpoint_interval; /* steps; 0 = only at the end; default min(100, steps)
                                     (under diloco: a multiple of inner_steps) */
     /* communication: what crosses the links (common/codec.h names) */
@@ -48,6 +49,7 @@ struct job_spec {
     char val_path[512];         /* a second file; "" when val_holdout is used */
     char val_format[16];        /* its format; default data.format */
     double val_holdout;         /* the last fraction of data.path instead; 0 with a path */
+    char val_sha256[65];        /* validation.path's manifest's SHA-256, as data_sha256 */
     int64_t val_sequences;      /* a multiple of micro_batch_size */
     int64_t eval_interval;      /* steps; the last step is always evaluated */
     /* start from a complete checkpoint of another job (checked against that

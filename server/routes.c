@@ -28,6 +28,7 @@ const struct route routes[] = {
     { "GET",    "/v1/agent/probes",     AUTH_NODE,   h_probes },
     { "POST",   "/v1/agent/progress",   AUTH_NODE,   h_progress },
     { "POST",   "/v1/agent/failure",    AUTH_NODE,   h_failure },
+    { "POST",   "/v1/agent/dataset",    AUTH_NODE,   h_dataset },
     { "PUT",    "/v1/agent/nccl",       AUTH_NODE,   h_nccl_put },
     { "GET",    "/v1/agent/nccl",       AUTH_NODE,   h_nccl_get },
     { "GET",    "/v1/jobs/{id}/checkpoints", AUTH_ADMIN, h_checkpoints_list },

@@ -60,6 +60,7 @@ void h_probes(struct request *rq, struct response *rs);
 /* h_progress.c: per-step progress and failures reported by agents */
 void h_progress(struct request *rq, struct response *rs);
 void h_failure(struct request *rq, struct response *rs);
+void h_dataset(struct request *rq, struct response *rs);
 
 /* h_nccl.c: the NCCL unique id a stage's replicas share */
 void h_nccl_put(struct request *rq, struct response *rs);

@@ -40,10 +40,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     expect(src.n_tokens >= (size_t)T + 1, "an accepted dataset holds a sequence and its target");
     for (uint64_t step = 0; step < 3; step++) {
-        data_batch(&src, 1234, step, step * BATCH_SEQUENCES, BATCH_SEQUENCES, T, tokens, targets);
+        expect(data_batch(&src, 1234, step, step * BATCH_SEQUENCES, BATCH_SEQUENCES, T, tokens, targets, &err) == 0,
+               "one shard, checked at once, reads");
         for (int i = 0; i < BATCH_SEQUENCES * T; i++)
             expect(tokens[i] >= 0 && tokens[i] < vocab && targets[i] >= 0 && targets[i] < vocab,
                    "every token of a batch is in the vocabulary");
     }
+    data_close(&src);
     return 0;
 }

@@ -8,12 +8,14 @@ AGENTS=""
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 
 # start_agent NAME SERVER_NAME [ARGS...]: starts an agent registered with
-# server SERVER_NAME (its URL and join token).
+# server SERVER_NAME (its URL and join token); AGENT_PREFIX (words) runs
+# it through another command (one that execs it, keeping its pid).
 start_agent() {
     local name=$1 server=$2 url; shift 2
     url=$(eval echo "\$URL_$server")
     mkdir -p "$WORK/agent-$name"
-    "$SHOAL_AGENT" --server "$url" --join-token-file "$WORK/$server/join.token" \
+    # shellcheck disable=SC2086
+    ${AGENT_PREFIX:-} "$SHOAL_AGENT" --server "$url" --join-token-file "$WORK/$server/join.token" \
         --listen 127.0.0.1:0 --data-dir "$WORK/agent-$name" --name "$name" \
         --heartbeat-interval 1 --probe-interval 1 --measure-ms 50 --peer-timeout 20 \
         --connect-timeout 30 "$@" >>"$WORK/agent-$name.log" 2>&1 &

@@ -286,8 +286,11 @@ check "sample --tokenizer: the prompt's tokens 0 and 1 make 'é', 63 (past the t
 check "sample --tokenizer: it says which ids print as <|id|>" \
     "$(grep -c 'holds 60 tokens, the model 64: ids 60 to 63' "$WORK/text.err")" 1
 sample "$WORK/sx" --job "$LLMC" --prompt "The "
-check "sample: a text prompt for an llmc job is refused (shoal decodes GPT-2 tokens, it does not encode them)" \
-    "$SAMPLE_RC $(grep -c 'cannot encode --prompt.*--prompt-tokens' "$WORK/sx.err")" "2 1"
+check "sample: a text prompt for an llmc job needs the tokenizer to encode it" \
+    "$SAMPLE_RC $(grep -c 'encoded with --tokenizer.*--prompt-tokens' "$WORK/sx.err")" "2 1"
+sample "$WORK/sx" --job "$LLMC" --prompt "The " --tokenizer "$WORK/tokenizer.bin"
+check "sample: a tokenizer file of no known encoding prints ids as text but cannot encode a prompt" \
+    "$SAMPLE_RC $(grep -c 'decodes ids but cannot encode text' "$WORK/sx.err")" "1 1"
 sample "$WORK/sx" --job "$LLMC" --prompt-tokens 5,64
 check "sample: a prompt id outside the model's vocabulary is refused" \
     "$SAMPLE_RC $(grep -c 'id 64 (number 2) is outside the model.s vocabulary of 64' "$WORK/sx.err")" "2 1"

@@ -21,13 +21,13 @@ static const char full_spec[] =
     "                  \"micro_batch_size\":4,\"schedule\":\"gpipe\"},"
     " \"training\":{\"steps\":5000,\"learning_rate\":0.0006,\"warmup_steps\":700,"
     "               \"weight_decay\":0.1,\"grad_clip\":0.5,\"seed\":1337},"
-    " \"data\":{\"path\":\"/data/fineweb10B\",\"format\":\"llmc\"},"
+    " \"data\":{\"path\":\"/data/fineweb10B\",\"format\":\"llmc\",\"sha256\":null},"
     " \"checkpoint_interval\":250,"
     " \"resume_from\":{\"job_id\":3,\"step\":200},"
     " \"communication\":{\"stage_link\":\"int8\",\"sync\":\"diloco\",\"inner_steps\":50,"
     "                    \"outer_learning_rate\":0.5,\"outer_momentum\":0.8,\"sync_dtype\":\"bf16\"},"
     " \"validation\":{\"path\":\"/data/val.bin\",\"format\":\"llmc\",\"holdout\":null,"
-    "                 \"sequences\":64,\"eval_interval\":500}}";
+    "                 \"sequences\":64,\"eval_interval\":500,\"sha256\":null}}";
 
 /* Only the required fields. */
 static const char minimal_spec[] =
@@ -149,7 +149,7 @@ static void test_jobspec_defaults_filled(void **state)
         "                  \"micro_batch_size\":4,\"schedule\":\"1f1b\"},"
         " \"training\":{\"steps\":5000,\"learning_rate\":0.0006,\"warmup_steps\":0,"
         "               \"weight_decay\":0.0,\"grad_clip\":1.0,\"seed\":0},"
-        " \"data\":{\"path\":\"/data/fineweb10B\",\"format\":\"llmc\"},"
+        " \"data\":{\"path\":\"/data/fineweb10B\",\"format\":\"llmc\",\"sha256\":null},"
         " \"checkpoint_interval\":100, \"resume_from\":null,"
         " \"communication\":{\"stage_link\":\"" JOBSPEC_STAGE_LINK_DEFAULT "\",\"sync\":\"every_step\","
         "                    \"inner_steps\":1,\"outer_learning_rate\":0.7,\"outer_momentum\":0.9,"
@@ -390,6 +390,15 @@ static void test_jobspec_fields(void **state)
           { { "name", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"" } },
           0, NULL, NULL },
         { "UTF-8 name", { { "name", "\"mod\\u00e8le\"" } }, 0, NULL, NULL },
+        { "data.sha256 of a manifest (upper case too)",
+          { { "data.sha256", "\"889FE3087E2724947A13378D307E1D6E5D6042A50544994A007A6F4A1502F79B\"" } },
+          0, NULL, NULL },
+        { "data.sha256 not hex", { { "data.sha256", "\"889fe3087e2724947a13378d307e1d6e5d6042a50544994a007a6f4a1502f7zz\"" } },
+          422, "invalid_field", "data.sha256" },
+        { "data.sha256 short", { { "data.sha256", "\"889fe308\"" } }, 422, "invalid_field", "data.sha256" },
+        { "validation.sha256 with a holdout",
+          { { "validation", "{\"holdout\":0.1,\"sha256\":\"889fe3087e2724947a13378d307e1d6e5d6042a50544994a007a6f4a1502f79b\"}" } },
+          422, "invalid_field", "validation.sha256" },
         /* Huge integers: in int64 but far out of range; no overflow anywhere. */
         { "huge vocab_size", { { "model.vocab_size", "9223372036854775807" } },
           422, "invalid_field", "model.vocab_size" },
