@@ -36,7 +36,7 @@ BINDIR  := $(if $(SAN),$(BUILD)/bin,bin)
 
 CFLAGS  := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Werror -O2 -g -pthread \
            -I/usr/include/postgresql -MMD -MP
-LDLIBS  := -lmicrohttpd -ljansson -lpq -lcrypto -lpcre2-8 -lm -pthread
+LDLIBS  := -lmicrohttpd -ljansson -lpq -lcrypto -lpcre2-8 -lutf8proc -lm -pthread
 ifdef SAN
 CFLAGS  += -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 LDFLAGS += -fsanitize=address,undefined
@@ -95,7 +95,7 @@ DEB_PACKAGES := build-essential pkg-config libmicrohttpd-dev libjansson-dev \
                 libcurl4-openssl-dev libpq-dev libssl-dev libcmocka-dev \
                 postgresql curl jq procps bc libopenblas-openmp-dev nodejs chromium \
                 fortunes docker-compose clang libclang-rt-dev wrk openssl \
-                prometheus python3 libpcre2-dev
+                prometheus python3 libpcre2-dev libutf8proc-dev
 # python3: test_examples.sh extracts and compares the documents' examples.
 # prometheus: for promtool (the tests lint /metrics, prometheus.yml and the
 # Grafana dashboard's queries); deploy/deps.sh keeps its daemon stopped.

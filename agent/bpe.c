@@ -6,6 +6,7 @@
 #include "../common/mix.h"
 
 #include <pcre2.h>
+#include <utf8proc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -512,5 +513,14 @@ int bpe_encode(const struct bpe *b, struct bpe_work *w, const char *text, size_t
     if (work_ready(w, len, err) != 0)
         return -1;
     size_t n = utf8_clean(w, (const unsigned char *)text, len);
-    return split_level(b, w, w->clean, n, 0, ids, err);
+    if (!b->nfc)
+        return split_level(b, w, w->clean, n, 0, ids, err);
+    utf8proc_uint8_t *nfc = NULL;
+    utf8proc_ssize_t got = utf8proc_map(w->clean, (utf8proc_ssize_t)n, &nfc, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+    if (got < 0)
+        return err_set(err, 500, "internal", NULL, "tokenizer '%s': NFC of a text of %zu bytes: %s", b->name, n,
+                       utf8proc_errmsg(got));
+    int rc = split_level(b, w, nfc, (size_t)got, 0, ids, err);
+    free(nfc);
+    return rc;
 }

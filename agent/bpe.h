@@ -15,7 +15,8 @@
  *             the pre-tokenizer's splits, added tokens
  *
  * Encoding (FACTS.md): the text, made valid UTF-8 first (every invalid
- * sequence becomes U+FFFD, as a WHATWG decoder and so Node's readFile do),
+ * sequence becomes U+FFFD, as a WHATWG decoder and so Node's readFile do)
+ * and, where the tokenizer.json says so, NFC-normalised (utf8proc),
  * is cut into pieces by each split pattern in turn (PCRE2 with UTF and
  * UCP: \p{L}, \p{N} are Unicode's); a piece that is a token is that token
  * where the format says so (tiktoken always, hf with ignore_merges);
@@ -59,6 +60,7 @@ struct bpe {
                                    encoded: bpe_encode refuses) */
     enum bpe_mode mode;
     int ignore_merges;          /* a piece that is a token is that token */
+    int nfc;                    /* 1: the text is put in Unicode NFC first (utf8proc; Qwen2's normalizer) */
     uint32_t n_ids;             /* ids are 0..n_ids-1; some may have no bytes (gaps) */
     unsigned char *bytes;       /* every token's bytes, back to back */
     size_t bytes_cap;           /* what bytes holds */

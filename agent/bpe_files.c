@@ -442,9 +442,11 @@ static int load_hf(struct bpe *b, const unsigned char *buf, size_t len, const ch
         }
     }
     json_t *norm = json_object_get(doc, "normalizer");
-    if (norm && !json_is_null(norm)) {
-        const char *nt = json_string_value(json_object_get(norm, "type"));
-        bpe_bad(err, b->name, "normalizer %s is not supported", nt ? nt : "(untyped)");
+    const char *nt = json_string_value(json_object_get(norm, "type"));
+    if (nt && strcmp(nt, "NFC") == 0) {
+        b->nfc = 1;   /* Qwen2's */
+    } else if (norm && !json_is_null(norm)) {
+        bpe_bad(err, b->name, "normalizer %s is not supported (NFC is)", nt ? nt : "(untyped)");
         goto out;
     }
     if (!json_is_object(vocab) || !json_is_array(merges)) {

@@ -5,8 +5,8 @@
 # The oracles and the tokenizer files come from tests/tokenize's npm
 # packages (tests/tokenize/oracle.mjs): tiktoken (Rust compiled to WASM)
 # for GPT-2, cl100k_base, o200k_base and Llama 3's ranks, and
-# @huggingface/tokenizers for a Llama 3 tokenizer.json and a SmolLM2-style
-# one (Digits + ByteLevel); llm.c's gpt2_tokenizer.bin must give GPT-2's
+# @huggingface/tokenizers for a Llama 3 tokenizer.json, a SmolLM2-style
+# one (Digits + ByteLevel) and a Qwen2-style one (NFC first); llm.c's gpt2_tokenizer.bin must give GPT-2's
 # ids.  The texts (tests/tokenize/corpus.py) are the fortunes, the
 # translations under /usr/share/locale, generated words of many scripts and
 # emoji, long runs of spaces and digits, and invalid UTF-8.
@@ -19,7 +19,7 @@ TOK=$WORK/tok
 CORPUS=$WORK/corpus
 
 $ORACLE files "$TOK" 2> "$WORK/err"
-check "the oracle packages write the tokenizer files" "$? $(ls "$TOK" | wc -l)" "0 7"
+check "the oracle packages write the tokenizer files" "$? $(ls "$TOK" | wc -l)" "0 8"
 check "tiktoken's files are the published ones (SHA-256 of cl100k_base, o200k_base, GPT-2)" \
     "$(sha256sum "$TOK/cl100k_base.tiktoken" "$TOK/o200k_base.tiktoken" "$TOK/gpt2.tiktoken" | cut -c1-16 | tr '\n' ' ')" \
     "223921b76ee99bde 446a9538cb6c348e 306cd27f03c1a714 "
@@ -65,6 +65,11 @@ same "o200k_base" o200k_base.tiktoken o200k_base
 same "Llama 3 (tokenizer.model)" llama3.tiktoken llama3
 same "Llama 3 (tokenizer.json, ignore_merges)" llama3.json llama3.json
 same "SmolLM2-style tokenizer.json (Digits, ByteLevel, merges)" smol.json smol.json
+same "Qwen2-style tokenizer.json (NFC, Split, ByteLevel)" nfc.json nfc.json
+printf 'caf\x65\xcc\x81\n' > "$WORK/nfd.txt"
+printf 'caf\xc3\xa9\n' > "$WORK/nfc.txt"
+check "NFC: e and a combining acute encode as the one character" \
+    "$("$AGENT" tokenize --tokenizer "$TOK/nfc.json" --print-ids 1 "$WORK/nfd.txt" "$WORK/nfc.txt" | uniq | wc -l)" 1
 
 # ---- tokenize: text and JSON lines into shards
 python3 - "$WORK/docs.jsonl" <<'PY'

@@ -8,12 +8,14 @@
 //       (llm.c's file of GPT-2), llama3.json (Llama 3's tokenizer.json:
 //       its vocabulary and merges, Split + ByteLevel, ignore_merges) and
 //       smol.json (a SmolLM2-style tokenizer.json: GPT-2's vocabulary, its
-//       merges derived from the ranks, Digits + ByteLevel)
+//       merges derived from the ranks, Digits + ByteLevel) and nfc.json
+//       (a Qwen2-style one: GPT-2's vocabulary and merges, an NFC
+//       normalizer, Qwen2's split)
 //   node oracle.mjs encode DIR NAME TEXT...
 //       prints the ids of each TEXT file (read as UTF-8, invalid bytes as
 //       U+FFFD), one line of space-separated ids per file: NAME gpt2,
 //       cl100k_base, o200k_base, llama3 through tiktoken's encode_ordinary
-//       (Rust, compiled to WASM); llama3.json, smol.json through
+//       (Rust, compiled to WASM); llama3.json, smol.json, nfc.json through
 //       @huggingface/tokenizers without special tokens
 //   node oracle.mjs strip-numerics IN OUT
 //       IN (as UTF-8) without its non-ASCII numerics (\p{N} but 0-9):
@@ -32,6 +34,8 @@ import llama3 from "llama3-tokenizer-js";
 const require = createRequire(import.meta.url);
 const encoders = path.join(path.dirname(require.resolve("tiktoken")), "encoders");
 const LLAMA3_PATTERN = JSON.parse(fs.readFileSync(path.join(encoders, "cl100k_base.json"))).pat_str;
+// Qwen2's tokenizer.json split: cl100k's with one digit a piece
+const QWEN2_PATTERN = LLAMA3_PATTERN.replace("\\p{N}{1,3}", "\\p{N}");
 
 // GPT-2's byte-to-unicode alphabet (tokenizer.json's vocabulary strings)
 const byteToChar = [];
@@ -100,12 +104,12 @@ function deriveMerges(ranks) {
   return merges.sort((a, b) => a[0] - b[0]).map((m) => m[1]);
 }
 
-function hfJson(vocab, merges, added, preTokenizer, ignoreMerges) {
+function hfJson(vocab, merges, added, preTokenizer, ignoreMerges, normalizer = null) {
   return JSON.stringify({
     version: "1.0", truncation: null, padding: null,
     added_tokens: Object.entries(added).map(([content, id]) => ({
       id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true })),
-    normalizer: null, pre_tokenizer: preTokenizer, post_processor: null,
+    normalizer, pre_tokenizer: preTokenizer, post_processor: null,
     decoder: { type: "ByteLevel", add_prefix_space: true, trim_offsets: true, use_regex: true },
     model: { type: "BPE", dropout: null, unk_token: null, continuing_subword_prefix: null,
              end_of_word_suffix: null, fuse_unk: false, byte_fallback: false, ignore_merges: ignoreMerges,
@@ -142,10 +146,17 @@ function files(dir) {
   // SmolLM2's kind: digits alone, then GPT-2's split, merges without ignore_merges
   const smolVocab = {};
   for (const [b, r] of gpt2) smolVocab[toChars(b)] = r;
-  fs.writeFileSync(path.join(dir, "smol.json"), hfJson(smolVocab, deriveMerges(gpt2), { "<|endoftext|>": 50256 }, {
+  const gpt2Merges = deriveMerges(gpt2);
+  fs.writeFileSync(path.join(dir, "smol.json"), hfJson(smolVocab, gpt2Merges, { "<|endoftext|>": 50256 }, {
     type: "Sequence", pretokenizers: [
       { type: "Digits", individual_digits: true },
       { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true }] }, false));
+  // Qwen2's kind: NFC first, its split (one digit a piece), then bytes
+  fs.writeFileSync(path.join(dir, "nfc.json"), hfJson(smolVocab, gpt2Merges, { "<|endoftext|>": 50256 }, {
+    type: "Sequence", pretokenizers: [
+      { type: "Split", pattern: { Regex: QWEN2_PATTERN }, behavior: "Isolated", invert: false },
+      { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: false }] }, false,
+    { type: "NFC" }));
 }
 
 function encoder(dir, name) {
