@@ -42,11 +42,14 @@ same() {
             texts="$texts $CORPUS/$t"
         fi
     done
+    # the oracle and shoal side by side (two cores)
     # shellcheck disable=SC2086
-    $ORACLE encode "$TOK" "$oracle" $texts > "$WORK/want" 2> "$WORK/err.oracle"
+    $ORACLE encode "$TOK" "$oracle" $texts > "$WORK/want" 2> "$WORK/err.oracle" &
+    local oracle_pid=$!
     # shellcheck disable=SC2086
     "$AGENT" tokenize --tokenizer "$TOK/$file" --print-ids 1 $texts > "$WORK/got" 2> "$WORK/err"
     local rc=$?
+    wait "$oracle_pid"
     local differ
     # shellcheck disable=SC2086
     differ=$(python3 - "$WORK/want" "$WORK/got" $TEXTS <<'PY'
