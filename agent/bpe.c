@@ -385,6 +385,116 @@ static uint32_t pair_rank(const struct bpe *b, const struct bpe_work *w, const u
     return *merged;
 }
 
+/* ---- long pieces: merges from a heap --------------------------------- */
+
+#define LONG_PIECE 64   /* bytes above which the heap beats rescanning the pairs */
+
+struct pair_entry {
+    uint32_t rank, at;         /* ties go to the leftmost pair: the lower byte offset */
+    uint32_t left, right;      /* parts */
+    uint32_t merged;
+    uint32_t version, rversion;   /* the parts' versions when pushed */
+};
+
+static int entry_before(const struct pair_entry *a, const struct pair_entry *b)
+{
+    return a->rank < b->rank || (a->rank == b->rank && a->at < b->at);
+}
+
+static void heap_push(struct pair_entry *h, size_t *n, struct pair_entry e)
+{
+    size_t i = (*n)++;
+    while (i > 0 && entry_before(&e, &h[(i - 1) / 2])) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = e;
+}
+
+static struct pair_entry heap_pop(struct pair_entry *h, size_t *n)
+{
+    struct pair_entry top = h[0], last = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n)
+            break;
+        if (c + 1 < *n && entry_before(&h[c + 1], &h[c]))
+            c++;
+        if (!entry_before(&h[c], &last))
+            break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n > 0)
+        h[i] = last;
+    return top;
+}
+
+/* The same merges as the scan in encode_piece, in O(n log n): each pair
+ * is a heap entry, stale once either part has changed (HF's BPE does the
+ * same; tiktoken rescans, which long runs of one character make slow). */
+static int encode_long(const struct bpe *b, const unsigned char *piece, size_t len, struct bpe_ids *ids,
+                       struct shoal_err *err)
+{
+    uint32_t *id = malloc(len * sizeof *id), *at = malloc((len + 1) * sizeof *at);
+    uint32_t *next = malloc(len * sizeof *next), *prev = malloc(len * sizeof *prev);
+    uint32_t *version = calloc(len, sizeof *version);
+    struct pair_entry *heap = malloc(3 * len * sizeof *heap);
+    size_t n_heap = 0;
+    int rc = -1;
+    if (!id || !at || !next || !prev || !version || !heap) {
+        err_set(err, 500, "internal", NULL, "out of memory for a piece of %zu bytes", len);
+        goto out;
+    }
+    for (size_t i = 0; i < len; i++) {
+        id[i] = b->byte_id[piece[i]];
+        at[i] = (uint32_t)i;
+        next[i] = (uint32_t)(i + 1);   /* len: none */
+        prev[i] = (uint32_t)(i - 1);   /* UINT32_MAX: none */
+    }
+    at[len] = (uint32_t)len;
+    /* the entry of parts l and r = next[l], if they merge */
+#define PUSH_PAIR(l)                                                                                         \
+    do {                                                                                                    \
+        uint32_t l_ = (l), r_ = next[l_], m_;                                                               \
+        uint32_t end_ = next[r_] < len ? at[next[r_]] : (uint32_t)len;                                      \
+        uint32_t rank_ = b->mode == BPE_MERGES ? merge_rank(b, id[l_], id[r_], &m_) : NONE;                 \
+        if (b->mode == BPE_RANKS) {                                                                         \
+            int64_t t_ = bpe_lookup(b, piece + at[l_], end_ - at[l_]);                                      \
+            rank_ = m_ = t_ < 0 ? NONE : (uint32_t)t_;                                                      \
+        }                                                                                                   \
+        if (rank_ != NONE)                                                                                  \
+            heap_push(heap, &n_heap, (struct pair_entry){ rank_, at[l_], l_, r_, m_, version[l_], version[r_] }); \
+    } while (0)
+    for (size_t i = 0; i + 1 < len; i++)
+        PUSH_PAIR((uint32_t)i);
+    while (n_heap > 0) {
+        struct pair_entry e = heap_pop(heap, &n_heap);
+        /* stale: either part grew or went, or the left one's neighbour is another now */
+        if (e.version != version[e.left] || e.rversion != version[e.right] || next[e.left] != e.right)
+            continue;
+        id[e.left] = e.merged;
+        version[e.left]++;
+        version[e.right] = UINT32_MAX;   /* gone */
+        next[e.left] = next[e.right];
+        if (next[e.left] < len)
+            prev[next[e.left]] = e.left;
+        if (prev[e.left] != UINT32_MAX)
+            PUSH_PAIR(prev[e.left]);
+        if (next[e.left] < len)
+            PUSH_PAIR(e.left);
+    }
+#undef PUSH_PAIR
+    for (uint32_t i = 0; i < len; i = next[i])
+        if (bpe_ids_push(ids, id[i], err) != 0)
+            goto out;
+    rc = 0;
+out:
+    free(id), free(at), free(next), free(prev), free(version), free(heap);
+    return rc;
+}
+
 static int encode_piece(const struct bpe *b, struct bpe_work *w, const unsigned char *piece, size_t len,
                         struct bpe_ids *ids, struct shoal_err *err)
 {
@@ -412,6 +522,11 @@ static int encode_piece(const struct bpe *b, struct bpe_work *w, const unsigned 
     int64_t whole = b->mode == BPE_RANKS || b->ignore_merges ? bpe_lookup(b, piece, len) : -1;
     if (whole >= 0) {
         if (bpe_ids_push(ids, (uint32_t)whole, err) != 0)
+            return -1;
+    } else if (len > LONG_PIECE) {
+        if (len >= UINT32_MAX / 4)
+            return err_set(err, 413, "too_large", NULL, "a piece of %zu bytes", len);
+        if (encode_long(b, piece, len, ids, err) != 0)
             return -1;
     } else {
         if (parts_ready(w, len, err) != 0)

@@ -12,6 +12,7 @@ machine with `make deps` holds (no download), stdlib only.
                        catalogues may lack), emoji with modifiers and joiners,
                        combining marks
         runs.txt       long runs of spaces, tabs, newlines, CRLF and digits,
+                       words repeated into pieces of thousands of bytes,
                        contractions in every case ('S, 'll, long s)
         invalid.bin    invalid UTF-8: stray continuation bytes, overlongs,
                        surrogates, truncated sequences, bytes F5-FF, NULs
@@ -128,6 +129,8 @@ def runs(rng, limit):
             s = rng.choice(pieces) * rng.choice([1, 2, 3, 7, 64, 500, 3000])
         elif k < 0.5:
             s = "".join(rng.choice("0123456789") for _ in range(rng.choice([1, 2, 3, 4, 5, 17, 400])))
+        elif k < 0.6:   # one word repeated into a long piece (merged from a heap above 64 bytes)
+            s = " " + rng.choice(["a", "ab", "the", "\u0430\u0431", "\U0001F600", "zz9"]) * rng.choice([20, 300, 2000])
         elif k < 0.7:
             s = rng.choice(["It's", "IT'S", "we'll", "WE'LL", "they'RE", "I'd", "you've", "ſ'ſ", "'s'", "''s",
                             "don't", "DON'T", "'M", "x'ſ"])
