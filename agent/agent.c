@@ -360,18 +360,21 @@ static void run_tasklet(struct agent *ag, const json_t *a)
                              .step = &ag->step, .held = &ag->held };
     enum train_result res = train_run(&env, &as, &peer, &e);
     struct shoal_err fe;
-    /* Stopping: what is not delivered in a moment is not waited for. */
-    if (report_flush(ag->reporter, atomic_load(ag->stop) ? 2 : 60, &fe) != 0)
-        log_warn("progress of job=%lld: %s", (long long)as.job_id, fe.message);
     if (res == TRAIN_DONE)
         log_info("tasklet done job=%lld stage=%d replica=%d", (long long)as.job_id, as.stage, as.replica);
     else if (res == TRAIN_ABORTED)
         log_info("tasklet stopped job=%lld: its assignment changed", (long long)as.job_id);
-    else {
+    else {   /* said at once, not after the queue below */
         log_error("tasklet failed job=%lld stage=%d replica=%d peer=%s node=%lld: %s", (long long)as.job_id,
                   as.stage, as.replica, peer.addr[0] ? peer.addr : "-", (long long)peer.node, e.message);
         report_failure(ag, &as, &peer, &e);
     }
+    /* The queue's progress and uploads before the next tasklet, but never
+     * in its way: a new assignment (abort) ends the wait, and what is left
+     * goes on in the background (a failing checkpoint store must not keep
+     * a node from its next epoch).  Stopping: a moment only. */
+    if (report_flush(ag->reporter, atomic_load(ag->stop) ? 2 : 60, &ag->abort, &fe) != 0)
+        log_warn("progress of job=%lld: %s", (long long)as.job_id, fe.message);
     pthread_mutex_lock(&ag->mu);
     ag->running_job = 0;
     pthread_mutex_unlock(&ag->mu);

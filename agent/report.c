@@ -215,18 +215,21 @@ void report_put_file(struct reporter *r, const char *path, const char *file, con
     report_enqueue(r, &p);
 }
 
-int report_flush(struct reporter *r, double timeout_s, struct shoal_err *err)
+int report_flush(struct reporter *r, double timeout_s, const atomic_int *stop, struct shoal_err *err)
 {
     int rc = 0;
     double until = ctl_now() + timeout_s;
     pthread_mutex_lock(&r->mu);
     int left = r->lanes[LANE_POSTS].count + r->lanes[LANE_FILES].count;
-    while (left > 0 && ctl_now() < until) {
+    while (left > 0 && ctl_now() < until && !(stop && atomic_load(stop))) {
         struct timespec ts = ctl_abstime(0.1);
         pthread_cond_timedwait(&r->changed, &r->mu, &ts);
         left = r->lanes[LANE_POSTS].count + r->lanes[LANE_FILES].count;
     }
-    if (left > 0)
+    if (left > 0 && stop && atomic_load(stop))
+        rc = err_set(err, 409, "stopped", NULL, "%d progress reports and %d checkpoint uploads not waited for: "
+                     "they go on in the background", r->lanes[LANE_POSTS].count, r->lanes[LANE_FILES].count);
+    else if (left > 0)
         rc = err_set(err, 503, "server_unreachable", NULL, "%d progress reports and %d checkpoint uploads could "
                      "not be delivered in %.0f s", r->lanes[LANE_POSTS].count, r->lanes[LANE_FILES].count,
                      timeout_s);

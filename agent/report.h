@@ -19,6 +19,7 @@
 #define SHOAL_AGENT_REPORT_H
 
 #include <jansson.h>
+#include <stdatomic.h>
 
 #include "../common/err.h"
 #include "control.h"
@@ -44,9 +45,12 @@ void report_post_after_uploads(struct reporter *r, const char *path, json_t *bod
 void report_put_file(struct reporter *r, const char *path, const char *file, const char *sha256,
                      const char *supersede_key);
 
-/* Waits up to timeout_s until the queue is empty.  Returns 0, or -1 with err
- * set: the queue did not drain, or a post was refused since the last flush. */
-int report_flush(struct reporter *r, double timeout_s, struct shoal_err *err);
+/* Waits up to timeout_s until the queue is empty, or (`stop` non-NULL)
+ * until *stop is raised: what is queued then goes on being sent in the
+ * background.  Returns 0, or -1 with err set: the queue did not drain
+ * (503), the wait was stopped (409 "stopped"), or a post was refused since
+ * the last flush. */
+int report_flush(struct reporter *r, double timeout_s, const atomic_int *stop, struct shoal_err *err);
 
 /* Stops the thread, abandoning a post being retried; posts still queued
  * are dropped (flush first). */
