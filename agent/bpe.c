@@ -373,16 +373,36 @@ static int parts_ready(struct bpe_work *w, size_t n, struct shoal_err *err)
     return 0;
 }
 
-/* The rank of merging parts i and i+1 of `piece` (NONE: they do not
- * merge) and the merged id. */
+/* The rank of merging token `left` (the bytes from `from`) with `right`
+ * (up to `to`), NONE when they do not merge, and the merged id. */
+static uint32_t rank_of(const struct bpe *b, uint32_t left, uint32_t right, const unsigned char *from,
+                        const unsigned char *to, uint32_t *merged)
+{
+    if (b->mode == BPE_MERGES)
+        return merge_rank(b, left, right, merged);
+    int64_t id = bpe_lookup(b, from, (size_t)(to - from));
+    *merged = id < 0 ? NONE : (uint32_t)id;
+    return *merged;
+}
+
+/* The rank of merging parts i and i+1 of `piece`, as rank_of. */
 static uint32_t pair_rank(const struct bpe *b, const struct bpe_work *w, const unsigned char *piece, size_t i,
                           uint32_t *merged)
 {
-    if (b->mode == BPE_MERGES)
-        return merge_rank(b, w->part_id[i], w->part_id[i + 1], merged);
-    int64_t id = bpe_lookup(b, piece + w->part_at[i], w->part_at[i + 2] - w->part_at[i]);
-    *merged = id < 0 ? NONE : (uint32_t)id;
-    return *merged;
+    return rank_of(b, w->part_id[i], w->part_id[i + 1], piece + w->part_at[i], piece + w->part_at[i + 2], merged);
+}
+
+/* A short piece's cache key: its bytes (at most 15) and, in the last
+ * byte, its length, so that equal keys are equal pieces and an empty
+ * slot's zeros match none; its hash picks the slot (returned). */
+static uint64_t cache_key(const unsigned char *piece, size_t len, uint64_t key[2])
+{
+    unsigned char held[16] = {0};
+    memcpy(held, piece, len);
+    held[15] = (unsigned char)len;
+    memcpy(&key[0], held, 8);
+    memcpy(&key[1], held + 8, 8);
+    return hash_bytes(piece, len) & (CACHE_SLOTS - 1);
 }
 
 /* ---- long pieces: merges from a heap --------------------------------- */
@@ -431,67 +451,75 @@ static struct pair_entry heap_pop(struct pair_entry *h, size_t *n)
     return top;
 }
 
+/* A long piece being merged: its parts as a linked list over the bytes. */
+struct long_piece {
+    const unsigned char *piece;
+    uint32_t len;
+    uint32_t *id, *at;         /* each part's token and first byte; at[len] = len */
+    uint32_t *next, *prev;     /* neighbours; len and UINT32_MAX: none */
+    uint32_t *version;         /* bumped when a part grows; UINT32_MAX once merged away */
+    struct pair_entry *heap;
+    size_t n_heap;
+};
+
+/* The entry of part l and its right neighbour, if they merge. */
+static void push_pair(const struct bpe *b, struct long_piece *p, uint32_t l)
+{
+    uint32_t r = p->next[l], merged;
+    uint32_t end = p->next[r] < p->len ? p->at[p->next[r]] : p->len;
+    uint32_t rank = rank_of(b, p->id[l], p->id[r], p->piece + p->at[l], p->piece + end, &merged);
+    if (rank != NONE)
+        heap_push(p->heap, &p->n_heap,
+                  (struct pair_entry){ rank, p->at[l], l, r, merged, p->version[l], p->version[r] });
+}
+
 /* The same merges as the scan in encode_piece, in O(n log n): each pair
  * is a heap entry, stale once either part has changed (HF's BPE does the
  * same; tiktoken rescans, which long runs of one character make slow). */
 static int encode_long(const struct bpe *b, const unsigned char *piece, size_t len, struct bpe_ids *ids,
                        struct shoal_err *err)
 {
-    uint32_t *id = malloc(len * sizeof *id), *at = malloc((len + 1) * sizeof *at);
-    uint32_t *next = malloc(len * sizeof *next), *prev = malloc(len * sizeof *prev);
-    uint32_t *version = calloc(len, sizeof *version);
-    struct pair_entry *heap = malloc(3 * len * sizeof *heap);
-    size_t n_heap = 0;
+    struct long_piece p = { .piece = piece, .len = (uint32_t)len };
     int rc = -1;
-    if (!id || !at || !next || !prev || !version || !heap) {
+    p.id = malloc(len * sizeof *p.id), p.at = malloc((len + 1) * sizeof *p.at);
+    p.next = malloc(len * sizeof *p.next), p.prev = malloc(len * sizeof *p.prev);
+    p.version = calloc(len, sizeof *p.version);
+    p.heap = malloc(3 * len * sizeof *p.heap);   /* n - 1 pairs, and two for each merge */
+    if (!p.id || !p.at || !p.next || !p.prev || !p.version || !p.heap) {
         err_set(err, 500, "internal", NULL, "out of memory for a piece of %zu bytes", len);
         goto out;
     }
-    for (size_t i = 0; i < len; i++) {
-        id[i] = b->byte_id[piece[i]];
-        at[i] = (uint32_t)i;
-        next[i] = (uint32_t)(i + 1);   /* len: none */
-        prev[i] = (uint32_t)(i - 1);   /* UINT32_MAX: none */
+    for (uint32_t i = 0; i < p.len; i++) {
+        p.id[i] = b->byte_id[piece[i]];
+        p.at[i] = i;
+        p.next[i] = i + 1;
+        p.prev[i] = i - 1;   /* 0 - 1: UINT32_MAX */
     }
-    at[len] = (uint32_t)len;
-    /* the entry of parts l and r = next[l], if they merge */
-#define PUSH_PAIR(l)                                                                                         \
-    do {                                                                                                    \
-        uint32_t l_ = (l), r_ = next[l_], m_;                                                               \
-        uint32_t end_ = next[r_] < len ? at[next[r_]] : (uint32_t)len;                                      \
-        uint32_t rank_ = b->mode == BPE_MERGES ? merge_rank(b, id[l_], id[r_], &m_) : NONE;                 \
-        if (b->mode == BPE_RANKS) {                                                                         \
-            int64_t t_ = bpe_lookup(b, piece + at[l_], end_ - at[l_]);                                      \
-            rank_ = m_ = t_ < 0 ? NONE : (uint32_t)t_;                                                      \
-        }                                                                                                   \
-        if (rank_ != NONE)                                                                                  \
-            heap_push(heap, &n_heap, (struct pair_entry){ rank_, at[l_], l_, r_, m_, version[l_], version[r_] }); \
-    } while (0)
-    for (size_t i = 0; i + 1 < len; i++)
-        PUSH_PAIR((uint32_t)i);
-    while (n_heap > 0) {
-        struct pair_entry e = heap_pop(heap, &n_heap);
+    p.at[len] = p.len;
+    for (uint32_t i = 0; i + 1 < p.len; i++)
+        push_pair(b, &p, i);
+    while (p.n_heap > 0) {
+        struct pair_entry e = heap_pop(p.heap, &p.n_heap);
         /* stale: either part grew or went, or the left one's neighbour is another now */
-        if (e.version != version[e.left] || e.rversion != version[e.right] || next[e.left] != e.right)
+        if (e.version != p.version[e.left] || e.rversion != p.version[e.right] || p.next[e.left] != e.right)
             continue;
-        id[e.left] = e.merged;
-        version[e.left]++;
-        version[e.right] = UINT32_MAX;   /* gone */
-        next[e.left] = next[e.right];
-        if (next[e.left] < len)
-            prev[next[e.left]] = e.left;
-        if (prev[e.left] != UINT32_MAX)
-            PUSH_PAIR(prev[e.left]);
-        if (next[e.left] < len)
-            PUSH_PAIR(e.left);
+        p.id[e.left] = e.merged;
+        p.version[e.left]++;
+        p.version[e.right] = UINT32_MAX;
+        p.next[e.left] = p.next[e.right];
+        if (p.next[e.left] < p.len)
+            p.prev[p.next[e.left]] = e.left;
+        if (p.prev[e.left] != UINT32_MAX)
+            push_pair(b, &p, p.prev[e.left]);
+        if (p.next[e.left] < p.len)
+            push_pair(b, &p, e.left);
     }
-#undef PUSH_PAIR
-    for (uint32_t i = 0; i < len; i = next[i])
-        if (bpe_ids_push(ids, id[i], err) != 0)
+    for (uint32_t i = 0; i < p.len; i = p.next[i])
+        if (bpe_ids_push(ids, p.id[i], err) != 0)
             goto out;
     rc = 0;
 out:
-    free(id), free(at), free(next), free(prev), free(version), free(heap);
+    free(p.id), free(p.at), free(p.next), free(p.prev), free(p.version), free(p.heap);
     return rc;
 }
 
@@ -500,17 +528,10 @@ static int encode_piece(const struct bpe *b, struct bpe_work *w, const unsigned 
 {
     if (len == 0)
         return 0;
-    uint64_t h = 0, slot = 0;
+    uint64_t key[2] = {0, 0}, slot = 0;
     if (len <= CACHE_PIECE) {
-        h = hash_bytes(piece, len);
-        slot = h & (CACHE_SLOTS - 1);
-        uint64_t *key = w->cache_key + 2 * slot;
-        unsigned char held[16] = {0};
-        memcpy(held, piece, len);
-        uint64_t a, c;
-        memcpy(&a, held, 8);
-        memcpy(&c, held + 8, 8);
-        if (key[0] == (a ^ h) && key[1] == (c ^ (uint64_t)len)) {
+        slot = cache_key(piece, len, key);
+        if (w->cache_key[2 * slot] == key[0] && w->cache_key[2 * slot + 1] == key[1]) {
             const uint32_t *got = w->cache_ids + slot * (CACHE_PIECE + 1);
             for (uint32_t k = 1; k <= got[0]; k++)
                 if (bpe_ids_push(ids, got[k], err) != 0)
@@ -566,13 +587,8 @@ static int encode_piece(const struct bpe *b, struct bpe_work *w, const unsigned 
     }
     size_t got = ids->n - first;
     if (len <= CACHE_PIECE && got <= CACHE_PIECE) {
-        unsigned char held[16] = {0};
-        memcpy(held, piece, len);
-        uint64_t a, c;
-        memcpy(&a, held, 8);
-        memcpy(&c, held + 8, 8);
-        w->cache_key[2 * slot] = a ^ h;
-        w->cache_key[2 * slot + 1] = c ^ (uint64_t)len;
+        w->cache_key[2 * slot] = key[0];
+        w->cache_key[2 * slot + 1] = key[1];
         uint32_t *put = w->cache_ids + slot * (CACHE_PIECE + 1);
         put[0] = (uint32_t)got;
         memcpy(put + 1, ids->id + first, got * sizeof *put);

@@ -2,8 +2,6 @@
  * manifest, a directory or a glob; and the pure sampling function. */
 #include "data.h"
 
-#include "digests.h"
-
 #include "../common/mix.h"
 
 #include <dirent.h>
@@ -82,12 +80,12 @@ static int shard_ready(const struct data_source *src, struct data_shard *sh, str
                            sh->token_bytes == 1 ? "byte" : "token", t, sh->token_bytes == 1 ? "offset" : "index",
                            (unsigned long long)i, src->vocab);
     }
-    if (sh->sha256[0] && sh->map) {
+    if (sh->sha256[0]) {
         char got[SHA256_HEX];
         struct stat sb;
         if (stat(sh->path, &sb) != 0)
             return err_set(err, 503, "dataset_io", "data.path", "dataset '%s': %s", sh->path, strerror(errno));
-        digest_of(src->cache, sh->path, &sb, sh->map, sh->map_len, got);
+        digest_of(src->digests, sh->path, &sb, sh->map, sh->map_len, got);
         if (strcmp(got, sh->sha256) != 0)
             return err_set(err, 422, "invalid_dataset", "data.path",
                            "shard '%s' is not the one its manifest lists: its SHA-256 is %s, the manifest's %s",
@@ -124,6 +122,7 @@ static int shard_map(struct data_shard *sh, struct shoal_err *err)
     }
     sh->map = map;
     sh->map_len = (size_t)sb.st_size;
+    sh->mapped = 1;
     rc = 0;
 out:
     if (fd >= 0)
@@ -228,9 +227,10 @@ static int list_manifest(struct data_source *src, const char *file, const char *
     json_t *m = NULL;
     int rc = -1;
     char dir[PATH_MAX], why[PATH_MAX + 200];
-    if (stat(file, &sb) != 0 || !S_ISREG(sb.st_mode) || (size_t)sb.st_size > DATA_MANIFEST_MAX)
-        return bad_data(err, file, errno && !S_ISREG(sb.st_mode) ? strerror(errno) : "not a manifest file of at "
-                        "most 64 MiB");
+    if (stat(file, &sb) != 0)
+        return bad_data(err, file, strerror(errno));
+    if (!S_ISREG(sb.st_mode) || (size_t)sb.st_size > DATA_MANIFEST_MAX)
+        return bad_data(err, file, "not a manifest file of at most 64 MiB");
     if (sha256_file_hex(file, src->identity, err) != 0)
         return -1;
     if (!(m = json_load_file(file, JSON_REJECT_DUPLICATES, &je))) {
@@ -344,14 +344,12 @@ int data_check(const unsigned char *bytes, size_t len, enum data_format format, 
     if (!sh)
         return err_set(err, 500, "internal", NULL, "out of memory");
     snprintf(sh->path, sizeof sh->path, "%s", name);
+    sh->map = bytes;   /* not mapped: data_close leaves it */
     sh->map_len = len;
     out->shards = sh;
     out->n_shards = 1;
     out->owner = 1;
-    /* the header reads the caller's bytes through map; no unmapping */
-    sh->map = bytes;
     int rc = shard_header(sh, format, err) != 0 || source_finish(out, seq_len, name, err) != 0 ? -1 : 0;
-    sh->map = NULL;   /* not ours to unmap */
     if (rc != 0) {
         free(sh);
         memset(out, 0, sizeof *out);
@@ -374,8 +372,10 @@ int data_open(const char *path, const char *format, const char *split, int vocab
                        format);
     out->vocab = vocab;
     out->owner = 1;
+    if (!(out->digests = calloc(1, sizeof *out->digests)))
+        return err_set(err, 500, "internal", NULL, "out of memory");
     if (cache_dir && cache_dir[0])
-        snprintf(out->cache, sizeof out->cache, "%s/dataset-digests", cache_dir);
+        snprintf(out->digests->file, sizeof out->digests->file, "%s/dataset-digests", cache_dir);
     int rc;
     size_t len = strlen(path);
     snprintf(manifest, sizeof manifest, "%s/dataset.json", path);
@@ -408,10 +408,14 @@ int data_open(const char *path, const char *format, const char *split, int vocab
 void data_close(struct data_source *src)
 {
     for (int i = 0; src->owner && i < src->n_shards; i++)
-        if (src->shards[i].map)
+        if (src->shards[i].mapped)
             munmap((void *)src->shards[i].map, src->shards[i].map_len);
-    if (src->owner)
+    if (src->owner) {
         free(src->shards);
+        if (src->digests)
+            digest_cache_free(src->digests);
+        free(src->digests);
+    }
     memset(src, 0, sizeof *src);
 }
 

@@ -36,6 +36,7 @@
 
 #include "../common/err.h"
 #include "../common/sha256.h"
+#include "digests.h"
 
 #define DATA_LLMC_MAGIC 20240520
 #define DATA_LLMC_VERSION 1
@@ -50,8 +51,9 @@ enum data_format { DATA_TEXT, DATA_LLMC };
 
 struct data_shard {
     char path[PATH_MAX];
-    const unsigned char *map;    /* the whole file, read-only; NULL for data_check's bytes */
+    const unsigned char *map;    /* the whole file, read-only (data_check: the caller's bytes) */
     size_t map_len;              /* bytes */
+    int mapped;                  /* 1: map is ours to unmap */
     const unsigned char *tokens; /* its first token */
     uint64_t n_tokens;
     int token_bytes;             /* 1 text, 2 or 4 llmc */
@@ -68,7 +70,7 @@ struct data_source {
     uint64_t base, n_tokens;     /* tokens [base, base + n_tokens) of the shards */
     int vocab;
     char identity[SHA256_HEX];   /* the manifest's SHA-256; "" for other sources */
-    char cache[PATH_MAX];        /* digest cache file, "" none */
+    struct digest_cache *digests;   /* shared by the views; the owner frees it */
 };
 
 /* Opens the dataset at `path` (see above) for `split` ("train" or "val";

@@ -391,8 +391,8 @@ static int prove_dataset(struct tasklet *k, const char *source, const char *path
             json_decref(ans);
             return -1;
         }
-        snprintf(job_sha, sizeof job_sha, "%s", json_string_value(json_object_get(ans, "sha256")) ?
-                 json_string_value(json_object_get(ans, "sha256")) : "");
+        const char *got = json_string_value(json_object_get(ans, "sha256"));
+        snprintf(job_sha, sizeof job_sha, "%s", got ? got : "");
         json_decref(ans);
     }
     if (strcmp(job_sha, src->identity) != 0)

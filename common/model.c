@@ -286,6 +286,11 @@ double model_block_act_values(const struct model_config *m, double T)
     return model_families[m->arch].block_act_values(&norm, T);
 }
 
+size_t model_qkv_width(const struct model_config *m)
+{
+    return (size_t)m->d_model + 2 * (size_t)m->kv_heads * (size_t)(m->d_model / m->heads);
+}
+
 double model_rope_inv_freq(const struct model_config *m, int i)
 {
     double hd = (double)(m->d_model / m->heads);

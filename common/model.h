@@ -143,6 +143,10 @@ double model_flops_per_token(const struct model_config *m, int blocks, int last,
 /* Activation values one block keeps per token for its backward. */
 double model_block_act_values(const struct model_config *m, double T);
 
+/* Width of a row of the q, k and v products side by side, values: C
+ * plus twice the kv heads' C*KV/NH (GQA's smaller k and v). */
+size_t model_qkv_width(const struct model_config *m);
+
 /* Rotary inverse frequency of pair i (0 <= i < hd/2), radians per
  * position: theta^(-2i/hd), adjusted by rope_scaling as Llama 3 does. */
 double model_rope_inv_freq(const struct model_config *m, int i);

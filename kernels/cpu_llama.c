@@ -38,19 +38,13 @@ struct llama_work {
     float *dh;     /* (B,T,F) */
 };
 
-/* Width of a qkv row: C + 2 KV. */
-static size_t qkv_width(const struct model_config *m)
-{
-    return (size_t)m->d_model + 2 * (size_t)m->kv_heads * (size_t)(m->d_model / m->heads);
-}
-
 static size_t acts_layout(const struct kern_stage *st, float *base, struct llama_acts *a)
 {
     size_t B = st->spec.micro_batch, T = st->spec.seq_len, C = st->model.d_model;
     size_t NH = st->model.heads, F = st->model.ffn_dim, BT = B * T, used = 0;
     a->ln1 = cpu_carve(base, &used, BT * C);
     a->ln1_rstd = cpu_carve(base, &used, BT);
-    a->qkv = cpu_carve(base, &used, BT * qkv_width(&st->model));
+    a->qkv = cpu_carve(base, &used, BT * model_qkv_width(&st->model));
     a->atty = cpu_carve(base, &used, BT * C);
     a->att = cpu_carve(base, &used, B * NH * T * T);
     a->res2 = cpu_carve(base, &used, BT * C);
@@ -68,7 +62,7 @@ static size_t work_layout(const struct kern_stage *st, float *base, struct llama
     size_t NH = st->model.heads, F = st->model.ffn_dim, BT = B * T, used = 0;
     w->proj = cpu_carve(base, &used, BT * C);
     w->datty = cpu_carve(base, &used, BT * C);
-    w->dqkv = cpu_carve(base, &used, BT * qkv_width(&st->model));
+    w->dqkv = cpu_carve(base, &used, BT * model_qkv_width(&st->model));
     w->datt = cpu_carve(base, &used, B * NH * T * T);
     w->dgu = cpu_carve(base, &used, BT * 2 * F);
     w->dh = cpu_carve(base, &used, BT * F);
@@ -119,7 +113,7 @@ static int llama_forward(struct kern_stage *st, struct cpu_slot *s, const void *
     struct cpu_stage *c = st->impl;
     const struct model_config *m = &st->model;
     int B = st->spec.micro_batch, T = st->spec.seq_len, C = m->d_model, NH = m->heads, KVH = m->kv_heads;
-    int F = m->ffn_dim, N = B * T, W = (int)qkv_width(m), nb = st->spec.layer_end - st->spec.layer_start;
+    int F = m->ffn_dim, N = B * T, W = (int)model_qkv_width(m), nb = st->spec.layer_end - st->spec.layer_start;
     size_t BTC = (size_t)N * C;
     const float *cos_t = c->tables, *sin_t = c->tables + llama_table_floats(st) / 2;
     float *p = c->params, eps = (float)m->norm_eps;
@@ -163,7 +157,7 @@ static void llama_backward(struct kern_stage *st, struct cpu_slot *s, const floa
     struct cpu_stage *c = st->impl;
     const struct model_config *m = &st->model;
     int B = st->spec.micro_batch, T = st->spec.seq_len, C = m->d_model, NH = m->heads, KVH = m->kv_heads;
-    int F = m->ffn_dim, N = B * T, W = (int)qkv_width(m), nb = st->spec.layer_end - st->spec.layer_start;
+    int F = m->ffn_dim, N = B * T, W = (int)model_qkv_width(m), nb = st->spec.layer_end - st->spec.layer_start;
     size_t BTC = (size_t)N * C;
     const float *cos_t = c->tables, *sin_t = c->tables + llama_table_floats(st) / 2;
     float *p = c->params, *g = c->grads;

@@ -44,11 +44,6 @@ struct kcu_llama_work {
     float *cos_t, *sin_t; /* (T,hs/2) each: rope's angles of each position */
 };
 
-static size_t qkv_width(const struct model_config *m)
-{
-    return (size_t)m->d_model + 2 * (size_t)m->kv_heads * (size_t)(m->d_model / m->heads);
-}
-
 static size_t slot_layout(const struct kern_stage *st, struct kcu_slot *s, void *base)
 {
     size_t B = st->spec.micro_batch, T = st->spec.seq_len, C = st->model.d_model, F = st->model.ffn_dim;
@@ -77,7 +72,7 @@ static size_t slot_layout(const struct kern_stage *st, struct kcu_slot *s, void 
 static size_t scratch_layout(const struct kern_stage *st, struct kcu_stage *c, struct kcu_llama_work *w, void *base)
 {
     size_t B = st->spec.micro_batch, T = st->spec.seq_len, C = st->model.d_model, F = st->model.ffn_dim;
-    size_t NH = st->model.heads, BT = B * T, W = qkv_width(&st->model), half = C / NH / 2, used = 0;
+    size_t NH = st->model.heads, BT = B * T, W = model_qkv_width(&st->model), half = C / NH / 2, used = 0;
     size_t last_v = st->spec.last ? (size_t)kcu_padded_vocab(st->model.vocab) : 0;
 
     c->cx.colsum = CARVE_F32(base, &used, kcu_colsum_chunks((int)BT) * C);   /* rmsnorm's weight sums */
@@ -167,7 +162,7 @@ static int llama_forward(struct kern_stage *st, struct kcu_slot *s, const void *
     const struct kcu_ctx *cx = &c->cx;
     const struct model_config *m = &st->model;
     int B = st->spec.micro_batch, T = st->spec.seq_len, C = m->d_model, NH = m->heads, KVH = m->kv_heads;
-    int F = m->ffn_dim, N = B * T, W = (int)qkv_width(m), nb = st->spec.layer_end - st->spec.layer_start;
+    int F = m->ffn_dim, N = B * T, W = (int)model_qkv_width(m), nb = st->spec.layer_end - st->spec.layer_start;
     size_t BTC = (size_t)N * C;
     float eps = (float)m->norm_eps;
     const float *p = c->params;    /* fp32: the embedding, norm weights */
@@ -221,7 +216,7 @@ static int llama_backward(struct kern_stage *st, struct kcu_slot *s, const float
     const struct kcu_ctx *cx = &c->cx;
     const struct model_config *m = &st->model;
     int B = st->spec.micro_batch, T = st->spec.seq_len, C = m->d_model, NH = m->heads, KVH = m->kv_heads;
-    int F = m->ffn_dim, N = B * T, W = (int)qkv_width(m), nb = st->spec.layer_end - st->spec.layer_start;
+    int F = m->ffn_dim, N = B * T, W = (int)model_qkv_width(m), nb = st->spec.layer_end - st->spec.layer_start;
     size_t BTC = (size_t)N * C;
     const float *p = c->params;
     const bf16 *pb = c->params_bf;

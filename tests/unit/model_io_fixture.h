@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "../../kernels/kernels.h"
+#include "bytes_fixture.h"
 
 /* The tensors of GPT-2, in llm.c's order (and shoal's within a block). */
 enum tk { TK_WTE, TK_WPE, TK_LN1W, TK_LN1B, TK_QKVW, TK_QKVB, TK_ATTPROJW, TK_ATTPROJB, TK_LN2W, TK_LN2B,
@@ -124,25 +125,7 @@ static float *formula_params(struct kern_stage *whole, int tied)
     return p;
 }
 
-/* ---- bytes ------------------------------------------------------------ */
-
-struct bytes {
-    unsigned char *p;
-    size_t n, cap;
-};
-
-static void put_bytes(struct bytes *b, const void *p, size_t n)
-{
-    if (n == 0)
-        return;
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 64;
-        b->p = realloc(b->p, b->cap);
-        assert_non_null(b->p);
-    }
-    memcpy(b->p + b->n, p, n);
-    b->n += n;
-}
+/* ---- bytes (bytes_fixture.h) ------------------------------------------ */
 
 static uint16_t to_bf16(float f)
 {

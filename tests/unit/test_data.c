@@ -266,6 +266,15 @@ static void test_shards_read_as_one(void **state)
         assert_memory_equal(a, b, sizeof a);
         data_close(&many);
     }
+    /* the manifest's four shards were hashed once: the directory's open found them in the cache */
+    snprintf(path, sizeof path, "%s/dataset-digests", dir);
+    FILE *cache = fopen(path, "r");
+    assert_non_null(cache);
+    int lines = 0;
+    for (int ch; (ch = fgetc(cache)) != EOF;)
+        lines += ch == '\n';
+    fclose(cache);
+    assert_int_equal(lines, 4);
     /* without the manifest the directory's llm.c names split it */
     snprintf(path, sizeof path, "%s/dataset.json", sub);
     char moved[400];

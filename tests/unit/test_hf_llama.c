@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "../../kernels/model_io.h"
+#include "bytes_fixture.h"
 
 /* A small Llama: grouped (2 kv heads of 4), an MLP of 40, three blocks. */
 static const struct model_config M = {.vocab = 37, .context = 16, .d_model = 16, .heads = 4, .layers = 3,
@@ -59,21 +60,6 @@ static float value(int k, int l, size_t i)
     return (float)((int)((k * 131 + l * 17 + (int)(i % 97)) % 101) - 50) / 64.0f;
 }
 
-struct bytes {
-    unsigned char *p;
-    size_t n, cap;
-};
-
-static void put(struct bytes *b, const void *p, size_t n)
-{
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 64;
-        b->p = realloc(b->p, b->cap);
-        assert_non_null(b->p);
-    }
-    memcpy(b->p + b->n, p, n);
-    b->n += n;
-}
 
 /* A safetensors file of the tensors of `which` (a bit per name index; all
  * blocks), bf16 or f32, in reverse order when asked, with an extra entry
@@ -95,7 +81,7 @@ static struct bytes file_of(const struct model_config *m, const struct opts *o)
         for (int l = 0; l < (strstr(names[k].name, "%d") ? m->layers : 1); l++)
             if (o->which & (1u << k))
                 order[count++] = k * 64 + l;
-    put(&head, "{\"__metadata__\":{\"format\":\"pt\"}", 31);
+    put_bytes(&head, "{\"__metadata__\":{\"format\":\"pt\"}", 31);
     for (int c = 0; c < count; c++) {
         int x = order[o->reverse ? count - 1 - c : c], k = x / 64, l = x % 64;
         size_t rows = extent(m, names[k].rows) - (o->bad_kv && names[k].rows == 'K'), cols = extent(m, names[k].cols);
@@ -105,7 +91,7 @@ static struct bytes file_of(const struct model_config *m, const struct opts *o)
             uint32_t u;
             memcpy(&u, &v, 4);
             uint16_t h = (uint16_t)(u >> 16);
-            o->bf16 ? put(&data, &h, 2) : put(&data, &v, 4);
+            o->bf16 ? put_bytes(&data, &h, 2) : put_bytes(&data, &v, 4);
         }
         char name[128];
         snprintf(name, sizeof name, names[k].name, l);
@@ -114,24 +100,24 @@ static struct bytes file_of(const struct model_config *m, const struct opts *o)
                        name, o->bf16 ? "BF16" : "F32", cols, begin, data.n)
             : snprintf(buf, sizeof buf, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%zu,%zu],\"data_offsets\":[%zu,%zu]}",
                        name, o->bf16 ? "BF16" : "F32", rows, cols, begin, data.n);
-        put(&head, buf, (size_t)w);
+        put_bytes(&head, buf, (size_t)w);
     }
     if (o->extra) {
         size_t begin = data.n;
         float z = 0;
         for (int i = 0; i < o->extra_n; i++)
-            put(&data, &z, 4);
+            put_bytes(&data, &z, 4);
         int w = snprintf(buf, sizeof buf, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%d],\"data_offsets\":[%zu,%zu]}",
                          o->extra, o->extra_n, begin, data.n);
-        put(&head, buf, (size_t)w);
+        put_bytes(&head, buf, (size_t)w);
     }
-    put(&head, "}", 1);
+    put_bytes(&head, "}", 1);
     while (head.n % 8)
-        put(&head, " ", 1);
+        put_bytes(&head, " ", 1);
     uint64_t len = head.n;
-    put(&out, &len, 8);
-    put(&out, head.p, head.n);
-    put(&out, data.p, data.n);
+    put_bytes(&out, &len, 8);
+    put_bytes(&out, head.p, head.n);
+    put_bytes(&out, data.p, data.n);
     free(head.p), free(data.p);
     return out;
 }
