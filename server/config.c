@@ -27,9 +27,10 @@ static const struct opt opts[] = {
       "directory with initdb and pg_ctl for the embedded database; empty: search" },
     { "--pg-user", "SHOAL_PG_USER", STR(pg_user), "postgres",
       "account the embedded Postgres runs as when shoal-server runs as root" },
-    { "--threads", "SHOAL_THREADS", LONG(threads, 1, 256), "8", "HTTP worker threads" },
+    { "--threads", "SHOAL_THREADS", LONG(threads, 1, 256), "8",
+      "HTTP threads that take connections and answer what needs no database" },
     { "--db-pool", "SHOAL_DB_POOL", LONG(db_pool, 1, 256), "8",
-      "database connections this server keeps" },
+      "database connections this server keeps, and as many workers for the routes that need them" },
     { "--db-timeout", "SHOAL_DB_TIMEOUT", LONG(db_timeout_s, 1, 3600), "10",
       "seconds a database statement may run (statement_timeout); a database that has not answered 2 s "
       "later (frozen, or the network to it black-holed) costs the request a 503 and the connection is "

@@ -24,6 +24,7 @@
 #define DB_DOWN_LOG_EVERY_S 30.0   /* s between "still unreachable" lines during an outage */
 #define DB_ANSWER_GRACE_S 2.0      /* s the client waits past statement_timeout for the server's own error */
 #define DB_IDLE_READS 4            /* reads that may drain a closing connection's last words */
+#define DB_ACQUIRE_WAIT_S 5.0      /* s a caller waits for a free connection */
 
 /* --db-timeout in ms: the server's statement_timeout on pooled connections,
  * and (plus DB_ANSWER_GRACE_S) how long db_exec waits for an answer before
@@ -51,6 +52,33 @@ static double db_now(void)
     return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
+/* The calling thread's deadline for database work (monotonic s; 0: none),
+ * set for the request it serves (db_deadline_set). */
+static _Thread_local double db_deadline;
+
+void db_deadline_set(double until)
+{
+    db_deadline = until;
+}
+
+/* Seconds this thread may still wait: `cap`, or less when its deadline
+ * comes first (<= 0: none left). */
+static double db_wait_left(double cap)
+{
+    if (db_deadline <= 0)
+        return cap;
+    double left = db_deadline - db_now();
+    return left < cap ? left : cap;
+}
+
+/* The error of a request whose database time ran out. */
+static int db_out_of_time(struct shoal_err *err)
+{
+    return err_set(err, 503, "database_busy", NULL,
+                   "the database did not serve this request within its time (--db-timeout); nothing more was "
+                   "done; retry later");
+}
+
 /* libpq's notice receiver: messages the server sends outside any result
  * (a backend's "terminating connection due to administrator command" when
  * Postgres stops, a migration's NOTICE) go to our log, not raw to stderr. */
@@ -67,7 +95,10 @@ static void db_notice(void *arg, const PGresult *r)
         log_debug("postgres says: %.*s", (int)strcspn(msg, "\n"), msg);
 }
 
-PGconn *db_connect(const char *conninfo)
+/* Opens a connection with shoal's settings: at once and blocking
+ * (PQconnectdbParams, bounded by connect_timeout), or only started
+ * (PQconnectStartParams: db_connect_finish makes it). */
+static PGconn *db_open(const char *conninfo, int start_only)
 {
     char options[64];
     snprintf(options, sizeof options, "-c statement_timeout=%ld", atomic_load(&db_timeout_ms));
@@ -75,10 +106,43 @@ PGconn *db_connect(const char *conninfo)
                                  "keepalives_count", "options", "dbname", NULL };
     const char *const values[] = { DB_CONNECT_TIMEOUT_S, DB_KEEPALIVES_IDLE_S, DB_KEEPALIVES_INTERVAL_S,
                                    DB_KEEPALIVES_COUNT, options, conninfo, NULL };
-    PGconn *c = PQconnectdbParams(keys, values, 1);
+    PGconn *c = start_only ? PQconnectStartParams(keys, values, 1) : PQconnectdbParams(keys, values, 1);
     if (c)
         PQsetNoticeReceiver(c, db_notice, NULL);   /* kept across PQreset */
     return c;
+}
+
+PGconn *db_connect(const char *conninfo)
+{
+    return db_open(conninfo, 0);
+}
+
+/* Drives a connection started by PQconnectStartParams or PQresetStart
+ * (`resetting`) until it is made, fails, or `wait_s` seconds pass (a
+ * frozen database accepts the socket and never answers the start-up).
+ * Returns 1 when it is up; otherwise the connection is left not OK, and
+ * the pool starts it again before its next use. */
+static int db_connect_finish(PGconn *c, int resetting, double wait_s)
+{
+    double until = db_now() + wait_s;
+    PostgresPollingStatusType st = PGRES_POLLING_WRITING;   /* libpq's rule for the first wait */
+    if (PQstatus(c) == CONNECTION_BAD)
+        return 0;
+    for (;;) {
+        if (st == PGRES_POLLING_OK)
+            return 1;
+        if (st == PGRES_POLLING_FAILED)
+            return 0;
+        double left = until - db_now();
+        if (left <= 0)
+            return 0;
+        struct pollfd pfd = { PQsocket(c), st == PGRES_POLLING_READING ? POLLIN : POLLOUT, 0 };
+        int n = poll(&pfd, 1, (int)(left * 1000.0) + 1);
+        if (n < 0 && errno != EINTR)
+            return 0;
+        if (n > 0)
+            st = resetting ? PQresetPoll(c) : PQconnectPoll(c);
+    }
 }
 
 struct db_pool *db_pool_new(const char *conninfo, int size, long timeout_ms)
@@ -180,16 +244,23 @@ static int db_slot_ready(struct db_pool *p, int i, struct shoal_err *err)
     PGconn *c = p->conns[i];
     if (c && db_conn_alive(c))
         return 0;
+    double wait_s = db_wait_left(strtod(DB_CONNECT_TIMEOUT_S, NULL));
+    if (wait_s <= 0)
+        return db_out_of_time(err);
+    int resetting = c != NULL;
     if (c) {
-        PQreset(c);   /* blocking, bounded by the connect_timeout it was opened with */
+        if (!PQresetStart(c))
+            resetting = -1;
     } else {
-        c = db_connect(p->conninfo);
+        c = db_open(p->conninfo, 1);
         pthread_mutex_lock(&p->lock);   /* db_release reads every slot's pointer */
         p->conns[i] = c;
         pthread_mutex_unlock(&p->lock);
     }
-    int ok = c && PQstatus(c) == CONNECTION_OK;
-    db_pool_note(p, ok, c ? PQerrorMessage(c) : "out of memory");
+    /* Bounded by connect_timeout and the caller's deadline, whichever is first. */
+    int ok = c && resetting >= 0 && db_connect_finish(c, resetting, wait_s) && PQstatus(c) == CONNECTION_OK;
+    const char *why = !c ? "out of memory" : *PQerrorMessage(c) ? PQerrorMessage(c) : "no answer to its start-up";
+    db_pool_note(p, ok, why);
     if (ok)
         return 0;
     return err_set(err, 503, "database_unavailable", NULL,
@@ -208,9 +279,16 @@ static void db_release_slot_locked(struct db_pool *p, int i)
 
 PGconn *db_acquire(struct db_pool *p, struct shoal_err *err)
 {
+    double wait_s = db_wait_left(DB_ACQUIRE_WAIT_S);
+    if (wait_s <= 0) {
+        db_out_of_time(err);
+        return NULL;
+    }
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += 5;
+    double at = (double)deadline.tv_nsec / 1e9 + wait_s;
+    deadline.tv_sec += (time_t)at;
+    deadline.tv_nsec = (long)((at - (double)(time_t)at) * 1e9);
     int slot = -1;
     pthread_mutex_lock(&p->lock);
     while (slot < 0) {
@@ -340,6 +418,13 @@ PGresult *db_exec_within(PGconn *c, const char *sql, int n, const char *const *p
 {
     int late = 0;
     PGresult *r = NULL;
+    if (db_deadline > 0) {   /* the request's time bounds every statement of it */
+        wait_s = db_wait_left(wait_s > 0 ? wait_s : HUGE_VAL);
+        if (wait_s <= 0) {
+            db_out_of_time(err);
+            return NULL;
+        }
+    }
     if (PQsendQueryParams(c, sql, n, NULL, params, NULL, NULL, 0))
         r = db_answer(c, wait_s > 0 ? db_now() + wait_s : HUGE_VAL, &late);
     if (late) {

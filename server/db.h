@@ -38,7 +38,8 @@ struct db_pool *db_pool_new(const char *conninfo, int size, long timeout_ms);
 void db_pool_close(struct db_pool *p);
 
 /* Takes a healthy connection, waiting up to 5 s for one to be free, then
- * checking it (and reopening it if Postgres closed it).  Returns NULL with
+ * checking it (and reopening it if Postgres closed it, within the connect
+ * timeout, 5 s; both waits end at the thread's deadline, db_deadline_set).  Returns NULL with
  * `err` set if none can be had: 503 "database_busy" when all are taken,
  * 503 "database_unavailable" when the database cannot be reached.
  * The caller gives it back with db_release. */
@@ -83,6 +84,14 @@ json_t *db_exec_json(PGconn *c, const char *sql, int n, const char *const *param
  * most handlers make.  Same contract as db_exec_json. */
 json_t *db_query_json(struct db_pool *p, const char *sql, int n, const char *const *params,
                       const char *what, struct shoal_err *err);
+
+/* Sets the calling thread's deadline for database work (CLOCK_MONOTONIC s;
+ * 0: none): from then on db_acquire, opening a connection and every
+ * statement wait at most until it, and fail with 503 "database_busy" once
+ * it has passed.  The HTTP layer sets it for the request a thread serves,
+ * so a frozen or slow database costs a request a bounded time in all,
+ * however many statements it makes. */
+void db_deadline_set(double until);
 
 /* Text forms of numbers for query parameters; return `out` for use inline. */
 const char *db_param_i64(char out[24], long long v);

@@ -32,6 +32,7 @@
 #include "prom.h"
 #include "queries.h"
 #include "routes.h"
+#include "workq.h"
 
 #define METRICS_NODE_HORIZON_S 86400.0   /* s: nodes silent longer have no per-node or link series */
 #define BYTES_PER_GBIT 1.25e8           /* the database keeps bandwidth in Gbit/s; 1e9 bits / 8 */
@@ -434,6 +435,35 @@ static int h_metrics_database(PGconn *c, struct buf *out, long heartbeat_timeout
     return rc;
 }
 
+/* The route lanes' workers (router.h, http.h): requests waiting for one,
+ * requests running, and requests answered late (503 after waiting their
+ * lane's limit) or refused (the queue full) since the start.  Returns 0 or
+ * METRICS_FULL. */
+static int h_metrics_lanes(struct server *srv, struct buf *out)
+{
+    static const struct { const char *name, *type, *help; } f[] = {
+        { "shoal_http_lane_waiting", "gauge", "Requests waiting for a worker of their route lane." },
+        { "shoal_http_lane_running", "gauge", "Requests a worker of their route lane is running." },
+        { "shoal_http_lane_late_total", "counter", "Requests that waited their lane's limit for a worker." },
+        { "shoal_http_lane_refused_total", "counter", "Requests refused because their lane's queue was full." },
+    };
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        if (prom_family(out, f[i].name, f[i].type, f[i].help) != 0)
+            return METRICS_FULL;
+        for (int l = 0; l < ROUTE_LANES; l++) {
+            struct workq_counts n;
+            if (!srv->lanes[l])
+                continue;
+            workq_counts(srv->lanes[l], &n);
+            double v[] = { n.waiting, n.running, (double)n.late, (double)n.refused };
+            const char *labels[] = { "lane", route_lane_names[l], NULL };
+            if (prom_sample(out, f[i].name, labels, v[i]) != 0)
+                return METRICS_FULL;
+        }
+    }
+    return 0;
+}
+
 /* The gauges this server keeps about itself.  Returns 0 or METRICS_FULL. */
 static int h_metrics_process(struct server *srv, struct buf *out, int db_up, int pool_in_use)
 {
@@ -451,7 +481,7 @@ static int h_metrics_process(struct server *srv, struct buf *out, int db_up, int
             prom_sample(out, g[i].name, NULL, g[i].value) != 0)
             return METRICS_FULL;
     }
-    return 0;
+    return h_metrics_lanes(srv, out);
 }
 
 void h_metrics(struct request *rq, struct response *rs)

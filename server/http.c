@@ -18,6 +18,16 @@
 #include "auth.h"
 #include "http_limits.h"
 #include "routes.h"
+#include "workq.h"
+
+/* A route lane's workers and their limits (router.h). */
+struct http_lane {
+    enum route_lane lane;
+    int workers;
+    double wait_s;     /* the longest a request waits for a worker */
+    double budget_s;   /* database time since the request arrived, queue included */
+};
+static struct http_lane http_lanes[ROUTE_LANES];
 
 #define TEXT_BODY_LIMIT (16u << 20)   /* bytes; /metrics and static files stay far below */
 /* A refused upload or an over-cap body whose declared length is at most
@@ -28,6 +38,16 @@
  * Larger bodies are answered at once, and so are clients that wait for
  * "100 Continue" (curl does above 1 MiB): they send nothing to reset. */
 #define REFUSED_DRAIN_MAX (16ull << 20)
+/* s of database time an upload's token check may take on the HTTP thread
+ * (the one database wait left there; the upload's handler runs on a
+ * database worker). */
+#define HTTP_INLINE_DB_S 2.0
+/* s of database time a probe (/readyz, /metrics) has, queue included:
+ * Prometheus' scrape timeout is 10 s by default, and a probe's point is to
+ * answer. */
+#define HTTP_PROBE_DB_S 3.0
+#define HTTP_PROBE_WORKERS 2
+#define HTTP_DB_GRACE_S 2.0   /* s past --db-timeout a database route may take (db.c's answer grace) */
 
 double http_now(void)
 {
@@ -249,24 +269,25 @@ void request_resume(struct request *rq, int status, json_t *body)
     MHD_resume_connection(rq->conn);
 }
 
-/* Moves the handler's response to the heap, suspends the connection and
- * hands the request on.  Returns 0, or -1 (nothing suspended, the owner
- * told with fn(NULL, arg)) if memory is short. */
-static int http_start_suspended(struct request *rq, struct response *rs)
+/* Parks the request: its response moves to the heap (rq->deferred) and
+ * the connection is suspended until http_unpark.  Returns 0, or -1 (nothing
+ * parked) if memory is short.  Only on the HTTP thread, in http_access. */
+static int http_park(struct request *rq, struct response *rs)
 {
-    suspend_fn fn = rq->suspend_fn;
-    rq->suspend_fn = NULL;
     rq->deferred = malloc(sizeof *rq->deferred);
-    if (!rq->deferred) {
-        fn(NULL, rq->suspend_arg);
+    if (!rq->deferred)
         return -1;
-    }
     *rq->deferred = *rs;
-    rq->was_suspended = 1;
-    atomic_fetch_add(&rq->srv->suspended, 1);
     MHD_suspend_connection(rq->conn);
-    fn(rq, rq->suspend_arg);
     return 0;
+}
+
+/* The parked request's response is final: let MHD send it.  Any thread;
+ * afterwards rq must not be touched. */
+static void http_unpark(struct request *rq)
+{
+    atomic_store(&rq->deferred_done, 1);
+    MHD_resume_connection(rq->conn);
 }
 
 /* The deferred work's thread: run it, then let MHD send the answer. */
@@ -275,37 +296,51 @@ static void *http_deferred_main(void *p)
     struct request *rq = p;
     struct server *srv = rq->srv;
     rq->defer_fn(rq, rq->deferred, rq->defer_arg);
-    atomic_store(&rq->deferred_done, 1);
-    MHD_resume_connection(rq->conn);
+    http_unpark(rq);
     atomic_fetch_sub(&srv->deferred, 1);
     return NULL;
 }
 
-/* Moves the handler's response to the heap, suspends the connection and
- * starts the deferred work.  Returns MHD_YES, or answers 500 on failure. */
-static enum MHD_Result http_start_deferred(struct request *rq, struct response *rs)
+/* Gives up the work a handler left (request_defer, request_suspend) when
+ * it cannot be handed on, freeing its argument; the deferred work's answer
+ * becomes a 500 in rs. */
+static void http_drop_handover(struct request *rq, struct response *rs)
 {
-    pthread_t t;
-    pthread_attr_t attr;
-    rq->deferred = malloc(sizeof *rq->deferred);
-    if (rq->deferred) {
-        *rq->deferred = *rs;
-        MHD_suspend_connection(rq->conn);
+    if (rq->defer_fn) {
+        atomic_fetch_sub(&rq->srv->deferred, 1);
+        rq->defer_fn(NULL, NULL, rq->defer_arg);   /* NULL request: only free the argument */
+        rq->defer_fn = NULL;
+        reply_fail(rs, 500, "internal", NULL, "cannot start the scheduling thread");
+    }
+    if (rq->suspend_fn) {
+        rq->suspend_fn(NULL, rq->suspend_arg);
+        rq->suspend_fn = NULL;
+    }
+}
+
+/* The handler of parked request rq has returned: hand it to the thread or
+ * owner it asked for (request_defer, request_suspend), or send its answer. */
+static void http_hand_on(struct request *rq)
+{
+    if (rq->defer_fn) {
+        pthread_t t;
+        pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
         int rc = pthread_create(&t, &attr, http_deferred_main, rq);
         pthread_attr_destroy(&attr);
         if (rc == 0)
-            return MHD_YES;
-        MHD_resume_connection(rq->conn);
-        free(rq->deferred);
-        rq->deferred = NULL;
+            return;
+        http_drop_handover(rq, rq->deferred);
+    } else if (rq->suspend_fn) {
+        suspend_fn fn = rq->suspend_fn;
+        rq->suspend_fn = NULL;
+        rq->was_suspended = 1;
+        atomic_fetch_add(&rq->srv->suspended, 1);
+        fn(rq, rq->suspend_arg);
+        return;
     }
-    atomic_fetch_sub(&rq->srv->deferred, 1);
-    rq->defer_fn(NULL, NULL, rq->defer_arg);   /* NULL request: only free the argument */
-    rq->defer_fn = NULL;
-    reply_fail(rs, 500, "internal", NULL, "cannot start the scheduling thread");
-    return MHD_NO;
+    http_unpark(rq);
 }
 
 /* 1 if the request carries a body whose Content-Type is not JSON. */
@@ -435,18 +470,66 @@ static int http_check(struct request *rq, struct response *rs)
     return -1;
 }
 
-/* Answers a fully received request: checks, then the handler. */
+/* The lane that runs the request's handler (router.h), or NULL: this
+ * thread, for inline routes and for answers the checks give before any
+ * token is read (bad framing, no route, a body over the cap). */
+static struct workq *http_lane_of(struct request *rq)
+{
+    if (rq->framing_ambiguous || rq->route_status != 0 || rq->body_too_large)
+        return NULL;
+    return rq->srv->lanes[routes[rq->match.index].lane];
+}
+
+/* A lane's item: the checks and the handler on a worker, with the
+ * database time the lane allows since the request arrived
+ * (db_deadline_set); a late one (it waited its lane's limit) is answered
+ * 503 at once, except a probe's, which runs with no database time left
+ * (/metrics then says shoal_database_up 0). */
+static void http_lane_run(void *item, int late, void *ctx)
+{
+    struct request *rq = item;
+    const struct http_lane *ln = ctx;
+    double waited = http_now() - rq->started;
+    if (late && ln->lane == LANE_DATABASE && waited < ln->wait_s) {
+        reply_fail(rq->deferred, 503, "shutting_down", NULL, "the server is stopping; retry shortly");
+    } else if (late && ln->lane == LANE_DATABASE) {
+        reply_fail(rq->deferred, 503, "database_busy", NULL,
+                   "waited %.0f s for a database worker: all %d are busy (a slow or unreachable database); "
+                   "nothing was done; retry later", waited, ln->workers);
+    } else {
+        db_deadline_set(late ? http_now() : rq->started + ln->budget_s);   /* late: none left */
+        if (http_check(rq, rq->deferred) == 0)
+            routes[rq->match.index].fn(rq, rq->deferred);
+        db_deadline_set(0);
+    }
+    http_hand_on(rq);
+}
+
+/* Answers a fully received request: checks, then the handler, here or on
+ * its lane's workers. */
 static enum MHD_Result http_dispatch(struct request *rq)
 {
     struct response rs = { .status = 500 };
     buf_init(&rs.text, TEXT_BODY_LIMIT);
-
-    if (http_check(rq, &rs) == 0)
+    struct workq *lane = http_lane_of(rq);
+    if (lane && http_park(rq, &rs) == 0) {
+        if (workq_submit(lane, rq) != 0) {
+            reply_fail(rq->deferred, 503, "busy", NULL,
+                       "this server holds as many requests as it can for the database, or is stopping; retry "
+                       "shortly");
+            http_unpark(rq);
+        }
+        return MHD_YES;
+    }
+    if (lane)
+        reply_fail(&rs, 500, "internal", NULL, "out of memory");
+    else if (http_check(rq, &rs) == 0)
         routes[rq->match.index].fn(rq, &rs);
-    if (rq->defer_fn && http_start_deferred(rq, &rs) == MHD_YES)
+    if ((rq->defer_fn || rq->suspend_fn) && http_park(rq, &rs) == 0) {
+        http_hand_on(rq);
         return MHD_YES;
-    if (rq->suspend_fn && http_start_suspended(rq, &rs) == 0)
-        return MHD_YES;
+    }
+    http_drop_handover(rq, &rs);
     enum MHD_Result ok = http_send(rq, &rs);
     response_release(&rs);
     return ok;
@@ -480,7 +563,10 @@ static enum MHD_Result http_upload_begin(struct request *rq)
     struct response rs = { .status = 500 };
     enum MHD_Result ok = MHD_YES;
     buf_init(&rs.text, TEXT_BODY_LIMIT);
-    if (http_check(rq, &rs) == 0 && rq->sink->begin(rq, &rs) == 0)
+    db_deadline_set(rq->started + HTTP_INLINE_DB_S);   /* the token check reads the database */
+    int begun = http_check(rq, &rs) == 0 && rq->sink->begin(rq, &rs) == 0;
+    db_deadline_set(0);
+    if (begun)
         goto out;
     if (rs.status != 413 && !http_expects_continue(rq) &&
         !http_declared_over(rq, REFUSED_DRAIN_MAX) && (rq->refused = malloc(sizeof *rq->refused)) != NULL) {
@@ -619,6 +705,38 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
     *con_cls = NULL;
 }
 
+/* Starts the workers of the lanes that are not inline: a database worker
+ * per pooled connection, each request waiting at most --db-timeout for one;
+ * two probe workers.  Returns 0, or -1 with err set (none left running). */
+static int http_lanes_start(struct server *srv, struct shoal_err *err)
+{
+    const struct config *cfg = &srv->cfg;
+    http_lanes[LANE_DATABASE] = (struct http_lane){ LANE_DATABASE, (int)cfg->db_pool, (double)cfg->db_timeout_s,
+                                                    (double)cfg->db_timeout_s + HTTP_DB_GRACE_S };
+    http_lanes[LANE_PROBE] = (struct http_lane){ LANE_PROBE, HTTP_PROBE_WORKERS, HTTP_PROBE_DB_S, HTTP_PROBE_DB_S };
+    for (int l = 0; l < ROUTE_LANES; l++) {
+        const struct http_lane *ln = &http_lanes[l];
+        if (l == LANE_INLINE)
+            continue;
+        /* a connection holds one request at a time: never more waiting than connections */
+        srv->lanes[l] = workq_start(route_lane_names[l], ln->workers, (int)http_connection_limit(cfg), ln->wait_s,
+                                    http_lane_run, &http_lanes[l], err);
+        if (!srv->lanes[l]) {
+            http_lanes_stop(srv);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void http_lanes_stop(struct server *srv)
+{
+    for (int l = 0; l < ROUTE_LANES; l++) {
+        workq_stop(srv->lanes[l]);
+        srv->lanes[l] = NULL;
+    }
+}
+
 struct MHD_Daemon *http_start(struct server *srv, unsigned *bound_port, struct shoal_err *err)
 {
     struct sockaddr_in6 a6 = { 0 };
@@ -648,8 +766,10 @@ struct MHD_Daemon *http_start(struct server *srv, unsigned *bound_port, struct s
     };
     if (srv->tls.cert_pem)
         flags |= MHD_USE_TLS;
-    if (http_conns_start(&srv->cfg, err) != 0)
+    if (http_conns_start(&srv->cfg, err) != 0 || http_lanes_start(srv, err) != 0) {
+        http_conns_stop();
         return NULL;
+    }
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, (uint16_t)srv->cfg.port, NULL, NULL, http_access, srv,
         MHD_OPTION_SOCK_ADDR, addr,
@@ -668,6 +788,7 @@ struct MHD_Daemon *http_start(struct server *srv, unsigned *bound_port, struct s
     if (!d) {
         err_set(err, 2, "listen_failed", "port", "cannot listen on %s port %ld: %s",
                 srv->cfg.listen_addr, srv->cfg.port, strerror(errno));
+        http_lanes_stop(srv);
         http_conns_stop();
         return NULL;
     }

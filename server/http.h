@@ -8,6 +8,15 @@
  * thread at all, from whoever it hands the request to (request_suspend).
  * Every request is logged and counted once it completes.
  *
+ * Handlers run where their route's lane says (router.h): those that touch
+ * the database on a fixed set of database workers (workq.h), with the
+ * connection suspended meanwhile, so the threads that take connections
+ * never wait for the database and /healthz answers in milliseconds while
+ * it is frozen.  A request waits at most --db-timeout for a worker and has
+ * --db-timeout + 2 s of database time in all (db_deadline_set), then gets
+ * 503 database_busy.  /readyz and /metrics run on two probe workers with 3
+ * s of database time.
+ *
  * Limits (config.h, README "Limits"): connections in all and per client
  * address, an idle timeout, a deadline for buffered bodies, memory per
  * connection for the request head, the body cap, and the failed-token
@@ -124,8 +133,8 @@ int request_defer(struct request *rq, struct response *rs, deferred_fn fn, void 
 
 /* Answers later without holding any thread: after the handler returns,
  * its response moves to the heap, the connection is suspended, and then
- * fn(rq, arg) runs on the HTTP thread to hand `rq` to whoever finishes it
- * with request_resume.  If that cannot be set up, fn(NULL, arg) is called
+ * fn(rq, arg) runs on the thread that ran the handler to hand `rq` to
+ * whoever finishes it with request_resume.  If that cannot be set up, fn(NULL, arg) is called
  * (to free `arg`) and the handler's response is sent at once.  Every
  * suspended request must be resumed before the daemon stops. */
 void request_suspend(struct request *rq, suspend_fn fn, void *arg);
@@ -150,6 +159,12 @@ struct MHD_Daemon *http_start(struct server *srv, unsigned *bound_port, struct s
 /* Stops the daemon started by http_start (NULL: none) and the thread
  * that enforces the request-head deadline. */
 void http_stop(struct MHD_Daemon *d);
+
+/* Stops the lanes' workers (router.h): requests still waiting for one are
+ * answered 503 at once, those running finish.  At shutdown, before the
+ * deferred requests and long-polls are waited for: a worker may hand a
+ * request to either. */
+void http_lanes_stop(struct server *srv);
 
 /* Monotonic clock in seconds. */
 double http_now(void);

@@ -154,6 +154,7 @@ fail:
     fprintf(stderr, "shoal-server: %s\n", err.message);
     log_error("start-up failed: %s", err.message);
 out:
+    http_lanes_stop(&srv);              /* what waits for a worker: 503; what runs: finishes */
     http_wait_deferred(&srv, 150000);   /* a search runs at most 120 s */
     longpoll_stop(srv.longpoll);        /* resumes every waiting long-poll: MHD must find none suspended */
     http_wait_suspended(&srv, 3000);    /* and lets their answers go out */

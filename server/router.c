@@ -5,6 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+const char *const route_lane_names[ROUTE_LANES] = { [LANE_DATABASE] = "database", [LANE_INLINE] = "inline",
+                                                   [LANE_PROBE] = "probe" };
+
 /* Drops the optional "/v1" prefix and one trailing slash. */
 static void router_normalise(const char *path, char *out, size_t n)
 {

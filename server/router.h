@@ -25,11 +25,22 @@ enum auth_kind {
                            the handler decides what that node may see */
 };
 
+/* Which threads run a route's handler (http.c): the threads that take
+ * connections must never wait for the database. */
+enum route_lane {
+    LANE_DATABASE,   /* a database worker, for at most --db-timeout + 2 s in all (the default) */
+    LANE_INLINE,     /* the HTTP thread: it never touches the database */
+    LANE_PROBE,      /* a probe worker, with a few seconds for the database: /readyz, /metrics */
+};
+#define ROUTE_LANES 3
+extern const char *const route_lane_names[ROUTE_LANES];   /* "database", "inline", "probe" */
+
 struct route {
     const char *method;    /* "GET", "POST", ... */
     const char *pattern;   /* "/v1/jobs/{id}"; also the route's label in logs and metrics */
     enum auth_kind auth;
     handler_fn fn;
+    enum route_lane lane;
 };
 
 #define ROUTE_MAX_IDS 3

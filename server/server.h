@@ -8,9 +8,11 @@
 #include "config.h"
 #include "db.h"
 #include "metrics.h"
+#include "router.h"
 #include "tls.h"
 
 struct longpoll;
+struct workq;
 
 struct server {
     struct config cfg;
@@ -23,6 +25,7 @@ struct server {
     atomic_int suspended;       /* requests suspended by request_suspend and not yet completed */
     struct tls_files tls;       /* HTTPS certificate and key; cert_pem NULL: plain HTTP */
     struct recovery *recovery;  /* the recovery thread, woken by failure reports */
+    struct workq *lanes[ROUTE_LANES];   /* the workers of each route lane (http.c); NULL: inline */
 };
 
 /* At most this many deferred requests at once; more get 503 (2 cores here). */

@@ -106,8 +106,8 @@ static void test_prom_buffer_cap(void **state)
 /* ---- metrics ---- */
 
 static const struct route metric_routes[] = {
-    { "GET", "/v1/jobs", AUTH_ADMIN, NULL },
-    { "DELETE", "/v1/jobs/{id}", AUTH_ADMIN, NULL },
+    { "GET", "/v1/jobs", AUTH_ADMIN, NULL, LANE_DATABASE },
+    { "DELETE", "/v1/jobs/{id}", AUTH_ADMIN, NULL, LANE_DATABASE },
 };
 
 /* Finds the sample line whose series (name and labels) is exactly `series`

@@ -11,14 +11,14 @@
 
 /* Handlers are never called by the router; NULL keeps the table self-contained. */
 static const struct route test_routes[] = {
-    /* 0 */ { "GET", "/v1/jobs", AUTH_ADMIN, NULL },
-    /* 1 */ { "POST", "/v1/jobs", AUTH_ADMIN, NULL },
-    /* 2 */ { "GET", "/v1/jobs/{id}", AUTH_ADMIN, NULL },
-    /* 3 */ { "DELETE", "/v1/jobs/{id}", AUTH_ADMIN, NULL },
-    /* 4 */ { "GET", "/v1/jobs/{id}/tasklets/{id}", AUTH_ADMIN, NULL },
-    /* 5 */ { "GET", "/healthz", AUTH_OPEN, NULL },
-    /* 6 */ { "GET", "/", AUTH_OPEN, NULL },
-    /* 7 */ { "PUT", "/links", AUTH_NODE, NULL },
+    /* 0 */ { "GET", "/v1/jobs", AUTH_ADMIN, NULL, LANE_DATABASE },
+    /* 1 */ { "POST", "/v1/jobs", AUTH_ADMIN, NULL, LANE_DATABASE },
+    /* 2 */ { "GET", "/v1/jobs/{id}", AUTH_ADMIN, NULL, LANE_DATABASE },
+    /* 3 */ { "DELETE", "/v1/jobs/{id}", AUTH_ADMIN, NULL, LANE_DATABASE },
+    /* 4 */ { "GET", "/v1/jobs/{id}/tasklets/{id}", AUTH_ADMIN, NULL, LANE_DATABASE },
+    /* 5 */ { "GET", "/healthz", AUTH_OPEN, NULL, LANE_INLINE },
+    /* 6 */ { "GET", "/", AUTH_OPEN, NULL, LANE_DATABASE },
+    /* 7 */ { "PUT", "/links", AUTH_NODE, NULL, LANE_DATABASE },
 };
 #define N_ROUTES (sizeof test_routes / sizeof test_routes[0])
 
