@@ -12,6 +12,15 @@
 #   kill-server      kill -9 the server; it is started again 5 s later
 #   kill-postmaster  kill -9 the embedded PostgreSQL's postmaster
 #   stall-agent      SIGSTOP one agent of the plan (woken after the job)
+#   store-full       the server's checkpoint store fails every upload (507:
+#                    a file where the job's directory goes, as a full or
+#                    read-only disk answers) from the job's start, and one
+#                    agent of the plan is killed -9; the store comes back
+#                    once the job trains its last step but one
+#   freeze-db        SIGSTOP the database (postmaster and backends) for
+#                    FAULTS_FREEZE_S (20) s while 50 more nodes heartbeat
+#                    every second (tests/integration/heartbeat_load.py);
+#                    /healthz is timed every 100 ms throughout
 #
 # For each: seconds from the fault to the job counting a recovery, to the
 # re-plan and to the first step of the new epoch; the steps that had been
@@ -20,8 +29,9 @@
 # whether job_steps holds every step once (whole: a row per tasklet of the
 # epoch that trained it), whether every step's loss equals the
 # uninterrupted run's, and the largest difference (fewer replicas sum the
-# gradients in another order: equal to rounding).  A table, a JSON line per trial and one for the
-# campaign.  A partition of one node's peer port is in make test
+# gradients in another order: equal to rounding); the re-plans it took;
+# /healthz's slowest answer during the fault (freeze-db; "-" otherwise).  A
+# table, a JSON line per trial and one for the campaign.  A partition of one node's peer port is in make test
 # (tests/integration/test_partition.sh: it needs network namespaces).
 # Where a stopped process is resumed by its environment (these sandboxes
 # send SIGCONT within a second or two), stall-agent shows a hiccup, not a
@@ -68,26 +78,47 @@ JOB=$(jq -nc --arg data "$CORPUS" '{name: "faults",
     data: {path: $data, format: "text"}, checkpoint_interval: 5, communication: {stage_link: "f32"}}')
 now() { date +%s.%N; }
 q() { sql s "$1" 2>/dev/null; }
+# start_job [store-full]: creates the job (its checkpoint store failing
+# with store-full) and schedules it; sets J.
 start_job() {
     req POST "$S/v1/jobs" "$ADMIN" "$JOB"; J=$(printf '%s' "$BODY" | jq -r .id)
+    if [ "${1:-}" = store-full ]; then mkdir -p "$WORK/s/checkpoints"; : > "$WORK/s/checkpoints/job$J"; fi
     req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":200}'
+}
+# freeze_db SECONDS: the database stopped (SIGSTOP) that long under 50
+# heartbeating nodes more; sets HEALTHZ_MAX (s) from their load's probes.
+freeze_db() {
+    local pm frozen
+    python3 "$top/tests/integration/heartbeat_load.py" "$S" "$WORK/s/join.token" 50 $(($1 + 6)) "load-$trial-" \
+        > "$WORK/load.json" &
+    local load=$!
+    sleep 3
+    pm=$(head -n 1 "$WORK/s/pg/postmaster.pid")
+    frozen="$pm $(pgrep -P "$pm" | tr '\n' ' ')"
+    kill -STOP $frozen
+    sleep "$1"
+    kill -CONT $frozen
+    wait $load
+    HEALTHZ_MAX=$(jq -r '.healthz.max_s // "-"' "$WORK/load.json")
 }
 done_() { case $(job_state "$S" "$ADMIN" "$J") in succeeded|failed|cancelled) return 0 ;; esac; return 1; }
 reached() { [ "$(q "SELECT count(*) FROM job_steps WHERE job_id = $J AND step = $1")" = 4 ]; }
 plan_node() { q "SELECT n.name FROM assignments a JOIN plans p ON p.id = a.plan_id JOIN nodes n ON n.id = a.node_id
                  WHERE p.job_id = $J AND p.epoch = 1 ORDER BY random() LIMIT 1"; }
-lost_two() { [ "$(q "SELECT count(*) FROM nodes WHERE state = 'lost'")" = 2 ]; }
+# (the nodes freeze-db's load registers are none of the fleet's)
+lost_two() { [ "$(q "SELECT count(*) FROM nodes WHERE state = 'lost' AND name NOT LIKE 'load-%'")" = 2 ]; }
 # since T SQL: seconds from T to the timestamp SQL gives ("-" when none).
 since() { local v; v=$(q "SELECT round((extract(epoch FROM ($2)) - $1)::numeric, 2)"); echo "${v:--}"; }
-idle_fleet() { [ "$(q "SELECT count(*) FROM nodes WHERE state = 'idle' AND last_heartbeat_at > now() - interval '30 s'")" = 6 ]; }
+idle_fleet() { [ "$(q "SELECT count(*) FROM nodes WHERE state = 'idle' AND last_heartbeat_at > now() - interval '30 s'
+                        AND name NOT LIKE 'load-%'")" = 6 ]; }
 
 start_job; wait_for 600 done_
 [ "$(job_state "$S" "$ADMIN" "$J")" = succeeded ] || { echo "bench-faults: the reference job did not succeed" >&2; exit 1; }
 job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/reference.losses"
 
-faults=${ONLY:-kill-agent,kill-two,kill-nospare,kill-server,kill-postmaster,stall-agent}
-printf '%-16s %6s %-11s %9s %8s %8s %7s %10s %12s %s\n' fault step victims detect_s replan_s train_s redone steps_once losses_equal \
-    max_loss_diff
+faults=${ONLY:-kill-agent,kill-two,kill-nospare,kill-server,kill-postmaster,stall-agent,store-full,freeze-db}
+printf '%-16s %6s %-11s %9s %8s %8s %7s %10s %12s %13s %7s %s\n' fault step victims detect_s replan_s train_s redone steps_once \
+    losses_equal max_loss_diff replans healthz_max_s
 rows="[]"
 for fault in ${faults//,/ }; do
     for trial in $(seq 1 "$TRIALS"); do
@@ -99,34 +130,39 @@ for fault in ${faults//,/ }; do
             for v in $gone; do kill -9 "$(cat "$WORK/agent-$v.pid")"; done
             wait_for 60 lost_two
         fi
-        start_job; wait_for 300 reached "$at"
-        victims=""
+        start_job "$fault"; wait_for 300 reached "$at"
+        victims="" HEALTHZ_MAX=-
         case $fault in
-            kill-agent|stall-agent) victims=$(plan_node) ;;
+            kill-agent|stall-agent|store-full) victims=$(plan_node) ;;
             kill-two) victims="$(plan_node)"; while v=$(plan_node); [ "$v" = "$victims" ]; do :; done; victims="$victims $v" ;;
             kill-nospare) victims=$(plan_node) ;;
         esac
         before=$(q "SELECT coalesce(max(step), -1) FROM job_steps WHERE job_id = $J")
         t=$(now)
         case $fault in
-            kill-agent|kill-two|kill-nospare) for v in $victims; do kill -9 "$(cat "$WORK/agent-$v.pid")"; done ;;
+            kill-agent|kill-two|kill-nospare|store-full) for v in $victims; do kill -9 "$(cat "$WORK/agent-$v.pid")"; done ;;
             stall-agent) kill -STOP "$(cat "$WORK/agent-$victims.pid")" ;;
+            freeze-db) freeze_db "${FAULTS_FREEZE_S:-20}" ;;
             kill-server) kill -9 "$(cat "$WORK/s.pid")"; sleep 5; start_server s --port "$PORT" ${FAULTS_SERVER_ARGS:-} > /dev/null; disown -a ;;
             kill-postmaster) kill -9 "$(head -n 1 "$WORK/s/pg/postmaster.pid")" ;;
         esac
         counted() { [ "$(q "SELECT recoveries FROM jobs WHERE id = $J")" -ge 1 ] 2>/dev/null; }
         detect=-
-        case $fault in kill-server|kill-postmaster) ;; *)
+        case $fault in kill-server|kill-postmaster|freeze-db) ;; *)
             for _ in $(seq 1 3000); do
                 counted && { detect=$(awk -v a="$t" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'); break; }
                 done_ && break
                 sleep 0.1
             done ;;
         esac
+        if [ "$fault" = store-full ]; then   # the store back once the job has trained all it can without it
+            wait_for 300 reached 38
+            rm -f "$WORK/s/checkpoints/job$J"
+        fi
         wait_for 900 done_
         case $fault in
             stall-agent) kill -CONT "$(cat "$WORK/agent-$victims.pid")" ;;
-            kill-agent|kill-two|kill-nospare) for v in $victims $gone; do start_agent "$v" s $AGENT_ARGS; done; disown -a ;;
+            kill-agent|kill-two|kill-nospare|store-full) for v in $victims $gone; do start_agent "$v" s $AGENT_ARGS; done; disown -a ;;
         esac
         state=$(job_state "$S" "$ADMIN" "$J")
         replan=$(since "$t" "(SELECT min(created_at) FROM plans WHERE job_id = $J AND epoch > 1)")
@@ -141,17 +177,19 @@ for fault in ${faults//,/ }; do
         equal=$(awk '$2 != $3 { d++ } END { print (NR == 40 && d == 0) ? "t" : "f" }' "$WORK/joined.losses")
         diff=$(awk '{ d = $2 - $3; if (d < 0) d = -d; if (d > m) m = d } END { printf "%.2g", m }' "$WORK/joined.losses")
         [ "$state" = succeeded ] || equal="f ($state)"
-        printf '%-16s %6s %-11s %9s %8s %8s %7s %10s %12s %s\n' "$fault" "$before" "${victims:--}" "$detect" "$replan" "$train" \
-            "$retrained" "$once" "$equal" "$diff"
+        replans=$(q "SELECT plan_epoch - 1 FROM jobs WHERE id = $J")
+        printf '%-16s %6s %-11s %9s %8s %8s %7s %10s %12s %13s %7s %s\n' "$fault" "$before" "${victims:--}" "$detect" "$replan" \
+            "$train" "$retrained" "$once" "$equal" "$diff" "$replans" "$HEALTHZ_MAX"
         row=$(jq -nc --arg fault "$fault" --argjson trial "$trial" --argjson step "$before" --arg victims "$victims" \
             --arg detect "$detect" --arg replan "$replan" --arg train "$train" --argjson retrained "$retrained" \
-            --arg once "$once" --arg equal "$equal" --argjson diff "$diff" --arg state "$state" --argjson seed "$SEED" '
+            --arg once "$once" --arg equal "$equal" --argjson diff "$diff" --arg state "$state" --argjson seed "$SEED" \
+            --argjson replans "${replans:-null}" --arg healthz "$HEALTHZ_MAX" '
             def num: if . == "-" then null else tonumber end;
             {bench: "faults-trial", seed: $seed, fault: $fault, trial: $trial, step: $step,
              victims: ($victims | split(" ") | map(select(. != ""))), state: $state,
              detect_s: ($detect | num), replan_s: ($replan | num), train_again_s: ($train | num),
              steps_redone: $retrained, steps_once: ($once == "t"), losses_equal: ($equal == "t"),
-             max_loss_diff: $diff}')
+             max_loss_diff: $diff, replans: $replans, healthz_max_s: ($healthz | num)}')
         echo "$row" >> "$WORK/rows.json"
     done
 done
@@ -159,5 +197,6 @@ jq -sc --argjson seed "$SEED" '{bench: "faults", seed: $seed, trials: length,
     all_succeeded: all(.state == "succeeded"), all_steps_once: all(.steps_once), all_losses_equal: all(.losses_equal),
     all_losses_within_1e5: all(.max_loss_diff <= 1e-5),
     max_train_again_s: ([.[].train_again_s | select(. != null)] | max),
-    max_steps_redone: ([.[].steps_redone] | max)}' "$WORK/rows.json"
+    max_steps_redone: ([.[].steps_redone] | max), max_replans: ([.[].replans] | max),
+    max_healthz_s: ([.[].healthz_max_s | select(. != null)] | max)}' "$WORK/rows.json"
 cat "$WORK/rows.json"

@@ -10,7 +10,8 @@ object: per probe the count, p50, p99 and max seconds (a probe that got no
 answer counts as its timeout), and for the heartbeats the answers by
 status and the slowest answer in seconds.
 
-usage: heartbeat_load.py URL JOIN_TOKEN_FILE NODES SECONDS
+usage: heartbeat_load.py URL JOIN_TOKEN_FILE NODES SECONDS [NAME_PREFIX]
+(the nodes are named NAME_PREFIX0, NAME_PREFIX1, ...; default "load-")
 """
 import http.client
 import json
@@ -59,11 +60,12 @@ def quantiles(xs):
 
 def main():
     url, join_file, nodes, seconds = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+    prefix = sys.argv[5] if len(sys.argv) > 5 else "load-"
     join = open(join_file).read().strip()
     tokens = []
     for i in range(nodes):
         status, _, body = request(url, "POST", "/v1/agent/register", join, {
-            "name": "load-%d" % i, "peer_address": "127.0.0.1:%d" % (20000 + i),
+            "name": "%s%d" % (prefix, i), "peer_address": "127.0.0.1:%d" % (20000 + i),
             "hardware": {"tflops": 1, "cpu_cores": 1}})
         if status != 201:
             print("heartbeat_load: register failed: %s %r" % (status, body[:200]), file=sys.stderr)

@@ -8,7 +8,8 @@
 # killed and restarted mid-run: nothing is lost or recorded twice.  A node
 # that stalls (SIGSTOP) is found out and worked around.  A node that dies
 # between its step's all-reduce and its report costs no step.  A job whose
-# dataset is missing or too short fails at once, saying why.
+# dataset is missing or too short fails at once, saying why.  A failing
+# checkpoint store plus a kill costs one re-plan from the survivors.
 set -u
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/agents.sh"
@@ -282,6 +283,35 @@ done
 idle_again() { [ "$(sql s "SELECT count(*) FROM nodes WHERE state = 'idle' AND last_heartbeat_at > now() - interval '2 s'")" -ge 6 ]; }
 if wait_for 30 idle_again; then ok "and its nodes are idle again"
 else fail "and its nodes are idle again" "$(sql s "SELECT name, state FROM nodes ORDER BY id")"; fi
+
+# ---- a checkpoint store that fails (full or read-only; here a file where
+# the job's directory goes, so every upload gets 507) and a kill -9 of a
+# node of the plan: the survivors' memory does not need the store, so the
+# job goes on from them, re-planned once, no step trained twice (uploads
+# queued behind the failing store never keep a node from its new epoch);
+# once the store works again the retried uploads land and it succeeds
+req POST "$S/v1/jobs" "$ADMIN" "$(job store)"
+J=$(printf '%s' "$BODY" | jq -r .id)
+mkdir -p "$WORK/s/checkpoints"
+: > "$WORK/s/checkpoints/job$J"
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":200,"fill_missing_links":{"latency_ms":1,"bandwidth_gbps":1}}'
+wait_for 120 reached "$J" 12
+STORE_VICTIM=$(node_of "$J" 1 1)
+before=$(sql s "SELECT max(step) FROM job_steps WHERE job_id = $J")
+kill -9 "$(cat "$WORK/agent-$STORE_VICTIM.pid")"
+wait_for 60 replanned
+check "a failing store and a kill: epoch 2 goes on from the survivors, after step $before (none trained again)" \
+    "$(sql s "SELECT live->>'step' = resume_step::text AND resume_step > $before FROM plans WHERE job_id = $J AND epoch = 2")" t
+wait_for 120 reached "$J" 38
+check "the store still failing, it trains to its last step on that one re-plan" \
+    "$(curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$J" |
+       jq -r '[.state, .plan_epoch, .recoveries, .checkpoint_failures > 0] | map(tostring) | join(" ")')" "running 2 1 true"
+rm "$WORK/s/checkpoints/job$J"
+wait_for 120 is_state "$J" succeeded
+check "the store back, the job succeeds, each step once, with the uninterrupted run's losses" \
+    "$(state_of "$J") $(sql s "SELECT count(*), count(DISTINCT (step, stage, replica)) FROM job_steps WHERE job_id = $J") $(job_losses "$S" "$ADMIN" "$J" | sort -k1,1 | join - "$WORK/reference.losses" | awk '$2 != $3 { d++ } END { print NR, d + 0 }')" \
+    "succeeded 160|160 40 0"
+start_agent "$STORE_VICTIM" s --peer-timeout 5
 
 for a in a0 a1 a2 a3 a4 a5 a6; do
     [ "$a" = "$VICTIM2" ] && continue
