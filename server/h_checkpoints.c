@@ -352,6 +352,10 @@ static int ckpt_check_stage_file(struct upload *u, int64_t job, int64_t stage, s
         return err_set(e, 422, "invalid_field", "body", "the file holds a model %s; job %lld trains %s; nothing "
                        "was kept", a, (long long)job, b);
     }
+    if (sp.layer_start < 0 || sp.layer_end <= sp.layer_start || sp.layer_end > want->layers)
+        return err_set(e, 422, "invalid_field", "body", "the file holds layers [%d, %d); job %lld's model has "
+                       "layers [0, %d) and a stage holds at least one; nothing was kept", sp.layer_start,
+                       sp.layer_end, (long long)job, want->layers);
     if (u->layer_start >= 0 && (sp.layer_start != u->layer_start || sp.layer_end != u->layer_end))
         return err_set(e, 422, "invalid_field", "body", "the file holds layers [%d, %d); the query says [%lld, "
                        "%lld); nothing was kept", sp.layer_start, sp.layer_end, u->layer_start, u->layer_end);
@@ -368,15 +372,19 @@ static int ckpt_check_stage_file(struct upload *u, int64_t job, int64_t stage, s
     return 0;
 }
 
-/* Moves the finished upload into place and records it.  Returns the row's
- * answer, or NULL with `e` set. */
+/* Moves the finished upload into place and records it, under one lock:
+ * the file it replaces is kept (a hard link) until the row is written, and
+ * put back if the database refuses it (a file that replaced nothing is
+ * removed), so a failed upload leaves the stored file and row exactly as
+ * they were.  Returns the row's answer, or NULL with `e` set. */
 static json_t *ckpt_commit(struct request *rq, struct upload *u, const char *sha256, struct shoal_err *e)
 {
     struct server *srv = rq->srv;
     int64_t job = rq->match.ids[0], step = rq->match.ids[1], stage = rq->match.ids[2];
-    char rel[160], dir[CKPT_PATH_MAX], path[CKPT_PATH_MAX], name[48];
+    char rel[160], dir[CKPT_PATH_MAX], path[CKPT_PATH_MAX], prev[CKPT_PATH_MAX + 8], name[48];
     char p_job[24], p_step[24], p_stage[24], p_node[24], p_bytes[24], p_ls[24], p_le[24], p_replica[24];
     json_t *res = NULL;
+    int kept = 0, placed = 0;   /* the replaced file kept as prev; the new one at path */
     if (fsync(u->fd) != 0) {
         err_set(e, 507, "storage", NULL, "cannot write the checkpoint to disk: %s", strerror(errno));
         return NULL;
@@ -396,16 +404,26 @@ static json_t *ckpt_commit(struct request *rq, struct upload *u, const char *sha
                              sha256, rel, u->layer_start >= 0 ? db_param_i64(p_ls, u->layer_start) : NULL,
                              u->layer_end >= 0 ? db_param_i64(p_le, u->layer_end) : NULL,
                              db_param_i64(p_replica, u->replica) };
+    /* The file a re-upload replaces stays, under a second name, until the
+     * new row is in: a database that fails the insert gets it back. */
+    snprintf(prev, sizeof prev, "%s.prev", u->tmp);
     pthread_mutex_lock(&ckpt_commit_lock);
     /* a schedule may have come while the initial weights were uploaded */
     if (u->admin && checkpoints_initial_open(srv, job, e) != 0)
         goto out;
+    if (link(path, prev) == 0) {
+        kept = 1;
+    } else if (errno != ENOENT) {
+        err_set(e, 507, "storage", NULL, "cannot keep the checkpoint this one replaces: %s", strerror(errno));
+        goto out;
+    }
     if (rename(u->tmp, path) != 0) {
         err_set(e, 507, "storage", NULL, "cannot move the checkpoint into place: %s", strerror(errno));
         goto out;
     }
     close(u->fd);
     u->fd = -1;   /* the file is in place: nothing to remove any more */
+    placed = 1;
     ckpt_sync_dir(dir);
     /* "complete" counts the other files' rows plus this one (the statement
      * does not see its own insert). */
@@ -426,6 +444,13 @@ static json_t *ckpt_commit(struct request *rq, struct upload *u, const char *sha
         "     AND (c.stage, c.replica) <> ($3::int, $10::int)) >= j.stages * " CKPT_FILES_AT_SQL("$2::bigint") ")"
         " FROM jobs j WHERE j.id = $1::bigint", 10, params, "job", e);
 out:
+    if (!res && placed && (kept ? rename(prev, path) : unlink(path)) != 0)
+        log_error("checkpoint job=%lld step=%lld stage=%lld: cannot undo the upload the database refused: %s",
+                  (long long)job, (long long)step, (long long)stage, strerror(errno));
+    else if (kept && (res || !placed))
+        unlink(prev);
+    if (placed && !res)
+        ckpt_sync_dir(dir);
     pthread_mutex_unlock(&ckpt_commit_lock);
     return res;
 }

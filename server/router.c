@@ -1,6 +1,7 @@
 #include "router.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,9 +20,10 @@ static void router_normalise(const char *path, char *out, size_t n)
         out[len - 1] = '\0';
 }
 
-/* Parses a number segment of `len` bytes: 1..18 digits, value >= `min`
- * (1 for {id}, 0 for {n}). */
-static int router_parse_id(const char *s, size_t len, long long min, int64_t *out)
+/* Parses a number segment of `len` bytes: 1..18 digits, min..max ({id}:
+ * 1 up, a bigint row id; {n}: 0..2^31-1, a step or a stage, which the
+ * database keeps as int: larger is a bad id here, not an error there). */
+static int router_parse_id(const char *s, size_t len, long long min, long long max, int64_t *out)
 {
     char tmp[20];
     if (len == 0 || len > 18)
@@ -32,7 +34,7 @@ static int router_parse_id(const char *s, size_t len, long long min, int64_t *ou
     memcpy(tmp, s, len);
     tmp[len] = '\0';
     long long v = strtoll(tmp, NULL, 10);
-    if (v < min)
+    if (v < min || v > max)
         return -1;
     *out = (int64_t)v;
     return 0;
@@ -54,7 +56,7 @@ static int router_match_one(const char *pattern, const char *path, struct route_
         int is_n = plen == 3 && strncmp(pattern, "{n}", 3) == 0;
         if (is_id || is_n) {
             if (m->n_ids == ROUTE_MAX_IDS ||
-                router_parse_id(path, slen, is_id ? 1 : 0, &m->ids[m->n_ids]) != 0) {
+                router_parse_id(path, slen, is_id ? 1 : 0, is_id ? LLONG_MAX : INT32_MAX, &m->ids[m->n_ids]) != 0) {
                 /* The rest must still match for this to be a bad id rather than a miss. */
                 struct route_match rest;
                 return router_match_one(pattern + plen, path + slen, &rest) != 0 ? -1 : 0;

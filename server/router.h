@@ -2,8 +2,9 @@
  *
  * Patterns are written as the API documents them ("/v1/jobs/{id}"); the
  * "/v1" prefix is optional on both sides when matching, so "/v1/jobs" and
- * "/jobs" reach the same route.  "{id}" matches a positive decimal integer and is captured.
- * The table itself lives in routes.c; this file only matches. */
+ * "/jobs" reach the same route.  "{id}" matches a positive decimal integer
+ * (a row id), "{n}" one from 0 to 2^31 - 1 (a step or a stage); both are
+ * captured.  The table itself lives in routes.c; this file only matches. */
 #ifndef SHOAL_ROUTER_H
 #define SHOAL_ROUTER_H
 

@@ -109,8 +109,8 @@ plan_node() { q "SELECT n.name FROM assignments a JOIN plans p ON p.id = a.plan_
 lost_two() { [ "$(q "SELECT count(*) FROM nodes WHERE state = 'lost' AND name NOT LIKE 'load-%'")" = 2 ]; }
 # since T SQL: seconds from T to the timestamp SQL gives ("-" when none).
 since() { local v; v=$(q "SELECT round((extract(epoch FROM ($2)) - $1)::numeric, 2)"); echo "${v:--}"; }
-idle_fleet() { [ "$(q "SELECT count(*) FROM nodes WHERE state = 'idle' AND last_heartbeat_at > now() - interval '30 s'
-                        AND name NOT LIKE 'load-%'")" = 6 ]; }
+# (every idle node: freeze-db's load must be lost before the next job is planned)
+idle_fleet() { [ "$(q "SELECT count(*) FROM nodes WHERE state = 'idle' AND last_heartbeat_at > now() - interval '30 s'")" = 6 ]; }
 
 start_job; wait_for 600 done_
 [ "$(job_state "$S" "$ADMIN" "$J")" = succeeded ] || { echo "bench-faults: the reference job did not succeed" >&2; exit 1; }
@@ -173,6 +173,11 @@ for fault in ${faults//,/ }; do
         once=$(q "SELECT count(*) = count(DISTINCT (s.step, s.stage, s.replica)) AND count(DISTINCT s.step) = 40
                     AND bool_and(s.n = 2 * p.replicas) FROM (SELECT *, count(*) OVER (PARTITION BY step) AS n
                     FROM job_steps WHERE job_id = $J) s JOIN plans p ON p.job_id = s.job_id AND p.epoch = s.epoch")
+        [ "$once" = t ] || q "SELECT 'bench-faults: job ' || $J || ' step ' || step || ': ' || string_agg(stage || '/' || replica
+                                || ' epoch ' || epoch || CASE WHEN stand_in THEN ' (stand-in)' ELSE '' END, ', ' ORDER BY stage, replica)
+                                FROM job_steps WHERE job_id = $J GROUP BY step
+                                HAVING count(*) <> 2 * max((SELECT replicas FROM plans p WHERE p.job_id = $J AND p.epoch = job_steps.epoch))
+                                    OR count(*) <> count(DISTINCT (stage, replica)) ORDER BY step" >&2
         job_losses "$S" "$ADMIN" "$J" | sort -k1,1 | join - "$WORK/reference.losses" > "$WORK/joined.losses"
         equal=$(awk '$2 != $3 { d++ } END { print (NR == 40 && d == 0) ? "t" : "f" }' "$WORK/joined.losses")
         diff=$(awk '{ d = $2 - $3; if (d < 0) d = -d; if (d > m) m = d } END { printf "%.2g", m }' "$WORK/joined.losses")

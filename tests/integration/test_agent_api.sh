@@ -380,6 +380,36 @@ expect "a stage file of another model is 422" 422 .error.field body
 curl -s -o "$WORK/got.bin" -H "Authorization: Bearer $ADMIN" "$CK/1/stages/0"
 if cmp -s "$WORK/got.bin" "$WORK/other.bin"; then ok "and leaves the stored file as it was"; else fail "and leaves the stored file as it was"; fi
 rm -f "$WORK/got.bin"
+# A failure at each step of a re-upload leaves the stored checkpoint, file
+# and row, exactly as it was: a wrong checksum, a header whose layers no
+# stage holds ([0, 0): it used to pass the header check, fail the
+# database's and destroy the good file), and the database refusing the row
+# after the file was moved into place (a trigger).  At a step with nothing
+# stored such a failure leaves no file.
+stored() {  # the row and the bytes of step 1's stage 0
+    printf '%s %s' "$(sql a "SELECT bytes, sha256, path, layer_start, layer_end, node_id FROM checkpoints
+                             WHERE job_id = $J AND step = 1 AND stage = 0")" \
+        "$(sha256sum < "$WORK/a/$(sql a "SELECT path FROM checkpoints WHERE job_id = $J AND step = 1 AND stage = 0")" | cut -d' ' -f1)"
+}
+GOOD=$(stored)
+mkstage "$WORK/empty.bin" 256 64 64 4 4 0 0 1 0 1 1
+put_ckpt "$CK/1/stages/0" "$(tok_of 0 0)" "$WORK/stage0.bin" "$(sha "$WORK/other.bin")"
+check "a re-upload with a wrong checksum: 422, the stored checkpoint as it was" "$STATUS $(stored)" "422 $GOOD"
+put_ckpt "$CK/1/stages/0" "$(tok_of 0 0)" "$WORK/empty.bin"
+check "a re-upload of a stage holding layers [0, 0): 422, saying so, the stored checkpoint as it was" \
+    "$STATUS $(printf '%s' "$BODY" | jq -r '.error.message | test("layers \\[0, 0\\)")') $(stored)" "422 true $GOOD"
+sql a "CREATE FUNCTION refuse_upload() RETURNS trigger LANGUAGE plpgsql AS
+       \$\$ BEGIN RAISE EXCEPTION 'injected: the database refuses this row'; END \$\$;
+       CREATE TRIGGER refuse_upload BEFORE INSERT OR UPDATE ON checkpoints FOR EACH ROW
+       WHEN (NEW.sha256 IN ('$(sha "$WORK/stage0.bin")', '$(sha "$WORK/stage1.bin")')) EXECUTE FUNCTION refuse_upload()" > /dev/null
+put_ckpt "$CK/1/stages/0" "$(tok_of 0 0)" "$WORK/stage0.bin"
+check "the database refusing a re-upload's row: a 500, the stored checkpoint as it was" "$STATUS $(stored)" "500 $GOOD"
+put_ckpt "$CK/2/stages/1" "$(tok_of 1 0)" "$WORK/stage1.bin"
+check "the database refusing a first upload's row: no row, no file" \
+    "$STATUS $(sql a "SELECT count(*) FROM checkpoints WHERE job_id = $J AND step = 2 AND stage = 1") $(find "$WORK/a/checkpoints" -path '*step2/stage1*' | wc -l)" \
+    "500 0 0"
+sql a "DROP TRIGGER refuse_upload ON checkpoints; DROP FUNCTION refuse_upload()" > /dev/null
+check "and no kept copy is left behind" "$(find "$WORK/a/checkpoints" -name '.upload-*' | wc -l)" 0
 curl -s -o "$WORK/got.bin" -H "Authorization: Bearer $ADMIN" "$B/v1/jobs/$J/checkpoints/1/stages/0"
 if cmp -s "$WORK/got.bin" "$WORK/other.bin"; then ok "server b, sharing the checkpoint directory, serves what server a received"
 else fail "server b, sharing the checkpoint directory, serves what server a received"; fi

@@ -347,6 +347,12 @@ for p in '/app.js/' '/app.js?../../etc/passwd=1'; do
 done
 req GET "$S/v1/jobs/%00" "$ADMIN"; CTYPE=$(ctype)
 json_error "an encoded NUL in an id is 400 invalid_id" 400 invalid_id
+for n in 2147483648 9223372036854775807; do   # a step or a stage is an int: larger is a bad id, not a 500
+    req GET "$S/v1/jobs/$J/checkpoints/1/stages/$n" "$ADMIN"; CTYPE=$(ctype)
+    json_error "a stage of $n in the checkpoint routes is 400 invalid_id" 400 invalid_id
+    req GET "$S/v1/jobs/$J/checkpoints/$n/stages/0" "$ADMIN"; CTYPE=$(ctype)
+    json_error "a step of $n is 400 invalid_id" 400 invalid_id
+done
 req GET "$S/v1/jobs?state=%00" "$ADMIN"; CTYPE=$(ctype)
 json_error "an encoded NUL in a query value is 400" 400
 printf 'GET /../../etc/passwd HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n' > "$WORK/raw"

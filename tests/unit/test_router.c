@@ -19,6 +19,7 @@ static const struct route test_routes[] = {
     /* 5 */ { "GET", "/healthz", AUTH_OPEN, NULL, LANE_INLINE },
     /* 6 */ { "GET", "/", AUTH_OPEN, NULL, LANE_DATABASE },
     /* 7 */ { "PUT", "/links", AUTH_NODE, NULL, LANE_DATABASE },
+    /* 8 */ { "GET", "/v1/jobs/{id}/checkpoints/{n}/stages/{n}", AUTH_ADMIN, NULL, LANE_DATABASE },
 };
 #define N_ROUTES (sizeof test_routes / sizeof test_routes[0])
 
@@ -28,7 +29,7 @@ struct router_case {
     int rc;           /* 0, 400, 404 or 405 */
     int index;        /* for rc 0; for rc 400, the route of the path's shape and method, or -1 */
     int n_ids;
-    int64_t ids[2];
+    int64_t ids[ROUTE_MAX_IDS];
     const char *allow; /* for rc 405 */
 };
 
@@ -119,6 +120,7 @@ static void test_router_captures_ids(void **state)
         { "GET", "/v1/jobs/999999999999999999", 0, 2, 1, { 999999999999999999LL, 0 }, NULL },
         { "GET", "/v1/jobs/12/tasklets/34", 0, 4, 2, { 12, 34 }, NULL },
         { "GET", "/jobs/5/tasklets/6/", 0, 4, 2, { 5, 6 }, NULL },
+        { "GET", "/v1/jobs/5/checkpoints/0/stages/2147483647", 0, 8, 3, { 5, 0, 2147483647 }, NULL },
     };
     run_cases(cases, sizeof cases / sizeof cases[0]);
 }
@@ -173,6 +175,9 @@ static void test_router_bad_id(void **state)
         { "DELETE", "/jobs/abc/", 400, 3, 0, { 0 }, NULL },
         { "GET", "/v1/jobs/abc/tasklets/1", 400, 4, 0, { 0 }, NULL },
         { "GET", "/v1/jobs/1/tasklets/0", 400, 4, 0, { 0 }, NULL },
+        /* {n} is a step or a stage: the database keeps them as int */
+        { "GET", "/v1/jobs/1/checkpoints/1/stages/2147483648", 400, 8, 0, { 0 }, NULL },
+        { "GET", "/v1/jobs/1/checkpoints/2147483648/stages/0", 400, 8, 0, { 0 }, NULL },
         /* The shape, but no route with this method: still a bad id, counted as unmatched. */
         { "PATCH", "/v1/jobs/abc", 400, -1, 0, { 0 }, NULL },
     };
