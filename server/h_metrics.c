@@ -28,6 +28,7 @@
 
 #include "../common/log.h"
 #include "http.h"
+#include "http_limits.h"
 #include "longpoll.h"
 #include "prom.h"
 #include "queries.h"
@@ -481,6 +482,15 @@ static int h_metrics_process(struct server *srv, struct buf *out, int db_up, int
             prom_sample(out, g[i].name, NULL, g[i].value) != 0)
             return METRICS_FULL;
     }
+    unsigned held;
+    unsigned long refused;
+    http_conns_counts(&held, &refused);
+    if (prom_family(out, "shoal_http_connections", "gauge", "HTTP connections this server holds now.") != 0 ||
+        prom_sample(out, "shoal_http_connections", NULL, held) != 0 ||
+        prom_family(out, "shoal_http_connections_refused_total", "counter",
+                    "Connections closed at accept: their address or the server at its connection limit.") != 0 ||
+        prom_sample(out, "shoal_http_connections_refused_total", NULL, (double)refused) != 0)
+        return METRICS_FULL;
     return h_metrics_lanes(srv, out);
 }
 

@@ -771,7 +771,7 @@ struct MHD_Daemon *http_start(struct server *srv, unsigned *bound_port, struct s
         return NULL;
     }
     struct MHD_Daemon *d = MHD_start_daemon(
-        flags, (uint16_t)srv->cfg.port, NULL, NULL, http_access, srv,
+        flags, (uint16_t)srv->cfg.port, http_admit, NULL, http_access, srv,
         MHD_OPTION_SOCK_ADDR, addr,
         MHD_OPTION_ARRAY, srv->tls.cert_pem ? tls_opts : tls_opts + 3,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)srv->cfg.threads,
@@ -781,8 +781,8 @@ struct MHD_Daemon *http_start(struct server *srv, unsigned *bound_port, struct s
         /* Resets with every byte received; suspended connections (waiting
          * long-polls, scheduling) do not time out at all (MHD 0.9.75). */
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)srv->cfg.idle_timeout_s,
-        MHD_OPTION_CONNECTION_LIMIT, http_connection_limit(&srv->cfg),
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)srv->cfg.max_connections_per_address,
+        /* http_admit decides within these: the limit and its reserve */
+        MHD_OPTION_CONNECTION_LIMIT, http_connection_limit(&srv->cfg) + HTTP_RESERVE_CONNECTIONS,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)srv->cfg.connection_memory,
         MHD_OPTION_END);
     if (!d) {

@@ -1,12 +1,13 @@
 /* http_limits.h - what bounds a connection before shoal's handlers see a
  * request: the request-head deadline, ambiguous framing, the connection
- * limit within the open-file limit, and URL decoding that keeps %00.
- * Internal to http.c, which hands these to libmicrohttpd. */
+ * limits and admission, and URL decoding that keeps %00.  Internal to
+ * http.c, which hands these to libmicrohttpd (/metrics reads the counts). */
 #ifndef SHOAL_HTTP_LIMITS_H
 #define SHOAL_HTTP_LIMITS_H
 
 #include <microhttpd.h>
 #include <stddef.h>
+#include <sys/socket.h>
 
 #include "../common/err.h"
 #include "config.h"
@@ -32,11 +33,23 @@ void http_conns_stop(void);
  * differently from this server (request smuggling), so it is refused. */
 int http_framing_ambiguous(struct MHD_Connection *conn);
 
-/* Connections MHD may hold: --max-connections, or every long-poll the
+/* Connections held at once: --max-connections, or every long-poll the
  * config allows plus room for ordinary requests, within the open-file
  * limit (raised to its hard maximum first, since each connection is a
- * descriptor); a clipped limit is logged. */
+ * descriptor); a clipped limit is logged.  MHD itself may hold
+ * HTTP_RESERVE_CONNECTIONS more, for clients that hold few (http_admit). */
 unsigned http_connection_limit(const struct config *cfg);
+#define HTTP_RESERVE_CONNECTIONS 64   /* connections past the limit for light clients */
+#define HTTP_RESERVE_PER_ADDRESS 8    /* "few": a prober, an agent's heartbeats and long-poll */
+
+/* MHD's accept policy: admits the connection (MHD_YES) or has it closed at
+ * once (MHD_NO) by --max-connections-per-address and --max-connections,
+ * keeping the reserve above for clients that hold few; refusals are
+ * counted and logged every 10 s. */
+enum MHD_Result http_admit(void *cls, const struct sockaddr *addr, socklen_t addrlen);
+
+/* Connections held now, and refused at accept since the start (/metrics). */
+void http_conns_counts(unsigned *held, unsigned long *refused);
 
 /* MHD_OPTION_UNESCAPE_CALLBACK: MHD's URL decoding (%XX, in place), except
  * that %00 stays as it is: the path and query values reach the handlers as
