@@ -27,7 +27,8 @@ struct nccl_group {
     cudaStream_t stream;    /* the all-reduce runs here, apart from the kernels' stream */
     int device;             /* CUDA device index */
     int rank, size;
-    const atomic_int *stop; /* the ctl's at open: an all-reduce gives up when it is set */
+    const atomic_int *stop;  /* the ctl's at open: the agent is stopping */
+    const atomic_int *abort; /* the tasklet's: its assignment was replaced (the job is re-planned) */
 };
 
 int nccl_built(void)
@@ -49,12 +50,26 @@ static int nccl_failed(ncclComm_t comm, ncclResult_t r, const char *what, struct
                    ncclGetErrorString(r), detail && detail[0] ? ": " : "", detail ? detail : "");
 }
 
+/* -1 with err set when a wait must end before its deadline: the agent
+ * is stopping (503 "stopped") or the tasklet's assignment was replaced
+ * (503 "aborted", as tasklet.c's waits say: train.c then ends the tasklet
+ * as aborted, not failed).  Either flag may be NULL.  Else 0. */
+static int wait_cut_short(const atomic_int *stop, const atomic_int *abort, const char *what, struct shoal_err *err)
+{
+    if (stop && atomic_load(stop))
+        return err_set(err, 503, "stopped", NULL, "the agent is stopping; gave up %s", what);
+    if (abort && atomic_load(abort))
+        return err_set(err, 503, "aborted", NULL, "the assignment changed; gave up %s", what);
+    return 0;
+}
+
 /* Waits until the communicator has no operation in progress and, when
  * `stream` is set, the stream is idle.  Returns 0; or -1 with err set on
- * an NCCL or CUDA error, on `stop`, or (504 "peer_timeout") at `deadline`
- * (monotonic s).  The caller aborts the communicator on -1. */
+ * an NCCL or CUDA error, on `stop` or `abort` (wait_cut_short), or (504
+ * "peer_timeout") at `deadline` (monotonic s).  The caller aborts the
+ * communicator on -1. */
 static int nccl_wait(ncclComm_t comm, cudaStream_t stream, double deadline, const atomic_int *stop,
-                     const char *what, struct shoal_err *err)
+                     const atomic_int *abort, const char *what, struct shoal_err *err)
 {
     long pause_ns = NCCL_SPIN_MIN_NS;
     double t0 = ctl_now();
@@ -74,8 +89,8 @@ static int nccl_wait(ncclComm_t comm, cudaStream_t stream, double deadline, cons
             if (e != cudaErrorNotReady)
                 return cuda_failed(e, what, err);
         }
-        if (stop && atomic_load(stop))
-            return err_set(err, 503, "stopped", NULL, "the agent is stopping; gave up %s", what);
+        if (wait_cut_short(stop, abort, what, err) != 0)
+            return -1;
         if (ctl_now() >= deadline)
             return err_set(err, 504, "peer_timeout", NULL, "NCCL %s did not finish within %.1f s: a peer of the "
                            "data-parallel group is gone or stalled; the communicator was aborted", what,
@@ -129,10 +144,11 @@ static int id_put(const struct ctl *ctl, int64_t job_id, uint32_t epoch, int sta
     return rc;
 }
 
-/* Polls for replica 0's id until it is there or `deadline` passes.  404
- * (not put yet) and server errors are waited out; other answers are final. */
-static int id_get(const struct ctl *ctl, int64_t job_id, uint32_t epoch, int stage, ncclUniqueId *id,
-                  double deadline, struct shoal_err *err)
+/* Polls for replica 0's id until it is there, `deadline` passes, the
+ * agent stops or `abort` is set.  404 (not put yet) and server errors are
+ * waited out; other answers are final. */
+static int id_get(const struct ctl *ctl, const atomic_int *abort, int64_t job_id, uint32_t epoch, int stage,
+                  ncclUniqueId *id, double deadline, struct shoal_err *err)
 {
     char path[128], last[sizeof err->message] = "no answer yet";
     snprintf(path, sizeof path, NCCL_ID_PATH "?job=%lld&epoch=%u&stage=%d", (long long)job_id, (unsigned)epoch,
@@ -157,8 +173,8 @@ static int id_get(const struct ctl *ctl, int64_t job_id, uint32_t epoch, int sta
         if (rc == 0 && status != 404 && status < 500)
             return -1;   /* refused (403, 409 stale_epoch, ...): err holds the server's reason */
         snprintf(last, sizeof last, "%s", err->message);
-        if (ctl->stop && atomic_load(ctl->stop))
-            return err_set(err, 503, "stopped", NULL, "the agent is stopping; gave up waiting for the NCCL id");
+        if (wait_cut_short(ctl->stop, abort, "waiting for the NCCL id", err) != 0)
+            return -1;
         if (ctl_now() + NCCL_POLL_S > deadline)
             return err_set(err, 504, "peer_timeout", NULL, "replica 0 of stage %d did not put job %lld's NCCL id "
                            "for epoch %u in time (last answer: %s)", stage, (long long)job_id, (unsigned)epoch,
@@ -181,7 +197,7 @@ static void group_free(struct nccl_group *g, int clean)
     if (g->comm && clean) {
         ncclResult_t r = ncclCommFinalize(g->comm);
         if ((r == ncclSuccess || r == ncclInProgress) &&
-            nccl_wait(g->comm, NULL, ctl_now() + NCCL_CLOSE_S, NULL, "finalize", &ignored) == 0) {
+            nccl_wait(g->comm, NULL, ctl_now() + NCCL_CLOSE_S, NULL, NULL, "finalize", &ignored) == 0) {
             /* Destroyed, whatever it answers: the handle is not NCCL's to
              * abort any more (an abort after a failed destroy could free
              * it twice). */
@@ -201,8 +217,9 @@ static void group_free(struct nccl_group *g, int clean)
     free(g);
 }
 
-int nccl_group_open(const struct ctl *ctl, int64_t job_id, uint32_t epoch, int stage, int rank, int size,
-                    int device_index, double timeout_s, struct nccl_group **out, struct shoal_err *err)
+int nccl_group_open(const struct ctl *ctl, const atomic_int *abort, int64_t job_id, uint32_t epoch, int stage,
+                    int rank, int size, int device_index, double timeout_s, struct nccl_group **out,
+                    struct shoal_err *err)
 {
     int rc = -1;
     double deadline = ctl_now() + timeout_s;
@@ -223,6 +240,7 @@ int nccl_group_open(const struct ctl *ctl, int64_t job_id, uint32_t epoch, int s
     g->rank = rank;
     g->size = size;
     g->stop = ctl->stop;
+    g->abort = abort;
     /* The device first: a wrong index should fail before anyone waits on us. */
     if ((e = cudaSetDevice(device_index)) != cudaSuccess) {
         cuda_failed(e, "cudaSetDevice", err);
@@ -239,7 +257,7 @@ int nccl_group_open(const struct ctl *ctl, int64_t job_id, uint32_t epoch, int s
         }
         if (id_put(ctl, job_id, epoch, stage, &id, deadline, err) != 0)
             goto out;
-    } else if (id_get(ctl, job_id, epoch, stage, &id, deadline, err) != 0) {
+    } else if (id_get(ctl, abort, job_id, epoch, stage, &id, deadline, err) != 0) {
         goto out;
     }
     cfg.blocking = 0;
@@ -248,7 +266,7 @@ int nccl_group_open(const struct ctl *ctl, int64_t job_id, uint32_t epoch, int s
         nccl_failed(g->comm, r, "ncclCommInitRankConfig", err);
         goto out;
     }
-    if (nccl_wait(g->comm, NULL, deadline, ctl->stop, "forming the group", err) != 0)
+    if (nccl_wait(g->comm, NULL, deadline, g->stop, g->abort, "forming the group", err) != 0)
         goto out;
     log_info("nccl group job=%lld epoch=%u stage=%d rank=%d size=%d device=%d", (long long)job_id,
              (unsigned)epoch, stage, rank, size, device_index);
@@ -280,7 +298,7 @@ int nccl_allreduce_sum(struct nccl_group *g, float *device_data, size_t n, doubl
         nccl_failed(g->comm, r, "ncclAllReduce", err);
         goto out;
     }
-    if (nccl_wait(g->comm, g->stream, deadline, g->stop, "all-reduce", err) != 0)
+    if (nccl_wait(g->comm, g->stream, deadline, g->stop, g->abort, "all-reduce", err) != 0)
         goto out;
     rc = 0;
 out:

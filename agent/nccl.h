@@ -13,6 +13,7 @@
 #ifndef SHOAL_AGENT_NCCL_H
 #define SHOAL_AGENT_NCCL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,19 +33,24 @@ int nccl_built(void);
  * unique id and PUTs it; the others poll GET every NCCL_POLL_S seconds
  * until it appears.  Then ncclCommInitRankConfig on CUDA device `device_index`,
  * which waits for every rank.  The whole call takes at most about
- * timeout_s seconds (s).  On success *out is a new group (free with
- * nccl_group_close) and 0 is returned; else -1 with err set ("peer_timeout"
- * when the id or a peer did not come in time, the server's error when it
- * refused) and *out NULL. */
-int nccl_group_open(const struct ctl *ctl, int64_t job_id, uint32_t epoch, int stage, int rank, int size,
-                    int device_index, double timeout_s, struct nccl_group **out, struct shoal_err *err);
+ * timeout_s seconds (s).  Every wait, here and in the group's later calls,
+ * also ends when ctl's stop flag is set (err 503 "stopped": an agent that
+ * is shutting down does not wait out its peers) or `abort` is (err 503
+ * "aborted": the tasklet's assignment was replaced, its job re-planned);
+ * `abort` (the tasklet's flag, train_env.abort; NULL: none) must outlive
+ * the group.  On success *out is a new group (free with nccl_group_close)
+ * and 0 is returned; else -1 with err set ("peer_timeout" when the id or a
+ * peer did not come in time, the server's error when it refused) and *out
+ * NULL. */
+int nccl_group_open(const struct ctl *ctl, const atomic_int *abort, int64_t job_id, uint32_t epoch, int stage,
+                    int rank, int size, int device_index, double timeout_s, struct nccl_group **out,
+                    struct shoal_err *err);
 
 /* Replaces device_data[0..n) (device memory on the group's device: the
  * stage's gradient buffer, complete when called) by its sum over the
  * group's ranks, on the group's own stream, and waits for it at most
- * timeout_s seconds (s), or until the stop flag of the ctl the group was
- * opened with is set (err 503 "stopped": an agent that is shutting down
- * does not wait out its peers).  Returns 0 once the sum is in place.  On
+ * timeout_s seconds (s), or until a flag the group was opened with is set
+ * ("stopped", "aborted").  Returns 0 once the sum is in place.  On
  * timeout the communicator is aborted (err "peer_timeout"); on that or any
  * other error -1 is returned, device_data is unspecified and the group is
  * unusable: close it. */

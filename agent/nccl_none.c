@@ -10,10 +10,11 @@ int nccl_built(void)
     return 0;
 }
 
-int nccl_group_open(const struct ctl *ctl, int64_t job_id, uint32_t epoch, int stage, int rank, int size,
-                    int device_index, double timeout_s, struct nccl_group **out, struct shoal_err *err)
+int nccl_group_open(const struct ctl *ctl, const atomic_int *abort, int64_t job_id, uint32_t epoch, int stage,
+                    int rank, int size, int device_index, double timeout_s, struct nccl_group **out,
+                    struct shoal_err *err)
 {
-    (void)ctl, (void)job_id, (void)epoch, (void)stage, (void)rank, (void)size, (void)device_index,
+    (void)ctl, (void)abort, (void)job_id, (void)epoch, (void)stage, (void)rank, (void)size, (void)device_index,
         (void)timeout_s;
     *out = NULL;
     return err_set(err, 501, "no_nccl", NULL, NCCL_NONE_MSG);

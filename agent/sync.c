@@ -26,8 +26,10 @@ static int every_step_open(struct tasklet *k, struct shoal_err *err)
     if (k->env->dev.kind != KERN_CUDA)
         return err_set(err, 409, "device_mismatch", NULL, "the plan sums stage %d's gradients with NCCL, but this "
                        "agent trains on the cpu; restart it with --device cuda", as->stage);
-    return nccl_group_open(k->env->ctl, as->job_id, as->epoch, as->stage, as->replica, as->replicas,
-                           k->env->dev.index, k->env->connect_timeout_ms / 1e3, &k->nccl, err);
+    /* The tasklet's abort flag: a re-plan ends the waits for the id and
+     * the peers at once, as it ends the ring's (tasklet.h). */
+    return nccl_group_open(k->env->ctl, k->env->abort, as->job_id, as->epoch, as->stage, as->replica,
+                           as->replicas, k->env->dev.index, k->env->connect_timeout_ms / 1e3, &k->nccl, err);
 }
 
 /* every_step: sums the replicas' gradients of this stage: in place on the

@@ -10,7 +10,7 @@ TOP=$(cd "$(dirname "$0")/../.." && pwd)
 # The build the agent under test comes from (build/san under make test).
 BUILD=$(cd "$(dirname "$(dirname "${SHOAL_AGENT:?set SHOAL_AGENT to the shoal-agent binary}")")" && pwd)
 T="$BUILD/tests/gpu/test_nccl_host"
-STAGES=8     # test_nccl_host.c's SCENARIO_STAGES
+STAGES=10    # test_nccl_host.c's SCENARIO_STAGES
 REPLICAS=2
 
 if [ ! -x "$T" ]; then

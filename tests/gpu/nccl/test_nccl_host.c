@@ -34,9 +34,11 @@ enum {
     STAGE_ABORT,        /* rank 1's all-reduce is refused, so it aborts */
     STAGE_LEAVE,        /* rank 1 closes while rank 0's all-reduce waits */
     STAGE_COUNT,        /* the ranks pass different counts */
-    STAGE_NO_ID,        /* rank 1 alone: replica 0 never puts the id */
+    STAGE_NO_ID,        /* rank 1 alone: replica 0 never puts the id (no scenario puts one here) */
     STAGE_SAME_DEVICE,  /* both ranks on device 0 */
     STAGE_STOP,         /* rank 0's agent stops while its all-reduce waits */
+    STAGE_REPLAN,       /* rank 0's assignment is replaced while its all-reduce waits */
+    STAGE_REPLAN_OPEN,  /* rank 0 alone: its assignment is replaced while the group forms */
     SCENARIO_STAGES
 };
 
@@ -80,6 +82,9 @@ static int parse_token_arg(const char *arg)
 struct rank {
     int rank, device, stage;
     struct ctl ctl;
+    atomic_int stop;              /* the agent's stop flag (ctl.stop) */
+    atomic_int abort;             /* the tasklet's abort flag, passed to nccl_group_open */
+    struct rank *all;             /* the scenario's ranks, by rank, so that one can raise another's flags */
     pthread_barrier_t *barrier;   /* shared by the scenario's ranks */
     struct nccl_group *g;
     int open_rc;
@@ -101,6 +106,7 @@ static void rank_init(struct rank *r, int rank, int device, int stage, pthread_b
     r->barrier = barrier;
     snprintf(r->ctl.url, sizeof r->ctl.url, "%s", server_url);
     snprintf(r->ctl.token, sizeof r->ctl.token, "%s", tokens[stage][rank]);
+    r->ctl.stop = &r->stop; /* the group keeps the ctl's flag from its open */
     for (int s = 0; s < STEPS; s++)
         r->rc[s] = -2;
 }
@@ -114,8 +120,8 @@ static void rank_free(struct rank *r)
 static void rank_open(struct rank *r, double timeout_s)
 {
     double t0 = ctl_now();
-    r->open_rc = nccl_group_open(&r->ctl, job_id, epoch, r->stage, r->rank, RANKS, r->device, timeout_s, &r->g,
-                                 &r->open_err);
+    r->open_rc = nccl_group_open(&r->ctl, &r->abort, job_id, epoch, r->stage, r->rank, RANKS, r->device,
+                                 timeout_s, &r->g, &r->open_err);
     r->open_s = ctl_now() - t0;
 }
 
@@ -185,8 +191,10 @@ static void run_ranks(rank_fn fn, int stage, const int devices[RANKS], struct ra
     pthread_barrier_t barrier;
     pthread_t threads[RANKS];
     pthread_barrier_init(&barrier, NULL, RANKS);
-    for (int i = 0; i < RANKS; i++)
+    for (int i = 0; i < RANKS; i++) {
         rank_init(&r[i], i, devices[i], stage, &barrier);
+        r[i].all = r;
+    }
     for (int i = 0; i < RANKS; i++)
         if (pthread_create(&threads[i], NULL, fn, &r[i]) != 0) {
             fprintf(stderr, "test_nccl_host: cannot start a rank thread\n");
@@ -474,17 +482,13 @@ static void scenario_abort(void)
           SLOW_S, outcome(r[0].rc[0], &r[0].err[0]));
 }
 
-/* Rank 0's stop flag (its agent shutting down), set by rank 1 on STAGE_STOP. */
-static atomic_int stop_rank0;
-
 /* Rank 0 all-reduces; rank 1, silent, lets that be queued, then closes the
- * group (STAGE_LEAVE) or sets rank 0's stop flag (STAGE_STOP). */
+ * group (STAGE_LEAVE), sets rank 0's stop flag (STAGE_STOP: its agent shuts
+ * down) or its abort flag (STAGE_REPLAN: its job was re-planned). */
 static void *cut_short_rank(void *arg)
 {
     struct rank *r = arg;
     float *dev = NULL;
-    if (r->rank == 0 && r->stage == STAGE_STOP)
-        r->ctl.stop = &stop_rank0; /* the group keeps the ctl's flag from its open */
     rank_open(r, OPEN_S);
     if (r->g)
         dev = device_values(0, r->rank, SUM_FLOATS);
@@ -494,7 +498,9 @@ static void *cut_short_rank(void *arg)
     if (r->rank == 1) {
         sleep_s(SETTLE_S);
         if (r->stage == STAGE_STOP)
-            atomic_store(&stop_rank0, 1);
+            atomic_store(&r->all[0].stop, 1);
+        else if (r->stage == STAGE_REPLAN)
+            atomic_store(&r->all[0].abort, 1);
         else
             rank_close(r);
     }
@@ -561,16 +567,54 @@ static void scenario_open(void)
 
     struct nccl_group *g = (struct nccl_group *)&alone; /* must be overwritten with NULL */
     struct shoal_err err;
-    int rc = nccl_group_open(&alone.ctl, job_id, epoch, STAGE_NO_ID, RANKS, RANKS, 0, OPEN_S, &g, &err);
+    int rc = nccl_group_open(&alone.ctl, NULL, job_id, epoch, STAGE_NO_ID, RANKS, RANKS, 0, OPEN_S, &g, &err);
     check("nccl", "open: rank 2 of 2 is refused with no group", rc == -1 && !g && err_is(&err, "internal", NULL), "%s",
           outcome(rc, &err));
     g = (struct nccl_group *)&alone;
     double t0 = ctl_now();
-    rc = nccl_group_open(&alone.ctl, job_id, epoch, STAGE_NO_ID, 1, RANKS, 7, OPEN_S, &g, &err);
+    rc = nccl_group_open(&alone.ctl, NULL, job_id, epoch, STAGE_NO_ID, 1, RANKS, 7, OPEN_S, &g, &err);
     check("nccl", "open: a device the node does not have fails at once with device_error",
           rc == -1 && !g && err_is(&err, "device_error", NULL) && ctl_now() - t0 < 1.0, "after %.2f s: %s",
           ctl_now() - t0, outcome(rc, &err));
     (void)cudaGetLastError(); /* the refused cudaSetDevice's */
+}
+
+static void *lone_open_rank(void *arg)
+{
+    rank_open(arg, SLOW_S);
+    return NULL;
+}
+
+/* A re-plan ends an open's waits: rank 1 polls for an id nobody puts,
+ * rank 0 puts its id and waits for a group rank 1 never joins; once their
+ * tasklets' abort flags are raised both give up, long before their
+ * timeout, with "aborted" (train.c then ends the tasklet as aborted). */
+static void scenario_open_replan(void)
+{
+    struct rank r[2];
+    pthread_t threads[2];
+    rank_init(&r[0], 0, 0, STAGE_REPLAN_OPEN, NULL);
+    rank_init(&r[1], 1, 1, STAGE_NO_ID, NULL);
+    for (int k = 0; k < 2; k++)
+        if (pthread_create(&threads[k], NULL, lone_open_rank, &r[k]) != 0) {
+            fprintf(stderr, "test_nccl_host: cannot start a rank thread\n");
+            exit(2);
+        }
+    sleep_s(2 * SETTLE_S); /* rank 0 has put its id and waits in ncclCommInitRankConfig's forming */
+    for (int k = 0; k < 2; k++)
+        atomic_store(&r[k].abort, 1);
+    for (int k = 0; k < 2; k++)
+        pthread_join(threads[k], NULL);
+    const char *waits[2] = { "forming the group", "waiting for the NCCL id" };
+    for (int k = 0; k < 2; k++) {
+        char what[160];
+        snprintf(what, sizeof what, "replan: an open %s gives up when the assignment is replaced (aborted, 503), "
+                 "not at its timeout", waits[k]);
+        check("nccl", what, r[k].open_rc == -1 && !r[k].g && err_is(&r[k].open_err, "aborted", waits[k]) &&
+              r[k].open_err.status == 503 && r[k].open_s >= SETTLE_S && r[k].open_s < 2 * SETTLE_S + FAST_S,
+              "after %.2f s of %.0f (raised at %.1f s): %s", r[k].open_s, SLOW_S, 2 * SETTLE_S,
+              outcome(r[k].open_rc, &r[k].open_err));
+    }
 }
 
 /* Both ranks on device 0: NCCL refuses such a group. */
@@ -638,8 +682,12 @@ int main(int argc, char **argv)
                        "a peer that closes mid-way fails the pending all-reduce fast with peer_io");
     scenario_cut_short(STAGE_STOP, "stop", "stopped",
                        "an all-reduce gives up when its agent stops (stopped), not at its timeout");
+    scenario_cut_short(STAGE_REPLAN, "replan", "aborted",
+                       "an all-reduce gives up when the tasklet's assignment is replaced (aborted), not at its "
+                       "timeout");
     scenario_count();
     scenario_open();
+    scenario_open_replan();
     scenario_same_device();
     return check_summary();
 }
