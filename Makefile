@@ -195,7 +195,8 @@ $(BUILD)/tests/gpu/test_kernels_host: $(wildcard tests/gpu/*.c) $(HOSTCUDA_CPU_O
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(HOSTCUDA_LIBS)
 
 # agent/nccl.c's groups, ranks as threads of one process, against a real server.
-$(BUILD)/tests/gpu/test_nccl_host: tests/gpu/nccl/test_nccl_host.c tests/gpu/gpu_check.c $(BUILD)/hostcuda/agent/nccl.o \
+$(BUILD)/tests/gpu/test_nccl_host: $(wildcard tests/gpu/nccl/*.c tests/gpu/nccl/*.h) tests/gpu/gpu_check.c \
+        $(BUILD)/hostcuda/agent/nccl.o \
         $(filter-out $(BUILD)/agent/nccl%,$(AGENT_OBJ)) $(COMMON_OBJ) $(HOSTCUDA_CPU_OBJ) \
         $(HOSTCUDA_KERNELS) $(HOSTCUDA_OBJ)
 	@mkdir -p $(@D)

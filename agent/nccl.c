@@ -29,6 +29,7 @@ struct nccl_group {
     int rank, size;
     const atomic_int *stop;  /* the ctl's at open: the agent is stopping */
     const atomic_int *abort; /* the tasklet's: its assignment was replaced (the job is re-planned) */
+    unsigned char *words;    /* device, 8 bytes a rank: the all-gather of the ranks' losses */
 };
 
 int nccl_built(void)
@@ -214,6 +215,7 @@ static void group_free(struct nccl_group *g, int clean)
         (void)ncclCommAbort(g->comm);
     if (g->stream)
         (void)cudaStreamDestroy(g->stream);
+    (void)cudaFree(g->words);
     free(g);
 }
 
@@ -250,6 +252,10 @@ int nccl_group_open(const struct ctl *ctl, const atomic_int *abort, int64_t job_
         cuda_failed(e, "cudaStreamCreate", err);
         goto out;
     }
+    if ((e = cudaMalloc((void **)&g->words, (size_t)size * sizeof(double))) != cudaSuccess) {
+        cuda_failed(e, "cudaMalloc", err);
+        goto out;
+    }
     if (rank == 0) {
         if ((r = ncclGetUniqueId(&id)) != ncclSuccess) {
             nccl_failed(NULL, r, "ncclGetUniqueId", err);
@@ -278,37 +284,88 @@ out:
     return rc;
 }
 
-int nccl_allreduce_sum(struct nccl_group *g, float *device_data, size_t n, double timeout_s,
-                       struct shoal_err *err)
+/* ---- collectives ------------------------------------------------------------ */
+
+/* A failed collective, or a failed copy around one, leaves the peers
+ * waiting in it: the communicator is aborted so that they fail fast too,
+ * and so that it is never used again.  Returns -1. */
+static int group_broken(struct nccl_group *g)
 {
-    int rc = -1;
-    double deadline = ctl_now() + timeout_s;
+    (void)ncclCommAbort(g->comm);
+    g->comm = NULL;
+    return -1;
+}
+
+/* Before a collective: the group is usable and its device is this
+ * thread's (the device is per thread: the caller's may not have set it).
+ * Returns 0, or -1 with err set. */
+static int group_ready(struct nccl_group *g, struct shoal_err *err)
+{
     cudaError_t e;
     if (!g->comm)
         return err_set(err, 500, "nccl_error", NULL, "the NCCL group was aborted by an earlier failure");
-    /* The device is per thread: the caller's thread may not have set it. */
     if ((e = cudaSetDevice(g->device)) != cudaSuccess) {
         cuda_failed(e, "cudaSetDevice", err);
-        goto out;
+        return group_broken(g);
     }
+    return 0;
+}
+
+/* Ends a collective that `call` queued on g->stream (`issued`: its
+ * answer): waits at most timeout_s (s) for it to land, or until a flag is
+ * set (nccl_wait).  Returns 0 once it has landed; else -1 with err set and
+ * the group aborted. */
+static int collective_end(struct nccl_group *g, ncclResult_t issued, const char *call, const char *what,
+                          double timeout_s, struct shoal_err *err)
+{
+    if (issued != ncclSuccess && issued != ncclInProgress)
+        nccl_failed(g->comm, issued, call, err);
+    else if (nccl_wait(g->comm, g->stream, ctl_now() + timeout_s, g->stop, g->abort, what, err) == 0)
+        return 0;
+    return group_broken(g);
+}
+
+/* Copies `bytes` between host memory and the group's device on g->stream:
+ * to the device before a collective (ordered before it on the stream; the
+ * host side may be reused at once, as it is pageable), from it after one
+ * has landed (done on return).  Returns 0, or -1 with err set and the
+ * group aborted. */
+static int group_copy(struct nccl_group *g, void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
+                      struct shoal_err *err)
+{
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, g->stream);
+    if (e == cudaSuccess && kind == cudaMemcpyDeviceToHost)
+        e = cudaStreamSynchronize(g->stream);
+    if (e == cudaSuccess)
+        return 0;
+    cuda_failed(e, kind == cudaMemcpyHostToDevice ? "copy to the device" : "copy from the device", err);
+    return group_broken(g);
+}
+
+int nccl_allreduce_sum(struct nccl_group *g, float *device_data, size_t n, double timeout_s,
+                       struct shoal_err *err)
+{
+    if (group_ready(g, err) != 0)
+        return -1;
     /* In place (send = receive buffer).  The gradients are complete: the
      * kernels synchronise their own stream before backward returns. */
     ncclResult_t r = ncclAllReduce(device_data, device_data, n, ncclFloat32, ncclSum, g->comm, g->stream);
-    if (r != ncclSuccess && r != ncclInProgress) {
-        nccl_failed(g->comm, r, "ncclAllReduce", err);
-        goto out;
-    }
-    if (nccl_wait(g->comm, g->stream, deadline, g->stop, g->abort, "all-reduce", err) != 0)
-        goto out;
-    rc = 0;
-out:
-    if (rc != 0) {
-        /* Any failure leaves peers waiting in the collective: abort so they
-         * fail fast too, and so this communicator is never used again. */
-        (void)ncclCommAbort(g->comm);
-        g->comm = NULL;
-    }
-    return rc;
+    return collective_end(g, r, "ncclAllReduce", "all-reduce", timeout_s, err);
+}
+
+int nccl_pass_loss(struct nccl_group *g, double mine, double *from_prev, double timeout_s, struct shoal_err *err)
+{
+    unsigned char *slot = g->words + (size_t)g->rank * sizeof mine;
+    int prev = (g->rank - 1 + g->size) % g->size;
+    if (group_ready(g, err) != 0 || group_copy(g, slot, &mine, sizeof mine, cudaMemcpyHostToDevice, err) != 0)
+        return -1;
+    /* In place, as bytes: NCCL moves them untouched, so every loss arrives
+     * bit for bit (NaN and all). */
+    ncclResult_t r = ncclAllGather(slot, g->words, sizeof mine, ncclUint8, g->comm, g->stream);
+    if (collective_end(g, r, "ncclAllGather", "loss all-gather", timeout_s, err) != 0)
+        return -1;
+    return group_copy(g, from_prev, g->words + (size_t)prev * sizeof mine, sizeof mine, cudaMemcpyDeviceToHost,
+                      err);
 }
 
 void nccl_group_close(struct nccl_group *g)

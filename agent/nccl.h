@@ -57,6 +57,16 @@ int nccl_group_open(const struct ctl *ctl, const atomic_int *abort, int64_t job_
 int nccl_allreduce_sum(struct nccl_group *g, float *device_data, size_t n, double timeout_s,
                        struct shoal_err *err);
 
+/* Passes each rank's `mine` (the last stage's mean loss of the step) to
+ * every rank with one all-gather of its 8 bytes, and returns the previous
+ * rank's ((rank - 1 + size) % size) in *from_prev, bit for bit: what the
+ * ring's ring_pass_loss gives, so that a report's ring_prev_loss means the
+ * same under NCCL.  The last stages call it before the gradient
+ * all-reduce, so that a replica that dies after the all-reduce, before its
+ * report, leaves its loss with a survivor.  Waits as nccl_allreduce_sum,
+ * and fails as it does (the group then unusable). */
+int nccl_pass_loss(struct nccl_group *g, double mine, double *from_prev, double timeout_s, struct shoal_err *err);
+
 /* Releases the communicator and the stream; NULL is ignored.  A group whose
  * peers are gone is aborted rather than waited on. */
 void nccl_group_close(struct nccl_group *g);

@@ -32,6 +32,23 @@ static int every_step_open(struct tasklet *k, struct shoal_err *err)
                            as->replicas, k->env->dev.index, k->env->connect_timeout_ms / 1e3, &k->nccl, err);
 }
 
+/* every_step under NCCL: the last stage's losses go round first, as on
+ * the ring (ring.h), then the n gradients g (on the GPU) are summed in
+ * place.  Which peer failed NCCL does not say: the report names none. */
+static int nccl_gradients(struct tasklet *k, float *g, size_t n, int on_device, struct shoal_err *err)
+{
+    double timeout_s = k->env->peer_timeout_ms / 1e3;
+    int last = k->as->stage == k->as->stages - 1;
+    /* NCCL's own sockets: count what its ring sends (the losses' all-gather:
+     * 8 bytes to each other rank) */
+    k->dp_bytes += ring_bytes_per_rank(n, k->as->replicas, 0) + (last ? 8 * (uint64_t)(k->as->replicas - 1) : 0);
+    if (!on_device)
+        return err_set(err, 500, "internal", NULL, "an NCCL group on a stage whose gradients are not on the GPU");
+    if (last && nccl_pass_loss(k->nccl, tasklet_loss_mean(k), &k->ring_prev_loss, timeout_s, err) != 0)
+        return -1;
+    return nccl_allreduce_sum(k->nccl, g, n, timeout_s, err);
+}
+
 /* every_step: sums the replicas' gradients of this stage: in place on the
  * GPU with NCCL, or over the TCP ring (from a host copy when they live on a
  * GPU). */
@@ -46,13 +63,7 @@ static int every_step_gradients(struct tasklet *k, uint64_t t, struct shoal_err 
     uint64_t sent0 = k->ring_next.bytes_sent;
     float *g = kern_stage_grad_buffer(k->st, &on_device), *host = NULL;
     if (k->nccl) {
-        /* Which peer failed NCCL does not say: the report names none. */
-        if (!on_device)
-            err_set(err, 500, "internal", NULL, "an NCCL group on a stage whose gradients are not on the GPU");
-        else if (nccl_allreduce_sum(k->nccl, g, n, k->env->peer_timeout_ms / 1e3, err) == 0)
-            rc = 0;
-        /* NCCL's own sockets: count what its ring sends */
-        k->dp_bytes += ring_bytes_per_rank(n, k->as->replicas, 0);
+        rc = nccl_gradients(k, g, n, on_device, err);
         goto out;
     }
     if (on_device) {

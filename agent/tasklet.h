@@ -36,8 +36,8 @@ struct tasklet {
     size_t wire_bytes;
     int32_t *tokens, *targets;           /* (B,T) */
     double *loss;                        /* per micro-batch, last stage */
-    double ring_prev_loss;               /* the step's mean loss of the ring's previous replica (last
-                                            stage, TCP ring); NAN: not passed this step */
+    double ring_prev_loss;               /* the step's mean loss of the previous replica (last stage:
+                                            ring_pass_loss or nccl_pass_loss); NAN: not passed this step */
     struct sync_state sync;
     const struct assign_peer *failed_peer;   /* the neighbour that failed first, or NULL */
     /* the current step's parts, s: disjoint stretches of its iteration

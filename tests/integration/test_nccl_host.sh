@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # test_nccl_host.sh - agent/nccl.c's data-parallel groups on the host
 # emulation of CUDA and NCCL (tests/gpu/host), against a real server: a job
-# of GPU nodes whose stages each have two replicas, one stage per scenario
-# of tests/gpu/nccl/test_nccl_host.c, whose ranks are threads that trade
-# their NCCL id through /v1/agent/nccl with these nodes' tokens.
+# of GPU nodes whose stages each have three replicas, one stage per scenario
+# of tests/gpu/nccl/test_nccl_host.c (tests/gpu/nccl/ranks.h), whose ranks
+# are threads that trade their NCCL id through /v1/agent/nccl with these
+# nodes' tokens.
 set -u
 . "$(dirname "$0")/lib.sh"
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
 # The build the agent under test comes from (build/san under make test).
 BUILD=$(cd "$(dirname "$(dirname "${SHOAL_AGENT:?set SHOAL_AGENT to the shoal-agent binary}")")" && pwd)
 T="$BUILD/tests/gpu/test_nccl_host"
-STAGES=10    # test_nccl_host.c's SCENARIO_STAGES
-REPLICAS=2
+STAGES=12    # ranks.h's SCENARIO_STAGES
+REPLICAS=3   # ranks.h's RANKS
 
 if [ ! -x "$T" ]; then
     fail "nccl: the test is built" "no $T; build it with: make SAN=1 ${T#"$TOP"/}"
@@ -54,7 +55,7 @@ check "nccl: every node has a tasklet of its own, each group all-reducing over N
     "$tasklets $(printf '%s\n' $groups | sort -u | tr -d '\n')" "$((STAGES * REPLICAS)) nccl"
 
 # ---- the scenarios: about 5 s; the timeout only bounds a hang
-SHOAL_HOST_CUDA_DEVICES=2 timeout 120 "$T" "$S" "$J" "$E" "${ARGS[@]}" > "$WORK/out" 2> "$WORK/err"
+SHOAL_HOST_CUDA_DEVICES=$REPLICAS timeout 120 "$T" "$S" "$J" "$E" "${ARGS[@]}" > "$WORK/out" 2> "$WORK/err"
 rc=$?
 grep -E '^(ok|not ok) - ' "$WORK/out"
 FAILS=$((FAILS + $(grep -c '^not ok - ' "$WORK/out")))

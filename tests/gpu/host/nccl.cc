@@ -9,9 +9,11 @@
 //
 // A collective is numbered per communicator (the k-th call of each rank
 // meets the k-th call of the others, as on NCCL's ordered channels); the
-// rank that completes collective k sums every rank's send buffer in rank
-// order, writes the same bits into every rank's receive buffer and releases
-// every rank's stream.
+// rank that completes collective k lands it for every rank (an all-reduce
+// sums every rank's send buffer in rank order and writes the same bits into
+// every receive buffer; an all-gather writes rank r's bytes at slot r of
+// every receive buffer; a broadcast writes the root's bytes into every one)
+// and releases every rank's stream.
 #include "nccl.h"
 
 #include <sys/random.h>
@@ -56,12 +58,20 @@ namespace {
 
 enum group_state { GROUP_FORMING, GROUP_READY, GROUP_FAILED };
 
+// The collectives emulated; every rank of collective k must make the same.
+enum coll_op { OP_ALL_REDUCE, OP_ALL_GATHER, OP_BROADCAST };
+const char *const op_call[] = { "ncclAllReduce", "ncclAllGather", "ncclBroadcast" };
+
 // One rank's part of a collective.
 struct part {
     ncclComm *comm = nullptr;  // nullptr: this rank has not called it yet
-    const float *send = nullptr;
-    float *recv = nullptr;
-    size_t count = 0;          // elements
+    coll_op op = OP_ALL_REDUCE;
+    const unsigned char *send = nullptr;  // a broadcast's: only the root's is read
+    unsigned char *recv = nullptr;
+    size_t count = 0;          // elements each rank sends (an all-gather receives size times as many)
+    ncclDataType_t type = ncclFloat32;
+    ncclRedOp_t redop = ncclSum;  // an all-reduce's
+    int root = 0;              // a broadcast's
     cudaStream_t stream = nullptr;
 };
 
@@ -124,21 +134,65 @@ __attribute__((format(printf, 3, 4))) void comm_fail(ncclComm *c, ncclResult_t r
     c->async_error = r;
 }
 
-// Ends collective `it` (mu held): every part is released, and when `sum`
-// the receive buffers get the rank-order sum first.
-void collective_end(group *g, std::map<uint64_t, collective>::iterator it, bool sum)
+// Bytes of one element of `type`; 0: a type the emulation does not move.
+size_t type_bytes(ncclDataType_t type)
+{
+    switch (type) {
+    case ncclInt8:
+    case ncclUint8: return 1;
+    case ncclFloat32: return 4;
+    default: return 0;
+    }
+}
+
+// The sum over the ranks, in rank order, into every receive buffer.
+void land_sum(const collective &k, int size)
+{
+    size_t n = k.parts[0].count;
+    std::vector<float> total(n), term(n);
+    memcpy(total.data(), k.parts[0].send, n * sizeof(float));
+    for (int r = 1; r < size; r++) {
+        memcpy(term.data(), k.parts[r].send, n * sizeof(float));
+        for (size_t i = 0; i < n; i++)
+            total[i] += term[i];
+    }
+    for (const part &p : k.parts)
+        memcpy(p.recv, total.data(), n * sizeof(float));
+}
+
+// Rank r's bytes at slot r of every receive buffer.  Taken first, then
+// written: in place (send = recv + rank's slot) is allowed.
+void land_gather(const collective &k, int size)
+{
+    size_t bytes = k.parts[0].count * type_bytes(k.parts[0].type);
+    std::vector<unsigned char> all(bytes * (size_t)size);
+    for (int r = 0; r < size; r++)
+        memcpy(all.data() + (size_t)r * bytes, k.parts[r].send, bytes);
+    for (const part &p : k.parts)
+        memcpy(p.recv, all.data(), all.size());
+}
+
+// The root's bytes into every receive buffer (the root's own may be its
+// send buffer).
+void land_broadcast(const collective &k)
+{
+    const part &root = k.parts[k.parts[0].root];
+    std::vector<unsigned char> bytes(root.send, root.send + root.count * type_bytes(root.type));
+    for (const part &p : k.parts)
+        memcpy(p.recv, bytes.data(), bytes.size());
+}
+
+// Ends collective `it` (mu held): every part is released, and when `land`
+// the receive buffers get what the collective delivers first.
+void collective_end(group *g, std::map<uint64_t, collective>::iterator it, bool land)
 {
     collective &k = it->second;
-    if (sum) {
-        size_t n = k.parts[0].count;
-        std::vector<float> total(k.parts[0].send, k.parts[0].send + n);
-        for (int r = 1; r < g->size; r++)
-            for (size_t i = 0; i < n; i++)
-                total[i] += k.parts[r].send[i];
-        for (part &p : k.parts)
-            if (n)
-                memcpy(p.recv, total.data(), n * sizeof(float));
-    }
+    if (land && k.parts[0].op == OP_ALL_REDUCE)
+        land_sum(k, g->size);
+    else if (land && k.parts[0].op == OP_ALL_GATHER)
+        land_gather(k, g->size);
+    else if (land)
+        land_broadcast(k);
     for (part &p : k.parts) {
         if (!p.comm)
             continue;
@@ -149,19 +203,22 @@ void collective_end(group *g, std::map<uint64_t, collective>::iterator it, bool 
     changed.notify_all();
 }
 
-// Collective `it` has every rank (mu held): sum it, or fail every rank
-// when their counts differ (NCCL would corrupt memory or hang; the
-// emulation says so instead).
+// Collective `it` has every rank (mu held): land it, or fail every rank
+// when their calls differ in the collective, count, datatype or root (NCCL
+// would corrupt memory or hang; the emulation says so instead).
 void collective_complete(group *g, std::map<uint64_t, collective>::iterator it)
 {
     collective &k = it->second;
+    const part &a = k.parts[0];
     for (int r = 1; r < g->size; r++) {
-        if (k.parts[r].count == k.parts[0].count)
+        const part &b = k.parts[r];
+        if (b.op == a.op && b.count == a.count && b.type == a.type && (a.op != OP_BROADCAST || b.root == a.root))
             continue;
         for (part &p : k.parts)
-            comm_fail(p.comm, ncclInvalidUsage, "collective %llu: rank 0 all-reduces %zu elements but rank %d %zu; "
-                      "every rank must pass the same count", (unsigned long long)it->first, k.parts[0].count, r,
-                      k.parts[r].count);
+            comm_fail(p.comm, ncclInvalidUsage, "collective %llu: rank 0 called %s of %zu elements of datatype %d "
+                      "(root %d) but rank %d %s of %zu of datatype %d (root %d); every rank must make the same "
+                      "call with the same count, datatype and root", (unsigned long long)it->first, op_call[a.op],
+                      a.count, (int)a.type, a.root, r, op_call[b.op], b.count, (int)b.type, b.root);
         collective_end(g, it, false);
         return;
     }
@@ -249,6 +306,76 @@ void group_formed(group *g)
     g->registered = false;  // complete: a later rank with this id starts a rendezvous of its own
     registry.erase(g->key);
     changed.notify_all();
+}
+
+// The refusals a collective's call gets at once (mu held), as NCCL's
+// argument checks give them: a datatype or reduction the call does not
+// take (an all-reduce: the fp32 sum only), a count
+// too large, a root out of range, a buffer that is not device memory of
+// the bytes it must hold, a dead stream.
+ncclResult_t part_refused(ncclComm *comm, const part &p)
+{
+    const char *call = op_call[p.op];
+    size_t each = type_bytes(p.type), ranks = (size_t)comm->g->size;
+    if (p.op == OP_ALL_REDUCE && p.type != ncclFloat32)
+        return refuse(comm, ncclInvalidArgument, "%s: datatype %d is not emulated (only ncclFloat32)", call,
+                      (int)p.type);
+    if (p.op == OP_ALL_REDUCE && p.redop != ncclSum)
+        return refuse(comm, ncclInvalidArgument, "%s: op %d is not emulated (only ncclSum)", call, (int)p.redop);
+    if (!each)
+        return refuse(comm, ncclInvalidArgument, "%s: datatype %d is not emulated (only ncclInt8, ncclUint8 and "
+                      "ncclFloat32)", call, (int)p.type);
+    if (p.count > SIZE_MAX / each / ranks)
+        return refuse(comm, ncclInvalidArgument, "%s: count %zu is too large", call, p.count);
+    if (p.op == OP_BROADCAST && (p.root < 0 || (size_t)p.root >= ranks))
+        return refuse(comm, ncclInvalidArgument, "%s: root %d is not a rank of %zu", call, p.root, ranks);
+    size_t send_bytes = p.count * each, recv_bytes = p.op == OP_ALL_GATHER ? send_bytes * ranks : send_bytes;
+    bool reads_send = p.op != OP_BROADCAST || p.root == comm->rank;  // NCCL reads only the root's
+    if (p.count && reads_send && hcu_mem_kind(p.send, send_bytes) != HCU_MEM_DEVICE)
+        return refuse(comm, ncclInvalidArgument, "%s: sendbuff %p is not device memory of %zu bytes", call,
+                      (const void *)p.send, send_bytes);
+    if (p.count && hcu_mem_kind(p.recv, recv_bytes) != HCU_MEM_DEVICE)
+        return refuse(comm, ncclInvalidArgument, "%s: recvbuff %p is not device memory of %zu bytes", call,
+                      (void *)p.recv, recv_bytes);
+    if (!hcu_stream_valid(p.stream))
+        return refuse(comm, ncclUnhandledCudaError, "%s: stream %p is not a live stream", call, (void *)p.stream);
+    return ncclSuccess;
+}
+
+// Queues p, this rank's part of its next collective, on p.stream: it
+// lands when every rank's part has come (collective_complete).
+ncclResult_t collective_call(ncclComm *comm, part p)
+{
+    if (!comm)
+        return refuse(nullptr, ncclInvalidArgument, "%s: comm is NULL", op_call[p.op]);
+    // The runtime's lock is taken under ours (hcu_mem_kind), never the other way round.
+    std::lock_guard<std::mutex> lock(mu);
+    ncclResult_t r = comm_ready(comm, op_call[p.op]);
+    if (r == ncclSuccess)
+        r = part_refused(comm, p);
+    if (r != ncclSuccess)
+        return r;
+    if (p.count == 0)  // nothing to move: NCCL returns at once
+        return ncclSuccess;
+    group *g = comm->g;
+    uint64_t number = comm->next_collective++;
+    if (g->departed) {
+        // Its peer's connections are closed: the collective fails in flight.
+        comm_fail(comm, ncclRemoteError, "%s before collective %llu", g->departed_why.c_str(),
+                  (unsigned long long)number);
+        return ncclSuccess;
+    }
+    auto it = g->collectives.try_emplace(number).first;
+    collective &k = it->second;
+    if (k.parts.empty())
+        k.parts.resize(g->size);
+    p.comm = comm;
+    k.parts[comm->rank] = p;
+    comm->pending++;
+    hcu_stream_hold(p.stream);
+    if (++k.arrived == g->size)
+        collective_complete(g, it);
+    return ncclSuccess;
 }
 
 }  // namespace
@@ -365,57 +492,42 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
-    if (!comm)
-        return refuse(nullptr, ncclInvalidArgument, "ncclAllReduce: comm is NULL");
-    size_t bytes = count <= SIZE_MAX / sizeof(float) ? count * sizeof(float) : 0;
-    // Asked before our lock is taken: the runtime's registry has its own.
-    enum hcu_mem send_kind = hcu_mem_kind(sendbuff, bytes), recv_kind = hcu_mem_kind(recvbuff, bytes);
-    int stream_live = hcu_stream_valid(stream);
-
-    std::lock_guard<std::mutex> lock(mu);
-    ncclResult_t r = comm_ready(comm, "ncclAllReduce");
-    if (r != ncclSuccess)
-        return r;
-    if (datatype != ncclFloat32)
-        return refuse(comm, ncclInvalidArgument, "ncclAllReduce: datatype %d is not emulated (only ncclFloat32)",
-                      (int)datatype);
-    if (op != ncclSum)
-        return refuse(comm, ncclInvalidArgument, "ncclAllReduce: op %d is not emulated (only ncclSum)", (int)op);
-    if (count > SIZE_MAX / sizeof(float))
-        return refuse(comm, ncclInvalidArgument, "ncclAllReduce: count %zu is too large", count);
-    if (count && send_kind != HCU_MEM_DEVICE)
-        return refuse(comm, ncclInvalidArgument, "ncclAllReduce: sendbuff %p is not device memory of %zu bytes",
-                      sendbuff, bytes);
-    if (count && recv_kind != HCU_MEM_DEVICE)
-        return refuse(comm, ncclInvalidArgument, "ncclAllReduce: recvbuff %p is not device memory of %zu bytes",
-                      recvbuff, bytes);
-    if (!stream_live)
-        return refuse(comm, ncclUnhandledCudaError, "ncclAllReduce: stream %p is not a live stream", (void *)stream);
-    if (count == 0)  // nothing to move: NCCL returns at once
-        return ncclSuccess;
-    group *g = comm->g;
-    uint64_t number = comm->next_collective++;
-    if (g->departed) {
-        // Its peer's connections are closed: the collective fails in flight.
-        comm_fail(comm, ncclRemoteError, "%s before collective %llu", g->departed_why.c_str(),
-                  (unsigned long long)number);
-        return ncclSuccess;
-    }
-    auto it = g->collectives.try_emplace(number).first;
-    collective &k = it->second;
-    if (k.parts.empty())
-        k.parts.resize(g->size);
-    part &p = k.parts[comm->rank];
-    p.comm = comm;
-    p.send = static_cast<const float *>(sendbuff);
-    p.recv = static_cast<float *>(recvbuff);
+    part p;
+    p.op = OP_ALL_REDUCE;
+    p.send = static_cast<const unsigned char *>(sendbuff);
+    p.recv = static_cast<unsigned char *>(recvbuff);
     p.count = count;
+    p.type = datatype;
+    p.redop = op;
     p.stream = stream;
-    comm->pending++;
-    hcu_stream_hold(stream);
-    if (++k.arrived == g->size)
-        collective_complete(g, it);
-    return ncclSuccess;
+    return collective_call(comm, p);
+}
+
+ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
+                           ncclComm_t comm, cudaStream_t stream)
+{
+    part p;
+    p.op = OP_ALL_GATHER;
+    p.send = static_cast<const unsigned char *>(sendbuff);
+    p.recv = static_cast<unsigned char *>(recvbuff);
+    p.count = sendcount;
+    p.type = datatype;
+    p.stream = stream;
+    return collective_call(comm, p);
+}
+
+ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
+                           ncclComm_t comm, cudaStream_t stream)
+{
+    part p;
+    p.op = OP_BROADCAST;
+    p.send = static_cast<const unsigned char *>(sendbuff);
+    p.recv = static_cast<unsigned char *>(recvbuff);
+    p.count = count;
+    p.type = datatype;
+    p.root = root;
+    p.stream = stream;
+    return collective_call(comm, p);
 }
 
 ncclResult_t ncclCommFinalize(ncclComm_t comm)

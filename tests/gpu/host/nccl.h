@@ -12,9 +12,14 @@
  *   - init refuses bad arguments (ncclInvalidArgument), two ranks with one
  *     rank number or on one device (ncclInvalidUsage, "Duplicate GPU
  *     detected");
- *   - ncclAllReduce (float32 sum only) is asynchronous: the stream stays
- *     busy (cudaStreamQuery: cudaErrorNotReady) until every rank has called
- *     it, then all receive the same sum, taken in rank order;
+ *   - collectives are asynchronous: the stream stays busy (cudaStreamQuery:
+ *     cudaErrorNotReady) until every rank has made its call, then each lands
+ *     for all of them: ncclAllReduce (float32 sum only) gives every rank
+ *     the same sum, taken in rank order; ncclAllGather (int8, uint8,
+ *     float32) rank r's elements at slot r; ncclBroadcast (the same types)
+ *     the root's elements;
+ *   - the k-th collective of every rank must be the same call with the same
+ *     count, datatype and root, else each of them fails (ncclInvalidUsage);
  *   - a rank that aborts or leaves makes its peers' pending and later
  *     collectives fail with ncclRemoteError, and releases their streams;
  *   - ncclGetLastError says what failed last, in a sentence.
@@ -52,8 +57,10 @@ typedef enum {
 
 typedef enum { ncclSum = 0, ncclProd = 1, ncclMax = 2, ncclMin = 3, ncclAvg = 4, ncclNumOps = 5 } ncclRedOp_t;
 
-/* Only ncclFloat32 is emulated; the others are named so that a call with
- * one is refused as NCCL would refuse an unknown type. */
+/* Emulated: ncclFloat32 (every collective) and ncclInt8, ncclUint8 (the
+ * collectives that only move data: all-gather, broadcast); the others are
+ * named so that a call with one is refused as NCCL would refuse an unknown
+ * type. */
 typedef enum {
     ncclInt8 = 0,
     ncclUint8 = 1,
@@ -103,6 +110,18 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
  * recvbuff[0..count) (device memory; in place allowed) on `stream`. */
 ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream);
+
+/* Queues, on `stream`, rank r's sendbuff[0..sendcount) into every rank's
+ * recvbuff[r * sendcount, (r + 1) * sendcount) (device memory; in place,
+ * sendbuff = recvbuff + rank * sendcount, allowed). */
+ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
+                           ncclComm_t comm, cudaStream_t stream);
+
+/* Queues, on `stream`, the root's sendbuff[0..count) into every rank's
+ * recvbuff[0..count) (device memory; sendbuff is read on the root only;
+ * in place allowed). */
+ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
+                           ncclComm_t comm, cudaStream_t stream);
 
 /* Flushes the queued collectives (ncclInProgress on a non-blocking
  * communicator until they end), then ncclCommDestroy frees it. */

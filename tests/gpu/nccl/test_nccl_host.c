@@ -4,59 +4,24 @@
  * through a real shoal-server, as agents do.
  *
  * usage: test_nccl_host URL JOB EPOCH STAGE:REPLICA:TOKEN...
- *   a scheduled job of at least SCENARIO_STAGES stages and 2 replicas, with
- *   the node token of every (stage, replica) below SCENARIO_STAGES; needs
- *   SHOAL_HOST_CUDA_DEVICES=2 or more.  tests/integration/test_nccl_host.sh
- *   sets all of this up.
+ *   a scheduled job of at least SCENARIO_STAGES stages and RANKS (3)
+ *   replicas, with the node token of every (stage, replica) below those;
+ *   needs SHOAL_HOST_CUDA_DEVICES=3 or more.
+ *   tests/integration/test_nccl_host.sh sets all of this up.
  *
- * Each scenario uses a stage of its own, so that no rank can read an id
- * another scenario put.  Prints "ok - ..." / "not ok - ..." lines; exits 0
- * when every check passed, 1 when one failed, 2 on bad usage. */
-#include <pthread.h>
-#include <stdarg.h>
-#include <stdatomic.h>
-#include <stdint.h>
+ * Each scenario uses a stage of its own (ranks.h).  This file holds the
+ * groups and the all-reduce; bytes.c the losses' all-gather.  Prints "ok - ..." / "not ok - ..." lines; exits 0 when every
+ * check passed, 1 when one failed, 2 on bad usage. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "../host/cuda_runtime.h" /* the emulation: this test never runs on a device */
 #include "../host/nccl.h"
 #include "../gpu_check.h"
-
-#include "../../../agent/control.h"
-#include "../../../agent/nccl.h"
-
-enum {
-    STAGE_SUM,          /* two all-reduces, then a clean close */
-    STAGE_DEADLINE,     /* rank 1 stays silent past rank 0's timeout */
-    STAGE_ABORT,        /* rank 1's all-reduce is refused, so it aborts */
-    STAGE_LEAVE,        /* rank 1 closes while rank 0's all-reduce waits */
-    STAGE_COUNT,        /* the ranks pass different counts */
-    STAGE_NO_ID,        /* rank 1 alone: replica 0 never puts the id (no scenario puts one here) */
-    STAGE_SAME_DEVICE,  /* both ranks on device 0 */
-    STAGE_STOP,         /* rank 0's agent stops while its all-reduce waits */
-    STAGE_REPLAN,       /* rank 0's assignment is replaced while its all-reduce waits */
-    STAGE_REPLAN_OPEN,  /* rank 0 alone: its assignment is replaced while the group forms */
-    SCENARIO_STAGES
-};
-
-#define RANKS 2
-#define SUM_FLOATS 4099     /* elements; odd, so no size is special */
-#define STEPS 2             /* calls a rank makes in one scenario */
-#define OPEN_S 20.0         /* s; a group that must form */
-#define SLOW_S 10.0         /* s; a wait that a failure must cut short */
-#define FAST_S 3.0          /* s; how soon "fails fast" must be */
-#define DEADLINE_S 1.0      /* s; the timeout that must fire */
-#define SETTLE_S 0.3        /* s a rank waits so that its peer's all-reduce is surely queued */
+#include "ranks.h"
 
 /* ---- the job on the server ------------------------------------------------- */
-
-static char server_url[512];
-static int64_t job_id;
-static uint32_t epoch;
-static char tokens[SCENARIO_STAGES][RANKS][TOKEN_MAX];
 
 /* Parses "STAGE:REPLICA:TOKEN" into tokens[][]. Returns 0, or -1. */
 static int parse_token_arg(const char *arg)
@@ -76,168 +41,6 @@ static int parse_token_arg(const char *arg)
     snprintf(tokens[stage][replica], TOKEN_MAX, "%s", end + 1);
     return 0;
 }
-
-/* ---- one rank ------------------------------------------------------------- */
-
-struct rank {
-    int rank, device, stage;
-    struct ctl ctl;
-    atomic_int stop;              /* the agent's stop flag (ctl.stop) */
-    atomic_int abort;             /* the tasklet's abort flag, passed to nccl_group_open */
-    struct rank *all;             /* the scenario's ranks, by rank, so that one can raise another's flags */
-    pthread_barrier_t *barrier;   /* shared by the scenario's ranks */
-    struct nccl_group *g;
-    int open_rc;
-    double open_s;                /* s */
-    struct shoal_err open_err;
-    int rc[STEPS];                /* of nccl_allreduce_sum, -2 when not called */
-    double secs[STEPS];           /* s */
-    struct shoal_err err[STEPS];
-    float *result[STEPS];         /* host copy of the buffer after the call */
-    double close_s;               /* s */
-};
-
-static void rank_init(struct rank *r, int rank, int device, int stage, pthread_barrier_t *barrier)
-{
-    memset(r, 0, sizeof *r);
-    r->rank = rank;
-    r->device = device;
-    r->stage = stage;
-    r->barrier = barrier;
-    snprintf(r->ctl.url, sizeof r->ctl.url, "%s", server_url);
-    snprintf(r->ctl.token, sizeof r->ctl.token, "%s", tokens[stage][rank]);
-    r->ctl.stop = &r->stop; /* the group keeps the ctl's flag from its open */
-    for (int s = 0; s < STEPS; s++)
-        r->rc[s] = -2;
-}
-
-static void rank_free(struct rank *r)
-{
-    for (int s = 0; s < STEPS; s++)
-        free(r->result[s]);
-}
-
-static void rank_open(struct rank *r, double timeout_s)
-{
-    double t0 = ctl_now();
-    r->open_rc = nccl_group_open(&r->ctl, &r->abort, job_id, epoch, r->stage, r->rank, RANKS, r->device,
-                                 timeout_s, &r->g, &r->open_err);
-    r->open_s = ctl_now() - t0;
-}
-
-/* nccl_allreduce_sum of data[0..n) as step `step`, when the group formed;
- * with `keep`, the buffer is copied back into r->result[step]. */
-static void rank_allreduce(struct rank *r, int step, float *data, size_t n, double timeout_s, int keep)
-{
-    if (!r->g)
-        return;
-    double t0 = ctl_now();
-    r->rc[step] = nccl_allreduce_sum(r->g, data, n, timeout_s, &r->err[step]);
-    r->secs[step] = ctl_now() - t0;
-    if (keep && r->rc[step] == 0 && (r->result[step] = malloc(n * sizeof(float))) &&
-        cudaMemcpy(r->result[step], data, n * sizeof(float), cudaMemcpyDeviceToHost) != cudaSuccess) {
-        free(r->result[step]);
-        r->result[step] = NULL;
-    }
-}
-
-static void rank_close(struct rank *r)
-{
-    double t0 = ctl_now();
-    nccl_group_close(r->g);
-    r->g = NULL;
-    r->close_s = ctl_now() - t0;
-}
-
-static void sleep_s(double s)
-{
-    struct timespec ts = { (time_t)s, (long)((s - (double)(time_t)s) * 1e9) };
-    nanosleep(&ts, NULL);
-}
-
-/* What rank `rank` all-reduces in step `step`: distinct per rank and step,
- * with low mantissa bits set, so that a missing or doubled rank shows. */
-static float rank_value(int step, int rank, size_t i)
-{
-    uint64_t x = (uint64_t)(step * RANKS + rank) << 32 | i;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return (float)((double)(x >> 40) / (double)(1u << 24) * 8.0 - 4.0);
-}
-
-/* A device buffer of n floats holding rank_value(step, rank, .), or NULL. */
-static float *device_values(int step, int rank, size_t n)
-{
-    float *host = malloc(n * sizeof *host), *dev = NULL;
-    if (!host)
-        return NULL;
-    for (size_t i = 0; i < n; i++)
-        host[i] = rank_value(step, rank, i);
-    if (cudaMalloc((void **)&dev, n * sizeof *dev) != cudaSuccess ||
-        cudaMemcpy(dev, host, n * sizeof *dev, cudaMemcpyHostToDevice) != cudaSuccess) {
-        cudaFree(dev);
-        dev = NULL;
-    }
-    free(host);
-    return dev;
-}
-
-typedef void *(*rank_fn)(void *);
-
-/* Runs fn on one thread per rank, rank i on devices[i] in `stage`. */
-static void run_ranks(rank_fn fn, int stage, const int devices[RANKS], struct rank r[RANKS])
-{
-    pthread_barrier_t barrier;
-    pthread_t threads[RANKS];
-    pthread_barrier_init(&barrier, NULL, RANKS);
-    for (int i = 0; i < RANKS; i++) {
-        rank_init(&r[i], i, devices[i], stage, &barrier);
-        r[i].all = r;
-    }
-    for (int i = 0; i < RANKS; i++)
-        if (pthread_create(&threads[i], NULL, fn, &r[i]) != 0) {
-            fprintf(stderr, "test_nccl_host: cannot start a rank thread\n");
-            exit(2);
-        }
-    for (int i = 0; i < RANKS; i++)
-        pthread_join(threads[i], NULL);
-    pthread_barrier_destroy(&barrier);
-}
-
-static int err_is(const struct shoal_err *e, const char *code, const char *text)
-{
-    return strcmp(e->code, code) == 0 && (!text || strstr(e->message, text));
-}
-
-/* What a call that returned rc said, for a check's detail: "ok", "not
- * called" or "CODE: message".  Valid for three more calls. */
-static const char *outcome(int rc, const struct shoal_err *e)
-{
-    static char ring[4][sizeof e->code + sizeof e->message + 8];
-    static int next;
-    char *s = ring[next++ % 4];
-    if (rc == 0)
-        return "ok";
-    if (rc == -2)
-        return "not called";
-    snprintf(s, sizeof ring[0], "%s: %s", e->code, e->message);
-    return s;
-}
-
-/* 1 when both ranks of `scenario` formed their group; else a failed check
- * says why and the scenario has nothing more to check. */
-static int formed(const char *scenario, const struct rank r[RANKS])
-{
-    char what[96];
-    if (!r[0].open_rc && !r[1].open_rc)
-        return 1;
-    snprintf(what, sizeof what, "%s: the group forms", scenario);
-    check("nccl", what, 0, "rank 0: %s; rank 1: %s", outcome(r[0].open_rc, &r[0].open_err),
-          outcome(r[1].open_rc, &r[1].open_err));
-    return 0;
-}
-
 
 /* ---- stderr, to see what nccl_group_close logged ----------------------- */
 
@@ -280,20 +83,20 @@ static int capture_end(struct capture *c, const char *needle)
  * drives both ranks of a non-blocking communicator. */
 static void scenario_emulation(void)
 {
-    enum { N = 64 };
+    enum { N = 64, PAIR = 2 };
     ncclUniqueId id;
-    ncclComm_t comm[RANKS] = { NULL, NULL };
-    ncclResult_t init[RANKS] = { ncclSuccess, ncclSuccess };
+    ncclComm_t comm[PAIR] = { NULL, NULL };
+    ncclResult_t init[PAIR] = { ncclSuccess, ncclSuccess };
     ncclResult_t state[3] = { ncclInternalError, ncclInternalError, ncclInternalError };
-    cudaStream_t stream[RANKS] = { NULL, NULL };
-    float *dev[RANKS] = { NULL, NULL }, host[RANKS][N];
-    cudaError_t busy = cudaSuccess, idle[RANKS];
+    cudaStream_t stream[PAIR] = { NULL, NULL };
+    float *dev[PAIR] = { NULL, NULL }, host[PAIR][N];
+    cudaError_t busy = cudaSuccess, idle[PAIR];
     int sums = 0;
     if (ncclGetUniqueId(&id) != ncclSuccess) {
         check("nccl", "emulation: ncclGetUniqueId", 0, "%s", ncclGetLastError(NULL));
         return;
     }
-    for (int k = 0; k < RANKS; k++) {
+    for (int k = 0; k < PAIR; k++) {
         ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
         cfg.blocking = 0;
         for (int i = 0; i < N; i++)
@@ -302,7 +105,7 @@ static void scenario_emulation(void)
         cudaStreamCreateWithFlags(&stream[k], cudaStreamNonBlocking);
         cudaMalloc((void **)&dev[k], sizeof host[k]);
         cudaMemcpy(dev[k], host[k], sizeof host[k], cudaMemcpyHostToDevice);
-        init[k] = ncclCommInitRankConfig(&comm[k], RANKS, id, k, &cfg);
+        init[k] = ncclCommInitRankConfig(&comm[k], PAIR, id, k, &cfg);
         if (k == 0)
             ncclCommGetAsyncError(comm[0], &state[0]);
     }
@@ -318,7 +121,7 @@ static void scenario_emulation(void)
         check("nccl", "emulation: an all-reduce only one rank called keeps its stream busy, with no async error",
               busy == cudaErrorNotReady && state[2] == ncclSuccess, "cudaStreamQuery %d, async %d", busy, state[2]);
         ncclAllReduce(dev[1], dev[1], N, ncclFloat32, ncclSum, comm[1], stream[1]);
-        for (int k = 0; k < RANKS; k++) {
+        for (int k = 0; k < PAIR; k++) {
             idle[k] = cudaStreamQuery(stream[k]);
             cudaMemcpy(host[k], dev[k], sizeof host[k], cudaMemcpyDeviceToHost);
         }
@@ -329,7 +132,7 @@ static void scenario_emulation(void)
               idle[0] == cudaSuccess && idle[1] == cudaSuccess && sums == N,
               "cudaStreamQuery %d and %d; %d of %d sums right", idle[0], idle[1], sums, N);
     }
-    for (int k = 0; k < RANKS; k++) {
+    for (int k = 0; k < PAIR; k++) {
         cudaSetDevice(k);
         ncclCommAbort(comm[k]);
         cudaFree(dev[k]);
@@ -363,7 +166,7 @@ static void scenario_sum(void)
     struct rank r[RANKS];
     struct capture cap;
     capture_start(&cap);
-    run_ranks(sum_rank, STAGE_SUM, (const int[]){ 0, 1 }, r);
+    run_ranks(sum_rank, STAGE_SUM, 2, (const int[]){ 0, 1 }, r);
     int warned = capture_end(&cap, "finalize failed");
     check("nccl", "two ranks on devices 0 and 1 form a group through the server", r[0].open_rc == 0 && r[1].open_rc == 0,
           "rank 0: %s in %.2f s; rank 1: %s in %.2f s", outcome(r[0].open_rc, &r[0].open_err), r[0].open_s,
@@ -372,7 +175,7 @@ static void scenario_sum(void)
         char what[128];
         size_t wrong[RANKS] = { 0, 0 }, first = SUM_FLOATS, differ = SUM_FLOATS;
         int done = 1;
-        for (int k = 0; k < RANKS; k++) {
+        for (int k = 0; k < 2; k++) {
             done &= r[k].rc[s] == 0 && r[k].result[s] != NULL;
             for (size_t i = 0; r[k].result[s] && i < SUM_FLOATS; i++) {
                 float want = rank_value(s, 0, i) + rank_value(s, 1, i);
@@ -433,8 +236,8 @@ static void *deadline_rank(void *arg)
 static void scenario_deadline(void)
 {
     struct rank r[RANKS];
-    run_ranks(deadline_rank, STAGE_DEADLINE, (const int[]){ 0, 1 }, r);
-    if (!formed("deadline", r))
+    run_ranks(deadline_rank, STAGE_DEADLINE, 2, (const int[]){ 0, 1 }, r);
+    if (!formed("deadline", r, 2))
         return;
     check("nccl", "deadline: an all-reduce whose peer never calls fails with peer_timeout",
           r[0].rc[0] == -1 && err_is(&r[0].err[0], "peer_timeout", NULL), "%s", outcome(r[0].rc[0], &r[0].err[0]));
@@ -471,8 +274,8 @@ static void *abort_rank(void *arg)
 static void scenario_abort(void)
 {
     struct rank r[RANKS];
-    run_ranks(abort_rank, STAGE_ABORT, (const int[]){ 0, 1 }, r);
-    if (!formed("abort", r))
+    run_ranks(abort_rank, STAGE_ABORT, 2, (const int[]){ 0, 1 }, r);
+    if (!formed("abort", r, 2))
         return;
     check("nccl", "abort: an all-reduce of host memory is refused (nccl_error, invalid argument)",
           r[1].rc[0] == -1 && err_is(&r[1].err[0], "nccl_error", "invalid argument"), "%s",
@@ -517,8 +320,8 @@ static void scenario_cut_short(int stage, const char *name, const char *code, co
 {
     struct rank r[RANKS];
     char title[192];
-    run_ranks(cut_short_rank, stage, (const int[]){ 0, 1 }, r);
-    if (!formed(name, r))
+    run_ranks(cut_short_rank, stage, 2, (const int[]){ 0, 1 }, r);
+    if (!formed(name, r, 2))
         return;
     snprintf(title, sizeof title, "%s: %s", name, what);
     check("nccl", title, r[0].rc[0] == -1 && err_is(&r[0].err[0], code, NULL) && r[0].secs[0] < FAST_S,
@@ -542,10 +345,10 @@ static void *count_rank(void *arg)
 static void scenario_count(void)
 {
     struct rank r[RANKS];
-    run_ranks(count_rank, STAGE_COUNT, (const int[]){ 0, 1 }, r);
-    if (!formed("counts", r))
+    run_ranks(count_rank, STAGE_COUNT, 2, (const int[]){ 0, 1 }, r);
+    if (!formed("counts", r, 2))
         return;
-    for (int k = 0; k < RANKS; k++) {
+    for (int k = 0; k < 2; k++) {
         char what[128];
         snprintf(what, sizeof what, "counts: rank %d's all-reduce of a count its peer does not share fails "
                  "(nccl_error, invalid usage)", k);
@@ -558,7 +361,7 @@ static void scenario_count(void)
 static void scenario_open(void)
 {
     struct rank alone;
-    rank_init(&alone, 1, 1, STAGE_NO_ID, NULL);
+    rank_init(&alone, 1, 2, 1, STAGE_NO_ID, NULL);
     rank_open(&alone, DEADLINE_S);
     check("nccl", "open: a rank whose id never appears fails with peer_timeout within its timeout",
           alone.open_rc == -1 && !alone.g && err_is(&alone.open_err, "peer_timeout", NULL) && alone.open_s < FAST_S,
@@ -567,12 +370,12 @@ static void scenario_open(void)
 
     struct nccl_group *g = (struct nccl_group *)&alone; /* must be overwritten with NULL */
     struct shoal_err err;
-    int rc = nccl_group_open(&alone.ctl, NULL, job_id, epoch, STAGE_NO_ID, RANKS, RANKS, 0, OPEN_S, &g, &err);
+    int rc = nccl_group_open(&alone.ctl, NULL, job_id, epoch, STAGE_NO_ID, 2, 2, 0, OPEN_S, &g, &err);
     check("nccl", "open: rank 2 of 2 is refused with no group", rc == -1 && !g && err_is(&err, "internal", NULL), "%s",
           outcome(rc, &err));
     g = (struct nccl_group *)&alone;
     double t0 = ctl_now();
-    rc = nccl_group_open(&alone.ctl, NULL, job_id, epoch, STAGE_NO_ID, 1, RANKS, 7, OPEN_S, &g, &err);
+    rc = nccl_group_open(&alone.ctl, NULL, job_id, epoch, STAGE_NO_ID, 1, 2, 7, OPEN_S, &g, &err);
     check("nccl", "open: a device the node does not have fails at once with device_error",
           rc == -1 && !g && err_is(&err, "device_error", NULL) && ctl_now() - t0 < 1.0, "after %.2f s: %s",
           ctl_now() - t0, outcome(rc, &err));
@@ -593,8 +396,8 @@ static void scenario_open_replan(void)
 {
     struct rank r[2];
     pthread_t threads[2];
-    rank_init(&r[0], 0, 0, STAGE_REPLAN_OPEN, NULL);
-    rank_init(&r[1], 1, 1, STAGE_NO_ID, NULL);
+    rank_init(&r[0], 0, 2, 0, STAGE_REPLAN_OPEN, NULL);
+    rank_init(&r[1], 1, 2, 1, STAGE_NO_ID, NULL);
     for (int k = 0; k < 2; k++)
         if (pthread_create(&threads[k], NULL, lone_open_rank, &r[k]) != 0) {
             fprintf(stderr, "test_nccl_host: cannot start a rank thread\n");
@@ -629,8 +432,8 @@ static void *same_device_rank(void *arg)
 static void scenario_same_device(void)
 {
     struct rank r[RANKS];
-    run_ranks(same_device_rank, STAGE_SAME_DEVICE, (const int[]){ 0, 0 }, r);
-    for (int k = 0; k < RANKS; k++) {
+    run_ranks(same_device_rank, STAGE_SAME_DEVICE, 2, (const int[]){ 0, 0 }, r);
+    for (int k = 0; k < 2; k++) {
         char what[128];
         snprintf(what, sizeof what, "open: rank %d of a group on one device twice is refused with NCCL's reason", k);
         check("nccl", what, r[k].open_rc == -1 && err_is(&r[k].open_err, "nccl_error", "Duplicate GPU detected") &&
@@ -689,5 +492,7 @@ int main(int argc, char **argv)
     scenario_open();
     scenario_open_replan();
     scenario_same_device();
+    scenario_loss();
+    scenario_mismatch();
     return check_summary();
 }
