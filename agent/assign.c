@@ -127,7 +127,7 @@ static int parse_validation(const json_t *v, struct assignment *o, struct shoal_
 }
 
 /* {step, root}: the epoch starts at `step` from the state its nodes hold;
- * `root` (null: none) hands it round the stage's ring. */
+ * `root` (null: none) hands it to the stage's other replicas (live.h). */
 static int parse_live(const json_t *live, struct assignment *o, struct shoal_err *err)
 {
     json_int_t step, root = -1;
@@ -136,9 +136,9 @@ static int parse_live(const json_t *live, struct assignment *o, struct shoal_err
         (r && !json_is_null(r) && (!json_is_integer(r) || (root = json_integer_value(r)) < 0 ||
                                    root >= o->replicas)))
         return err_set(err, 502, "bad_assignment", "live", "the assignment's live resume is malformed");
-    if (o->sync != ASSIGN_SYNC_EVERY_STEP || (root >= 0 && o->allreduce != ASSIGN_ALLREDUCE_RING))
-        return err_set(err, 502, "bad_assignment", "live", "a live resume needs sync every_step and, to hand "
-                       "the state over, the TCP ring");
+    if (o->sync != ASSIGN_SYNC_EVERY_STEP)
+        return err_set(err, 502, "bad_assignment", "live", "a live resume needs sync every_step (under diloco "
+                       "the replicas differ between outer steps)");
     o->live = 1;
     o->live_root = (int)root;
     o->resume_step = step;

@@ -91,8 +91,8 @@ struct assignment {
     int resume_replicas;
     /* a live resume (live.h): live 1 when the epoch starts at resume_step
      * from the state its nodes hold instead of a checkpoint; live_root the
-     * replica that hands its state round the stage's ring, or -1 when
-     * every replica of the stage holds it */
+     * replica that hands its state to the others (round the stage's ring,
+     * or by NCCL), or -1 when every replica of the stage holds it */
     int live, live_root;
 };
 

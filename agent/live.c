@@ -130,6 +130,22 @@ static int stage_bytes(struct kern_stage *st, unsigned char **data, size_t *len,
     return 0;
 }
 
+/* The root's stage file, *data[0..*len), to the stage's other replicas
+ * (ring.h's ring_broadcast contract): by the group's NCCL communicator
+ * when it syncs over NCCL, else round the TCP ring. */
+static int broadcast_state(struct tasklet *k, unsigned char **data, size_t *len, size_t len_max,
+                           struct shoal_err *err)
+{
+    const struct assignment *as = k->as;
+    if (k->nccl)   /* which peer failed NCCL does not say: the report names none */
+        return nccl_broadcast_bytes(k->nccl, as->live_root, data, len, len_max, k->env->peer_timeout_ms / 1e3,
+                                    err);
+    struct ring r = tasklet_ring(k);
+    if (ring_broadcast(&r, as->live_root, data, len, len_max, (uint64_t)as->resume_step, err) != 0)
+        return tasklet_peer_failed(k, &as->ring_prev);
+    return 0;
+}
+
 int live_share(struct tasklet *k, struct shoal_err *err)
 {
     const struct assignment *as = k->as;
@@ -145,11 +161,8 @@ int live_share(struct tasklet *k, struct shoal_err *err)
     size_t len_max = kern_stage_param_count(k->st) * sizeof(float) * (3 + KERN_EXTRA_COUNT) + (1u << 20);
     if (root && stage_bytes(k->st, &data, &len, err) != 0)
         return -1;
-    struct ring r = tasklet_ring(k);
-    if (ring_broadcast(&r, as->live_root, &data, &len, len_max, (uint64_t)as->resume_step, err) != 0) {
-        tasklet_peer_failed(k, &as->ring_prev);
+    if (broadcast_state(k, &data, &len, len_max, err) != 0)
         goto out;
-    }
     if (!root) {
         FILE *f = fmemopen(data, len, "rb");
         int loaded = f ? kern_stage_load(k->st, f, &ke) : -1;

@@ -9,9 +9,10 @@
  * step}.  The server's re-plan (server/live_resume.c) may then start the
  * next epoch at that step: each tasklet's assignment carries "live":
  * {step, root}.  A tasklet whose stage every replica holds takes its own;
- * otherwise the root replica, which holds it, sends it round the stage's
- * TCP ring (ring_broadcast) to the replicas that do not (a spare that took
- * a dead node's place, a replica one step behind). */
+ * otherwise the root replica, which holds it, sends it to the replicas
+ * that do not (a spare that took a dead node's place, a replica one step
+ * behind): round the stage's TCP ring (ring_broadcast), or by NCCL
+ * broadcasts where the stage syncs over NCCL (nccl_broadcast_bytes). */
 #ifndef SHOAL_AGENT_LIVE_H
 #define SHOAL_AGENT_LIVE_H
 
@@ -57,8 +58,9 @@ json_t *live_held_json(struct live_held *h);
 int live_stage(struct live_held *h, const struct kern_device *dev, const struct assignment *as,
                const struct kern_stage_spec *sp, struct kern_stage **out, struct shoal_err *err);
 
-/* Under a live resume with a root: the root's stage file round the ring,
- * loaded by every other replica.  Otherwise nothing. */
+/* Under a live resume with a root: the root's stage file to every other
+ * replica (round the ring, or over the group's NCCL communicator, which
+ * sync_open opened before), which loads it.  Otherwise nothing. */
 int live_share(struct tasklet *k, struct shoal_err *err);
 
 #endif

@@ -29,7 +29,8 @@ struct nccl_group {
     int rank, size;
     const atomic_int *stop;  /* the ctl's at open: the agent is stopping */
     const atomic_int *abort; /* the tasklet's: its assignment was replaced (the job is re-planned) */
-    unsigned char *words;    /* device, 8 bytes a rank: the all-gather of the ranks' losses */
+    unsigned char *words;    /* device, 8 bytes a rank: the all-gather of the ranks' losses; a
+                                broadcast's length (the first 8) */
 };
 
 int nccl_built(void)
@@ -366,6 +367,69 @@ int nccl_pass_loss(struct nccl_group *g, double mine, double *from_prev, double 
         return -1;
     return group_copy(g, from_prev, g->words + (size_t)prev * sizeof mine, sizeof mine, cudaMemcpyDeviceToHost,
                       err);
+}
+
+/* One broadcast from `root` of host[0, n) through device buffer `dev`:
+ * copied in at the root, out at the others.  Returns 0, or -1 with err set
+ * and the group aborted. */
+static int broadcast_span(struct nccl_group *g, int root, unsigned char *dev, unsigned char *host, size_t n,
+                          double timeout_s, struct shoal_err *err)
+{
+    int is_root = g->rank == root;
+    if (is_root && group_copy(g, dev, host, n, cudaMemcpyHostToDevice, err) != 0)
+        return -1;
+    ncclResult_t r = ncclBroadcast(dev, dev, n, ncclUint8, root, g->comm, g->stream);
+    if (collective_end(g, r, "ncclBroadcast", "state broadcast", timeout_s, err) != 0)
+        return -1;
+    return is_root ? 0 : group_copy(g, host, dev, n, cudaMemcpyDeviceToHost, err);
+}
+
+int nccl_broadcast_bytes(struct nccl_group *g, int root, unsigned char **data, size_t *len, size_t len_max,
+                         double timeout_s, struct shoal_err *err)
+{
+    int rc = -1, is_root = g->rank == root;
+    uint64_t total = is_root ? (uint64_t)*len : 0;   /* bytes; the first broadcast's 8 */
+    unsigned char *buf = is_root ? *data : NULL, *staging = NULL;
+    cudaError_t e;
+    if (group_ready(g, err) != 0)
+        return -1;
+    if (root < 0 || root >= g->size) {
+        err_set(err, 500, "internal", NULL, "nccl_broadcast_bytes: root %d is not a rank of %d", root, g->size);
+        return group_broken(g);
+    }
+    if (broadcast_span(g, root, g->words, (unsigned char *)&total, sizeof total, timeout_s, err) != 0)
+        return -1;
+    if (!is_root && (total == 0 || total > len_max)) {
+        err_set(err, 502, "peer_protocol", NULL, "state from replica %d: %llu bytes, expected 1 to %zu", root,
+                (unsigned long long)total, len_max);
+        return group_broken(g);   /* the root and the others, waiting in the first chunk, fail fast */
+    }
+    if (!is_root && !(buf = malloc((size_t)total))) {
+        err_set(err, 500, "internal", NULL, "out of memory for %llu bytes of state", (unsigned long long)total);
+        group_broken(g);
+        goto out;
+    }
+    size_t chunk = total < NCCL_STATE_CHUNK_BYTES ? (size_t)total : NCCL_STATE_CHUNK_BYTES;
+    if (chunk && (e = cudaMalloc((void **)&staging, chunk)) != cudaSuccess) {
+        cuda_failed(e, "cudaMalloc", err);
+        group_broken(g);
+        goto out;
+    }
+    for (uint64_t off = 0; off < total; off += chunk) {
+        size_t n = total - off < chunk ? (size_t)(total - off) : chunk;
+        if (broadcast_span(g, root, staging, buf + off, n, timeout_s, err) != 0)
+            goto out;
+    }
+    if (!is_root) {
+        *data = buf;
+        *len = (size_t)total;
+    }
+    rc = 0;
+out:
+    (void)cudaFree(staging);
+    if (rc != 0 && !is_root)
+        free(buf);
+    return rc;
 }
 
 void nccl_group_close(struct nccl_group *g)

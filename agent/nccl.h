@@ -1,4 +1,6 @@
-/* nccl.h - the data-parallel all-reduce on CUDA nodes, through NCCL.
+/* nccl.h - the data-parallel group of a stage on CUDA nodes, through
+ * NCCL: the gradient all-reduce, the last stage's losses passed round, and
+ * a live resume's state handed from one replica to the others.
  *
  * A stage's replicas form one NCCL communicator: rank = replica, size =
  * replicas.  They need a shared 128-byte ncclUniqueId before they can talk,
@@ -66,6 +68,25 @@ int nccl_allreduce_sum(struct nccl_group *g, float *device_data, size_t n, doubl
  * report, leaves its loss with a survivor.  Waits as nccl_allreduce_sum,
  * and fails as it does (the group then unusable). */
 int nccl_pass_loss(struct nccl_group *g, double mine, double *from_prev, double timeout_s, struct shoal_err *err);
+
+/* ring_broadcast's contract (ring.h) over NCCL: the root's
+ * (*data)[0..*len) to every other rank of the group.  The length goes
+ * first (one broadcast of its 8 bytes, a uint64_t as the host stores it); a rank that is not the root checks it
+ * is 1..len_max (else it fails with 502 "peer_protocol" and aborts the
+ * group, so that the root and the others fail fast), then receives the
+ * bytes into *data (malloc'd; the caller frees) and sets *len.  The bytes
+ * go in chunks of NCCL_STATE_CHUNK_BYTES through one device staging buffer
+ * of that size (or of the length, when shorter): copied in at the root,
+ * broadcast, copied out at the others.  The root's *data and *len are left
+ * as they were.  Each broadcast waits at most timeout_s (s), or until a
+ * flag the group was opened with is set, as nccl_allreduce_sum does.  On
+ * any failure -1 is returned with err set, a receiver's *data and *len are
+ * untouched, and the group is unusable: close it.  A live resume hands a
+ * stage's weights and AdamW state to replicas that lack them this way
+ * (live.h). */
+#define NCCL_STATE_CHUNK_BYTES ((size_t)16 << 20)
+int nccl_broadcast_bytes(struct nccl_group *g, int root, unsigned char **data, size_t *len, size_t len_max,
+                         double timeout_s, struct shoal_err *err);
 
 /* Releases the communicator and the stream; NULL is ignored.  A group whose
  * peers are gone is aborted rather than waited on. */

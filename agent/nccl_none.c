@@ -33,6 +33,13 @@ int nccl_pass_loss(struct nccl_group *g, double mine, double *from_prev, double 
     return err_set(err, 501, "no_nccl", NULL, NCCL_NONE_MSG);
 }
 
+int nccl_broadcast_bytes(struct nccl_group *g, int root, unsigned char **data, size_t *len, size_t len_max,
+                         double timeout_s, struct shoal_err *err)
+{
+    (void)g, (void)root, (void)data, (void)len, (void)len_max, (void)timeout_s;
+    return err_set(err, 501, "no_nccl", NULL, NCCL_NONE_MSG);
+}
+
 void nccl_group_close(struct nccl_group *g)
 {
     (void)g;

@@ -32,8 +32,7 @@
  * layers since the job went to recovery (null: nothing usable), and
  * whether the re-plan still waits to hear from it (alive, not left out, no
  * idle heartbeat since); which steps before a held one are whole
- * (STEP_WHOLE_SQL) or can be made whole (STEP_FILLABLE_SQL); the GPU nodes
- * (their groups sum over NCCL). */
+ * (STEP_WHOLE_SQL) or can be made whole (STEP_FILLABLE_SQL). */
 #define LIVE_SURVEY_SQL \
     "WITH j AS (SELECT id, plan_epoch, recovery_started_at," \
     "   coalesce(spec->'communication'->>'sync', 'every_step') AS sync FROM jobs WHERE id = $1::bigint)," \
@@ -53,8 +52,7 @@
     "     'node', t.node_id, 'layer_start', t.layer_start, 'layer_end', t.layer_end, 'held_step', t.held_step," \
     "     'pending', t.pending)), '[]') FROM t)," \
     "   'whole', (SELECT coalesce(json_agg(s.step), '[]') FROM (SELECT DISTINCT held_step - 1 AS step FROM t" \
-    "     WHERE held_step > 0) s WHERE " STEP_WHOLE_SQL("$1::bigint", "s.step") " OR " STEP_FILLABLE_SQL("s.step") ")," \
-    "   'gpu', (SELECT coalesce(json_agg(id), '[]') FROM nodes WHERE gpu_count > 0)) FROM j"
+    "     WHERE held_step > 0) s WHERE " STEP_WHOLE_SQL("$1::bigint", "s.step") " OR " STEP_FILLABLE_SQL("s.step") ")) FROM j"
 
 /* The failed plan as a grid: per place (stage * D + replica) the node's
  * index among the problem's nodes (-1: gone or left out) and the step it
@@ -243,8 +241,8 @@ out:
 
 /* The repair of grid g at step `step` with the problem's replicas, or
  * NULL with *why or e set. */
-static struct plan_repair *repair_make(const struct sched_problem *pb, const struct grid *g, const json_t *gpu,
-                                       int64_t step, const char **why, struct shoal_err *e)
+static struct plan_repair *repair_make(const struct sched_problem *pb, const struct grid *g, int64_t step,
+                                       const char **why, struct shoal_err *e)
 {
     struct plan_repair *r = calloc(1, sizeof *r);
     int D = pb->replicas, ok = 0;
@@ -265,22 +263,19 @@ static struct plan_repair *repair_make(const struct sched_problem *pb, const str
     }
     if (cheapest_holders(pb, g, step, &r->plan, holds, e) != 0)
         goto out;
+    /* The root hands its state to the others over the stage's TCP ring or
+     * its NCCL group, whichever the stage sums over (agent/live.h). */
     for (int st = 0; st < g->S; st++) {
-        int all = 1, nccl = 1;
+        int all = 1;
         r->roots[st] = -1;
         for (int rp = D - 1; rp >= 0; rp--) {
             int c = st * D + rp;
             all &= holds[c];
             if (holds[c])
                 r->roots[st] = rp;   /* the lowest replica that holds it */
-            nccl &= in_list(gpu, pb->nodes[r->plan.node[c]].id);
         }
         if (all)
             r->roots[st] = -1;
-        else if (nccl && D > 1) {
-            *why = "a stage that needs its state handed round sums its gradients over NCCL, not the TCP ring";
-            goto out;
-        }
     }
     ok = 1;
 out:
@@ -356,7 +351,7 @@ int live_resume_offer(struct server *srv, int64_t job, struct plan_work *w, char
                       "by every tasklet");
         goto out;
     }
-    struct plan_repair *r = repair_make(pb, &g, json_object_get(sv, "gpu"), step, &why, e);
+    struct plan_repair *r = repair_make(pb, &g, step, &why, e);
     if (!r) {
         rc = why ? no_offer(job, why) : -1;
         goto out;

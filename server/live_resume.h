@@ -14,17 +14,17 @@
  * or can be made whole: trained by the failed epoch, with every last-stage
  * loss reported or carried by the next replica's report (ring_prev_loss).
  * The tasklets that finished s-1's all-reduce and died before reporting
- * it then get stand-in rows when the plan is stored (planner.c).  A stage whose replicas do not all hold s gets a root: a replica
- * that holds it and hands it round the stage's TCP ring.  The planner
- * stores it instead of its search's plan when that is quicker over the
- * rest of the job (planner_offer_repair).
+ * it then get stand-in rows when the plan is stored (planner.c).  A
+ * stage whose replicas do not all hold s gets a root: the lowest replica
+ * that holds it, which hands it to the others over the stage's TCP ring or
+ * its NCCL group, whichever the stage sums over (agent/live.h).  The
+ * planner stores it instead of its search's plan when that is quicker over
+ * the rest of the job (planner_offer_repair).
  *
  * No offer, and so a checkpoint resume as before, when: the job syncs by
  * diloco (replicas differ between outer steps); some stage has no
  * survivor at any common step (every replica of it is gone: a checkpoint
- * is needed); a stage that needs a root sums over NCCL (no TCP ring to
- * send the state on); or the latest such step is no later than the
- * checkpoint. */
+ * is needed); or the latest such step is no later than the checkpoint. */
 #ifndef SHOAL_LIVE_RESUME_H
 #define SHOAL_LIVE_RESUME_H
 

@@ -1,6 +1,7 @@
 /* test_assign.c - agent/assign.h: an assignment as the server sends it
  * becomes the tasklet's neighbours; the group's all-reduce decides whether
- * there is a TCP ring at all; malformed answers are refused with a reason. */
+ * there is a TCP ring at all; a live resume's root is taken under either;
+ * malformed answers are refused with a reason. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -112,6 +113,38 @@ static void test_epoch_micro_batches(void **state)
     json_decref(a);
 }
 
+/* A live resume's root hands the state over whichever way the group
+ * sums: round the ring, or by NCCL; only diloco (replicas that differ) and
+ * a root that is no replica are refused. */
+static void test_live_root(void **state)
+{
+    (void)state;
+    struct assignment o;
+    struct shoal_err err;
+    const char *ways[] = { "ring", "nccl" };
+    for (int i = 0; i < 2; i++) {
+        json_t *a = assignment(ways[i]);
+        json_object_set_new(a, "live", json_pack("{s:i, s:i}", "step", 6, "root", 2));
+        assert_int_equal(assign_parse(a, &o, &err), 0);
+        assert_int_equal(o.live, 1);
+        assert_int_equal(o.live_root, 2);
+        assert_int_equal(o.resume_step, 6);
+        json_decref(a);
+    }
+    json_t *a = assignment("nccl");
+    json_object_set_new(a, "live", json_pack("{s:i, s:i}", "step", 6, "root", 3));
+    assert_int_equal(assign_parse(a, &o, &err), -1);
+    assert_string_equal(err.field, "live");
+    json_object_set_new(json_object_get(a, "spec"), "communication",
+                        json_pack("{s:s, s:i}", "sync", "diloco", "inner_steps", 2));
+    json_object_set_new(a, "allreduce", json_string("ring"));
+    json_object_set_new(a, "live", json_pack("{s:i, s:n}", "step", 6, "root"));
+    assert_int_equal(assign_parse(a, &o, &err), -1);
+    assert_string_equal(err.field, "live");
+    assert_non_null(strstr(err.message, "every_step"));
+    json_decref(a);
+}
+
 static void test_refused(void **state)
 {
     (void)state;
@@ -150,6 +183,7 @@ int main(void)
         cmocka_unit_test(test_nccl_group_has_no_ring),
         cmocka_unit_test(test_older_server_means_ring),
         cmocka_unit_test(test_epoch_micro_batches),
+        cmocka_unit_test(test_live_root),
         cmocka_unit_test(test_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

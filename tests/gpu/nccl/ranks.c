@@ -33,6 +33,7 @@ void rank_free(struct rank *r)
 {
     for (int s = 0; s < STEPS; s++)
         free(r->result[s]);
+    free(r->state);
 }
 
 void rank_open(struct rank *r, double timeout_s)
@@ -140,7 +141,7 @@ int formed(const char *scenario, const struct rank *r, int n)
     for (int k = 0; k < n; k++) {
         size_t used = strlen(why);
         all &= r[k].open_rc == 0;
-        snprintf(why + used, sizeof why - used, "%srank %d: %s", k ? "; " : "", k,
+        snprintf(why + used, sizeof why - used, "%srank %d: %s", k ? "; " : "", r[k].rank,
                  outcome(r[k].open_rc, &r[k].open_err));
     }
     if (all)

@@ -28,6 +28,9 @@ enum {
     STAGE_REPLAN_OPEN,  /* rank 0 alone: its assignment is replaced while the group forms */
     STAGE_LOSS,         /* three ranks pass their losses, then all-reduce (bytes.c) */
     STAGE_MISMATCH,     /* rank 0 passes its loss while rank 1 all-reduces (bytes.c) */
+    STAGE_BROADCAST,    /* three ranks: rank 1's state to the others, then an all-reduce (bytes.c) */
+    STAGE_LEN_MAX,      /* three ranks: rank 1 takes less state than rank 0 sends (bytes.c) */
+    STAGE_ROOT_LEAVES,  /* three ranks: the root, driven by hand, leaves after the first chunk (bytes.c) */
     SCENARIO_STAGES
 };
 
@@ -62,6 +65,9 @@ struct rank {
     struct shoal_err err[STEPS];
     float *result[STEPS];         /* host copy of the buffer after an all-reduce */
     double from_prev;             /* what nccl_pass_loss gave */
+    unsigned char *state;         /* what nccl_broadcast_bytes sends (the root's) or gave (malloc'd) */
+    size_t state_len;             /* bytes */
+    double done_at;               /* ctl_now() when its broadcast returned, or (a root driven by hand) it left */
     double close_s;               /* s */
 };
 
@@ -98,12 +104,16 @@ int err_is(const struct shoal_err *e, const char *code, const char *text);
  * called" or "CODE: message".  Valid for three more calls. */
 const char *outcome(int rc, const struct shoal_err *e);
 
-/* 1 when the n ranks of `scenario` formed their group; else a failed check
- * says why and the scenario has nothing more to check. */
+/* 1 when the n ranks r[0..n) of `scenario` formed their group; else a
+ * failed check says why and the scenario has nothing more to check. */
 int formed(const char *scenario, const struct rank *r, int n);
 
-/* The scenarios of bytes.c: the losses' all-gather. */
+/* The scenarios of bytes.c: the losses' all-gather and the state
+ * broadcast. */
 void scenario_loss(void);
 void scenario_mismatch(void);
+void scenario_broadcast(void);
+void scenario_len_max(void);
+void scenario_root_leaves(void);
 
 #endif

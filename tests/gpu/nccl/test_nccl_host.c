@@ -10,7 +10,8 @@
  *   tests/integration/test_nccl_host.sh sets all of this up.
  *
  * Each scenario uses a stage of its own (ranks.h).  This file holds the
- * groups and the all-reduce; bytes.c the losses' all-gather.  Prints "ok - ..." / "not ok - ..." lines; exits 0 when every
+ * groups and the all-reduce; bytes.c the losses' all-gather and the state
+ * broadcast.  Prints "ok - ..." / "not ok - ..." lines; exits 0 when every
  * check passed, 1 when one failed, 2 on bad usage. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -494,5 +495,8 @@ int main(int argc, char **argv)
     scenario_same_device();
     scenario_loss();
     scenario_mismatch();
+    scenario_broadcast();
+    scenario_len_max();
+    scenario_root_leaves();
     return check_summary();
 }
