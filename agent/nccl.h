@@ -71,20 +71,21 @@ int nccl_pass_loss(struct nccl_group *g, double mine, double *from_prev, double 
 
 /* ring_broadcast's contract (ring.h) over NCCL: the root's
  * (*data)[0..*len) to every other rank of the group.  The length goes
- * first (one broadcast of its 8 bytes, a uint64_t as the host stores it); a rank that is not the root checks it
- * is 1..len_max (else it fails with 502 "peer_protocol" and aborts the
- * group, so that the root and the others fail fast), then receives the
- * bytes into *data (malloc'd; the caller frees) and sets *len.  The bytes
- * go in chunks of NCCL_STATE_CHUNK_BYTES through one device staging buffer
- * of that size (or of the length, when shorter): copied in at the root,
- * broadcast, copied out at the others.  The root's *data and *len are left
- * as they were.  Each broadcast waits at most timeout_s (s), or until a
- * flag the group was opened with is set, as nccl_allreduce_sum does.  On
- * any failure -1 is returned with err set, a receiver's *data and *len are
+ * first (one broadcast of its 8 bytes, a uint64_t as the host stores it);
+ * a rank that is not the root checks it is 1..len_max (else it fails with
+ * 502 "peer_protocol" and aborts the group, so that the root and the
+ * others fail fast), then receives the bytes into *data (malloc'd; the
+ * caller frees) and sets *len.  The bytes go in chunks of
+ * NCCL_STATE_CHUNK_BYTES through one device staging buffer of that size
+ * (or of the length, when shorter): copied in at the root, broadcast,
+ * copied out at the others.  The root's *data and *len are left as they
+ * were.  Each broadcast waits at most timeout_s (s), or until a flag the
+ * group was opened with is set, as nccl_allreduce_sum does.  On any
+ * failure -1 is returned with err set, a receiver's *data and *len are
  * untouched, and the group is unusable: close it.  A live resume hands a
  * stage's weights and AdamW state to replicas that lack them this way
  * (live.h). */
-#define NCCL_STATE_CHUNK_BYTES ((size_t)16 << 20)
+#define NCCL_STATE_CHUNK_BYTES ((size_t)16 << 20)   /* bytes */
 int nccl_broadcast_bytes(struct nccl_group *g, int root, unsigned char **data, size_t *len, size_t len_max,
                          double timeout_s, struct shoal_err *err);
 

@@ -11,7 +11,7 @@ TOP=$(cd "$(dirname "$0")/../.." && pwd)
 # The build the agent under test comes from (build/san under make test).
 BUILD=$(cd "$(dirname "$(dirname "${SHOAL_AGENT:?set SHOAL_AGENT to the shoal-agent binary}")")" && pwd)
 T="$BUILD/tests/gpu/test_nccl_host"
-STAGES=15    # ranks.h's SCENARIO_STAGES
+STAGES=16    # ranks.h's SCENARIO_STAGES
 REPLICAS=3   # ranks.h's RANKS
 
 if [ ! -x "$T" ]; then

@@ -182,10 +182,28 @@ static int fibre_new(struct block_run *r)
     return 0;
 }
 
+static void pool_drop(struct block_run *r);
+
+/* Frees a host thread's block_run and pool when the thread ends (a rank
+ * thread of test_nccl_host, the OpenMP workers it started): its fibres are
+ * parked between blocks, and nothing will enter them again. */
+struct run_release {
+    int armed;
+    ~run_release()
+    {
+        if (!run_here)
+            return;
+        pool_drop(run_here);
+        free(run_here);
+        run_here = NULL;
+    }
+};
+static thread_local struct run_release run_release_here;
+
 static struct block_run *run_get(void)
 {
-    if (!run_here)
-        run_here = (struct block_run *)calloc(1, sizeof *run_here);
+    if (!run_here && (run_here = (struct block_run *)calloc(1, sizeof *run_here)))
+        run_release_here.armed = 1; /* its first use registers the release at thread exit */
     return run_here;
 }
 

@@ -31,6 +31,7 @@ enum {
     STAGE_BROADCAST,    /* three ranks: rank 1's state to the others, then an all-reduce (bytes.c) */
     STAGE_LEN_MAX,      /* three ranks: rank 1 takes less state than rank 0 sends (bytes.c) */
     STAGE_ROOT_LEAVES,  /* three ranks: the root, driven by hand, leaves after the first chunk (bytes.c) */
+    STAGE_TASKLET,      /* three tasklets: sync_open, live_share and sync_gradients over NCCL (tasklet.c) */
     SCENARIO_STAGES
 };
 
@@ -115,5 +116,8 @@ void scenario_mismatch(void);
 void scenario_broadcast(void);
 void scenario_len_max(void);
 void scenario_root_leaves(void);
+
+/* The scenario of tasklet.c: the agent's tasklets on a group. */
+void scenario_tasklet(void);
 
 #endif

@@ -11,7 +11,7 @@
  *
  * Each scenario uses a stage of its own (ranks.h).  This file holds the
  * groups and the all-reduce; bytes.c the losses' all-gather and the state
- * broadcast.  Prints "ok - ..." / "not ok - ..." lines; exits 0 when every
+ * broadcast; tasklet.c the agent's tasklets on a group (sync.c, live.c).  Prints "ok - ..." / "not ok - ..." lines; exits 0 when every
  * check passed, 1 when one failed, 2 on bad usage. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -498,5 +498,6 @@ int main(int argc, char **argv)
     scenario_broadcast();
     scenario_len_max();
     scenario_root_leaves();
+    scenario_tasklet();
     return check_summary();
 }
