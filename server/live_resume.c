@@ -52,7 +52,8 @@
     "     'node', t.node_id, 'layer_start', t.layer_start, 'layer_end', t.layer_end, 'held_step', t.held_step," \
     "     'pending', t.pending)), '[]') FROM t)," \
     "   'whole', (SELECT coalesce(json_agg(s.step), '[]') FROM (SELECT DISTINCT held_step - 1 AS step FROM t" \
-    "     WHERE held_step > 0) s WHERE " STEP_WHOLE_SQL("$1::bigint", "s.step") " OR " STEP_FILLABLE_SQL("s.step") ")) FROM j"
+    "     WHERE held_step > 0) s WHERE " STEP_WHOLE_SQL("$1::bigint", "s.step") " OR " STEP_FILLABLE_SQL("s.step") "))" \
+    " FROM j"
 
 /* The failed plan as a grid: per place (stage * D + replica) the node's
  * index among the problem's nodes (-1: gone or left out) and the step it

@@ -306,7 +306,8 @@ static void hand_root(struct rank *r)
     const char *step = "the device";
     cfg.blocking = 0;
     r->rc[0] = -1;
-    if (cudaSetDevice(r->device) != cudaSuccess || cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
+    if (cudaSetDevice(r->device) != cudaSuccess ||
+        cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess ||
         cudaMalloc((void **)&dev, NCCL_STATE_CHUNK_BYTES) != cudaSuccess)
         goto out;
     step = "the id";

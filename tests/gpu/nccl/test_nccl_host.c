@@ -11,8 +11,9 @@
  *
  * Each scenario uses a stage of its own (ranks.h).  This file holds the
  * groups and the all-reduce; bytes.c the losses' all-gather and the state
- * broadcast; tasklet.c the agent's tasklets on a group (sync.c, live.c).  Prints "ok - ..." / "not ok - ..." lines; exits 0 when every
- * check passed, 1 when one failed, 2 on bad usage. */
+ * broadcast; tasklet.c the agent's tasklets on a group (sync.c, live.c).
+ * Prints "ok - ..." / "not ok - ..." lines; exits 0 when every check
+ * passed, 1 when one failed, 2 on bad usage. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
