@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -87,11 +88,76 @@ int auth_load_tokens(struct server *srv, struct shoal_err *err)
     return 0;
 }
 
+/* ---- known node tokens
+ *
+ * Tokens are checked when a request's headers arrive, on the thread that
+ * takes connections, before any body is read (http.c): a node's token
+ * found in the database is remembered here for AUTH_NODE_CACHE_S, so the
+ * fleet's heartbeats and polls need no database on that thread (and still
+ * pass while it is frozen).  One slot per hash value: a collision only
+ * costs a lookup. */
+#define AUTH_NODE_CACHE_SLOTS 8192
+#define AUTH_NODE_CACHE_S 60.0   /* s a node token found in the database counts as known */
+
+static struct {
+    pthread_mutex_t mu;
+    struct { char hash[TOKEN_HASH_HEX]; int64_t id; double until; } slot[AUTH_NODE_CACHE_SLOTS];
+} auth_known = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+static double auth_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* The slot of a token hash (FNV-1a of its hex digits). */
+static size_t auth_slot(const char *hash)
+{
+    uint32_t h = 2166136261u;
+    for (const char *p = hash; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    return h % AUTH_NODE_CACHE_SLOTS;
+}
+
+/* The node of a known token hash, or 0. */
+static int64_t auth_known_node(const char *hash)
+{
+    size_t i = auth_slot(hash);
+    int64_t id = 0;
+    pthread_mutex_lock(&auth_known.mu);
+    if (auth_known.slot[i].id > 0 && auth_known.slot[i].until > auth_now() &&
+        memcmp(auth_known.slot[i].hash, hash, TOKEN_HASH_HEX) == 0)
+        id = auth_known.slot[i].id;
+    pthread_mutex_unlock(&auth_known.mu);
+    return id;
+}
+
+static void auth_remember_node(const char *hash, int64_t id)
+{
+    size_t i = auth_slot(hash);
+    pthread_mutex_lock(&auth_known.mu);
+    memcpy(auth_known.slot[i].hash, hash, TOKEN_HASH_HEX);
+    auth_known.slot[i].id = id;
+    auth_known.slot[i].until = auth_now() + AUTH_NODE_CACHE_S;
+    pthread_mutex_unlock(&auth_known.mu);
+}
+
 int64_t auth_node_by_token(struct server *srv, const char *token, struct shoal_err *err)
 {
     char hash[TOKEN_HASH_HEX];
     int64_t id = -1;
     token_sha256_hex(token, strlen(token), hash);
+    int64_t known = auth_known_node(hash);
+    if (known > 0)
+        return known;
+    /* A database that is failing answers an unknown token 503 at once
+     * rather than on the thread that takes connections at its timeout. */
+    if (db_pool_troubled(srv->db)) {
+        err_set(err, 503, "database_unavailable", NULL,
+                "the database is unavailable, and this token is not one this server knows without it; retry later");
+        return -1;
+    }
     const char *params[1] = { hash };
     PGresult *r = NULL;
     PGconn *c = db_acquire(srv->db, err);
@@ -101,6 +167,8 @@ int64_t auth_node_by_token(struct server *srv, const char *token, struct shoal_e
     if (!r)
         goto out;
     id = PQntuples(r) ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) : 0;
+    if (id > 0)
+        auth_remember_node(hash, id);
 out:
     PQclear(r);
     db_release(srv->db, c);

@@ -26,8 +26,10 @@ int auth_load_tokens(struct server *srv, struct shoal_err *err);
 int auth_check(struct server *srv, const char *authorization, enum auth_kind need,
                int64_t *node_id, struct shoal_err *err);
 
-/* Looks up the node whose token hashes to `token_hash`.  Returns its id, 0 if
- * none, or -1 with `err` set when the database cannot be asked. */
+/* Looks up the node whose token is `token`: remembered for a minute once
+ * the database has said (so known nodes need no database), else asked
+ * there.  Returns its id, 0 if none, or -1 with `err` set when the
+ * database cannot be asked (503 at once while it is failing). */
 int64_t auth_node_by_token(struct server *srv, const char *token, struct shoal_err *err);
 
 /* ---- failed-token limiter

@@ -362,6 +362,14 @@ double db_pool_healthy_since(struct db_pool *p)
     return t;
 }
 
+int db_pool_troubled(struct db_pool *p)
+{
+    pthread_mutex_lock(&p->lock);
+    int t = p->troubled;
+    pthread_mutex_unlock(&p->lock);
+    return t;
+}
+
 int db_pool_size(struct db_pool *p)
 {
     return p->size;

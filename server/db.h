@@ -56,6 +56,10 @@ void db_release(struct db_pool *p, PGconn *c);
  * silent node lost. */
 double db_pool_healthy_since(struct db_pool *p);
 
+/* 1 while the database fails this pool's callers: the last caller given
+ * back (or the last connect) failed, and none has been answered since. */
+int db_pool_troubled(struct db_pool *p);
+
 /* Connections currently taken, and the pool's size (for /metrics). */
 int db_pool_in_use(struct db_pool *p);
 int db_pool_size(struct db_pool *p);

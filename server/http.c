@@ -456,16 +456,14 @@ static int http_check(struct request *rq, struct response *rs)
     } else if (rq->body_too_large) {
         reply_fail(rs, 413, "body_too_large", NULL, "the request body is over the %ld byte limit",
                    rq->srv->cfg.max_body);
-    } else if (rq->authed) {
+    } else if (!rq->authed && http_authenticate(rq, rs) != 0) {
+        /* answered */
+    } else if (!rq->sink && http_wrong_content_type(rq)) {
+        reply_fail(rs, 415, "unsupported_media_type", NULL,
+                   "send the body as JSON with 'Content-Type: application/json'");
+    } else {
+        rq->authed = 1;
         return 0;
-    } else if (http_authenticate(rq, rs) == 0) {
-        if (!rq->sink && http_wrong_content_type(rq)) {
-            reply_fail(rs, 415, "unsupported_media_type", NULL,
-                       "send the body as JSON with 'Content-Type: application/json'");
-        } else {
-            rq->authed = 1;
-            return 0;
-        }
     }
     return -1;
 }
@@ -555,28 +553,50 @@ static int http_expects_continue(struct request *rq)
     return expect && strcasecmp(expect, "100-continue") == 0;
 }
 
+/* The token, checked as soon as the headers are in, before any of the body
+ * is read: a caller without a valid one makes the server hold nothing for
+ * it.  On the HTTP thread, so its database time is HTTP_INLINE_DB_S (a known
+ * node's token needs none, auth.h).  Returns 0 when it passes (or the route
+ * needs none), or -1 with the answer in rs. */
+static int http_authenticate_early(struct request *rq, struct response *rs)
+{
+    db_deadline_set(rq->started + HTTP_INLINE_DB_S);
+    int rc = http_authenticate(rq, rs);
+    db_deadline_set(0);
+    if (rc == 0)
+        rq->authed = 1;
+    return rc;
+}
+
+/* Keeps an answer given before the body was read: it goes out once the
+ * body has been read and dropped when that is small (REFUSED_DRAIN_MAX),
+ * else at once.  Returns what http_access returns. */
+static enum MHD_Result http_refuse_early(struct request *rq, struct response *rs)
+{
+    if (rs->status != 413 && !http_expects_continue(rq) && !http_declared_over(rq, REFUSED_DRAIN_MAX) &&
+        (rq->refused = malloc(sizeof *rq->refused)) != NULL) {
+        *rq->refused = *rs;   /* moved: sent by http_access after the body */
+        return MHD_YES;
+    }
+    enum MHD_Result ok = http_send(rq, rs);
+    response_release(rs);
+    return ok;
+}
+
 /* The headers of a streamed upload are in: check them and let the sink
  * start.  If either says no, the answer waits for the (dropped) body when
  * that is small (REFUSED_DRAIN_MAX), else it goes out at once. */
 static enum MHD_Result http_upload_begin(struct request *rq)
 {
     struct response rs = { .status = 500 };
-    enum MHD_Result ok = MHD_YES;
     buf_init(&rs.text, TEXT_BODY_LIMIT);
     db_deadline_set(rq->started + HTTP_INLINE_DB_S);   /* the token check reads the database */
     int begun = http_check(rq, &rs) == 0 && rq->sink->begin(rq, &rs) == 0;
     db_deadline_set(0);
-    if (begun)
-        goto out;
-    if (rs.status != 413 && !http_expects_continue(rq) &&
-        !http_declared_over(rq, REFUSED_DRAIN_MAX) && (rq->refused = malloc(sizeof *rq->refused)) != NULL) {
-        *rq->refused = rs;   /* moved: sent by http_access after the body */
-        return MHD_YES;
-    }
-    ok = http_send(rq, &rs);
-out:
+    if (!begun)
+        return http_refuse_early(rq, &rs);
     response_release(&rs);
-    return ok;
+    return MHD_YES;
 }
 
 /* Sends a response kept on the heap (a deferred one, a refused upload's)
@@ -631,6 +651,13 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
         }
         if (rq->route_status == 0 && (rq->sink = routes_upload_sink(rq->match.index)) != NULL)
             return http_upload_begin(rq);
+        if (rq->route_status == 0) {
+            struct response rs = { .status = 500 };
+            buf_init(&rs.text, TEXT_BODY_LIMIT);
+            if (http_authenticate_early(rq, &rs) != 0)
+                return http_refuse_early(rq, &rs);
+            response_release(&rs);
+        }
         /* Larger than the cap: 413.  A client waiting for "100 Continue"
          * (or declaring a huge body) gets it at once; one already sending
          * has its body read and dropped first, as a refused upload's. */
@@ -647,6 +674,8 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
         if (rq->sink) {
             if (rq->upload)   /* else already answered: the rest is dropped */
                 rq->sink->chunk(rq, upload, *upload_size);
+        } else if (rq->refused) {
+            /* answered before the body: it is read and dropped, never held */
         } else if (!rq->body_too_large && buf_append(&rq->body, upload, *upload_size) != 0) {
             rq->body_too_large = 1;
         }

@@ -1,7 +1,9 @@
 /* http.h - the libmicrohttpd glue: requests in, JSON responses out.
  *
- * A request is read whole (body capped at --max-body), matched against the
- * route table, authenticated, and handed to its handler, which fills a
+ * A request is matched against the route table and its token checked as
+ * soon as its headers arrive (a caller without a valid token makes the
+ * server hold none of its body), then read whole (body capped at
+ * --max-body) and handed to its handler, which fills a
  * response with reply_json, reply_error or reply_file.  Routes with an
  * upload sink (routes_upload_sink) stream their body instead.  A handler
  * may finish later: on a thread of its own (request_defer) or, holding no

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# test_flood.sh - connection floods (issue 34): idle connections from two
-# addresses at the limits (--max-connections-per-address, then
-# --max-connections) are closed on accept, not left hanging in the listen
-# queue, and the reserve past the limit still lets in clients that hold
-# few connections: /healthz and a known node's heartbeats keep answering.
+# test_flood.sh - floods (issue 34): idle connections from two addresses
+# at the limits (--max-connections-per-address, then --max-connections)
+# are closed on accept, not left hanging in the listen queue, and the
+# reserve past the limit still lets in clients that hold few connections:
+# /healthz and a known node's heartbeats keep answering.  Stalled large
+# bodies with a token the server does not know cost it no memory: tokens
+# are checked before any body is read.
 set -u
 . "$(dirname "$0")/lib.sh"
 
@@ -40,5 +42,22 @@ wait "$FLOOD_PID" 2>/dev/null
 held_gone() { [ "$(curl -s "$S/metrics" | awk '/^shoal_http_connections / { print $2 }')" -lt 10 ] 2>/dev/null; }
 wait_for 20 held_gone
 check "once it lets go the server holds them no more" "$(held_gone && echo yes)" yes
+# ---- bodies before tokens: the token is checked when the headers arrive,
+# so sixty stalled 1 MiB bodies with a token the server does not know cost
+# it no memory (they are read and dropped, the 401 waiting for the end)
+rss() { awk '/^VmRSS:/ { print $2 }' "/proc/$(cat "$WORK/a.pid")/status"; }   # KiB
+before=$(rss)
+coproc BODIES { python3 "$(dirname "$0")/body_flood.py" 127.0.0.1 "$PORT" 60 /v1/agent/heartbeat shoal_node_nosuchtoken; }
+read -r -t 60 sent <&"${BODIES[0]}"
+sleep 1
+grew=$(( $(rss) - before ))
+check "sixty stalled 1 MiB bodies with an unknown token: $sent, the server grew by under 16 MiB" \
+    "$([ "$grew" -lt 16384 ] && echo yes || echo "$grew KiB")" yes
+exec {BODIES[1]}>&-
+wait "$BODIES_PID" 2>/dev/null
+req POST "$S/v1/agent/heartbeat" "$NODE" '{"state":"idle"}'
+check "the known node's heartbeat, body and all, still passes" "$STATUS" 200
+req POST "$S/v1/agent/heartbeat" "shoal_node_nosuchtoken" '{"state":"idle"}'
+expect "an unknown token is 401, as before" 401 .error.code unauthorized
 stop_server a
 [ "$FAILS" -eq 0 ]
