@@ -3,7 +3,11 @@
  * and receive on threads of their own.
  *
  * Every connection begins with the listener's HELLO (job 0, payload a fresh
- * 32-byte nonce).  The dialer's first frame then decides what it is:
+ * 32-byte nonce).  The dialer's first frame, due within 3 s, then decides
+ * what it is.  (A listener whose 32 handshake slots are taken, or 16 of
+ * them by the dialer's address, greets and sends an ERROR frame saying
+ * "busy" at once, then closes: a dialer retries, and a prober hears a live
+ * node.)  The first frame:
  *   - HELLO (job J, epoch E): a job connection.  Payload (common/wire.h):
  *       mac(32) | dialer nonce(32) | flags(1) | dialer role (1..PEER_ROLE_MAX-1 bytes)
  *     with mac = wire_hello_mac(secret of J, listener nonce, J, E, flags,
@@ -28,8 +32,9 @@
  *     PING with a PONG carrying the same payload (at most 64 bytes), and each
  *     PROBE frame whose micro_batch is 1 (the last of a burst) with an empty
  *     PONG once the frame is read whole.  A session is bounded: at most
- *     PEER_PROBE_MAX_BYTES of PROBE payload, PEER_PROBE_MAX_S seconds, and
- *     PEER_IDLE_S seconds between frames.  Probe sessions are never
+ *     PEER_PROBE_MAX_BYTES of PROBE payload, PEER_PROBE_MAX_S seconds,
+ *     PEER_IDLE_S seconds for a frame and 3 s to the next one's header (a
+ *     prober sends back to back; an idle session only holds a slot).  Probe sessions are never
  *     encrypted: they carry no data, only filler bytes and timings, and
  *     have no job secret to key them with.
  *   - anything else: dropped, logged.

@@ -6,10 +6,12 @@
 
 #include "peer_internal.h"
 
+#include "../common/crc32c.h"
 #include "../common/log.h"
 
 #include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -21,6 +23,17 @@
 #include <unistd.h>
 
 #define HANDSHAKE_THREADS 32
+/* Handshakes one client address may hold at once: a node's neighbours,
+ * ring peers and probers dial from addresses of their own (behind one NAT,
+ * a few at a time), so silent connections from one address cannot take
+ * every slot. */
+#define HANDSHAKES_PER_ADDRESS 16
+/* ms a new connection has for its first frame after our greeting: a real
+ * dialer answers it at once (a round trip and a MAC), a flood never. */
+#define FIRST_FRAME_MS 3000
+/* ms a probe session may wait for its next frame: the prober sends its
+ * pings and bursts back to back. */
+#define PROBE_NEXT_FRAME_MS 3000
 #define PARKED_MAX 64             /* job connections waiting to be taken */
 #define PING_PAYLOAD_MAX 64       /* bytes */
 #define PROBE_SCRATCH (256u << 10) /* bytes; probe payloads are read through it and dropped */
@@ -32,6 +45,7 @@ struct handshake {
     int used, done;
     int fd;
     char addr[64];
+    unsigned char host[16];       /* the client's address without its port (handshake_host) */
 };
 
 struct peer_listener {
@@ -241,8 +255,9 @@ static void probe_session(struct peer_listener *l, struct peer_conn *c, struct w
                 goto out;
             }
         }
-        /* Next frame; the dialer closing here is the normal end. */
-        idle = peer_now_ms() + PEER_IDLE_S * 1000;
+        /* Next frame, at once (a session idling between frames only holds
+         * a handshake slot); the dialer closing here is the normal end. */
+        idle = peer_now_ms() + PROBE_NEXT_FRAME_MS;
         io.deadline_ms = idle < end ? idle : end;
         peer_rx_init(&r, c, f, NULL, PEER_PROBE_MAX_BYTES, 0);
         r.header_only = 1;
@@ -283,10 +298,15 @@ static void *handshake_main(void *arg)
         goto out;
     }
     /* The first header decides what the session is; job hellos and pings
-     * are small, probes may announce up to the session's byte limit. */
+     * are small, probes may announce up to the session's byte limit.  It
+     * comes at once or the connection goes (FIRST_FRAME_MS). */
     peer_rx_init(&r, &c, &f, NULL, PEER_PROBE_MAX_BYTES, 0);
     r.header_only = 1;
-    if (peer_exchange(NULL, &r, &io, &err) != 0) {
+    struct peer_io first = io;
+    int64_t soon = peer_now_ms() + FIRST_FRAME_MS;
+    if (soon < first.deadline_ms)
+        first.deadline_ms = soon;
+    if (peer_exchange(NULL, &r, &first, &err) != 0) {
         log_warn("peer: refused %s: %s", c.addr, err.message);
         goto out;
     }
@@ -330,6 +350,36 @@ static void reap(struct peer_listener *l, int all)
     }
 }
 
+/* The client's address without its port: IPv4 whole, IPv6 by its /64. */
+static void handshake_host(const struct sockaddr_storage *ss, unsigned char out[16])
+{
+    memset(out, 0, 16);
+    if (ss->ss_family == AF_INET)
+        memcpy(out, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+    else if (ss->ss_family == AF_INET6)
+        memcpy(out, &((const struct sockaddr_in6 *)ss)->sin6_addr, 8);
+}
+
+/* Says "busy" to a connection refused for want of a handshake slot, without
+ * blocking the accept thread: our greeting and an ERROR frame with `why` in
+ * one send, then the close.  A dialer is told why (and retries); the
+ * server's probe (server/peer_probe.c) hears a live node that is busy, not
+ * a dead one. */
+static void refuse_busy(int fd, const char *why)
+{
+    unsigned char out[2 * WIRE_HEADER_BYTES + WIRE_NONCE_BYTES + 128] = { 0 };
+    size_t len = strnlen(why, 128);
+    struct wire_frame hello = {.kind = WIRE_HELLO, .dtype = WIRE_BYTES, .payload_len = WIRE_NONCE_BYTES,
+                               .payload_crc = crc32c(0, out + WIRE_HEADER_BYTES, WIRE_NONCE_BYTES)};
+    struct wire_frame error = {.kind = WIRE_ERROR, .dtype = WIRE_BYTES, .payload_len = len,
+                               .payload_crc = crc32c(0, why, len)};
+    wire_header_encode(&hello, out);   /* the nonce after it: zeros, never used */
+    wire_header_encode(&error, out + WIRE_HEADER_BYTES + WIRE_NONCE_BYTES);
+    memcpy(out + 2 * WIRE_HEADER_BYTES + WIRE_NONCE_BYTES, why, len);
+    (void)send(fd, out, 2 * WIRE_HEADER_BYTES + WIRE_NONCE_BYTES + len, MSG_DONTWAIT | MSG_NOSIGNAL);
+    close(fd);
+}
+
 static void accept_one(struct peer_listener *l)
 {
     struct sockaddr_storage ss;
@@ -345,19 +395,34 @@ static void accept_one(struct peer_listener *l)
     }
     peer_format_addr(&ss, len, addr, sizeof addr);
     peer_socket_tune(fd);
+    unsigned char host[16];
+    handshake_host(&ss, host);
     struct handshake *h = NULL;
-    for (int i = 0; i < HANDSHAKE_THREADS && !h; i++)
+    int mine = 0;   /* handshakes this address holds */
+    pthread_mutex_lock(&l->mu);
+    for (int i = 0; i < HANDSHAKE_THREADS; i++) {
         if (!l->hs[i].used)
-            h = &l->hs[i];
-    if (!h) {
-        log_warn("peer: refused %s: %d handshakes already in progress", addr, HANDSHAKE_THREADS);
+            h = h ? h : &l->hs[i];
+        else if (!l->hs[i].done && memcmp(l->hs[i].host, host, sizeof host) == 0)
+            mine++;
+    }
+    pthread_mutex_unlock(&l->mu);
+    if (!h || mine >= HANDSHAKES_PER_ADDRESS) {
+        char why[96];
+        if (!h)
+            snprintf(why, sizeof why, "busy: all %d handshake slots are taken", HANDSHAKE_THREADS);
+        else
+            snprintf(why, sizeof why, "busy: %d handshakes from your address already (at most %d)", mine,
+                     HANDSHAKES_PER_ADDRESS);
+        log_warn("peer: refused %s: %s", addr, why);
         count_refused(l);
-        close(fd);
+        refuse_busy(fd, why);
         return;
     }
     h->l = l;
     h->fd = fd;
     h->done = 0;
+    memcpy(h->host, host, sizeof host);
     snprintf(h->addr, sizeof h->addr, "%s", addr);
     if (pthread_create(&h->thread, NULL, handshake_main, h) != 0) {
         log_warn("peer: refused %s: cannot start a handshake thread", addr);

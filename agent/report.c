@@ -16,7 +16,6 @@ struct pending {
     char sha256[65];
     char key[48];               /* a file upload's supersede key */
     int replaced;               /* a newer upload took its place: skip it */
-    long uploads_before;        /* a post: send once this many uploads are done; 0: at once */
 };
 
 /* One queue and the thread that sends it: posts in one lane, file uploads
@@ -42,7 +41,6 @@ struct reporter {
     pthread_cond_t changed;
     struct lane lanes[LANES];
     int stopping;
-    long uploads_queued, uploads_done;   /* since the start, for report_post_after_uploads */
     struct shoal_err refused;   /* the latest refusal since the last flush */
     int has_refused;
 };
@@ -66,10 +64,6 @@ static void *report_thread(void *arg)
             pthread_cond_wait(&r->changed, &r->mu);
         if (r->stopping)
             break;
-        if (l->ring[l->head].uploads_before > r->uploads_done) {
-            pthread_cond_wait(&r->changed, &r->mu);
-            continue;
-        }
         struct pending p = l->ring[l->head];
         l->sending = 1;
         pthread_mutex_unlock(&r->mu);
@@ -89,8 +83,6 @@ static void *report_thread(void *arg)
             r->refused = e;
             r->has_refused = 1;
         }
-        if (p.file)
-            r->uploads_done++;
         pending_free(&p);
         l->head = (l->head + 1) % l->cap;
         l->count--;
@@ -163,10 +155,6 @@ static void report_enqueue(struct reporter *r, struct pending *in)
         pending_free(in);
         return;
     }
-    if (in->file)
-        r->uploads_queued++;
-    else if (in->uploads_before < 0)
-        in->uploads_before = r->uploads_queued;
     struct pending *oldest = NULL;
     int waiting = 0;
     for (int i = l->sending; in->file && i < l->count; i++) {
@@ -189,13 +177,6 @@ static void report_enqueue(struct reporter *r, struct pending *in)
 void report_post(struct reporter *r, const char *path, json_t *body)
 {
     struct pending p = { .body = body };
-    snprintf(p.path, sizeof p.path, "%s", path);
-    report_enqueue(r, &p);
-}
-
-void report_post_after_uploads(struct reporter *r, const char *path, json_t *body)
-{
-    struct pending p = { .body = body, .uploads_before = -1 };   /* -1: set when queued */
     snprintf(p.path, sizeof p.path, "%s", path);
     report_enqueue(r, &p);
 }

@@ -34,11 +34,6 @@ int report_start(const struct ctl *ctl, int max_pending, struct reporter **out, 
 /* Queues POST `path` with `body` (stolen). */
 void report_post(struct reporter *r, const char *path, json_t *body);
 
-/* report_post, sent only once every upload queued before it is done (sent,
- * refused or replaced): a tasklet's last report, after its final
- * checkpoint. */
-void report_post_after_uploads(struct reporter *r, const char *path, json_t *body);
-
 /* Queues PUT `path` of the local file `file` (taken over: removed once
  * sent, refused, replaced or abandoned) whose SHA-256 is `sha256`.
  * `supersede_key` names what a newer upload replaces ("job=J stage=S"). */

@@ -229,12 +229,10 @@ static void post_progress(struct tasklet *k, uint64_t t, double iteration_s, dou
                 json_object_set_new(body, "val_loss", json_real(k->val_loss));
         }
     }
-    /* The last step's report says the tasklet is done: it goes after the
-     * final checkpoint, so a job that succeeded has it. */
-    if (t + 1 == (uint64_t)as->steps)
-        report_post_after_uploads(k->env->reporter, TRAIN_PROGRESS_PATH, body);
-    else
-        report_post(k->env->reporter, TRAIN_PROGRESS_PATH, body);
+    /* The last step's report too goes at once, whatever the uploads: the
+     * server counts the job trained, and calls it succeeded once its final
+     * checkpoint is stored as well (h_progress.c). */
+    report_post(k->env->reporter, TRAIN_PROGRESS_PATH, body);
 }
 
 /* 1 when a checkpoint is taken after step t: every checkpoint_interval

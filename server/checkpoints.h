@@ -65,4 +65,13 @@ int checkpoints_initial(struct server *srv, int64_t job_id, int64_t *step, struc
  * behind costs disk, not correctness. */
 void checkpoints_retire(struct server *srv, int64_t job_id);
 
+/* Moves job `job` to succeeded when it is trained (every tasklet of its
+ * epoch reported its last step) and its final checkpoint (step
+ * total_steps) is stored whole; the last step's reports and the uploads
+ * that complete a checkpoint ask, each after its own write.  Returns 1
+ * when it did, 0 when the job is not done (or not running), -1 when the
+ * database could not be asked (logged; the next report or upload asks
+ * again). */
+int checkpoints_job_done(struct server *srv, int64_t job);
+
 #endif

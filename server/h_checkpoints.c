@@ -455,6 +455,33 @@ out:
     return res;
 }
 
+/* $1 job.  A trained job (every tasklet of its epoch reported its last
+ * step) whose final checkpoint is stored whole succeeds.  Run after the
+ * last step's report and after each upload that completes a checkpoint,
+ * each in a statement of its own once its write is in: the later of the
+ * two sees both (one statement that wrote and decided would decide on a
+ * snapshot from before the other's commit). */
+#define JOB_DONE_SQL \
+    "UPDATE jobs r SET state = 'succeeded', finished_at = now(), updated_at = now()" \
+    " WHERE r.id = $1::bigint AND " JOB_DONE_WHERE_SQL("r")
+
+int checkpoints_job_done(struct server *srv, int64_t job)
+{
+    struct shoal_err e;
+    char p_job[24];
+    const char *params[] = { db_param_i64(p_job, job) };
+    PGconn *c = db_acquire(srv->db, &e);
+    PGresult *r = c ? db_exec(c, JOB_DONE_SQL, 1, params, &e) : NULL;
+    int done = r ? atoi(PQcmdTuples(r)) > 0 : -1;
+    if (!r)   /* the next report or upload asks again, and the recovery thread's sweep */
+        log_warn("job %lld: cannot check whether it is done: %s", (long long)job, e.message);
+    else if (done)
+        log_info("job %lld succeeded: trained, and its final checkpoint is stored", (long long)job);
+    PQclear(r);
+    db_release(srv->db, c);
+    return done;
+}
+
 void h_checkpoint_put(struct request *rq, struct response *rs)
 {
     struct upload *u = rq->upload;
@@ -502,8 +529,10 @@ void h_checkpoint_put(struct request *rq, struct response *rs)
     }
     log_info("checkpoint stored job=%lld step=%lld stage=%lld replica=%lld bytes=%llu", (long long)rq->match.ids[0],
              (long long)rq->match.ids[1], (long long)rq->match.ids[2], u->replica, (unsigned long long)u->bytes);
-    if (json_is_true(json_object_get(res, "complete")))
+    if (json_is_true(json_object_get(res, "complete"))) {
+        checkpoints_job_done(rq->srv, rq->match.ids[0]);
         checkpoints_retire(rq->srv, rq->match.ids[0]);
+    }
     reply_json(rs, 201, res);
 out:
     ckpt_upload_free(u);

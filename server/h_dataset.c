@@ -11,6 +11,7 @@
 
 #include "bodies.h"
 #include "http.h"
+#include "queries.h"
 #include "routes.h"
 
 /* $1 job, $2 epoch, $3 node, $4 source, $5 sha256: recorded where none
@@ -21,7 +22,7 @@
     "   WHEN NOT EXISTS (SELECT 1 FROM assignments a JOIN plans p ON p.id = a.plan_id" \
     "     WHERE p.job_id = j.id AND p.epoch = $2::int AND a.node_id = $3::bigint) THEN 'not_assigned'" \
     "   WHEN j.state NOT IN ('scheduled', 'running', 'recovering') THEN 'not_running'" \
-    "   ELSE 'ok' END AS verdict FROM jobs j WHERE j.id = $1::bigint)," \
+    "   ELSE 'ok' END AS verdict FROM jobs j WHERE j.id = $1::bigint AND " JOB_MEMBER_SQL("j", "$3::bigint") ")," \
     " u AS (UPDATE jobs SET" \
     "   data_sha256 = CASE WHEN $4 = 'data' THEN coalesce(jobs.data_sha256, $5) ELSE jobs.data_sha256 END," \
     "   val_sha256 = CASE WHEN $4 = 'validation' THEN coalesce(jobs.val_sha256, $5) ELSE jobs.val_sha256 END" \

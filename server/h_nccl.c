@@ -10,13 +10,15 @@
 
 #include "bodies.h"
 #include "http.h"
+#include "queries.h"
 #include "routes.h"
 
 /* The checks both statements share, as CTE v with a verdict: $1 job,
  * $2 epoch, $3 stage, $4 node, $5 true when any replica of the stage may
  * ask (a get), false when only replica 0 may (a put). */
 #define NCCL_VERDICT_SQL \
-    "WITH j AS (SELECT id, state, plan_epoch, stages FROM jobs WHERE id = $1::bigint)," \
+    "WITH j AS (SELECT id, state, plan_epoch, stages FROM jobs WHERE id = $1::bigint" \
+    "   AND " JOB_MEMBER_SQL("jobs", "$4::bigint") ")," \
     " v AS (SELECT j.*, CASE" \
     "   WHEN $3::int >= j.stages THEN 'out_of_range'" \
     "   WHEN $2::int <> j.plan_epoch THEN 'stale_epoch'" \

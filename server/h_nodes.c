@@ -83,17 +83,35 @@ void h_heartbeat(struct request *rq, struct response *rs)
     /* An idle heartbeat also says what the node holds for a live resume
      * (live_resume.c); one holding a stage of a recovering job wakes the
      * re-plan that waits for it. */
+    /* The jobs it names must be its own: a node that holds no tasklet of a
+     * job may not claim to train it or hold its state (nothing is written). */
     json_t *res = db_query_json(rq->srv->db,
-        "WITH async AS (SELECT set_config('synchronous_commit', 'off', true))"
-        " UPDATE nodes SET last_heartbeat_at = now(),"
+        "WITH async AS (SELECT set_config('synchronous_commit', 'off', true)),"
+        " c AS (SELECT ($3::bigint IS NULL OR EXISTS (SELECT 1 FROM jobs WHERE id = $3::bigint AND "
+        JOB_MEMBER_SQL("jobs", "$1::bigint") ")) AS job_ok,"
+        "   ($6::bigint IS NULL OR EXISTS (SELECT 1 FROM jobs WHERE id = $6::bigint AND "
+        JOB_MEMBER_SQL("jobs", "$1::bigint") ")) AS held_ok),"
+        " claim AS (SELECT job_ok, held_ok, job_ok AND held_ok AS ok FROM c),"
+        " u AS (UPDATE nodes SET last_heartbeat_at = now(),"
         " state = CASE WHEN state = 'draining' THEN 'draining' ELSE $2 END,"
         " current_job_id = $3, current_step = $4, peer_address = coalesce($5, peer_address),"
         " held_job_id = $6::bigint, held_layer_start = $7::int, held_layer_end = $8::int, held_step = $9::bigint,"
         " held_at = CASE WHEN $2 = 'idle' THEN now() ELSE held_at END"
-        " FROM async WHERE id = $1 RETURNING json_build_object('node', " NODE_JSON ", 'wake',"
-        "   EXISTS (SELECT 1 FROM jobs j WHERE j.id = $6::bigint AND j.state = 'recovering'))",
+        " FROM async, claim WHERE id = $1 AND claim.ok RETURNING " NODE_JSON " AS node,"
+        "   EXISTS (SELECT 1 FROM jobs j WHERE j.id = $6::bigint AND j.state = 'recovering') AS wake)"
+        " SELECT json_build_object('job_ok', claim.job_ok, 'held_ok', claim.held_ok, 'node', (SELECT node FROM u),"
+        "   'wake', (SELECT wake FROM u)) FROM claim",
         9, params, "node", &e);
+    int job_ok = !res || json_is_true(json_object_get(res, "job_ok"));
+    if (!job_ok || (res && !json_is_true(json_object_get(res, "held_ok")))) {
+        json_decref(res);
+        reply_fail(rs, 422, "invalid_field", job_ok ? "held.job_id" : "job_id", "node %lld holds no tasklet of job %lld",
+                   (long long)rq->node_id, (long long)(job_ok ? hb.held_job_id : hb.job_id));
+        goto out;
+    }
     node = json_incref(json_object_get(res, "node"));
+    if (res && !node)
+        err_set(&e, 404, "not_found", NULL, "node %lld does not exist", (long long)rq->node_id);
     if (res && json_is_true(json_object_get(res, "wake")))
         recovery_wake(rq->srv->recovery);
     json_decref(res);

@@ -2,8 +2,10 @@
  * failures that stop a run (the job recovers, recovery.h).
  *
  * A progress report is one statement: checks, the job_steps row, the job's
- * move to running (first report) or succeeded (the last step reported by
- * every tasklet), and the node's current job and step.  The job row is the
+ * move to running (first report), and the node's current job and step.  A
+ * last step's report then asks whether the job is done (every tasklet's
+ * last step reported and the final checkpoint stored:
+ * checkpoints_job_done), as the final checkpoint's upload does.  The job row is the
  * lock two agents reporting at once queue on, so the last of them sees the
  * other's count (see jobs.tasklets_finished in sql/002_agent.sql). */
 #include <math.h>
@@ -11,6 +13,7 @@
 #include <string.h>
 
 #include "bodies.h"
+#include "checkpoints.h"
 #include "http.h"
 #include "queries.h"
 #include "recovery.h"
@@ -35,7 +38,7 @@
 #define PROGRESS_SQL \
     "WITH j AS (SELECT id, state, plan_epoch, total_steps, stages, replicas, stages * (SELECT p.replicas" \
     "   FROM plans p WHERE p.job_id = jobs.id AND p.epoch = jobs.plan_epoch) AS tasklets" \
-    "   FROM jobs WHERE id = $1::bigint)," \
+    "   FROM jobs WHERE id = $1::bigint AND " JOB_MEMBER_SQL("jobs", "$6::bigint") ")," \
     " v AS (SELECT j.*, CASE" \
     "   WHEN $4::int >= j.stages OR $5::int >= j.replicas THEN 'out_of_range'" \
     "   WHEN $2::int > j.plan_epoch THEN 'stale_epoch'" \
@@ -58,10 +61,7 @@
     "   ON CONFLICT (job_id, step, stage, replica) DO NOTHING RETURNING step)," \
     " upd AS (UPDATE jobs SET" \
     "     tasklets_finished = jobs.tasklets_finished + (ins.step = jobs.total_steps - 1)::int," \
-    "     state = CASE WHEN jobs.tasklets_finished + (ins.step = jobs.total_steps - 1)::int" \
-    "       >= j.tasklets THEN 'succeeded' ELSE 'running' END," \
-    "     finished_at = CASE WHEN jobs.tasklets_finished + (ins.step = jobs.total_steps - 1)::int" \
-    "       >= j.tasklets THEN now() END," \
+    "     state = 'running'," \
     "     started_at = coalesce(jobs.started_at, now()), updated_at = now()" \
     "   FROM ins, j WHERE jobs.id = $1::bigint AND jobs.plan_epoch = $2::int" \
     "     AND jobs.state IN ('scheduled', 'running')" \
@@ -139,9 +139,12 @@ void h_progress(struct request *rq, struct response *rs)
         goto out;
     }
     int recorded = json_is_true(json_object_get(res, "recorded"));
+    const char *state = json_string_value(json_object_get(res, "state"));
+    if (p.step == json_integer_value(json_object_get(res, "total_steps")) - 1 &&
+        checkpoints_job_done(rq->srv, p.job_id) == 1)
+        state = "succeeded";
     /* A retried report is no error: the first one counted. */
-    reply_json(rs, recorded ? 201 : 200, json_pack("{s:b, s:O}", "recorded", recorded,
-                                                   "state", json_object_get(res, "state")));
+    reply_json(rs, recorded ? 201 : 200, json_pack("{s:b, s:s?}", "recorded", recorded, "state", state));
 out:
     json_decref(res);
     json_decref(body);
@@ -160,7 +163,8 @@ out:
  * --max-recoveries times already, or at once when the failure has a cause
  * that no re-plan heals ($7 = 0). */
 #define FAILURE_SQL \
-    "WITH j AS (SELECT id, state, plan_epoch FROM jobs WHERE id = $1::bigint)," \
+    "WITH j AS (SELECT id, state, plan_epoch FROM jobs WHERE id = $1::bigint" \
+    "   AND " JOB_MEMBER_SQL("jobs", "$5::bigint") ")," \
     " mine AS (SELECT a.plan_id FROM assignments a JOIN plans p ON p.id = a.plan_id" \
     "   WHERE p.job_id = $1::bigint AND p.epoch = $2::int AND a.stage = $3::int AND a.replica = $4::int" \
     "     AND a.node_id = $5::bigint)," \

@@ -129,6 +129,16 @@ static void step(struct probe *p, int *ok, char *why)
             finish(p, ok, why, PEER_PROBE_SILENT, "it greets with something that is not a shoal peer hello");
             return;
         }
+        /* A listener with no handshake slot for us greets and says "busy"
+         * in the same breath (agent/peer_listener.c): alive, not absent. */
+        unsigned char next[WIRE_HEADER_BYTES];
+        struct wire_frame f;
+        char bad[64];
+        if (recv(p->fd, next, sizeof next, MSG_PEEK | MSG_DONTWAIT) == (ssize_t)sizeof next &&
+            wire_header_decode(next, 4096, &f, bad, sizeof bad) == 0 && f.kind == WIRE_ERROR) {
+            finish(p, ok, why, PEER_PROBE_ANSWERED, "it answered, busy (its handshake slots are taken)");
+            return;
+        }
         struct wire_frame ping = {.kind = WIRE_PING, .dtype = WIRE_BYTES};
         wire_header_encode(&ping, p->buf);
         p->phase = PROBE_PING, p->have = 0, p->want = WIRE_HEADER_BYTES;

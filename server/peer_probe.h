@@ -3,8 +3,10 @@
  * listener's greeting (a HELLO frame), send a PING and read the PONG (the
  * probe session of agent/peer.h).  A node that is gone refuses the
  * connection; one that is partitioned or frozen (SIGSTOP: the kernel still
- * accepts) does not answer in time.  recovery.c uses it to judge a failure
- * report: which node of the plan is at fault. */
+ * accepts) does not answer in time; one whose handshake slots are all
+ * taken (a flood of silent connections) greets and says "busy", which is
+ * an answer: it is alive.  recovery.c uses it to judge a failure report:
+ * which node of the plan is at fault. */
 #ifndef SHOAL_PEER_PROBE_H
 #define SHOAL_PEER_PROBE_H
 

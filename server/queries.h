@@ -3,6 +3,8 @@
 #ifndef SHOAL_QUERIES_H
 #define SHOAL_QUERIES_H
 
+#include "checkpoints.h"   /* CKPT_FILES_AT_SQL */
+
 /* A node as the API shows it; the token hash never leaves the database.
  * NODE_FIELDS are its json_build_object arguments, for views that add some. */
 #define NODE_FIELDS \
@@ -35,6 +37,36 @@
  * that trained it (stages x that plan's replicas: a re-plan short of nodes
  * may train fewer, planner.h) reported it.  The arguments are SQL
  * expressions. */
+/* True when job `job` (an SQL expression not naming an alias j) has stored its final checkpoint
+ * (step total_steps) whole: CKPT_FILES_AT_SQL files a stage.  A job
+ * succeeds once this holds and every tasklet of its current epoch has
+ * reported its last step, whichever comes second (h_progress.c,
+ * h_checkpoints.c). */
+#define JOB_FINAL_STORED_SQL(job) \
+    "coalesce((SELECT count(*) >= j.stages * " CKPT_FILES_AT_SQL("j.total_steps") " FROM jobs j" \
+    "   JOIN checkpoints c ON c.job_id = j.id AND c.step = j.total_steps AND c.stage < j.stages" \
+    "     AND c.replica < " CKPT_FILES_AT_SQL("j.total_steps") \
+    "   WHERE j.id = " job " GROUP BY j.id), false)"
+
+/* The tasklets of job row `j`'s current plan epoch (stages x its replicas). */
+#define JOB_TASKLETS_SQL(j) \
+    "(" j ".stages * (SELECT p.replicas FROM plans p WHERE p.job_id = " j ".id AND p.epoch = " j ".plan_epoch))"
+
+/* True when running job row `r` (an alias other than j) is done: every
+ * tasklet of its epoch reported its last step, and its final checkpoint is
+ * stored (checkpoints_job_done, and the recovery thread's sweep). */
+#define JOB_DONE_WHERE_SQL(r) \
+    r ".state = 'running' AND " r ".tasklets_finished >= " JOB_TASKLETS_SQL(r) \
+    " AND " JOB_FINAL_STORED_SQL(r ".id")
+
+/* True when node `node` (an SQL expression) has held a tasklet of job row
+ * `j` in any of its epochs.  A node's routes find a job only when it is
+ * one of the job's: to any other node the job does not exist, and its
+ * answers say nothing of its state, shape or epoch. */
+#define JOB_MEMBER_SQL(j, node) \
+    "EXISTS (SELECT 1 FROM plans mp JOIN assignments ma ON ma.plan_id = mp.id" \
+    " WHERE mp.job_id = " j ".id AND ma.node_id = " node ")"
+
 #define STEP_WHOLE_SQL(job, step) \
     "(SELECT count(*) >= coalesce(max(sj.stages * sp.replicas), 1) FROM job_steps ss" \
     " JOIN plans sp ON sp.job_id = ss.job_id AND sp.epoch = ss.epoch JOIN jobs sj ON sj.id = ss.job_id" \

@@ -61,18 +61,34 @@ void recovery_wake(struct recovery *r)
     " SELECT coalesce(json_agg(json_build_object('id', id, 'name', name) ORDER BY id), '[]') FROM l"
 
 /* $1 --max-recoveries, $2 --heartbeat-timeout s.  Live jobs whose current
- * plan holds a lost node go to recovery at once: the node is known dead. */
+ * plan holds a lost node go to recovery at once: the node is known dead.
+ * A trained job (every tasklet reported its last step; it waits for its
+ * final checkpoint, a full store say) needs its nodes no more, except one
+ * whose part of that checkpoint is still to be stored: only that one's
+ * loss re-plans it. */
 #define LOST_JOBS_SQL \
     "WITH hit AS (SELECT DISTINCT ON (j.id) j.id," \
     "   'node ' || n.id || ' (' || n.name || ') was lost: no heartbeat for ' || $2::text || ' s' AS reason" \
     "   FROM jobs j JOIN plans p ON p.job_id = j.id AND p.epoch = j.plan_epoch" \
     "   JOIN assignments a ON a.plan_id = p.id JOIN nodes n ON n.id = a.node_id" \
-    "   WHERE j.state IN ('scheduled', 'running') AND n.state = 'lost' ORDER BY j.id, n.id)," \
+    "   WHERE j.state IN ('scheduled', 'running') AND n.state = 'lost'" \
+    "     AND (j.tasklets_finished < j.stages * p.replicas" \
+    "       OR (a.replica < " CKPT_FILES_AT_SQL("j.total_steps") " AND NOT EXISTS (SELECT 1 FROM checkpoints c" \
+    "         WHERE c.job_id = j.id AND c.step = j.total_steps AND c.stage = a.stage AND c.replica = a.replica)))" \
+    "   ORDER BY j.id, n.id)," \
     " upd AS (UPDATE jobs SET" JOB_RECOVER_SET("hit.reason", "$1::int", "now()") \
     "   FROM hit WHERE jobs.id = hit.id AND jobs.state IN ('scheduled', 'running')" \
     "   RETURNING jobs.id, jobs.state, hit.reason)" \
     " SELECT coalesce(json_agg(json_build_object('id', id, 'state', state, 'reason', reason) ORDER BY id), '[]')" \
     " FROM upd"
+
+/* Running jobs that are done (trained, their final checkpoint stored) but
+ * not yet called so: the report or upload that made them done asks at
+ * once (checkpoints_job_done); this catches one whose asking failed. */
+#define DONE_JOBS_SQL \
+    "WITH d AS (UPDATE jobs r SET state = 'succeeded', finished_at = now(), updated_at = now()" \
+    "   WHERE " JOB_DONE_WHERE_SQL("r") " RETURNING r.id)" \
+    " SELECT coalesce(json_agg(json_build_object('id', id) ORDER BY id), '[]') FROM d"
 
 /* Jobs whose re-plan is due. */
 #define DUE_JOBS_SQL \
@@ -187,6 +203,7 @@ static void sweep(struct recovery *r)
         db_clock_at_once(srv, p_at, sizeof p_at) == 0)
         sweep_step(srv, LOST_NODES_SQL, 2, params + 1, "node lost");
     sweep_step(srv, LOST_JOBS_SQL, 2, params, "job on a lost node");
+    sweep_step(srv, DONE_JOBS_SQL, 0, NULL, "job done, found by the sweep:");
     fault_judge_all(srv);
     json_t *due = db_query_json(srv->db, DUE_JOBS_SQL, 0, NULL, "jobs", &e);
     size_t i;

@@ -54,9 +54,11 @@ done
 for s in "$top"/tests/integration/test_*.sh; do
     name=$(basename "$s" .sh)
     echo "== integration $name"
+    began=$(date +%s)
     SHOAL_SERVER="$top/$build/bin/shoal-server" SHOAL_AGENT="$top/$build/bin/shoal-agent" \
         SHOAL_RESPONSE_LOG="$responses" bash "$s" >"$log" 2>&1
     tally "$name" $?
+    echo "-- $name took $(($(date +%s) - began)) s"   # make test's budget is about 15 minutes in all
 done
 
 echo "== api openapi"

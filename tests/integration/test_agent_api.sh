@@ -89,17 +89,6 @@ expect "a bad peer address in a heartbeat is 422" 422 .error.field peer_address
 req POST "$S/v1/agent/heartbeat" "${TOK[0]}" '{"state":"idle"}'
 expect "a heartbeat without one keeps it" 200 .peer_address 127.0.0.1:7100
 
-# ---- what an idle agent holds for a live resume (agent/live.h)
-req POST "$S/v1/agent/heartbeat" "${TOK[0]}" '{"state":"idle","held":{"job_id":7,"layer_start":0,"layer_end":2,"step":12}}'
-expect "an idle heartbeat may say what it holds" 200 .state idle
-check "the held stage is stored" "$(sql a "SELECT held_job_id || ':' || held_layer_start || '..' || held_layer_end || '@' || held_step FROM nodes WHERE id = ${ID[0]}")" "7:0..2@12"
-req POST "$S/v1/agent/heartbeat" "${TOK[0]}" '{"state":"busy","held":{"job_id":7,"layer_start":0,"layer_end":2,"step":12}}'
-expect "a busy node holding a stage is 422" 422 .error.field held
-req POST "$S/v1/agent/heartbeat" "${TOK[0]}" '{"state":"idle","held":{"job_id":7,"layer_start":2,"layer_end":2,"step":12}}'
-expect "a held stage of no layers is 422" 422 .error.field held.layer_end
-req POST "$S/v1/agent/heartbeat" "${TOK[0]}" '{"state":"idle"}'
-check "a heartbeat holding nothing clears it" "$(sql a "SELECT held_job_id IS NULL AND held_at IS NOT NULL FROM nodes WHERE id = ${ID[0]}")" "t"
-
 # ---- no assignment yet
 req GET "$S/v1/agent/assignment" "${TOK[0]}";   expect "no assignment before a job is scheduled" 200 .assignment null
 t0=$(now); req GET "$S/v1/agent/assignment?wait=2" "${TOK[0]}"
@@ -148,6 +137,25 @@ check "all four share one 64-hex-digit peer secret" "$(printf '%s\n' $secrets | 
 check "the four tasklets are distinct" "$(for i in 0 1 2 3; do echo "${ST[$i]},${RP[$i]}"; done | sort -u | wc -l)" 4
 # tok_of STAGE REPLICA: the token of the node at that tasklet.
 tok_of() { local i; for i in 0 1 2 3; do [ "${ST[$i]}" = "$1" ] && [ "${RP[$i]}" = "$2" ] && echo "${TOK[$i]}"; done; }
+
+# ---- a heartbeat while training names the node's job and step
+req POST "$S/v1/agent/heartbeat" "$(tok_of 0 0)" "$(printf '{"state":"busy","job_id":%s,"step":7}' "$J")"
+expect "heartbeat while training" 200 .state busy
+check "the node shows its job and step" \
+    "$(sql a "SELECT current_job_id || ':' || current_step FROM nodes WHERE current_job_id IS NOT NULL")" "$J:7"
+req POST "$S/v1/agent/heartbeat" "$(tok_of 0 0)" '{"state":"idle","job_id":null,"step":null}'
+
+# ---- what an idle agent holds for a live resume (agent/live.h): a stage of a job it is in
+req POST "$S/v1/agent/heartbeat" "$(tok_of 0 0)" '{"state":"idle","held":{"job_id":'"$J"',"layer_start":0,"layer_end":2,"step":12}}'
+expect "an idle heartbeat may say what it holds" 200 .state idle
+check "the held stage is stored" "$(sql a "SELECT held_job_id || ':' || held_layer_start || '..' || held_layer_end || '@' || held_step FROM nodes WHERE held_job_id IS NOT NULL")" "$J:0..2@12"
+req POST "$S/v1/agent/heartbeat" "$(tok_of 0 0)" '{"state":"busy","held":{"job_id":'"$J"',"layer_start":0,"layer_end":2,"step":12}}'
+expect "a busy node holding a stage is 422" 422 .error.field held
+req POST "$S/v1/agent/heartbeat" "$(tok_of 0 0)" '{"state":"idle","held":{"job_id":'"$J"',"layer_start":2,"layer_end":2,"step":12}}'
+expect "a held stage of no layers is 422" 422 .error.field held.layer_end
+req POST "$S/v1/agent/heartbeat" "$(tok_of 0 0)" '{"state":"idle"}'
+check "a heartbeat holding nothing clears it" "$(sql a "SELECT count(*) FROM nodes WHERE held_job_id IS NOT NULL")" 0
+
 id_of() { local i; for i in 0 1 2 3; do [ "${ST[$i]}" = "$1" ] && [ "${RP[$i]}" = "$2" ] && echo "${ID[$i]}"; done; }
 # tok_by_id NODE / id_by_tok TOKEN: one of the four nodes' token by id, and back.
 tok_by_id() { local i; for i in 0 1 2 3; do [ "${ID[$i]}" = "$1" ] && echo "${TOK[$i]}"; done; }
@@ -215,7 +223,21 @@ req GET "$NG" "$(tok_of 0 0)";  expect "nccl: replica 0 may read it back" 200 .u
 nccl_put "$(tok_of 0 1)";       expect "nccl: replica 1 may not put it" 403 .error.code forbidden
 nccl_put "$(tok_of 1 0)";       expect "nccl: nor may replica 0 of another stage" 403 .error.code forbidden
 req GET "$NG" "$(tok_of 1 1)";  expect "nccl: a node of another stage may not read it" 403 .error.code forbidden
-req GET "$NG" "$T5";            expect "nccl: nor may a node outside the job" 403 .error.code forbidden
+# A node outside the job learns nothing of it: to it the job does not exist
+# (its state, shape and epoch are other nodes' business).
+req GET "$NG" "$T5";            expect "nccl: to a node outside the job, the job does not exist" 404 .error.message "job $J does not exist"
+nccl_put "$T5";                 expect "nccl: nor for a put" 404 .error.message "job $J does not exist"
+req POST "$S/v1/agent/progress" "$T5" "$(printf '{"job_id":%s,"epoch":%s,"step":0,"stage":9,"replica":0,"iteration_s":1,"compute_s":1,"send_s":0,"recv_wait_s":0,"allreduce_s":0,"bubble_s":0,"tokens":1}' "$J" "$E")"
+expect "progress: nor for a report (not even that stage 9 is out of range)" 404 .error.message "job $J does not exist"
+req POST "$S/v1/agent/failure" "$T5" "$(printf '{"job_id":%s,"epoch":%s,"stage":0,"replica":0,"reason":"x"}' "$J" "$E")"
+expect "failure: nor for a failure report (its state is not said)" 404 .error.message "job $J does not exist"
+req POST "$S/v1/agent/dataset" "$T5" "$(printf '{"job_id":%s,"epoch":%s,"source":"data","sha256":"%064d"}' "$J" "$E" 0)"
+expect "dataset: nor for a dataset digest" 404 .error.message "job $J does not exist"
+req POST "$S/v1/agent/heartbeat" "$T5" "$(printf '{"state":"busy","job_id":%s,"step":3}' "$J")"
+expect "a heartbeat may not claim to train a job the node holds no tasklet of" 422 .error.field job_id
+req POST "$S/v1/agent/heartbeat" "$T5" "$(printf '{"state":"idle","held":{"job_id":%s,"layer_start":0,"layer_end":1,"step":3}}' "$J")"
+expect "nor to hold its state" 422 .error.field held.job_id
+check "and nothing of it was written" "$(sql a "SELECT coalesce(current_job_id, 0), coalesce(held_job_id, 0) FROM nodes WHERE id = $N5")" "0|0"
 req GET "$NG" "$ADMIN";         expect "nccl: the id is for node tokens only" 403
 nccl_put "$(tok_of 0 0)" '.epoch = 2';        expect "nccl: a put for a past epoch is 409" 409 .error.code stale_epoch
 req GET "$S/v1/agent/nccl?job=$J&epoch=2&stage=0" "$(tok_of 0 1)"
@@ -451,30 +473,31 @@ req POST "$S/v1/jobs" "$ADMIN" "$(printf '%s' "$JOB" | jq -c --argjson j "$J" '.
 expect "resume_from a complete checkpoint of the same model" 201 '.spec.resume_from | [.job_id, .step] | tostring' "[$J,1]"
 K=$(printf '%s' "$BODY" | jq -r .id)
 
-# ---- the last step from every tasklet, two at once: succeeded
+# ---- the last step from every tasklet and the final checkpoint (step 3),
+# the last of them at once: succeeded, whichever comes last
 progress 0 0 2 null; progress 0 1 2 null
+put_ckpt "$CK/3/stages/0" "$(tok_of 0 0)" "$WORK/stage0.bin"
 check "not succeeded before every tasklet reported the last step" "$(sql a "SELECT state FROM jobs WHERE id = $J")" running
 bg_get "$S/v1/agent/assignment?wait=20&job=$J&epoch=$E" "$(tok_of 0 0)" "$WORK/lp3"; p3=$BG
 sleep 1
 body() { printf '{"job_id":%s,"epoch":%s,"step":2,"stage":1,"replica":%s,"loss":3.5,"iteration_s":0.5,"compute_s":0.3,"send_s":0,"recv_wait_s":0,"allreduce_s":0,"bubble_s":0,"tokens":256}' "$J" "$E" "$1"; }
+curl -s -o "$WORK/last0" -H "Authorization: Bearer $(tok_of 1 0)" -H 'Content-Type: application/json' -d "$(body 0)" "$S/v1/agent/progress"
+check "trained but for one report, it runs on" "$(sql a "SELECT state FROM jobs WHERE id = $J")" running
 pids=""
-for r in 0 1; do
-    curl -s -o "$WORK/last$r" -H "Authorization: Bearer $(tok_of 1 "$r")" -H 'Content-Type: application/json' \
-         -d "$(body "$r")" "$S/v1/agent/progress" &
-    pids="$pids $!"
-done
+curl -s -o "$WORK/last1" -H "Authorization: Bearer $(tok_of 1 1)" -H 'Content-Type: application/json' \
+     -d "$(body 1)" "$S/v1/agent/progress" & pids="$pids $!"
+curl -s -o /dev/null -X PUT -H "Authorization: Bearer $(tok_of 1 0)" -H 'Content-Type: application/octet-stream' \
+     --data-binary "@$WORK/stage1.bin" "$CK/3/stages/1" & pids="$pids $!"
 wait $pids
 req GET "$S/v1/jobs/$J" "$ADMIN"
-expect "the last step from every tasklet, reported at once, makes the job succeeded" 200 '[.state, (.finished_at != null)] | tostring' '["succeeded",true]'
-check "one of the two reports says so" "$(jq -s -c 'map(.state) | sort' "$WORK/last0" "$WORK/last1")" '["running","succeeded"]'
+expect "the last report and the final checkpoint's last file, at once, make the job succeeded" 200 \
+    '[.state, (.finished_at != null)] | tostring' '["succeeded",true]'
 wait $p3
 check "a waiting long-poll learns the job is over" "$(jq -c .assignment "$WORK/lp3")" null
 progress 0 0 2 null; expect "a report after the end is 409" 409
 nccl_put "$(tok_of 0 0)"; expect "nccl: a finished job forms no group" 409 .error.field state
 req GET "$S/metrics"; check "a finished job has no job series" "$(printf '%s\n' "$BODY" | grep -c "job_id=\"$J\"")" 0
 check "jobs by state counts succeeded" "$(printf '%s\n' "$BODY" | grep '^shoal_jobs{state="succeeded"}')" 'shoal_jobs{state="succeeded"} 1'
-put_ckpt "$CK/3/stages/1" "$(tok_of 1 0)" "$WORK/stage1.bin"
-expect "the final checkpoint may come after the job succeeded" 201 .step 3
 
 # ---- the resumed job: its assignment says where to start
 for i in 0 1 2 3; do req POST "$S/v1/agent/heartbeat" "${TOK[$i]}" '{"state":"idle","job_id":null,"step":null}'; done

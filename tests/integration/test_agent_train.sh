@@ -339,22 +339,22 @@ if kill -0 "$(cat "$WORK/agent-a0.pid")" 2>/dev/null; then ok "the agent keeps r
 
 # ---- a checkpoint store that fails (its job directory is a file, so no
 # upload can be kept): the job trains on with its progress visible and
-# says why; its last step waits for the final checkpoint; once the store
-# works again the retried upload lands and the job succeeds
+# says why; trained, it waits for its final checkpoint, running; once the
+# store works again the retried upload lands and the job succeeds
 req POST "$S/v1/jobs" "$ADMIN" "$(job store 2 1 2 1f1b 12 4)"
 J=$(printf '%s' "$BODY" | jq -r .id)
 mkdir -p "$WORK/s/checkpoints"
 : > "$WORK/s/checkpoints/job$J"
 req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":200}'
-store_failed() { [ "$(job_detail_field "$J" '.checkpoint_failures > 0 and .latest_step == 10')" = true ]; }
+store_failed() { [ "$(job_detail_field "$J" '.checkpoint_failures > 0 and .latest_step == 11')" = true ]; }
 job_detail_field() { curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$1" | jq -r "$2"; }
-if wait_for 90 store_failed; then ok "a failing store: progress goes on to the step before the last"
-else fail "a failing store: progress goes on to the step before the last" "$(job_detail_field "$J" '[.state, .latest_step, .checkpoint_failures] | tostring')"; fi
+if wait_for 90 store_failed; then ok "a failing store: progress goes on to the last step"
+else fail "a failing store: progress goes on to the last step" "$(job_detail_field "$J" '[.state, .latest_step, .checkpoint_failures] | tostring')"; fi
 check "the job is still running and says why" \
     "$(job_detail_field "$J" '[.state, (.checkpoint_error | test("Not a directory"))] | join(" ")')" "running true"
 scrape_failures() { curl -s "$S/metrics" | sed -n "s/^shoal_job_checkpoint_failures_total{job_id=\"$J\"} //p"; }
 check "/metrics counts the failures" "$([ "$(scrape_failures)" -ge 1 ] 2>/dev/null && echo yes)" yes
-# The job holds still here (its last report waits for the final checkpoint):
+# The job holds still here (trained, it waits for its final checkpoint):
 # /metrics of a real training job.  Its step parts are the complete step's
 # (both stages reported) and add up to that step's mean iteration time.
 curl -s "$S/metrics" > "$WORK/live.metrics"

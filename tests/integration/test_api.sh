@@ -131,9 +131,10 @@ req GET "$S/v1/jobs?state=cancelled" "$ADMIN"; expect "filter jobs by state" 200
 
 # ---- heartbeats
 req POST "$S/v1/agent/heartbeat" "$T1" '{"state":"idle"}'; expect "heartbeat" 200 .state idle
+# (a heartbeat while training, naming the node's job: test_agent_api.sh)
 req POST "$S/v1/agent/heartbeat" "$T1" "{\"state\":\"busy\",\"job_id\":$J1,\"step\":7}"
-expect "heartbeat while training" 200 .state busy
-req GET "$S/v1/nodes/$N1" "$ADMIN";    expect "node shows its job and step" 200 '[.current_job_id, .current_step] | tostring' "[$J1,7]"
+expect "a heartbeat naming a job the node holds no tasklet of is 422" 422 .error.field job_id
+req GET "$S/v1/nodes/$N1" "$ADMIN";    expect "and writes nothing" 200 '[.current_job_id, .current_step] | tostring' "[null,null]"
 req POST "$S/v1/agent/heartbeat" "$T1" '{"state":"busy","job_id":555555}'; expect "heartbeat naming an unknown job is 422" 422 .error.field job_id
 req POST "$S/v1/agent/heartbeat" "$T1" '{"state":"sleeping"}'; expect "heartbeat with a bad state is 422" 422 .error.field state
 req POST "$S/v1/agent/heartbeat" "$T1" '{"state":"idle","job_id":null,"step":null}'; expect "null job and step clear them" 200 .state idle

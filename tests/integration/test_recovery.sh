@@ -302,16 +302,26 @@ kill -9 "$(cat "$WORK/agent-$STORE_VICTIM.pid")"
 wait_for 60 replanned
 check "a failing store and a kill: epoch 2 goes on from the survivors, after step $before (none trained again)" \
     "$(sql s "SELECT live->>'step' = resume_step::text AND resume_step > $before FROM plans WHERE job_id = $J AND epoch = 2")" t
-wait_for 120 reached "$J" 38
-check "the store still failing, it trains to its last step on that one re-plan" \
+wait_for 120 reached "$J" 39
+check "the store still failing, it trains to its last step on that one re-plan, and waits" \
     "$(curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$J" |
        jq -r '[.state, .plan_epoch, .recoveries, .checkpoint_failures > 0] | map(tostring) | join(" ")')" "running 2 1 true"
+# Trained, it needs no node but the final checkpoint's uploaders (replica 0
+# of each stage): one of replica 1 lost costs nothing.
+TRAINED_VICTIM=$(node_of "$J" 0 1)
+kill -9 "$(cat "$WORK/agent-$TRAINED_VICTIM.pid")"
+victim_lost() { [ "$(sql s "SELECT state FROM nodes WHERE name = '$TRAINED_VICTIM'")" = lost ]; }
+wait_for 30 victim_lost
+sleep 2   # a recovery sweep or two
+check "a trained job that loses a node of replica 1 is not re-planned" \
+    "$(sql s "SELECT state, plan_epoch, recoveries FROM jobs WHERE id = $J")" "running|2|1"
 rm "$WORK/s/checkpoints/job$J"
 wait_for 120 is_state "$J" succeeded
 check "the store back, the job succeeds, each step once, with the uninterrupted run's losses" \
     "$(state_of "$J") $(sql s "SELECT count(*), count(DISTINCT (step, stage, replica)) FROM job_steps WHERE job_id = $J") $(job_losses "$S" "$ADMIN" "$J" | sort -k1,1 | join - "$WORK/reference.losses" | awk '$2 != $3 { d++ } END { print NR, d + 0 }')" \
     "succeeded 160|160 40 0"
 start_agent "$STORE_VICTIM" s --peer-timeout 5
+start_agent "$TRAINED_VICTIM" s --peer-timeout 5
 
 for a in a0 a1 a2 a3 a4 a5 a6; do
     [ "$a" = "$VICTIM2" ] && continue
