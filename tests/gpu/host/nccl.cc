@@ -489,44 +489,39 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError)
     return ncclSuccess;
 }
 
-ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
-                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+// One rank's call of collective `op`: what every entry point below fills in.
+static part part_of(coll_op op, const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                    cudaStream_t stream)
 {
     part p;
-    p.op = OP_ALL_REDUCE;
+    p.op = op;
     p.send = static_cast<const unsigned char *>(sendbuff);
     p.recv = static_cast<unsigned char *>(recvbuff);
     p.count = count;
     p.type = datatype;
-    p.redop = op;
     p.stream = stream;
+    return p;
+}
+
+ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype,
+                           ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
+{
+    part p = part_of(OP_ALL_REDUCE, sendbuff, recvbuff, count, datatype, stream);
+    p.redop = op;
     return collective_call(comm, p);
 }
 
 ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount, ncclDataType_t datatype,
                            ncclComm_t comm, cudaStream_t stream)
 {
-    part p;
-    p.op = OP_ALL_GATHER;
-    p.send = static_cast<const unsigned char *>(sendbuff);
-    p.recv = static_cast<unsigned char *>(recvbuff);
-    p.count = sendcount;
-    p.type = datatype;
-    p.stream = stream;
-    return collective_call(comm, p);
+    return collective_call(comm, part_of(OP_ALL_GATHER, sendbuff, recvbuff, sendcount, datatype, stream));
 }
 
 ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, size_t count, ncclDataType_t datatype, int root,
                            ncclComm_t comm, cudaStream_t stream)
 {
-    part p;
-    p.op = OP_BROADCAST;
-    p.send = static_cast<const unsigned char *>(sendbuff);
-    p.recv = static_cast<unsigned char *>(recvbuff);
-    p.count = count;
-    p.type = datatype;
+    part p = part_of(OP_BROADCAST, sendbuff, recvbuff, count, datatype, stream);
     p.root = root;
-    p.stream = stream;
     return collective_call(comm, p);
 }
 
