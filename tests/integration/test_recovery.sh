@@ -322,6 +322,10 @@ check "the store back, the job succeeds, each step once, with the uninterrupted 
     "succeeded 160|160 40 0"
 start_agent "$STORE_VICTIM" s --peer-timeout 5
 start_agent "$TRAINED_VICTIM" s --peer-timeout 5
+# both up (a SIGTERM before an agent sets its handlers would kill it outright)
+both_back() { [ "$(sql s "SELECT count(*) FROM nodes WHERE name IN ('$STORE_VICTIM', '$TRAINED_VICTIM') AND state = 'idle'
+                           AND last_heartbeat_at > now() - interval '2 s'")" = 2 ]; }
+wait_for 60 both_back
 
 for a in a0 a1 a2 a3 a4 a5 a6; do
     [ "$a" = "$VICTIM2" ] && continue
