@@ -442,7 +442,11 @@ static int http_authenticate(struct request *rq, struct response *rs)
  * the answer in rs. */
 static int http_check(struct request *rq, struct response *rs)
 {
-    if (rq->framing_ambiguous) {
+    if (rq->framing_ambiguous == 2) {
+        reply_fail(rs, 501, "not_implemented", "Transfer-Encoding",
+                   "the only transfer coding this server reads is 'chunked'; send the body with a "
+                   "Content-Length or as 'Transfer-Encoding: chunked'");
+    } else if (rq->framing_ambiguous) {
         reply_fail(rs, 400, "ambiguous_length", NULL,
                    "send one Content-Length, or Transfer-Encoding: chunked without one");
     } else if (rq->route_status == 404) {
@@ -645,8 +649,8 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
         buf_init(&rq->body, (size_t)rq->srv->cfg.max_body);
         rq->route_status = router_match(routes, routes_count, method, url, &rq->match, &rq->route_err);
         *con_cls = rq;
-        if (http_framing_ambiguous(rq->conn)) {   /* answered before any body is read */
-            rq->framing_ambiguous = 1;
+        if (http_framing_ambiguous(rq->conn) || http_coding_unknown(rq->conn)) {   /* answered before any body */
+            rq->framing_ambiguous = 1 + http_coding_unknown(rq->conn);
             return http_dispatch(rq);
         }
         if (rq->route_status == 0 && (rq->sink = routes_upload_sink(rq->match.index)) != NULL)

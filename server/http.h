@@ -63,7 +63,8 @@ struct request {
     struct shoal_err route_err;
     struct buf body;              /* raw request body, capped */
     int body_too_large;
-    int framing_ambiguous;        /* two Content-Lengths, or one with Transfer-Encoding: 400 */
+    int framing_ambiguous;        /* 1: two Content-Lengths, or one with Transfer-Encoding (400);
+                                     2: a Transfer-Encoding other than chunked (501) */
     int64_t node_id;              /* the caller's node, for AUTH_NODE routes (0: the admin) */
     int authed;                   /* authentication already passed (streamed uploads) */
     const struct upload_sink *sink; /* set for routes whose body is streamed */

@@ -303,6 +303,19 @@ int http_framing_ambiguous(struct MHD_Connection *conn)
            (lengths == 1 && MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Transfer-Encoding"));
 }
 
+int http_coding_unknown(struct MHD_Connection *conn)
+{
+    const char *te = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Transfer-Encoding");
+    if (!te)
+        return 0;
+    while (*te == ' ' || *te == '\t')
+        te++;
+    size_t n = strlen(te);
+    while (n > 0 && (te[n - 1] == ' ' || te[n - 1] == '\t'))
+        n--;
+    return !(n == strlen("chunked") && strncasecmp(te, "chunked", n) == 0);
+}
+
 /* ---- connections in all */
 
 unsigned http_connection_limit(const struct config *cfg)

@@ -33,6 +33,12 @@ void http_conns_stop(void);
  * differently from this server (request smuggling), so it is refused. */
 int http_framing_ambiguous(struct MHD_Connection *conn);
 
+/* 1 if the request names a Transfer-Encoding other than "chunked" alone
+ * ("identity", "gzip, chunked"): its body cannot be framed, so it is
+ * answered 501 before any of it is read (RFC 9112, 6.1), and the
+ * connection closed. */
+int http_coding_unknown(struct MHD_Connection *conn);
+
 /* Connections held at once: --max-connections, or every long-poll the
  * config allows plus room for ordinary requests, within the open-file
  * limit (raised to its hard maximum first, since each connection is a
