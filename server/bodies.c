@@ -1,6 +1,7 @@
 /* bodies.c - the request bodies the API accepts, parsed into structs (bodies.h). */
 #include "bodies.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
@@ -27,6 +28,22 @@ static int unknown_member(struct shoal_err *e, const char *path, const char *key
     return err_set(e, 400, "unknown_field", path[0] ? path : sub, "unknown field %s", sub);
 }
 
+/* 1 when host (an IP literal, IPv6 without its brackets) is an address no
+ * peer listens on and the server must not be sent to probe: unspecified,
+ * link-local (the cloud metadata service is 169.254.169.254), multicast or
+ * broadcast.  A host name is not resolved here. */
+static int body_host_unusable(const char *host)
+{
+    unsigned char b[16];
+    if (inet_pton(AF_INET, host, b) == 1)
+        return b[0] == 0 || (b[0] == 169 && b[1] == 254) || b[0] >= 224;
+    if (inet_pton(AF_INET6, host, b) == 1) {
+        static const unsigned char zero[16] = { 0 };
+        return memcmp(b, zero, 16) == 0 || (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) || b[0] == 0xff;
+    }
+    return 0;
+}
+
 int body_peer_address_valid(const char *a)
 {
     const char *colon = strrchr(a, ':');
@@ -34,10 +51,18 @@ int body_peer_address_valid(const char *a)
         return 0;
     if (a[0] == '[' && colon[-1] != ']')
         return 0;
+    char host[262];
+    size_t n = (size_t)(colon - a);
+    if (a[0] == '[')   /* [v6]:port */
+        a++, n -= 2;
+    if (n == 0 || n >= sizeof host)
+        return 0;
+    memcpy(host, a, n);
+    host[n] = '\0';
     char *end;
     errno = 0;
     long port = strtol(colon + 1, &end, 10);
-    return !errno && end != colon + 1 && *end == '\0' && port >= 1 && port <= 65535;
+    return !errno && end != colon + 1 && *end == '\0' && port >= 1 && port <= 65535 && !body_host_unusable(host);
 }
 
 /* ---- nodes ---- */
@@ -73,7 +98,8 @@ int body_registration_parse(const json_t *body, struct body_registration *out, s
         return -1;
     if (!body_peer_address_valid(out->peer_address))
         return err_set(e, 422, "invalid_field", "peer_address",
-                       "peer_address must be host:port with a port from 1 to 65535");
+                       "peer_address must be host:port with a port from 1 to 65535, not an unspecified, "
+                       "link-local, multicast or broadcast address");
     return 0;
 }
 
@@ -105,7 +131,8 @@ int body_heartbeat_parse(const json_t *body, struct body_heartbeat *out, struct 
         return -1;
     if (out->peer_address[0] && !body_peer_address_valid(out->peer_address))
         return err_set(e, 422, "invalid_field", "peer_address",
-                       "peer_address must be host:port with a port from 1 to 65535");
+                       "peer_address must be host:port with a port from 1 to 65535, not an unspecified, "
+                       "link-local, multicast or broadcast address");
     if (out->held_job_id && out->held_layer_end <= out->held_layer_start)
         return err_set(e, 422, "invalid_field", "held.layer_end", "held.layer_end must be above held.layer_start");
     if (out->held_job_id && strcmp(out->state, "idle") != 0)

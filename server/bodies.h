@@ -24,7 +24,9 @@
 #include "planner.h"
 
 /* 1 if `a` is "host:port": a non-empty host without spaces ("[v6]" with
- * brackets) and a port 1..65535; else 0. */
+ * brackets) and a port 1..65535, the host not an IP address no peer
+ * listens on (unspecified, link-local such as the metadata service's
+ * 169.254.169.254, multicast, broadcast); else 0. */
 int body_peer_address_valid(const char *a);
 
 /* POST /v1/nodes: an agent registers. */

@@ -86,6 +86,8 @@ expect "a heartbeat may carry a new peer address" 200 .peer_address 127.0.0.1:71
 req GET "$S/v1/nodes/${ID[0]}" "$ADMIN"; expect "and the node keeps its id with it" 200 .peer_address 127.0.0.1:7100
 req POST "$S/v1/agent/heartbeat" "${TOK[0]}" '{"state":"idle","peer_address":"nowhere"}'
 expect "a bad peer address in a heartbeat is 422" 422 .error.field peer_address
+req POST "$S/v1/agent/heartbeat" "${TOK[0]}" '{"state":"idle","peer_address":"169.254.169.254:80"}'
+expect "so is the metadata service's address (the server would probe it)" 422 .error.field peer_address
 req POST "$S/v1/agent/heartbeat" "${TOK[0]}" '{"state":"idle"}'
 expect "a heartbeat without one keeps it" 200 .peer_address 127.0.0.1:7100
 

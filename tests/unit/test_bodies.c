@@ -52,11 +52,17 @@ static void test_registration(void **state)
     assert_int_equal(body_registration_parse(j, &reg, &err), -1);
     expect_error(&err, 422, "invalid_field", "peer_address", "peer_address must be host:port with a port from 1 to 65535");
     json_decref(j);
-    static const char *const bad_addresses[] = { "hostonly", ":80", "h:", "h:0", "h:1x", "a b:1", "[::1:80" };
+    static const char *const bad_addresses[] = { "hostonly", ":80", "h:", "h:0", "h:1x", "a b:1", "[::1:80",
+                                                 /* no peer listens there; the server would probe it */
+                                                 "169.254.169.254:80", "0.0.0.0:7070", "224.0.0.1:7070",
+                                                 "255.255.255.255:7070", "[fe80::1]:7070", "[::]:7070",
+                                                 "[ff02::1]:7070" };
     for (size_t i = 0; i < sizeof bad_addresses / sizeof bad_addresses[0]; i++)
         if (body_peer_address_valid(bad_addresses[i]))
             fail_msg("%s taken as a peer address", bad_addresses[i]);
     assert_true(body_peer_address_valid("[::1]:7000") && body_peer_address_valid("10.0.0.1:65535"));
+    assert_true(body_peer_address_valid("127.0.0.1:7070") && body_peer_address_valid("gpu-7.lab:7070") &&
+                body_peer_address_valid("[2001:db8::5]:7070") && body_peer_address_valid("169.253.1.1:7070"));
 }
 
 static void test_heartbeat_and_progress_defaults(void **state)
