@@ -126,13 +126,14 @@ static int parse_validation(const json_t *v, struct assignment *o, struct shoal_
     return 0;
 }
 
-/* {step, root}: the epoch starts at `step` from the state its nodes hold;
+/* {step, root}: the epoch starts at `step` from the state its nodes hold
+ * (the job's steps: trained, its final checkpoint to store again);
  * `root` (null: none) hands it to the stage's other replicas (live.h). */
 static int parse_live(const json_t *live, struct assignment *o, struct shoal_err *err)
 {
     json_int_t step, root = -1;
     json_t *r = json_object_get(live, "root");
-    if (json_unpack((json_t *)live, "{s:I}", "step", &step) != 0 || step < 1 || step >= o->steps ||
+    if (json_unpack((json_t *)live, "{s:I}", "step", &step) != 0 || step < 1 || step > o->steps ||
         (r && !json_is_null(r) && (!json_is_integer(r) || (root = json_integer_value(r)) < 0 ||
                                    root >= o->replicas)))
         return err_set(err, 502, "bad_assignment", "live", "the assignment's live resume is malformed");

@@ -2,11 +2,12 @@
  * its surviving tasklets hold in memory instead of from a checkpoint, so
  * only the step in flight is trained again.
  *
- * When a tasklet stops without finishing (it failed, or its job was
- * re-planned), the agent keeps its stage (weights, AdamW moments and step
- * count; under sync every_step every replica of a stage holds the same
- * bits) and says so in its heartbeats: {job_id, layer_start, layer_end,
- * step}.  The server's re-plan (server/live_resume.c) may then start the
+ * When a tasklet stops (it failed, its job was re-planned, or it finished:
+ * a trained job may still lose the node that was to store part of its
+ * final checkpoint), the agent keeps its stage (weights, AdamW moments and
+ * step count; under sync every_step every replica of a stage holds the
+ * same bits) until its job is over, and says so in its heartbeats:
+ * {job_id, layer_start, layer_end, step}.  The server's re-plan (server/live_resume.c) may then start the
  * next epoch at that step: each tasklet's assignment carries "live":
  * {step, root}.  A tasklet whose stage every replica holds takes its own;
  * otherwise the root replica, which holds it, sends it to the replicas
@@ -26,7 +27,7 @@
 
 struct tasklet;
 
-/* The stage the agent's last unfinished tasklet left.  The heartbeat
+/* The stage the agent's last tasklet left.  The heartbeat
  * thread reads the summary under mu; the work thread changes it. */
 struct live_held {
     pthread_mutex_t mu;
@@ -41,7 +42,7 @@ void live_init(struct live_held *h);
 void live_drop(struct live_held *h);
 void live_destroy(struct live_held *h);
 
-/* At the end of an unfinished tasklet under sync every_step: takes *st
+/* At the end of a tasklet under sync every_step: takes *st
  * (its micro-batches in flight dropped) and keeps it, in place of any
  * stage held before; *st is then NULL.  Otherwise does nothing. */
 void live_keep(struct live_held *h, const struct assignment *as, struct kern_stage **st);

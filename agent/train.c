@@ -486,11 +486,14 @@ static int encrypted_links(const struct tasklet *k, int *links)
     return n;
 }
 
-/* An unfinished tasklet's stage is kept for a live resume (live.h). */
+/* A tasklet's stage is kept for a live resume (live.h): an unfinished
+ * one's, and a finished one's too, until the job is over (the agent drops
+ * it then): a trained job whose final checkpoint's uploader is lost goes
+ * on from its survivors at its last step. */
 static void tasklet_close(struct tasklet *k, int finished)
 {
-    if (!finished)
-        live_keep(k->env->held, k->as, &k->st);
+    (void)finished;
+    live_keep(k->env->held, k->as, &k->st);
     peer_stream_stop(k->prev);
     peer_stream_stop(k->next);
     peer_close(&k->ring_prev);
@@ -541,6 +544,12 @@ enum train_result train_run(const struct train_env *env, const struct assignment
         if (train_step(&k, t, queued, err) != 0)
             goto out;
     }
+    /* A live resume at the end (every step trained, the final checkpoint's
+     * uploader lost with its part of it): what is left is that checkpoint. */
+    if (as->resume_step >= as->steps && as->steps > 0 && checkpoint_due(as, as->steps - 1) &&
+        ckpt_queue_upload(env->reporter, env->data_dir, k.st, as->job_id, as->steps, as->stage,
+                          as->sync == ASSIGN_SYNC_DILOCO ? as->replica : 0, err) != 0)
+        goto out;
     /* The neighbours still read what we queued last. */
     if ((k.prev && peer_stream_flush(k.prev, env->peer_timeout_ms, err) != 0) ||
         (k.next && peer_stream_flush(k.next, env->peer_timeout_ms, err) != 0))

@@ -90,7 +90,7 @@ static int64_t common_step(const struct grid *g, const json_t *whole, int64_t af
     int64_t best = -1;
     for (int c = 0; c < g->S * g->D; c++) {
         int64_t s = g->held[c];
-        if (s <= after || s >= total || s <= best)
+        if (s <= after || s > total || s <= best)   /* total: trained, its final checkpoint still to store */
             continue;
         if (s > 0 && !in_list(whole, s - 1))
             continue;

@@ -19,7 +19,10 @@
  * that holds it, which hands it to the others over the stage's TCP ring or
  * its NCCL group, whichever the stage sums over (agent/live.h).  The
  * planner stores it instead of its search's plan when that is quicker over
- * the rest of the job (planner_offer_repair).
+ * the rest of the job (planner_offer_repair).  s may be the job's last
+ * step (total_steps): a trained job that lost part of its final checkpoint
+ * with a node re-plans to store it again, training nothing (planner.c,
+ * agent/train.c).
  *
  * No offer, and so a checkpoint resume as before, when: the job syncs by
  * diloco (replicas differ between outer steps); some stage has no

@@ -329,13 +329,16 @@ static json_t *plan_stages_json(const struct sched_problem *pb, const struct sch
  * ({step, roots}) or NULL, $13 replicas, $14 micro-batches per replica and
  * step.  One statement: the new
  * epoch, the plan, its assignments, and the steps that will be trained
- * again dropped from job_steps (with the count of finished tasklets).  A
+ * again dropped from job_steps (with the count of finished tasklets: all
+ * of them for a live resume at the last step, which trains nothing and
+ * only stores the final checkpoint, JOB_DONE_WHERE_SQL).  A
  * live resume at step s also records step s-1 for the failed epoch's
  * tasklets that died after its all-reduce, before their report (stand-ins:
  * the last stage's loss from the next replica's ring_prev_loss, no times;
  * live_resume.h), when the failed epoch trained it. */
 #define PLAN_STORE_SQL \
-    "WITH j AS (UPDATE jobs SET plan_epoch = plan_epoch + 1, state = 'scheduled', tasklets_finished = 0," \
+    "WITH j AS (UPDATE jobs SET plan_epoch = plan_epoch + 1, state = 'scheduled'," \
+    "   tasklets_finished = CASE WHEN $11::bigint >= total_steps THEN stages * $13::int ELSE 0 END," \
     "   recover_after = NULL, recovery_waiting = NULL, schedule_refused = NULL, updated_at = now()" \
     "   WHERE id = $1 AND state = ANY ($10::text[]) RETURNING id, plan_epoch)," \
     " p AS (INSERT INTO plans (job_id, epoch, cost_model, predicted_iteration_s, detail, resume_step, live," \

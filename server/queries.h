@@ -52,11 +52,12 @@
 #define JOB_TASKLETS_SQL(j) \
     "(" j ".stages * (SELECT p.replicas FROM plans p WHERE p.job_id = " j ".id AND p.epoch = " j ".plan_epoch))"
 
-/* True when running job row `r` (an alias other than j) is done: every
- * tasklet of its epoch reported its last step, and its final checkpoint is
- * stored (checkpoints_job_done, and the recovery thread's sweep). */
+/* True when live job row `r` (an alias other than j) is done: every
+ * tasklet of its epoch reported its last step (or it was re-planned at its
+ * last step, planner.c), and its final checkpoint is stored
+ * (checkpoints_job_done, and the recovery thread's sweep). */
 #define JOB_DONE_WHERE_SQL(r) \
-    r ".state = 'running' AND " r ".tasklets_finished >= " JOB_TASKLETS_SQL(r) \
+    r ".state IN ('scheduled', 'running') AND " r ".tasklets_finished >= " JOB_TASKLETS_SQL(r) \
     " AND " JOB_FINAL_STORED_SQL(r ".id")
 
 /* True when node `node` (an SQL expression) has held a tasklet of job row

@@ -315,6 +315,15 @@ wait_for 30 victim_lost
 sleep 2   # a recovery sweep or two
 check "a trained job that loses a node of replica 1 is not re-planned" \
     "$(sql s "SELECT state, plan_epoch, recoveries FROM jobs WHERE id = $J")" "running|2|1"
+# One that loses an uploader (replica 0 of stage 1) goes on from its
+# survivors at its last step: nothing to train, the final checkpoint's part
+# that went with it to store again.
+UPLOADER=$(node_of "$J" 1 0)
+kill -9 "$(cat "$WORK/agent-$UPLOADER.pid")"
+epoch3() { [ "$(sql s "SELECT plan_epoch FROM jobs WHERE id = $J")" = 3 ]; }
+wait_for 60 epoch3
+check "a trained job that loses the uploader of a stage goes on from its survivors at step 40 (none trained again)" \
+    "$(sql s "SELECT live->>'step', resume_step FROM plans WHERE job_id = $J AND epoch = 3")" "40|40"
 rm "$WORK/s/checkpoints/job$J"
 wait_for 120 is_state "$J" succeeded
 check "the store back, the job succeeds, each step once, with the uninterrupted run's losses" \
@@ -322,9 +331,10 @@ check "the store back, the job succeeds, each step once, with the uninterrupted 
     "succeeded 160|160 40 0"
 start_agent "$STORE_VICTIM" s --peer-timeout 5
 start_agent "$TRAINED_VICTIM" s --peer-timeout 5
-# both up (a SIGTERM before an agent sets its handlers would kill it outright)
-both_back() { [ "$(sql s "SELECT count(*) FROM nodes WHERE name IN ('$STORE_VICTIM', '$TRAINED_VICTIM') AND state = 'idle'
-                           AND last_heartbeat_at > now() - interval '2 s'")" = 2 ]; }
+start_agent "$UPLOADER" s --peer-timeout 5
+# all up (a SIGTERM before an agent sets its handlers would kill it outright)
+both_back() { [ "$(sql s "SELECT count(*) FROM nodes WHERE name IN ('$STORE_VICTIM', '$TRAINED_VICTIM', '$UPLOADER')
+                           AND state = 'idle' AND last_heartbeat_at > now() - interval '2 s'")" = 3 ]; }
 wait_for 60 both_back
 
 for a in a0 a1 a2 a3 a4 a5 a6; do

@@ -137,10 +137,12 @@ echo "# 48 steps took $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.
 req POST "$S/v1/jobs" "$ADMIN" "$(big dl-replan 2 2 4 1f1b 48 16 "$LONG")"
 J=$(printf '%s' "$BODY" | jq -r .id)
 req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":200}'
+# (a window of 9 steps of the phase's 16: one of 6 was missed at 65 ms a
+# step; its end leaves the re-plan 6 steps before the next outer step)
 mid_phase() {
     local at
     at=$(sql s "SELECT max(step) FROM job_steps WHERE job_id = $J AND stage = 1")
-    [ -n "$at" ] && [ "$at" -ge 18 ] && [ $(((at + 1) % 16)) -ge 3 ] && [ $(((at + 1) % 16)) -le 8 ]
+    [ -n "$at" ] && [ "$at" -ge 18 ] && [ $(((at + 1) % 16)) -ge 2 ] && [ $(((at + 1) % 16)) -le 10 ]
 }
 wait_for 120 mid_phase
 before=$(sql s "SELECT max(step) FROM job_steps WHERE job_id = $J AND stage = 1")

@@ -135,6 +135,14 @@ static void test_live_root(void **state)
     json_object_set_new(a, "live", json_pack("{s:i, s:i}", "step", 6, "root", 3));
     assert_int_equal(assign_parse(a, &o, &err), -1);
     assert_string_equal(err.field, "live");
+    /* at the job's last step (10: trained, its final checkpoint to store
+     * again), not past it */
+    json_object_set_new(a, "live", json_pack("{s:i, s:i}", "step", 10, "root", 0));
+    assert_int_equal(assign_parse(a, &o, &err), 0);
+    assert_int_equal(o.resume_step, 10);
+    json_object_set_new(a, "live", json_pack("{s:i, s:i}", "step", 11, "root", 0));
+    assert_int_equal(assign_parse(a, &o, &err), -1);
+    assert_string_equal(err.field, "live");
     json_object_set_new(json_object_get(a, "spec"), "communication",
                         json_pack("{s:s, s:i}", "sync", "diloco", "inner_steps", 2));
     json_object_set_new(a, "allreduce", json_string("ring"));
