@@ -472,7 +472,7 @@ int checkpoints_job_done(struct server *srv, int64_t job)
     const char *params[] = { db_param_i64(p_job, job) };
     PGconn *c = db_acquire(srv->db, &e);
     PGresult *r = c ? db_exec(c, JOB_DONE_SQL, 1, params, &e) : NULL;
-    int done = r ? atoi(PQcmdTuples(r)) > 0 : -1;
+    int done = r ? strtol(PQcmdTuples(r), NULL, 10) > 0 : -1;   /* the rows updated: "0" or "1" */
     if (!r)   /* the next report or upload asks again, and the recovery thread's sweep */
         log_warn("job %lld: cannot check whether it is done: %s", (long long)job, e.message);
     else if (done)

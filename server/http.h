@@ -1,4 +1,5 @@
-/* http.h - the libmicrohttpd glue: requests in, JSON responses out.
+/* http.h - the libmicrohttpd glue: requests in, JSON responses out
+ * (http.c the engine; http_reply.c what handlers write and read).
  *
  * A request is matched against the route table and its token checked as
  * soon as its headers arrive (a caller without a valid token makes the
