@@ -36,9 +36,9 @@ static struct http_lane http_lanes[ROUTE_LANES];
  * Larger bodies are answered at once, and so are clients that wait for
  * "100 Continue" (curl does above 1 MiB): they send nothing to reset. */
 #define REFUSED_DRAIN_MAX (16ull << 20)
-/* s of database time an upload's token check may take on the HTTP thread
- * (the one database wait left there; the upload's handler runs on a
- * database worker). */
+/* s of database time a token check may take on the HTTP thread, when the
+ * headers arrive (the one database wait left there, and none for a known
+ * node's token, auth.h; handlers run on database workers). */
 #define HTTP_INLINE_DB_S 2.0
 /* s of database time a probe (/readyz, /metrics) has, queue included:
  * Prometheus' scrape timeout is 10 s by default, and a probe's point is to
