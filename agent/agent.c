@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -331,13 +332,31 @@ static void report_failure(struct agent *ag, const struct assignment *as, const 
     json_decref(body);
 }
 
+/* An assignment this agent cannot run (from a newer server, or one it
+ * cannot check) is a failure of its tasklet, said to the server, so that
+ * the job re-plans or fails with the reason instead of waiting for us. */
+static void refuse_assignment(struct agent *ag, const json_t *a, struct shoal_err *why)
+{
+    json_int_t job = 0, epoch = -1, stage = -1, replica = -1;
+    log_error("cannot run the assignment: %s", why->message);
+    json_unpack((json_t *)a, "{s?I, s?I, s?I, s?I}", "job_id", &job, "epoch", &epoch, "stage", &stage,
+                "replica", &replica);
+    if (job < 1 || epoch < 0 || epoch > UINT32_MAX || stage < 0 || stage > INT_MAX || replica < 0 ||
+        replica > INT_MAX)
+        return;   /* the server does not know it either, then: nothing to say it about */
+    struct assignment as = { .job_id = job, .epoch = (uint32_t)epoch, .stage = (int)stage, .replica = (int)replica };
+    struct shoal_err e = *why;
+    snprintf(e.message, sizeof e.message, "this agent cannot run its assignment: %.300s", why->message);
+    report_failure(ag, &as, &(struct assign_peer){ .addr = "" }, &e);
+}
+
 static void run_tasklet(struct agent *ag, const json_t *a)
 {
     struct assignment as;
     struct shoal_err e;
     struct assign_peer peer = { .addr = "" };
     if (assign_parse(a, &as, &e) != 0) {
-        log_error("cannot run the assignment: %s", e.message);
+        refuse_assignment(ag, a, &e);
         return;
     }
     pthread_mutex_lock(&ag->mu);

@@ -4,15 +4,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../common/hex.h"
 #include "../common/model_json.h"
 
-void assign_role(int stage, int replica, int64_t node, char out[PEER_ROLE_MAX])
-{
-    snprintf(out, PEER_ROLE_MAX, "stage=%d replica=%d node=%lld", stage, replica, (long long)node);
-}
-
 /* The neighbour at entry `index` of `list` (whose `key` must equal index),
- * which runs tasklet (stage, replica). */
+ * which runs tasklet (stage, replica), with the key of our link to it. */
 static int peer_at(const json_t *list, const char *key, int index, int stage, int replica, struct assign_peer *out,
                    struct shoal_err *err)
 {
@@ -22,23 +18,23 @@ static int peer_at(const json_t *list, const char *key, int index, int stage, in
     if (!addr || json_integer_value(json_object_get(e, key)) != index || strlen(addr) >= ASSIGN_ADDR_MAX ||
         node < 1)
         return err_set(err, 502, "bad_assignment", key, "the assignment has no valid peer for %s %d", key, index);
+    if (hex_decode(json_string_value(json_object_get(e, "link_key")), out->key, sizeof out->key) != 0)
+        return err_set(err, 502, "bad_assignment", key, "the assignment's link to %s %d has no key of %zu hex "
+                       "bytes", key, index, sizeof out->key);
     snprintf(out->addr, ASSIGN_ADDR_MAX, "%s", addr);
     out->node = node, out->stage = stage, out->replica = replica;
     return 0;
 }
 
-static int hex_decode(const char *hex, unsigned char *out, size_t max, size_t *len)
+/* This tasklet's own entry in `list`: no link, no key. */
+static int self_at(const json_t *list, const char *key, int index, int64_t *node, struct shoal_err *err)
 {
-    size_t n = strlen(hex);
-    if (n == 0 || n % 2 || n / 2 > max)
-        return -1;
-    for (size_t i = 0; i < n / 2; i++) {
-        unsigned v;
-        if (sscanf(hex + 2 * i, "%2x", &v) != 1)
-            return -1;
-        out[i] = (unsigned char)v;
-    }
-    *len = n / 2;
+    const json_t *e = json_array_get(list, (size_t)index);
+    json_int_t n = json_integer_value(json_object_get(e, "node_id"));
+    if (json_integer_value(json_object_get(e, key)) != index || n < 1)
+        return err_set(err, 502, "bad_assignment", key, "the assignment does not name this node at %s %d", key,
+                       index);
+    *node = n;
     return 0;
 }
 
@@ -152,13 +148,13 @@ int assign_parse(const json_t *a, struct assignment *o, struct shoal_err *err)
     json_int_t job, epoch, stage, replica, stages, replicas, ls, le;
     json_int_t M, B, steps, warmup, seed, ckpt;
     double lr, wd, clip;
-    const char *secret, *schedule, *path, *format, *allreduce = "ring";
+    const char *schedule, *path, *format, *allreduce = "ring";
     json_error_t je;
     memset(o, 0, sizeof *o);
-    if (json_unpack_ex((json_t *)a, &je, 0, "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:s, s:o, s:o, s:o, s?s, s?o, s?o}",
+    if (json_unpack_ex((json_t *)a, &je, 0, "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:o, s:o, s?s, s?o, s?o}",
                        "job_id", &job, "epoch", &epoch, "stage", &stage, "replica", &replica,
                        "stages", &stages, "replicas", &replicas, "layer_start", &ls, "layer_end", &le,
-                       "peer_secret", &secret, "spec", &spec, "pipeline", &pipeline, "group", &group,
+                       "spec", &spec, "pipeline", &pipeline, "group", &group,
                        "allreduce", &allreduce, "resume", &resume, "live", &live) != 0)
         return err_set(err, 502, "bad_assignment", NULL, "the server's assignment is malformed: %s", je.text);
     if (json_unpack_ex(spec, &je, 0,
@@ -186,8 +182,6 @@ int assign_parse(const json_t *a, struct assignment *o, struct shoal_err *err)
         (json_int_t)json_array_size(group) != replicas || strlen(path) >= sizeof o->data_path ||
         strlen(format) >= sizeof o->data_format || M > 1 << 20)
         return err_set(err, 502, "bad_assignment", NULL, "the server's assignment is inconsistent");
-    if (hex_decode(secret, o->secret, sizeof o->secret, &o->secret_len) != 0)
-        return err_set(err, 502, "bad_assignment", "peer_secret", "the assignment's peer secret is not hex");
     /* A server from before NCCL groups sends no "allreduce": the ring. */
     if (strcmp(allreduce, "ring") == 0)
         o->allreduce = ASSIGN_ALLREDUCE_RING;
@@ -215,10 +209,8 @@ int assign_parse(const json_t *a, struct assignment *o, struct shoal_err *err)
     if (parse_communication(json_object_get(spec, "communication"), o, err) != 0 ||
         parse_validation(json_object_get(spec, "validation"), o, err) != 0)
         return -1;
-    struct assign_peer self;
-    if (peer_at(pipeline, "stage", o->stage, o->stage, o->replica, &self, err) != 0)
+    if (self_at(pipeline, "stage", o->stage, &o->node_id, err) != 0)
         return -1;
-    o->node_id = self.node;
     if (stage > 0 && peer_at(pipeline, "stage", o->stage - 1, o->stage - 1, o->replica, &o->prev_stage, err) != 0)
         return -1;
     if (stage < stages - 1 &&

@@ -33,6 +33,7 @@ struct assign_peer {
     char addr[ASSIGN_ADDR_MAX];     /* host:port of its peer listener; "": no such neighbour */
     int64_t node;
     int stage, replica;
+    unsigned char key[WIRE_KEY_BYTES]; /* of our link to it (wire_link_key) */
 };
 
 struct assignment {
@@ -41,8 +42,6 @@ struct assignment {
     int stage, replica;             /* this node's tasklet */
     int stages, replicas;           /* P, D */
     int layer_start, layer_end;     /* this stage's blocks */
-    unsigned char secret[PEER_SECRET_MAX];
-    size_t secret_len;              /* bytes */
     /* spec */
     struct model_config model;
     int micro_batches;              /* M, per replica and step */
@@ -99,9 +98,5 @@ struct assignment {
 /* Reads the "assignment" object.  Returns 0, or -1 with err naming what is
  * missing or inconsistent (the server's answer is not trusted blindly). */
 int assign_parse(const json_t *a, struct assignment *out, struct shoal_err *err);
-
-/* The role string a tasklet proves in the hello: "stage=S replica=R
- * node=N", so that either end knows which node it talks to. */
-void assign_role(int stage, int replica, int64_t node, char out[PEER_ROLE_MAX]);
 
 #endif

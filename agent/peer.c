@@ -662,6 +662,31 @@ out:
     return -1;
 }
 
+int peer_auth_link(struct peer_auth *a, const char *role, const void *key, size_t key_len)
+{
+    size_t role_len = strnlen(role, PEER_ROLE_MAX);
+    struct peer_link *l = (struct peer_link *)peer_auth_find(a, role);
+    if (!wire_role_ok(role, role_len) || key_len < 1 || key_len > PEER_KEY_MAX)
+        return -1;
+    if (!l) {
+        if (a->n_links >= PEER_LINKS_MAX)
+            return -1;
+        l = &a->links[a->n_links++];
+    }
+    memcpy(l->role, role, role_len + 1);
+    memcpy(l->key, key, key_len);
+    l->key_len = key_len;
+    return 0;
+}
+
+const struct peer_link *peer_auth_find(const struct peer_auth *a, const char *role)
+{
+    for (int i = 0; i < a->n_links && i < PEER_LINKS_MAX; i++)
+        if (strcmp(a->links[i].role, role) == 0)
+            return &a->links[i];
+    return NULL;
+}
+
 /* The dialer's side of the hello (protocol in peer.h); c is connected and
  * has read the listener's nonce. */
 static int dial_hello(struct peer_conn *c, const unsigned char lnonce[WIRE_NONCE_BYTES],
@@ -674,13 +699,13 @@ static int dial_hello(struct peer_conn *c, const unsigned char lnonce[WIRE_NONCE
     char quoted[160], why[128];
     struct wire_frame f;
 
-    if (!wire_role_ok(auth->role, role_len) || auth->secret_len > PEER_SECRET_MAX)
-        return err_set(err, 500, "peer_auth", NULL,
-                       "cannot dial %s: our role or secret is malformed", c->addr);
+    const struct peer_link *link = peer_auth_find(auth, want_role);   /* peer_dial checked it */
+    if (!wire_role_ok(auth->role, role_len))
+        return err_set(err, 500, "peer_auth", NULL, "cannot dial %s: our role is malformed", c->addr);
     if (peer_random(hello.nonce, sizeof hello.nonce, err) != 0)
         return -1;
     memcpy(hello.role, auth->role, role_len + 1);
-    wire_hello_mac(auth->secret, auth->secret_len, lnonce, auth->job_id, auth->epoch,
+    wire_hello_mac(link->key, link->key_len, lnonce, auth->job_id, auth->epoch,
                    hello.flags, auth->role, hello.mac);
     c->job_id = auth->job_id;
     c->epoch = auth->epoch;
@@ -711,14 +736,14 @@ static int dial_hello(struct peer_conn *c, const unsigned char lnonce[WIRE_NONCE
                        c->addr, (long long)auth->job_id, auth->epoch, f.kind,
                        (long long)f.job_id, f.epoch, (unsigned long long)f.payload_len);
     snprintf(c->role, sizeof c->role, "%s", answer.role);
-    wire_hello_mac(auth->secret, auth->secret_len, hello.nonce, auth->job_id, auth->epoch,
+    wire_hello_mac(link->key, link->key_len, hello.nonce, auth->job_id, auth->epoch,
                    answer.flags, answer.role, mac);
     if (!wire_mac_equal(mac, answer.mac))
         return err_set(err, PEER_STATUS, "peer_auth", NULL,
-                       "peer %s (role '%s') failed to prove the secret of job %lld (or its "
-                       "answer was altered on the way)",
+                       "peer %s (role '%s') failed to prove the key of our link in job %lld (or "
+                       "its answer was altered on the way)",
                        c->addr, c->role, (long long)auth->job_id);
-    if (want_role && strcmp(c->role, want_role) != 0)
+    if (strcmp(c->role, want_role) != 0)
         return err_set(err, PEER_STATUS, "peer_auth", NULL,
                        "peer %s proved role '%s', but we dialed it as '%s'", c->addr, c->role,
                        want_role);
@@ -727,7 +752,7 @@ static int dial_hello(struct peer_conn *c, const unsigned char lnonce[WIRE_NONCE
                        "peer %s (role '%s') would not encrypt the connection we asked to "
                        "encrypt", c->addr, c->role);
     if (answer.flags & WIRE_HELLO_ENCRYPT)
-        return peer_seal_start(c, auth, lnonce, hello.nonce, auth->role, answer.role, 1, err);
+        return peer_seal_start(c, auth, link, lnonce, hello.nonce, auth->role, answer.role, 1, err);
     return 0;
 }
 
@@ -746,6 +771,11 @@ int peer_dial(const char *addr, const struct peer_auth *auth, const char *want_r
     memset(out, 0, sizeof *out);
     out->fd = -1;
     snprintf(c.addr, sizeof c.addr, "%s", addr);
+    if (auth && (!want_role || !peer_auth_find(auth, want_role))) {
+        err_set(err, 500, "peer_auth", NULL, "cannot dial %s as '%s': this tasklet has no link to that role",
+                addr, want_role ? want_role : "(no role)");
+        goto out;
+    }
     struct peer_io io = peer_io_make(timeout_ms, -1);
     if (peer_resolve(addr, 0, &res, err) != 0)
         goto out;

@@ -10,13 +10,14 @@
  * node.)  The first frame:
  *   - HELLO (job J, epoch E): a job connection.  Payload (common/wire.h):
  *       mac(32) | dialer nonce(32) | flags(1) | dialer role (1..PEER_ROLE_MAX-1 bytes)
- *     with mac = wire_hello_mac(secret of J, listener nonce, J, E, flags,
- *     dialer role) and flags WIRE_HELLO_ENCRYPT when the dialer asks for an
+ *     with mac = wire_hello_mac(key of the link between the two roles,
+ *     listener nonce, J, E, flags, dialer role) and flags WIRE_HELLO_ENCRYPT when the dialer asks for an
  *     encrypted connection (struct peer_auth's encrypt).
  *     The listener checks it against the job it was told to expect
- *     (peer_listener_expect) and answers HELLO (J, E) with
+ *     (peer_listener_expect): the dialer's role must be one of its links,
+ *     and the MAC that link's key's.  It answers HELLO (J, E) with
  *       mac(32) | flags(1) | listener role
- *     mac = wire_hello_mac(secret, dialer nonce, J, E, flags, listener role),
+ *     mac = wire_hello_mac(link key, dialer nonce, J, E, flags, listener role),
  *     flags WIRE_HELLO_ENCRYPT when the connection is encrypted: when the
  *     dialer asked, or the listener's expectation or the listener itself
  *     (peer_listener_set_encryption) wants it.  The dialer checks the MAC,
@@ -36,7 +37,7 @@
  *     PEER_IDLE_S seconds for a frame and 3 s to the next one's header (a
  *     prober sends back to back; an idle session only holds a slot).  Probe sessions are never
  *     encrypted: they carry no data, only filler bytes and timings, and
- *     have no job secret to key them with.
+ *     have no link key to key them with.
  *   - anything else: dropped, logged.
  *
  * Errors: functions return 0 or -1 with a sentence in err->message that
@@ -56,16 +57,26 @@
 #include "../common/wire.h"
 
 #define PEER_ROLE_MAX WIRE_ROLE_MAX         /* bytes, with the terminating NUL */
-#define PEER_SECRET_MAX 64                  /* bytes */
+#define PEER_KEY_MAX 64                     /* bytes of a link key */
+#define PEER_LINKS_MAX 8                    /* links of a tasklet: 2 stage, 2 ring, 1 tied head */
 #define PEER_PROBE_MAX_BYTES (64u << 20)    /* per probe session */
 #define PEER_PROBE_MAX_S 30
 #define PEER_IDLE_S 10
 #define PEER_HANDSHAKE_MS 10000
 
-/* What a job connection proves and is bound to. */
+/* One link of a tasklet: the role at its other end and the link's key
+ * (wire_link_key; tests may key a link with any bytes). */
+struct peer_link {
+    char role[PEER_ROLE_MAX];
+    unsigned char key[PEER_KEY_MAX];
+    size_t key_len;                         /* bytes; 1..PEER_KEY_MAX */
+};
+
+/* What a job connection proves and is bound to: a connection is made only
+ * on one of `links`, keyed with that link's key. */
 struct peer_auth {
-    unsigned char secret[PEER_SECRET_MAX];
-    size_t secret_len;
+    struct peer_link links[PEER_LINKS_MAX];
+    int n_links;
     int64_t job_id;
     uint32_t epoch;
     char role[PEER_ROLE_MAX];               /* ours, e.g. "stage=1 replica=0" */
@@ -88,11 +99,19 @@ struct peer_conn {
     struct peer_seal *seal;                 /* NULL: plain; else encrypted (owned) */
 };
 
+/* Adds the link to the tasklet of `role` with its key (a second add of a
+ * role replaces the first).  Returns 0, or -1 when the role or key is
+ * malformed or PEER_LINKS_MAX links are there. */
+int peer_auth_link(struct peer_auth *a, const char *role, const void *key, size_t key_len);
+
+/* The link of auth to `role`, or NULL when it has none. */
+const struct peer_link *peer_auth_find(const struct peer_auth *a, const char *role);
+
 /* Resolves "host:port" and connects within timeout_ms, with TCP_NODELAY
  * (socket buffers grow by the kernel's autotuning).  Then, if auth is non-NULL, runs the dialer's side
- * of the handshake and checks the listener's role equals want_role; with
- * auth NULL it only reads the listener's HELLO (a probe session follows).
- * want_role NULL accepts any proven role (it is still in out->role).
+ * of the handshake on auth's link to want_role (which must be one of its
+ * links) and checks the listener proves that role; with auth NULL it only
+ * reads the listener's HELLO (a probe session follows).
  * On success fills *out (caller closes it with peer_close). */
 int peer_dial(const char *addr, const struct peer_auth *auth, const char *want_role,
               int timeout_ms, struct peer_conn *out, struct shoal_err *err);
@@ -153,7 +172,7 @@ int peer_listener_start(const char *bind_addr, struct peer_listener **out, unsig
 void peer_listener_stop(struct peer_listener *l);
 
 /* From now on accept job connections for auth->job_id and auth->epoch only,
- * proving auth->role; connections of an earlier expectation still parked
+ * from the roles of auth's links, proving auth->role; connections of an earlier expectation still parked
  * are closed.  auth NULL: accept no job connections (probe sessions still). */
 void peer_listener_expect(struct peer_listener *l, const struct peer_auth *auth);
 

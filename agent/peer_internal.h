@@ -129,10 +129,10 @@ void peer_seal_free(struct peer_seal *s);
 void peer_conn_move(struct peer_conn *dst, struct peer_conn *src);
 
 /* Makes c an encrypted connection after a handshake that agreed on it:
- * derives the session keys from a's secret and job and both nonces and
- * roles (wire_session_keys); `dialer` says which end we are.  Returns 0 or
- * -1 with err set ("peer_auth"). */
-int peer_seal_start(struct peer_conn *c, const struct peer_auth *a,
+ * derives the session keys from the link's key, a's job and epoch and both
+ * nonces and roles (wire_session_keys); `dialer` says which end we are.
+ * Returns 0 or -1 with err set ("peer_auth"). */
+int peer_seal_start(struct peer_conn *c, const struct peer_auth *a, const struct peer_link *link,
                     const unsigned char lnonce[WIRE_NONCE_BYTES],
                     const unsigned char dnonce[WIRE_NONCE_BYTES], const char *dialer_role,
                     const char *listener_role, int dialer, struct shoal_err *err);

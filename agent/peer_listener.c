@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <openssl/crypto.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -120,6 +121,7 @@ static void hello_job(struct peer_listener *l, struct peer_conn *c, struct wire_
     unsigned char in[WIRE_HELLO_MAX], out[WIRE_HELLO_MAX], mac[WIRE_MAC_BYTES];
     struct wire_hello hello = {.role = ""}, answer = {.flags = 0};
     struct peer_auth a;
+    const struct peer_link *link = NULL;
     struct peer_rx r;
     struct shoal_err err;
     const char *reason = NULL;
@@ -154,10 +156,15 @@ static void hello_job(struct peer_listener *l, struct peer_conn *c, struct wire_
         reason = "this node expects no connections for that job and epoch";
         goto out;
     }
-    wire_hello_mac(a.secret, a.secret_len, lnonce, a.job_id, a.epoch, hello.flags, hello.role,
+    if (!(link = peer_auth_find(&a, hello.role))) {
+        reason = "this node has no link to that role in that job and epoch";
+        goto out;
+    }
+    wire_hello_mac(link->key, link->key_len, lnonce, a.job_id, a.epoch, hello.flags, hello.role,
                    mac);
     if (!wire_mac_equal(mac, hello.mac)) {
-        reason = "hello MAC does not verify (wrong job secret, or the hello was altered)";
+        reason = "hello MAC does not verify (not the key of our link to that role, or the hello "
+                 "was altered)";
         goto out;
     }
 
@@ -165,7 +172,7 @@ static void hello_job(struct peer_listener *l, struct peer_conn *c, struct wire_
     if ((hello.flags & WIRE_HELLO_ENCRYPT) || a.encrypt || encrypt)
         answer.flags = WIRE_HELLO_ENCRYPT;
     snprintf(answer.role, sizeof answer.role, "%s", a.role);
-    wire_hello_mac(a.secret, a.secret_len, hello.nonce, a.job_id, a.epoch, answer.flags,
+    wire_hello_mac(link->key, link->key_len, hello.nonce, a.job_id, a.epoch, answer.flags,
                    answer.role, answer.mac);
     c->job_id = a.job_id;
     c->epoch = a.epoch;
@@ -179,7 +186,7 @@ static void hello_job(struct peer_listener *l, struct peer_conn *c, struct wire_
     }
     /* From here on both ends seal (the dialer keys its side from the answer). */
     if ((answer.flags & WIRE_HELLO_ENCRYPT) &&
-        peer_seal_start(c, &a, lnonce, hello.nonce, hello.role, a.role, 0, &err) != 0) {
+        peer_seal_start(c, &a, link, lnonce, hello.nonce, hello.role, a.role, 0, &err) != 0) {
         log_error("peer: dropped %s (role '%s'): %s", c->addr, hello.role, err.message);
         goto out;
     }
@@ -194,7 +201,7 @@ out:
     }
     if (c->fd >= 0)
         count_refused(l);
-    memset(&a, 0, sizeof a); /* the secret */
+    OPENSSL_cleanse(&a, sizeof a); /* the link keys */
 }
 
 /* A link-probe session, first header f already read (protocol in peer.h). */

@@ -29,7 +29,7 @@ void peer_conn_move(struct peer_conn *dst, struct peer_conn *src)
     src->seal = NULL;
 }
 
-int peer_seal_start(struct peer_conn *c, const struct peer_auth *a,
+int peer_seal_start(struct peer_conn *c, const struct peer_auth *a, const struct peer_link *link,
                     const unsigned char lnonce[WIRE_NONCE_BYTES],
                     const unsigned char dnonce[WIRE_NONCE_BYTES], const char *dialer_role,
                     const char *listener_role, int dialer, struct shoal_err *err)
@@ -43,10 +43,10 @@ int peer_seal_start(struct peer_conn *c, const struct peer_auth *a,
                 c->addr);
         goto out;
     }
-    if (wire_session_keys(a->secret, a->secret_len, lnonce, dnonce, a->job_id, a->epoch,
+    if (wire_session_keys(link->key, link->key_len, lnonce, dnonce, a->job_id, a->epoch,
                           dialer_role, listener_role, d2l, l2d) != 0) {
         err_set(err, 500, "peer_auth", NULL,
-                "cannot derive the session keys of the connection to %s (empty job secret?)",
+                "cannot derive the session keys of the connection to %s (empty link key?)",
                 c->addr);
         goto out;
     }

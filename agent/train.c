@@ -2,6 +2,7 @@
 #include "train.h"
 
 #include <math.h>
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +32,7 @@ double train_lr(const struct assignment *as, int64_t t)
 static int dial_until(struct tasklet *k, const struct assign_peer *p, struct peer_conn *out, struct shoal_err *err)
 {
     char want[PEER_ROLE_MAX];
-    assign_role(p->stage, p->replica, p->node, want);
+    wire_role(p->stage, p->replica, p->node, want);
     double until = ctl_now() + k->env->connect_timeout_ms / 1e3;
     for (;;) {
         if (peer_dial(p->addr, &k->auth, want, 5000, out, err) == 0)
@@ -49,7 +50,7 @@ static int take(struct tasklet *k, const struct assign_peer *p, struct peer_conn
 {
     char role[PEER_ROLE_MAX];
     struct peer_stop stop = tasklet_peer_stop(k);
-    assign_role(p->stage, p->replica, p->node, role);
+    wire_role(p->stage, p->replica, p->node, role);
     if (peer_listener_take_stop(k->env->listener, role, k->env->connect_timeout_ms, &stop, out, err) != 0)
         return tasklet_peer_failed(k, p);
     return 0;
@@ -512,6 +513,7 @@ static void tasklet_close(struct tasklet *k, int finished)
     free(k->tokens);
     free(k->targets);
     free(k->loss);
+    OPENSSL_cleanse(&k->auth, sizeof k->auth);   /* the link keys */
 }
 
 enum train_result train_run(const struct train_env *env, const struct assignment *as,
@@ -521,11 +523,19 @@ enum train_result train_run(const struct train_env *env, const struct assignment
                          .tie_prev = { .fd = -1 }, .tie_next = { .fd = -1 } };
     enum train_result res = TRAIN_FAILED;
     uint64_t queued[2] = { 0, 0 };   /* bytes queued on prev and next so far */
-    memcpy(k.auth.secret, as->secret, as->secret_len);
-    k.auth.secret_len = as->secret_len;
     k.auth.job_id = as->job_id;
     k.auth.epoch = as->epoch;
-    assign_role(as->stage, as->replica, as->node_id, k.auth.role);
+    wire_role(as->stage, as->replica, as->node_id, k.auth.role);
+    const struct assign_peer *peers[] = { &as->prev_stage, &as->next_stage, &as->ring_prev, &as->ring_next,
+                                          &as->tie_peer };
+    for (size_t i = 0; i < sizeof peers / sizeof *peers; i++) {
+        char role[PEER_ROLE_MAX];
+        wire_role(peers[i]->stage, peers[i]->replica, peers[i]->node, role);
+        if (peers[i]->addr[0] && peer_auth_link(&k.auth, role, peers[i]->key, sizeof peers[i]->key) != 0) {
+            err_set(err, 500, "internal", NULL, "cannot keep the key of the link to '%s'", role);
+            goto out;
+        }
+    }
     k.auth.encrypt = peer_listener_encryption(env->listener); /* --peer-encryption */
     peer_listener_expect(env->listener, &k.auth);
     if (tasklet_open(&k, err) != 0 || connect_neighbours(&k, err) != 0 || sync_open(&k, err) != 0 ||

@@ -162,6 +162,37 @@ int wire_role_ok(const void *p, size_t n)
     return 1;
 }
 
+void wire_role(int stage, int replica, int64_t node, char out[WIRE_ROLE_MAX])
+{
+    snprintf(out, WIRE_ROLE_MAX, "stage=%d replica=%d node=%lld", stage, replica, (long long)node);
+}
+
+static size_t put_le(unsigned char *p, uint64_t v, int bytes)
+{
+    for (int i = 0; i < bytes; i++)
+        p[i] = (unsigned char)(v >> (8 * i));
+    return (size_t)bytes;
+}
+
+void wire_link_key(const void *secret, size_t secret_len, int64_t job_id, uint32_t epoch,
+                   const char *role_a, const char *role_b, unsigned char key[WIRE_KEY_BYTES])
+{
+    static const char label[] = "shoal-link-v1";
+    unsigned char msg[sizeof label - 1 + 8 + 4 + 2 * WIRE_ROLE_MAX];
+    const char *lo = strcmp(role_a, role_b) <= 0 ? role_a : role_b, *hi = lo == role_a ? role_b : role_a;
+    size_t n = 0, lo_len = strnlen(lo, WIRE_ROLE_MAX - 1), hi_len = strnlen(hi, WIRE_ROLE_MAX - 1);
+    unsigned int key_len = WIRE_KEY_BYTES;
+
+    memcpy(msg + n, label, sizeof label - 1), n += sizeof label - 1;
+    n += put_le(msg + n, (uint64_t)job_id, 8);
+    n += put_le(msg + n, epoch, 4);
+    memcpy(msg + n, lo, lo_len), n += lo_len;
+    msg[n++] = '\0';
+    memcpy(msg + n, hi, hi_len), n += hi_len;
+    HMAC(EVP_sha256(), secret, (int)secret_len, msg, n, key, &key_len);
+    OPENSSL_cleanse(msg, sizeof msg);
+}
+
 void wire_hello_mac(const void *secret, size_t secret_len,
                     const unsigned char nonce[WIRE_NONCE_BYTES], int64_t job_id,
                     uint32_t epoch, unsigned flags, const char *role,

@@ -18,18 +18,19 @@
  * Handshake (version 2): the listener greets with a HELLO whose payload is a
  * fresh 32-byte nonce; the dialer answers with a HELLO (its job and epoch)
  *     mac(32) | dialer nonce(32) | flags(1) | dialer role
- * mac = wire_hello_mac(job secret, listener nonce, job, epoch, flags, role),
+ * mac = wire_hello_mac(link key, listener nonce, job, epoch, flags, role),
  * flags WIRE_HELLO_ENCRYPT when the dialer asks for encryption; the
  * listener answers with a HELLO
  *     mac(32) | flags(1) | listener role
- * mac = wire_hello_mac(secret, dialer nonce, job, epoch, flags, role), flags
+ * mac = wire_hello_mac(link key, dialer nonce, job, epoch, flags, role), flags
  * WIRE_HELLO_ENCRYPT when the connection will be sealed (either end asked).
  * Both choices are under the MACs: a man in the middle who clears one fails
  * the handshake, and a dialer that asked refuses an answer without it.
  *
  * Sealed connections: after the handshake every frame each way is sealed
  * with AES-256-GCM under that direction's session key (wire_session_keys:
- * HKDF-SHA256 of the job secret, salted with both nonces).  Frame n of a
+ * HKDF-SHA256 of the link key, salted with both nonces).  The link key
+ * (wire_link_key) is the job secret's for that pair of roles alone.  Frame n of a
  * direction (n = 0, 1, ... counted by both ends, never sent) travels as
  *     header(72, flags SEALED, payload CRC 0) | header tag(16)
  *     [ | payload ciphertext(payload bytes) | payload tag(16) ]  (payload > 0)
@@ -49,11 +50,13 @@
  * bf16 and int8 tensors on stage links and in all-reduce chunks, WIRE_EVAL
  * frames.  4: a role names the node too ("stage=S replica=R node=N"), so
  * a connection proves which node it comes from.  5: WIRE_STATE frames (a
- * live resume).  6: WIRE_LOSS frames.  Agents of different
+ * live resume).  6: WIRE_LOSS frames.  7: every link of a job has a key of
+ * its own (wire_link_key), given only to its two ends; the job secret
+ * stays on the server.  Agents of different
  * versions cannot talk: the first frame
  * (the listener's hello) fails with "peer speaks wire version N, this
  * agent V", so upgrade every agent of a job together. */
-#define WIRE_VERSION 6
+#define WIRE_VERSION 7
 #define WIRE_HEADER_BYTES 72
 #define WIRE_MAX_DIMS 4
 #define WIRE_NONCE_BYTES 32
@@ -132,7 +135,20 @@ int wire_header_decode(const unsigned char in[WIRE_HEADER_BYTES], uint64_t paylo
 /* 1 when p[0..n) is a valid role: 1..WIRE_ROLE_MAX-1 printable ASCII bytes. */
 int wire_role_ok(const void *p, size_t n);
 
-/* The handshake MAC described above: HMAC-SHA256(secret, "shoal-hello-v2" |
+/* A tasklet's role as hellos name it: "stage=S replica=R node=N". */
+void wire_role(int stage, int replica, int64_t node, char out[WIRE_ROLE_MAX]);
+
+/* The key of the link between two tasklets of a job, which their hellos
+ * and session keys use in place of the job secret: HMAC-SHA256(job secret,
+ * "shoal-link-v1" | job id(8, little-endian) | epoch(4, little-endian) |
+ * the lesser role | NUL | the greater role), the roles compared as bytes,
+ * so both ends get the same key.  The server derives it and hands it only
+ * to the link's two ends: a member of the job cannot pose as another
+ * member to a third, whose link key it never saw. */
+void wire_link_key(const void *secret, size_t secret_len, int64_t job_id, uint32_t epoch,
+                   const char *role_a, const char *role_b, unsigned char key[WIRE_KEY_BYTES]);
+
+/* The handshake MAC described above: HMAC-SHA256(link key, "shoal-hello-v2" |
  * nonce | job id(8) | epoch(4) | flags(1) | role); role names the sender's
  * tasklet, e.g. "stage=1 replica=0". */
 void wire_hello_mac(const void *secret, size_t secret_len,
@@ -164,10 +180,10 @@ int wire_hello_decode(const void *in, size_t n, int with_nonce, struct wire_hell
                       size_t why_len);
 
 /* The session keys of a job connection whose handshake succeeded: 64 bytes
- * of HKDF-SHA256(ikm = job secret, salt = listener nonce | dialer nonce,
+ * of HKDF-SHA256(ikm = link key, salt = listener nonce | dialer nonce,
  * info = "shoal-peer-keys-v2" | job id(8) | epoch(4) | dialer role | NUL |
  * listener role): the dialer-to-listener key, then listener-to-dialer.
- * Returns 0, or -1 when the secret is empty or OpenSSL fails. */
+ * Returns 0, or -1 when the key is empty or OpenSSL fails. */
 int wire_session_keys(const void *secret, size_t secret_len,
                       const unsigned char lnonce[WIRE_NONCE_BYTES],
                       const unsigned char dnonce[WIRE_NONCE_BYTES], int64_t job_id,

@@ -1,10 +1,13 @@
 #include "assignment.h"
 
+#include <openssl/crypto.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../common/buf.h"
+#include "../common/hex.h"
+#include "../common/wire.h"
 #include "db.h"
 
 /* $1: node ids.  A node is in at most one live plan (the scheduler offers
@@ -74,6 +77,65 @@
     "  END)" \
     " FROM me LEFT JOIN cur c ON c.node_id = me.node_id ORDER BY me.ord"
 
+/* The key of this node's link to the tasklet (stage, replica) on `node`,
+ * into entry e of the assignment (hex). */
+static int link_key_set(json_t *e, const unsigned char *secret, size_t secret_len, const json_t *as,
+                        const char *me, int stage, int replica)
+{
+    char other[WIRE_ROLE_MAX], hex[2 * WIRE_KEY_BYTES + 1];
+    unsigned char key[WIRE_KEY_BYTES];
+    json_int_t node = json_integer_value(json_object_get(e, "node_id"));
+    wire_role(stage, replica, node, other);
+    if (strcmp(other, me) == 0)
+        return 0;   /* this node's own entry */
+    wire_link_key(secret, secret_len, json_integer_value(json_object_get(as, "job_id")),
+                  (uint32_t)json_integer_value(json_object_get(as, "epoch")), me, other, key);
+    hex_encode(key, sizeof key, hex);
+    int rc = json_object_set_new(e, "link_key", json_string(hex));
+    OPENSSL_cleanse(key, sizeof key);
+    OPENSSL_cleanse(hex, sizeof hex);
+    return rc;
+}
+
+/* Gives every other tasklet in the assignment's "pipeline" and "group" the
+ * key of node_id's link to it (wire_link_key) and takes the job's secret
+ * out: it never leaves the server, so a node holds the keys of its own
+ * links only and cannot pose as another member of the job. */
+static int link_keys(json_t *body, int64_t node_id, struct shoal_err *err)
+{
+    json_t *as = json_object_get(body, "assignment"), *e;
+    unsigned char secret[32];
+    char me[WIRE_ROLE_MAX];
+    size_t i;
+    int rc = -1;
+    if (!json_is_object(as))
+        return 0;   /* no job */
+    if (hex_decode(json_string_value(json_object_get(as, "peer_secret")), secret, sizeof secret) != 0) {
+        err_set(err, 500, "internal", NULL, "job %lld has no valid peer secret",
+                (long long)json_integer_value(json_object_get(as, "job_id")));
+        goto out;
+    }
+    int stage = (int)json_integer_value(json_object_get(as, "stage"));
+    int replica = (int)json_integer_value(json_object_get(as, "replica"));
+    wire_role(stage, replica, node_id, me);
+    json_array_foreach(json_object_get(as, "pipeline"), i, e)
+        if (link_key_set(e, secret, sizeof secret, as, me, (int)json_integer_value(json_object_get(e, "stage")),
+                         replica) != 0)
+            goto oom;
+    json_array_foreach(json_object_get(as, "group"), i, e)
+        if (link_key_set(e, secret, sizeof secret, as, me, stage,
+                         (int)json_integer_value(json_object_get(e, "replica"))) != 0)
+            goto oom;
+    json_object_del(as, "peer_secret");
+    rc = 0;
+    goto out;
+oom:
+    err_set(err, 500, "internal", NULL, "out of memory");
+out:
+    OPENSSL_cleanse(secret, sizeof secret);
+    return rc;
+}
+
 int assignment_query(PGconn *c, const int64_t *nodes, int n, struct assignment_answer *out,
                      struct shoal_err *err)
 {
@@ -109,6 +171,10 @@ int assignment_query(PGconn *c, const int64_t *nodes, int n, struct assignment_a
         a->body = json_loads(PQgetvalue(r, filled, 4), 0, &je);
         if (!a->body) {
             err_set(err, 500, "internal", NULL, "database returned bad JSON: %s", je.text);
+            goto out;
+        }
+        if (link_keys(a->body, a->node_id, err) != 0) {
+            json_decref(a->body);
             goto out;
         }
     }

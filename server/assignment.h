@@ -1,6 +1,7 @@
 /* assignment.h - what GET /v1/agent/assignment answers a node: its tasklet
  * in the current plan of a live job, with everything its agent needs to
- * start (spec, layer range, peers, the job's peer secret, resume point).
+ * start (spec, layer range, peers and the keys of its links to them,
+ * resume point).
  *
  * One query answers any number of nodes, so the long-poll thread can
  * re-read every waiter a notification concerns in one round trip. */

@@ -84,14 +84,19 @@ void h_heartbeat(struct request *rq, struct response *rs)
      * (live_resume.c); one holding a stage of a recovering job wakes the
      * re-plan that waits for it. */
     /* The jobs it names must be its own: a node that holds no tasklet of a
-     * job may not claim to train it or hold its state (nothing is written). */
+     * job may not claim to train it or hold its state (nothing is written).
+     * Its peer address changes only in an idle heartbeat (a restarted
+     * agent's first, which stands for its registration), never while it
+     * says it trains: its neighbours dial the address of their plan. */
     json_t *res = db_query_json(rq->srv->db,
         "WITH async AS (SELECT set_config('synchronous_commit', 'off', true)),"
         " c AS (SELECT ($3::bigint IS NULL OR EXISTS (SELECT 1 FROM jobs WHERE id = $3::bigint AND "
         JOB_MEMBER_SQL("jobs", "$1::bigint") ")) AS job_ok,"
         "   ($6::bigint IS NULL OR EXISTS (SELECT 1 FROM jobs WHERE id = $6::bigint AND "
-        JOB_MEMBER_SQL("jobs", "$1::bigint") ")) AS held_ok),"
-        " claim AS (SELECT job_ok, held_ok, job_ok AND held_ok AS ok FROM c),"
+        JOB_MEMBER_SQL("jobs", "$1::bigint") ")) AS held_ok,"
+        "   ($5::text IS NULL OR $2 = 'idle'"
+        "     OR $5::text = (SELECT peer_address FROM nodes WHERE id = $1)) AS addr_ok),"
+        " claim AS (SELECT job_ok, held_ok, addr_ok, job_ok AND held_ok AND addr_ok AS ok FROM c),"
         " u AS (UPDATE nodes SET last_heartbeat_at = now(),"
         " state = CASE WHEN state = 'draining' THEN 'draining' ELSE $2 END,"
         " current_job_id = $3, current_step = $4, peer_address = coalesce($5, peer_address),"
@@ -99,10 +104,18 @@ void h_heartbeat(struct request *rq, struct response *rs)
         " held_at = CASE WHEN $2 = 'idle' THEN now() ELSE held_at END"
         " FROM async, claim WHERE id = $1 AND claim.ok RETURNING " NODE_JSON " AS node,"
         "   EXISTS (SELECT 1 FROM jobs j WHERE j.id = $6::bigint AND j.state = 'recovering') AS wake)"
-        " SELECT json_build_object('job_ok', claim.job_ok, 'held_ok', claim.held_ok, 'node', (SELECT node FROM u),"
+        " SELECT json_build_object('job_ok', claim.job_ok, 'held_ok', claim.held_ok, 'addr_ok', claim.addr_ok,"
+        "   'node', (SELECT node FROM u),"
         "   'wake', (SELECT wake FROM u)) FROM claim",
         9, params, "node", &e);
     int job_ok = !res || json_is_true(json_object_get(res, "job_ok"));
+    if (res && job_ok && json_is_false(json_object_get(res, "addr_ok"))) {
+        json_decref(res);
+        reply_fail(rs, 422, "invalid_field", "peer_address", "node %lld may change its peer_address only in an "
+                   "idle heartbeat (as a restarted agent does), not while it says it is %s", (long long)rq->node_id,
+                   hb.state);
+        goto out;
+    }
     if (!job_ok || (res && !json_is_true(json_object_get(res, "held_ok")))) {
         json_decref(res);
         reply_fail(rs, 422, "invalid_field", job_ok ? "held.job_id" : "job_id", "node %lld holds no tasklet of job %lld",

@@ -41,6 +41,7 @@
 #include "../../agent/ring.h"
 #include "../../common/aead.h"
 #include "../../common/log.h"
+#include "../peer_keys.h"
 
 #define PIECE (4u << 20)  /* bytes per write() in the plain run */
 #define TIMEOUT_MS 60000
@@ -154,11 +155,12 @@ static double bench_plain(uint64_t bytes, unsigned char *src, unsigned char *dst
 
 /* ---- peer connections --------------------------------------------------- */
 
-static struct peer_auth auth_for(const char *role, int encrypt)
+/* `role`, with its link to `peer`. */
+static struct peer_auth auth_for(const char *role, const char *peer, int encrypt)
 {
-    struct peer_auth a = {.job_id = 1, .epoch = 1, .secret_len = 5, .encrypt = encrypt};
-    memcpy(a.secret, "bench", 5);
+    struct peer_auth a = {.job_id = 1, .epoch = 1, .encrypt = encrypt};
     snprintf(a.role, sizeof a.role, "%s", role);
+    peer_keys_link(&a, "bench", peer);
     return a;
 }
 
@@ -169,7 +171,7 @@ static void conn_pair(struct peer_listener *l, unsigned port, const char *dial_r
 {
     struct shoal_err err;
     char addr[32];
-    struct peer_auth d = auth_for(dial_role, encrypt);
+    struct peer_auth d = auth_for(dial_role, listen_role, encrypt);
     snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
     if (peer_dial(addr, &d, listen_role, TIMEOUT_MS, a, &err) != 0)
         die("dial", &err);
@@ -301,11 +303,12 @@ static double bench_ring(int p, uint64_t bytes, int reps, size_t chunk_floats, i
     char role[RANKS_MAX][PEER_ROLE_MAX];
     size_t n = (size_t)(bytes / 4);
 
-    for (int k = 0; k < p; k++) {
+    for (int k = 0; k < p; k++)
         snprintf(role[k], sizeof role[k], "rank=%d", k);
+    for (int k = 0; k < p; k++) {
         if (peer_listener_start("127.0.0.1:0", &l[k], &port[k], &err) != 0)
             die("listen", &err);
-        struct peer_auth a = auth_for(role[k], 0);
+        struct peer_auth a = auth_for(role[k], role[(k + p - 1) % p], 0);
         peer_listener_expect(l[k], &a);
     }
     for (int k = 0; k < p; k++)
@@ -364,7 +367,10 @@ static void conns_open(struct conns *c, const struct opts *o)
     struct peer_conn x, y;
     if (peer_listener_start("127.0.0.1:0", &c->l, &port, &err) != 0)
         die("listen", &err);
-    struct peer_auth la = auth_for("stage=1", 0);
+    struct peer_auth la = auth_for("stage=1", "stage=0", 0);
+    for (const char *const *r = (const char *const[]){ "stage=0 enc", "stage=0 stream", "stage=0 stream enc", NULL };
+         *r; r++)
+        peer_keys_link(&la, "bench", *r);
     peer_listener_expect(c->l, &la);
     conn_pair(c->l, port, "stage=0", "stage=1", 0, &c->send[0], &c->send[1]);
     conn_pair(c->l, port, "stage=0 enc", "stage=1", 1, &c->send_enc[0], &c->send_enc[1]);

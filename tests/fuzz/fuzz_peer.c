@@ -22,7 +22,7 @@
  *   6  the same through the engine: the altered frame goes through the
  *      socketpair into peer_recv.
  *
- * The fixed keys come from peer_seal_start with the job secret, nonces and
+ * The fixed keys come from peer_seal_start with the link key, nonces and
  * roles below (tests/fuzz/seeds/make_peer_seeds.c writes seeds with the
  * same ones). */
 #include <stdint.h>
@@ -40,7 +40,7 @@
 
 #define FUZZ_JOB 7
 #define FUZZ_EPOCH 3
-#define FUZZ_SECRET "fuzz peer secret"
+#define FUZZ_KEY "fuzz peer secret" /* the link's key */
 #define FUZZ_DIALER "stage=0 replica=0"
 #define FUZZ_LISTENER "stage=1 replica=0"
 #define PAYLOAD_CAP (64u << 10) /* bytes a receive accepts here */
@@ -55,9 +55,8 @@ static void expect(int ok, const char *what)
 
 static struct peer_auth fuzz_auth(void)
 {
-    struct peer_auth a = {.job_id = FUZZ_JOB, .epoch = FUZZ_EPOCH,
-                          .secret_len = sizeof FUZZ_SECRET - 1, .role = FUZZ_LISTENER};
-    memcpy(a.secret, FUZZ_SECRET, a.secret_len);
+    struct peer_auth a = {.job_id = FUZZ_JOB, .epoch = FUZZ_EPOCH, .role = FUZZ_LISTENER};
+    peer_auth_link(&a, FUZZ_DIALER, FUZZ_KEY, sizeof FUZZ_KEY - 1);
     return a;
 }
 
@@ -77,8 +76,8 @@ static int conn_pair(int sealed, struct peer_conn *tx, struct peer_conn *rx)
                              .epoch = FUZZ_EPOCH};
     *rx = (struct peer_conn){.fd = sv[1], .addr = "fuzz-listener", .job_id = FUZZ_JOB,
                              .epoch = FUZZ_EPOCH};
-    if (sealed && (peer_seal_start(tx, &a, ln, dn, FUZZ_DIALER, FUZZ_LISTENER, 1, &err) != 0 ||
-                   peer_seal_start(rx, &a, ln, dn, FUZZ_DIALER, FUZZ_LISTENER, 0, &err) != 0)) {
+    if (sealed && (peer_seal_start(tx, &a, &a.links[0], ln, dn, FUZZ_DIALER, FUZZ_LISTENER, 1, &err) != 0 ||
+                   peer_seal_start(rx, &a, &a.links[0], ln, dn, FUZZ_DIALER, FUZZ_LISTENER, 0, &err) != 0)) {
         fprintf(stderr, "fuzz_peer: %s\n", err.message);
         abort();
     }
@@ -150,7 +149,7 @@ static void fuzz_hello(const uint8_t *data, size_t size, int with_nonce)
     expect((h.flags & ~WIRE_HELLO_ENCRYPT) == 0, "an accepted hello has known flags");
     size_t n = wire_hello_encode(&h, with_nonce, back);
     expect(n == size && memcmp(back, data, size) == 0, "an accepted hello encodes back");
-    wire_hello_mac(FUZZ_SECRET, sizeof FUZZ_SECRET - 1, nonce, FUZZ_JOB, FUZZ_EPOCH, h.flags,
+    wire_hello_mac(FUZZ_KEY, sizeof FUZZ_KEY - 1, nonce, FUZZ_JOB, FUZZ_EPOCH, h.flags,
                    h.role, mac);
     (void)wire_mac_equal(mac, h.mac);
 }

@@ -90,6 +90,11 @@ req POST "$S/v1/agent/heartbeat" "${TOK[0]}" '{"state":"idle","peer_address":"16
 expect "so is the metadata service's address (the server would probe it)" 422 .error.field peer_address
 req POST "$S/v1/agent/heartbeat" "${TOK[0]}" '{"state":"idle"}'
 expect "a heartbeat without one keeps it" 200 .peer_address 127.0.0.1:7100
+req POST "$S/v1/agent/heartbeat" "${TOK[0]}" '{"state":"busy","peer_address":"127.0.0.1:7200"}'
+expect "a heartbeat that says it trains may not move the address its neighbours dial" 422 .error.field peer_address
+req POST "$S/v1/agent/heartbeat" "${TOK[0]}" '{"state":"busy","peer_address":"127.0.0.1:7100"}'
+expect "(its own address again is fine)" 200 .peer_address 127.0.0.1:7100
+req POST "$S/v1/agent/heartbeat" "${TOK[0]}" '{"state":"idle"}'
 
 # ---- no assignment yet
 req GET "$S/v1/agent/assignment" "${TOK[0]}";   expect "no assignment before a job is scheduled" 200 .assignment null
@@ -117,7 +122,6 @@ req GET "$S/v1/jobs/$J" "$ADMIN"; PLAN=$(printf '%s' "$BODY" | jq -c .plan.assig
 
 # ---- every node's assignment
 declare -a ST RP
-secrets=""
 for i in 0 1 2 3; do
     req GET "$S/v1/agent/assignment" "${TOK[$i]}"
     a=$(printf '%s' "$BODY" | jq -c .assignment)
@@ -133,9 +137,35 @@ for i in 0 1 2 3; do
           "$(printf '%s' "$PLAN" | jq -c --argjson s "${ST[$i]}" '[.[] | select(.stage == $s)] | sort_by(.replica) | map([.replica, .node_id])')"
     check "node $i: peers come with their addresses" "$(printf '%s' "$a" | jq '[.pipeline[], .group[]] | all(.peer_address | test("^127\\.0\\.0\\.1:7[0-9]+$"))')" true
     check "node $i: the spec is the job's" "$(printf '%s' "$a" | jq -cS .spec)" "$SPEC"
-    secrets="$secrets $(printf '%s' "$a" | jq -r .peer_secret)"
+    printf '%s' "$a" > "$WORK/assignment.$i"
+    check "node $i: the job's secret stays on the server" "$(printf '%s' "$a" | jq 'has("peer_secret")')" false
 done
-check "all four share one 64-hex-digit peer secret" "$(printf '%s\n' $secrets | sort -u | grep -cE '^[0-9a-f]{64}$')" 1
+# Every link has a key of its own, given to its two ends only:
+# HMAC-SHA256(job secret, "shoal-link-v1" | job | epoch | lesser role | NUL |
+# greater role), checked against Python's hmac.
+check "each node holds the keys of its own links, and they are the job secret's (hmac)" "$(
+    python3 - "$(sql a "SELECT peer_secret FROM jobs WHERE id = $J")" "$WORK"/assignment.[0-3] <<'PY'
+import hashlib, hmac, json, struct, sys
+secret = bytes.fromhex(sys.argv[1])
+keys, bad = {}, []
+for path in sys.argv[2:]:
+    a = json.load(open(path))
+    me = next(e["node_id"] for e in a["pipeline"] if e["stage"] == a["stage"])
+    role = lambda s, r, n: b"stage=%d replica=%d node=%d" % (s, r, n)
+    mine = role(a["stage"], a["replica"], me)
+    for e in a["pipeline"] + a["group"]:
+        other = role(e.get("stage", a["stage"]), e.get("replica", a["replica"]), e["node_id"])
+        if other == mine:
+            if "link_key" in e: bad.append("a key of a link to itself")
+            continue
+        lo, hi = sorted([mine, other])
+        msg = b"shoal-link-v1" + struct.pack("<qI", a["job_id"], a["epoch"]) + lo + b"\0" + hi
+        if e.get("link_key") != hmac.new(secret, msg, hashlib.sha256).hexdigest():
+            bad.append("%s -> %s" % (mine, other))
+        keys.setdefault((lo, hi), set()).add(e.get("link_key"))
+print(" ".join(bad) or "ok", len(keys), sum(len(v) for v in keys.values()), len({k for v in keys.values() for k in v}))
+PY
+)" "ok 4 4 4"
 check "the four tasklets are distinct" "$(for i in 0 1 2 3; do echo "${ST[$i]},${RP[$i]}"; done | sort -u | wc -l)" 4
 # tok_of STAGE REPLICA: the token of the node at that tasklet.
 tok_of() { local i; for i in 0 1 2 3; do [ "${ST[$i]}" = "$1" ] && [ "${RP[$i]}" = "$2" ] && echo "${TOK[$i]}"; done; }

@@ -6,7 +6,9 @@
 # safetensors (llm.c's format refused for its untied head), and an llm.c-shard job's
 # tokens decoded through a tokenizer file; a failing checkpoint
 # store shows in the job and heals; an agent killed mid-step fails the job
-# with its reason; the README's sample and export examples run as written.
+# with its reason; an agent that cannot run its assignment says so and the
+# job does not wait for it; the README's sample and export examples run
+# as written.
 set -u
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/agents.sh"
@@ -373,6 +375,26 @@ check "the store back, the retried uploads land and the job succeeds, the error 
     "$(job_detail_field "$J" '[.state, .checkpoint_error, .latest_step] | tostring')" '["succeeded",null,11]'
 check "with its final checkpoint complete" \
     "$(curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$J/checkpoints" | jq -c '[.checkpoints[] | select(.complete) | .step] | max')" 12
+
+# ---- an assignment its agents cannot run (as from a newer server: a stage
+# link type they do not know, written into the job by a trigger as its
+# plan is stored, after the planner read the spec): they say so, and the
+# job does not wait in 'scheduled' for them
+req POST "$S/v1/jobs" "$ADMIN" "$(job alien 2 1 2 1f1b 12 0)"
+J=$(printf '%s' "$BODY" | jq -r .id)
+sql s "CREATE FUNCTION alien_spec() RETURNS trigger LANGUAGE plpgsql AS \$\$ BEGIN
+         UPDATE jobs SET spec = jsonb_set(spec, '{communication,stage_link}', '\"fp4\"') WHERE id = NEW.job_id;
+         RETURN NEW; END \$\$;
+       CREATE TRIGGER alien_spec AFTER INSERT ON plans FOR EACH ROW WHEN (NEW.job_id = $J) EXECUTE FUNCTION alien_spec()"
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":200}'
+refused() { [ "$(sql s "SELECT count(*) FROM job_faults WHERE job_id = $J AND reason LIKE '%cannot run its assignment: unknown wire type ''fp4''%upgrade it%'")" -ge 2 ]; }
+if wait_for 30 refused; then ok "agents that cannot run their assignment report it, with why"
+else fail "agents that cannot run their assignment report it, with why" "$(sql s "SELECT state FROM jobs WHERE id = $J; SELECT reason FROM job_faults WHERE job_id = $J")"; fi
+sql s "DROP TRIGGER alien_spec ON plans; DROP FUNCTION alien_spec()"
+check "the job is not left waiting in 'scheduled'" "$(job_state "$S" "$ADMIN" "$J" | sed 's/^scheduled$/still scheduled/')" \
+    "$(job_state "$S" "$ADMIN" "$J" | grep -v '^scheduled$')"
+req DELETE "$S/v1/jobs/$J" "$ADMIN"
+wait_for 30 finished "$J"
 
 # ---- an agent killed mid-run: its neighbours report it and the job goes
 # to recovery (test_recovery.sh follows a recovery through); a 4x1 job on

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "../../agent/peer.h"
+#include "../peer_keys.h"
 #define JOB 7
 #define EPOCH 3
 #define SECRET "correct horse battery staple"
@@ -27,12 +28,14 @@ struct fixture {
     char addr[32];
 };
 
+/* A tasklet of job `job` in role `role` with one link, to `peer`, keyed
+ * from `secret`. */
 static __attribute__((unused)) struct peer_auth auth_make(int64_t job, uint32_t epoch, const char *secret,
-                                  const char *role)
+                                                          const char *role, const char *peer)
 {
-    struct peer_auth a = {.job_id = job, .epoch = epoch, .secret_len = strlen(secret)};
-    memcpy(a.secret, secret, a.secret_len);
+    struct peer_auth a = {.job_id = job, .epoch = epoch};
     snprintf(a.role, sizeof a.role, "%s", role);
+    peer_keys_link(&a, secret, peer);
     return a;
 }
 
@@ -51,7 +54,7 @@ static __attribute__((unused)) int setup(void **state)
     assert_int_equal(peer_listener_start("127.0.0.1:0", &fx->l, &fx->port, &err), 0);
     assert_true(fx->port > 0);
     snprintf(fx->addr, sizeof fx->addr, "127.0.0.1:%u", fx->port);
-    struct peer_auth a = auth_make(JOB, EPOCH, SECRET, ROLE_L);
+    struct peer_auth a = auth_make(JOB, EPOCH, SECRET, ROLE_L, ROLE_D);
     peer_listener_expect(fx->l, &a);
     *state = fx;
     return 0;
@@ -82,7 +85,7 @@ static __attribute__((unused)) uint64_t wait_refused(struct peer_listener *l, ui
 static __attribute__((unused)) void pair(struct fixture *fx, struct peer_conn *a, struct peer_conn *b)
 {
     struct shoal_err err;
-    struct peer_auth d = auth_make(JOB, EPOCH, SECRET, ROLE_D);
+    struct peer_auth d = auth_make(JOB, EPOCH, SECRET, ROLE_D, ROLE_L);
     int rc = peer_dial(fx->addr, &d, ROLE_L, TIMEOUT_MS, a, &err);
     if (rc != 0)
         fail_msg("dial: %s", err.message);

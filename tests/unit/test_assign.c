@@ -12,6 +12,10 @@
 
 #include "../../agent/assign.h"
 
+/* A link key: 32 bytes of the one given in hex. */
+#define KEY4(b) b b b b
+#define KEY(b) KEY4(KEY4(b)) KEY4(KEY4(b))
+
 /* Stage 1 of 2, replica 1 of 3, with `allreduce` ("" leaves it out). */
 static json_t *assignment(const char *allreduce)
 {
@@ -19,17 +23,16 @@ static json_t *assignment(const char *allreduce)
     json_t *a = json_loads(
         "{\"job_id\": 7, \"epoch\": 2, \"state\": \"running\", \"stage\": 1, \"replica\": 1,"
         " \"stages\": 2, \"replicas\": 3, \"layer_start\": 2, \"layer_end\": 4,"
-        " \"peer_secret\": \"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\","
         " \"spec\": {\"model\": {\"vocab_size\": 256, \"context_length\": 16, \"d_model\": 32, \"heads\": 2,"
         "   \"layers\": 4}, \"parallelism\": {\"micro_batches\": 4, \"micro_batch_size\": 2, \"schedule\": \"1f1b\"},"
         "   \"training\": {\"steps\": 10, \"learning_rate\": 0.001, \"warmup_steps\": 2, \"weight_decay\": 0.1,"
         "   \"grad_clip\": 1.0, \"seed\": 5}, \"data\": {\"path\": \"/tmp/x.txt\", \"format\": \"text\"},"
         "   \"checkpoint_interval\": 5},"
-        " \"pipeline\": [{\"stage\": 0, \"node_id\": 10, \"peer_address\": \"h0:1\"},"
+        " \"pipeline\": [{\"stage\": 0, \"node_id\": 10, \"peer_address\": \"h0:1\", \"link_key\": \"" KEY("0a") "\"},"
         "   {\"stage\": 1, \"node_id\": 21, \"peer_address\": \"h1:1\"}],"
-        " \"group\": [{\"replica\": 0, \"node_id\": 20, \"peer_address\": \"g0:1\"},"
+        " \"group\": [{\"replica\": 0, \"node_id\": 20, \"peer_address\": \"g0:1\", \"link_key\": \"" KEY("20") "\"},"
         "   {\"replica\": 1, \"node_id\": 21, \"peer_address\": \"g1:1\"},"
-        "   {\"replica\": 2, \"node_id\": 22, \"peer_address\": \"g2:1\"}],"
+        "   {\"replica\": 2, \"node_id\": 22, \"peer_address\": \"g2:1\", \"link_key\": \"" KEY("2B") "\"}],"
         " \"resume\": null}", 0, &je);
     assert_non_null(a);
     if (allreduce[0])
@@ -58,9 +61,13 @@ static void test_ring_group(void **state)
     assert_int_equal(o.ring_prev.stage, 1);
     assert_int_equal(o.node_id, 21);
     char role[PEER_ROLE_MAX];
-    assign_role(o.stage, o.replica, o.node_id, role);
+    wire_role(o.stage, o.replica, o.node_id, role);
     assert_string_equal(role, "stage=1 replica=1 node=21");
-    assert_int_equal(o.secret_len, 32);
+    /* each neighbour with the key of our link to it */
+    assert_int_equal(o.prev_stage.key[0], 0x0a);
+    assert_int_equal(o.prev_stage.key[31], 0x0a);
+    assert_int_equal(o.ring_prev.key[0], 0x20);
+    assert_int_equal(o.ring_next.key[31], 0x2b);
     assert_int_equal(o.schedule, PIPE_1F1B);
     json_decref(a);
 }
@@ -177,11 +184,20 @@ static void test_refused(void **state)
     assert_string_equal(err.field, "stage");
     json_decref(a);
 
-    a = assignment("ring");
-    json_object_set_new(a, "peer_secret", json_string("xyz"));
-    assert_int_equal(assign_parse(a, &o, &err), -1);
-    assert_string_equal(err.field, "peer_secret");
-    json_decref(a);
+    /* a neighbour must come with a link key of 32 bytes in hex */
+    const char *bad_keys[] = { "xyz", "0a", KEY("0a") "0a", KEY("zz"), NULL };
+    for (int i = 0; i <= 4; i++) {
+        a = assignment("ring");
+        json_t *e = json_array_get(json_object_get(a, "group"), 2);
+        if (bad_keys[i])
+            json_object_set_new(e, "link_key", json_string(bad_keys[i]));
+        else
+            json_object_del(e, "link_key");
+        assert_int_equal(assign_parse(a, &o, &err), -1);
+        assert_string_equal(err.field, "replica");
+        assert_non_null(strstr(err.message, "no key"));
+        json_decref(a);
+    }
 }
 
 int main(void)

@@ -35,8 +35,13 @@ static void test_handshake_proves_roles(void **state)
     assert_int_equal(b.epoch, EPOCH);
     assert_true(strstr(b.addr, "127.0.0.1:") != NULL);
 
-    /* Dialing a node that proves another role than the one we meant. */
-    struct peer_auth d = auth_make(JOB, EPOCH, SECRET, "stage=0 replica=1");
+    /* Dialing a node that proves another role than the one we meant: our
+     * link to "stage=2 replica=0" keyed with the listener's key for its
+     * link to us (keys are per link: only a misconfigured or lying node
+     * does that). */
+    struct peer_auth l = auth_make(JOB, EPOCH, SECRET, ROLE_L, ROLE_D);
+    struct peer_auth d = {.job_id = JOB, .epoch = EPOCH, .role = ROLE_D};
+    assert_int_equal(peer_auth_link(&d, "stage=2 replica=0", l.links[0].key, l.links[0].key_len), 0);
     assert_int_equal(peer_dial(fx->addr, &d, "stage=2 replica=0", TIMEOUT_MS, &c, &err), -1);
     assert_string_equal(err.code, "peer_auth");
     assert_non_null(strstr(err.message, fx->addr));
@@ -51,7 +56,7 @@ static void test_wrong_secret_refused(void **state)
     struct fixture *fx = *state;
     struct peer_conn a, b;
     struct shoal_err err;
-    struct peer_auth d = auth_make(JOB, EPOCH, "wrong secret", ROLE_D);
+    struct peer_auth d = auth_make(JOB, EPOCH, "wrong secret", ROLE_D, ROLE_L);
     assert_int_equal(peer_dial(fx->addr, &d, ROLE_L, TIMEOUT_MS, &a, &err), -1);
     assert_string_equal(err.code, "peer_auth");
     assert_non_null(strstr(err.message, fx->addr));
@@ -62,22 +67,68 @@ static void test_wrong_secret_refused(void **state)
     assert_string_equal(err.code, "peer_timeout");
 }
 
+/* Every link has its own key, given only to its two ends: a member of the
+ * job cannot pose as another member (with one job secret for all, it
+ * could), and a tasklet the listener has no link to is refused. */
+static void test_member_cannot_pose(void **state)
+{
+    struct fixture *fx = *state;
+    struct peer_conn a, b;
+    struct shoal_err err;
+    const char *role_x = "stage=1 replica=1 node=9";   /* the listener's ring neighbour */
+    struct peer_auth l = auth_make(JOB, EPOCH, SECRET, ROLE_L, ROLE_D);
+    peer_keys_link(&l, SECRET, role_x);
+    peer_listener_expect(fx->l, &l);
+
+    /* x as itself */
+    struct peer_auth x = auth_make(JOB, EPOCH, SECRET, role_x, ROLE_L);
+    assert_int_equal(peer_dial(fx->addr, &x, ROLE_L, TIMEOUT_MS, &a, &err), 0);
+    assert_int_equal(peer_listener_take(fx->l, role_x, TIMEOUT_MS, &b, &err), 0);
+    peer_close(&a);
+    peer_close(&b);
+
+    /* x claiming to be the listener's previous stage, with the only key of
+     * a link to the listener it has */
+    struct peer_auth posing = {.job_id = JOB, .epoch = EPOCH, .role = ROLE_D};
+    assert_int_equal(peer_auth_link(&posing, ROLE_L, x.links[0].key, x.links[0].key_len), 0);
+    assert_int_equal(peer_dial(fx->addr, &posing, ROLE_L, TIMEOUT_MS, &a, &err), -1);
+    assert_string_equal(err.code, "peer_auth");
+    assert_non_null(strstr(err.message, "MAC"));
+    assert_int_equal(wait_refused(fx->l, 1), 1);
+    assert_int_equal(peer_listener_take(fx->l, ROLE_D, 100, &b, &err), -1);
+    assert_string_equal(err.code, "peer_timeout");
+
+    /* a tasklet of the job that is not the listener's neighbour, even
+     * with a key derived from the job secret */
+    struct peer_auth y = auth_make(JOB, EPOCH, SECRET, "stage=3 replica=0 node=4", ROLE_L);
+    assert_int_equal(peer_dial(fx->addr, &y, ROLE_L, TIMEOUT_MS, &a, &err), -1);
+    assert_string_equal(err.code, "peer_auth");
+    assert_non_null(strstr(err.message, "no link to that role"));
+    assert_int_equal(wait_refused(fx->l, 2), 2);
+
+    /* and a dialer with no link to the role it dials does not send a hello */
+    assert_int_equal(peer_dial(fx->addr, &y, ROLE_D, TIMEOUT_MS, &a, &err), -1);
+    assert_string_equal(err.code, "peer_auth");
+    assert_non_null(strstr(err.message, "no link to that role"));
+    assert_int_equal(a.fd, -1);
+}
+
 static void test_wrong_job_or_epoch_refused(void **state)
 {
     struct fixture *fx = *state;
     struct peer_conn a;
     struct shoal_err err;
-    struct peer_auth d = auth_make(JOB, EPOCH + 1, SECRET, ROLE_D);
+    struct peer_auth d = auth_make(JOB, EPOCH + 1, SECRET, ROLE_D, ROLE_L);
     assert_int_equal(peer_dial(fx->addr, &d, ROLE_L, TIMEOUT_MS, &a, &err), -1);
     assert_string_equal(err.code, "peer_auth");
-    d = auth_make(JOB + 1, EPOCH, SECRET, ROLE_D);
+    d = auth_make(JOB + 1, EPOCH, SECRET, ROLE_D, ROLE_L);
     assert_int_equal(peer_dial(fx->addr, &d, ROLE_L, TIMEOUT_MS, &a, &err), -1);
     assert_string_equal(err.code, "peer_auth");
     assert_int_equal(wait_refused(fx->l, 2), 2);
 
     /* expecting nothing: every job connection is refused */
     peer_listener_expect(fx->l, NULL);
-    d = auth_make(JOB, EPOCH, SECRET, ROLE_D);
+    d = auth_make(JOB, EPOCH, SECRET, ROLE_D, ROLE_L);
     assert_int_equal(peer_dial(fx->addr, &d, ROLE_L, TIMEOUT_MS, &a, &err), -1);
     assert_string_equal(err.code, "peer_auth");
     assert_int_equal(wait_refused(fx->l, 3), 3);
@@ -88,10 +139,10 @@ static void test_expect_closes_parked(void **state)
     struct fixture *fx = *state;
     struct peer_conn a, b;
     struct shoal_err err;
-    struct peer_auth d = auth_make(JOB, EPOCH, SECRET, ROLE_D);
+    struct peer_auth d = auth_make(JOB, EPOCH, SECRET, ROLE_D, ROLE_L);
     assert_int_equal(peer_dial(fx->addr, &d, ROLE_L, TIMEOUT_MS, &a, &err), 0);
     /* a new epoch: the parked connection of the old one is closed */
-    struct peer_auth next = auth_make(JOB, EPOCH + 1, SECRET, ROLE_L);
+    struct peer_auth next = auth_make(JOB, EPOCH + 1, SECRET, ROLE_L, ROLE_D);
     /* (if its hello is still being answered, parking checks the new expectation) */
     peer_listener_expect(fx->l, &next);
     assert_int_equal(peer_listener_take(fx->l, ROLE_D, 100, &b, &err), -1);
@@ -393,7 +444,7 @@ static void test_other_wire_version_refused(void **state)
     pthread_create(&t, NULL, old_listener_main, &lfd);
     char addr[32];
     snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
-    struct peer_auth a = auth_make(JOB, EPOCH, SECRET, ROLE_D);
+    struct peer_auth a = auth_make(JOB, EPOCH, SECRET, ROLE_D, ROLE_L);
     assert_int_equal(peer_dial(addr, &a, ROLE_L, TIMEOUT_MS, &c, &err), -1);
     char want[64];
     snprintf(want, sizeof want, "wire version 2, this agent %d", WIRE_VERSION);
@@ -446,6 +497,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_handshake_proves_roles, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wrong_secret_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_member_cannot_pose, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wrong_job_or_epoch_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expect_closes_parked, setup, teardown),
         cmocka_unit_test_setup_teardown(test_garbage_dialer_dropped, setup, teardown),

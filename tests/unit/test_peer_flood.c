@@ -110,7 +110,7 @@ static void test_every_slot_taken_is_busy_not_absent(void **state)
     /* a dialer is told why */
     struct peer_conn a, b;
     struct shoal_err err;
-    struct peer_auth d = auth_make(JOB, EPOCH, SECRET, ROLE_D);
+    struct peer_auth d = auth_make(JOB, EPOCH, SECRET, ROLE_D, ROLE_L);
     assert_int_equal(peer_dial(fx->addr, &d, ROLE_L, TIMEOUT_MS, &a, &err), -1);
     if (!strstr(err.message, "busy"))
         fail_msg("dial: %s", err.message);

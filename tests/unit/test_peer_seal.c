@@ -24,6 +24,7 @@
 #include "../../agent/peer.h"
 #include "../../common/crc32c.h"
 #include "../../common/log.h"
+#include "../peer_keys.h"
 
 #define JOB 7
 #define EPOCH 3
@@ -39,12 +40,12 @@ struct fixture {
     char addr[32];
 };
 
+/* ROLE_L or ROLE_D, with its link to the other. */
 static struct peer_auth auth_make(const char *role, int encrypt)
 {
-    struct peer_auth a = {.job_id = JOB, .epoch = EPOCH, .secret_len = strlen(SECRET),
-                          .encrypt = encrypt};
-    memcpy(a.secret, SECRET, a.secret_len);
+    struct peer_auth a = {.job_id = JOB, .epoch = EPOCH, .encrypt = encrypt};
     snprintf(a.role, sizeof a.role, "%s", role);
+    peer_keys_link(&a, SECRET, strcmp(role, ROLE_L) == 0 ? ROLE_D : ROLE_L);
     return a;
 }
 

@@ -21,6 +21,7 @@
 
 #include "../../agent/ring.h"
 #include "../../common/log.h"
+#include "../peer_keys.h"
 
 #define RANKS_MAX 5
 #define JOB 11
@@ -34,11 +35,16 @@ struct ring_set {
     struct ring r[RANKS_MAX];
 };
 
-static struct peer_auth auth_for(int rank, int encrypt)
+/* Rank `rank` of a ring of `size`, with its links to both neighbours. */
+static struct peer_auth auth_for(int rank, int size, int encrypt)
 {
-    struct peer_auth a = {.job_id = JOB, .epoch = EPOCH, .secret_len = 6, .encrypt = encrypt};
-    memcpy(a.secret, "secret", 6);
+    struct peer_auth a = {.job_id = JOB, .epoch = EPOCH, .encrypt = encrypt};
+    char peer[PEER_ROLE_MAX];
     snprintf(a.role, sizeof a.role, "rank=%d", rank);
+    snprintf(peer, sizeof peer, "rank=%d", (rank + 1) % size);
+    peer_keys_link(&a, "secret", peer);
+    snprintf(peer, sizeof peer, "rank=%d", (rank + size - 1) % size);
+    peer_keys_link(&a, "secret", peer);
     return a;
 }
 
@@ -56,13 +62,13 @@ static void ring_form_opt(struct ring_set *rs, int size, size_t chunk_floats, in
         if (size == 1)
             continue;
         assert_int_equal(peer_listener_start("127.0.0.1:0", &rs->l[k], &port[k], &err), 0);
-        struct peer_auth a = auth_for(k, 0);
+        struct peer_auth a = auth_for(k, size, 0);
         peer_listener_expect(rs->l[k], &a);
     }
     for (int k = 0; k < size && size > 1; k++) {
         int to = (k + 1) % size;
         char addr[32], want[PEER_ROLE_MAX];
-        struct peer_auth a = auth_for(k, encrypt);
+        struct peer_auth a = auth_for(k, size, encrypt);
         snprintf(addr, sizeof addr, "127.0.0.1:%u", port[to]);
         snprintf(want, sizeof want, "rank=%d", to);
         if (peer_dial(addr, &a, want, TIMEOUT_MS, &rs->next[k], &err) != 0)

@@ -18,6 +18,7 @@
 
 #include "../../agent/tasklet.h"
 #include "../../common/log.h"
+#include "../peer_keys.h"
 
 #define D_MAX 4
 #define TIMEOUT_MS 10000
@@ -110,9 +111,11 @@ static void run(struct replica *x, int D, double lr, double mu, enum codec_id co
         struct kern_err ke;
         assert_int_equal(kern_stage_new(&cpu, &model, &sp, &p->k.st, &ke), 0);
         if (D > 1) {
-            struct peer_auth a = { .job_id = 5, .epoch = 1, .secret_len = 4 };
-            memcpy(a.secret, "sync", 4);
-            assign_role(0, r, 100 + r, a.role);
+            struct peer_auth a = { .job_id = 5, .epoch = 1 };
+            char prev[PEER_ROLE_MAX];
+            wire_role(0, r, 100 + r, a.role);
+            wire_role(0, (r + D - 1) % D, 100 + (r + D - 1) % D, prev);
+            peer_keys_link(&a, "sync", prev);
             assert_int_equal(peer_listener_start("127.0.0.1:0", &p->l, &port[r], &err), 0);
             peer_listener_expect(p->l, &a);
         }
@@ -120,10 +123,10 @@ static void run(struct replica *x, int D, double lr, double mu, enum codec_id co
     for (int r = 0; r < D && D > 1; r++) {
         int to = (r + 1) % D;
         char addr[32], want[PEER_ROLE_MAX];
-        struct peer_auth a = { .job_id = 5, .epoch = 1, .secret_len = 4 };
-        memcpy(a.secret, "sync", 4);
-        assign_role(0, r, 100 + r, a.role);
-        assign_role(0, to, 100 + to, want);
+        struct peer_auth a = { .job_id = 5, .epoch = 1 };
+        wire_role(0, r, 100 + r, a.role);
+        wire_role(0, to, 100 + to, want);
+        peer_keys_link(&a, "sync", want);
         snprintf(addr, sizeof addr, "127.0.0.1:%u", port[to]);
         if (peer_dial(addr, &a, want, TIMEOUT_MS, &x[r].k.ring_next, &err) != 0 ||
             peer_listener_take(x[to].l, a.role, TIMEOUT_MS, &x[to].k.ring_prev, &err) != 0)

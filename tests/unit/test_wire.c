@@ -108,7 +108,7 @@ static void test_bad_headers(void **state)
     } bad[] = {
         {"magic", 0, 0x12345678, 4, 1, "bad magic"},
         {"version 1", 4, 1, 2, 1, "version"},
-        {"version 7", 4, 7, 2, 1, "version 7, this agent 6"},
+        {"version 8", 4, 8, 2, 1, "version 8, this agent 7"},
         {"header crc", 8, 43, 1, 0, "CRC"},
         {"kind 0", 6, 0, 2, 1, "kind"},
         {"kind 99", 6, 99, 2, 1, "kind"},
@@ -214,6 +214,38 @@ static void test_hello_mac(void **state)
     nonce[31] ^= 1;
     wire_hello_mac("secret", 6, nonce, 7, 1, 0, "stage=1 replica=0", other);
     assert_false(wire_mac_equal(mac, other));
+}
+
+/* The key of a link: HMAC-SHA256 as wire.h writes it (the value from
+ * Python's hmac module), the same from both ends, and another for any
+ * other secret, job, epoch or pair of roles. */
+static void test_link_key(void **state)
+{
+    (void)state;
+    const char *a = "stage=0 replica=0 node=1", *b = "stage=1 replica=0 node=2";
+    unsigned char k[WIRE_KEY_BYTES], other[WIRE_KEY_BYTES];
+    char hex[2 * WIRE_KEY_BYTES + 1];
+    wire_link_key("secret", 6, 7, 1, a, b, k);
+    for (int i = 0; i < WIRE_KEY_BYTES; i++)
+        snprintf(hex + 2 * i, 3, "%02x", k[i]);
+    assert_string_equal(hex, "6216da723ff9f06b08f9e110815ab682b3df2cdb42a7bea7fe8ccf16dc92a001");
+    wire_link_key("secret", 6, 7, 1, b, a, other);
+    assert_memory_equal(k, other, sizeof k);
+    wire_link_key("secreT", 6, 7, 1, a, b, other);
+    assert_memory_not_equal(k, other, sizeof k);
+    wire_link_key("secret", 6, 8, 1, a, b, other);
+    assert_memory_not_equal(k, other, sizeof k);
+    wire_link_key("secret", 6, 7, 2, a, b, other);
+    assert_memory_not_equal(k, other, sizeof k);
+    wire_link_key("secret", 6, 7, 1, a, "stage=1 replica=0 node=3", other);
+    assert_memory_not_equal(k, other, sizeof k);
+    /* the NUL between the roles: "x" | "yz" is not "xy" | "z" */
+    wire_link_key("secret", 6, 7, 1, "stage=0 replica=0 node=1", "stage=0 replica=0 node=12", k);
+    wire_link_key("secret", 6, 7, 1, "stage=0 replica=0 node=11", "stage=0 replica=0 node=2", other);
+    assert_memory_not_equal(k, other, sizeof k);
+    char role[WIRE_ROLE_MAX];
+    wire_role(3, 12, 4096, role);
+    assert_string_equal(role, "stage=3 replica=12 node=4096");
 }
 
 static void test_hello_payloads(void **state)
@@ -464,6 +496,7 @@ int main(void)
         cmocka_unit_test(test_int8_frames),
         cmocka_unit_test(test_garbage_never_accepted),
         cmocka_unit_test(test_hello_mac),
+        cmocka_unit_test(test_link_key),
         cmocka_unit_test(test_hello_payloads),
         cmocka_unit_test(test_aead_gcm_vector),
         cmocka_unit_test(test_hkdf_vector),

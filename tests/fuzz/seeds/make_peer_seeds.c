@@ -8,10 +8,10 @@
  *     cc -std=c11 -D_GNU_SOURCE -pthread -o /tmp/make_peer_seeds \
  *        tests/fuzz/seeds/make_peer_seeds.c agent/peer.c agent/peer_seal.c \
  *        agent/peer_listener.c agent/peer_stream.c common/aead.c common/codec.c common/crc32c.c \
- *        common/err.c common/log.c common/wire.c -lcrypto -lm
+ *        common/err.c common/hostport.c common/log.c common/wire.c -lcrypto -lm
  *     /tmp/make_peer_seeds tests/fuzz/corpus/fuzz_peer
  *
- * The job, secret, nonces and roles are fuzz_peer.c's: keep them equal. */
+ * The job, link key, nonces and roles are fuzz_peer.c's: keep them equal. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +25,7 @@
 
 #define FUZZ_JOB 7
 #define FUZZ_EPOCH 3
-#define FUZZ_SECRET "fuzz peer secret"
+#define FUZZ_KEY "fuzz peer secret" /* the link's key */
 #define FUZZ_DIALER "stage=0 replica=0"
 #define FUZZ_LISTENER "stage=1 replica=0"
 
@@ -49,19 +49,18 @@ static int put(const char *name, unsigned mode, const void *p, size_t n)
 static void conn_pair(int sealed, struct peer_conn *tx, struct peer_conn *rx)
 {
     unsigned char ln[WIRE_NONCE_BYTES], dn[WIRE_NONCE_BYTES];
-    struct peer_auth a = {.job_id = FUZZ_JOB, .epoch = FUZZ_EPOCH,
-                          .secret_len = sizeof FUZZ_SECRET - 1, .role = FUZZ_LISTENER};
+    struct peer_auth a = {.job_id = FUZZ_JOB, .epoch = FUZZ_EPOCH, .role = FUZZ_LISTENER};
     struct shoal_err err;
     int sv[2];
-    memcpy(a.secret, FUZZ_SECRET, a.secret_len);
+    peer_auth_link(&a, FUZZ_DIALER, FUZZ_KEY, sizeof FUZZ_KEY - 1);
     memset(ln, 0x11, sizeof ln);
     memset(dn, 0x22, sizeof dn);
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
         exit(1);
     *tx = (struct peer_conn){.fd = sv[0], .addr = "seed", .job_id = FUZZ_JOB, .epoch = FUZZ_EPOCH};
     *rx = (struct peer_conn){.fd = sv[1], .addr = "seed", .job_id = FUZZ_JOB, .epoch = FUZZ_EPOCH};
-    if (sealed && (peer_seal_start(tx, &a, ln, dn, FUZZ_DIALER, FUZZ_LISTENER, 1, &err) != 0 ||
-                   peer_seal_start(rx, &a, ln, dn, FUZZ_DIALER, FUZZ_LISTENER, 0, &err) != 0)) {
+    if (sealed && (peer_seal_start(tx, &a, &a.links[0], ln, dn, FUZZ_DIALER, FUZZ_LISTENER, 1, &err) != 0 ||
+                   peer_seal_start(rx, &a, &a.links[0], ln, dn, FUZZ_DIALER, FUZZ_LISTENER, 0, &err) != 0)) {
         fprintf(stderr, "make_peer_seeds: %s\n", err.message);
         exit(1);
     }
@@ -120,14 +119,14 @@ static int hellos(void)
     memset(h.nonce, 0x22, sizeof h.nonce);
     for (unsigned flags = 0; flags <= WIRE_HELLO_ENCRYPT; flags++) {
         h.flags = flags;
-        wire_hello_mac(FUZZ_SECRET, sizeof FUZZ_SECRET - 1, nonce, FUZZ_JOB, FUZZ_EPOCH, flags,
+        wire_hello_mac(FUZZ_KEY, sizeof FUZZ_KEY - 1, nonce, FUZZ_JOB, FUZZ_EPOCH, flags,
                        h.role, h.mac);
         size_t n = wire_hello_encode(&h, 1, buf);
         rc |= put(flags ? "hello-dialer-encrypt" : "hello-dialer", 1, buf, n);
     }
     snprintf(h.role, sizeof h.role, "%s", FUZZ_LISTENER);
     h.flags = WIRE_HELLO_ENCRYPT;
-    wire_hello_mac(FUZZ_SECRET, sizeof FUZZ_SECRET - 1, nonce, FUZZ_JOB, FUZZ_EPOCH, h.flags,
+    wire_hello_mac(FUZZ_KEY, sizeof FUZZ_KEY - 1, nonce, FUZZ_JOB, FUZZ_EPOCH, h.flags,
                    h.role, h.mac);
     rc |= put("hello-answer", 2, buf, wire_hello_encode(&h, 0, buf));
     return rc;
