@@ -28,6 +28,17 @@ typedef __nv_bfloat16 bf16;
 #define KCU_LAUNCH(kernel, grid, block, stream) hcu_launch(#kernel, (grid), (block), (stream), kernel)
 #endif
 
+/* KCU_SHARED_BUFFER(name, bytes) declares a kernel's block-wide shared
+ * buffer of `bytes` (a constant, at most 48 KiB), 32-byte aligned, as
+ * `unsigned char *name`-like: a __shared__ array under nvcc, the host
+ * thread's buffer on the emulation (tests/gpu/host/grid.h).  One per
+ * kernel. */
+#ifdef __CUDACC__
+#define KCU_SHARED_BUFFER(name, bytes) alignas(32) __shared__ unsigned char name[bytes]
+#else
+#define KCU_SHARED_BUFFER(name, bytes) unsigned char *name = hcu_shared_buffer(bytes)
+#endif
+
 /* A CUDA runtime call; the error string comes first so that a long call text
  * is what the 256-byte message loses. A failed call also leaves its error as
  * the thread's last error, which the next KCU_TRY_LAUNCH would report as its

@@ -16,8 +16,8 @@
  *   attention  qkv (B,T,C+2KV) fp32 -> out (B,T,C) bf16; keeps q,k,v per
  *              head (3,B,NH,T,hs), k and v repeated over their group of
  *              query heads (KVH kv heads; gpt2: KVH = NH, qkv (B,T,3C)), q
- *              and k rotated when rope tables (T,hs/2) are given, and the
- *              causal softmax att (B,NH,T,T), bf16
+ *              and k rotated when rope tables (T,hs/2) are given, and
+ *              each row's log-sum-exp (B,NH,T) fp32 (flash attention)
  *   rmsnorm    inp (N,C) fp32, weight (C) -> out (N,C) bf16, rstd (N) fp32
  *   swiglu     gu (N,2F) fp32 = [gate | up] -> out (N,F) bf16
  *   gelu       inp (n) fp32 -> out (n) bf16, tanh approximation
@@ -108,19 +108,22 @@ int kcu_matmul_backward(const struct kcu_ctx *cx, float *dinp, float *dweight, f
                         const bf16 *weight, int N, int IC, int OC, int ldd,
                         struct kern_err *err);
 
-/* qkvr (3,B,NH,T,hs) and att (B,NH,T,T) are kept for the backward; scores
- * (B,NH,T,T) fp32 and y (B,NH,T,hs) bf16 are scratch. */
-int kcu_attention_forward(const struct kcu_ctx *cx, bf16 *out, bf16 *qkvr, bf16 *att,
-                          const float *qkv, float *scores, bf16 *y, int B, int T, int C,
-                          int NH, int KVH, const float *cos_t, const float *sin_t, struct kern_err *err);
+/* qkvr (3,B,NH,T,hs) and lse (B,NH,T) fp32, each row's log-sum-exp of
+ * the scaled scores, are kept for the backward (with out); y (B,NH,T,hs)
+ * bf16 is scratch.  Head sizes 1..256 (kcu_attention_head_size_ok); no
+ * (T,T) matrix is stored. */
+int kcu_attention_forward(const struct kcu_ctx *cx, bf16 *out, bf16 *qkvr, float *lse, const float *qkv, bf16 *y,
+                          int B, int T, int C, int NH, int KVH, const float *cos_t, const float *sin_t,
+                          struct kern_err *err);
 /* dqkv (B,T,C+2KV) overwritten in fp32 and bf16 (dqkv_bf), dk and dv
- * summed over each group, dq and dk rotated back; dout (B,T,C) fp32.
- * Scratch: datt (B,NH,T,T) fp32, dpre (B,NH,T,T) bf16, dy (B,NH,T,hs) bf16,
- * dqkvr (3,B,NH,T,hs) fp32. */
-int kcu_attention_backward(const struct kcu_ctx *cx, float *dqkv, bf16 *dqkv_bf,
-                           const float *dout, const bf16 *qkvr, const bf16 *att, float *datt,
-                           bf16 *dpre, bf16 *dy, float *dqkvr, int B, int T, int C, int NH, int KVH,
-                           const float *cos_t, const float *sin_t, struct kern_err *err);
+ * summed over each group, dq and dk rotated back; dout (B,T,C) fp32, out
+ * (B,T,C) bf16 the forward's.  Scratch: delta (B,NH,T) fp32, dy
+ * (B,NH,T,hs) bf16, dqkvr (3,B,NH,T,hs) fp32. */
+int kcu_attention_backward(const struct kcu_ctx *cx, float *dqkv, bf16 *dqkv_bf, const float *dout, const bf16 *out,
+                           const bf16 *qkvr, const float *lse, float *delta, bf16 *dy, float *dqkvr, int B, int T,
+                           int C, int NH, int KVH, const float *cos_t, const float *sin_t, struct kern_err *err);
+/* 1 when the attention takes head size hs. */
+int kcu_attention_head_size_ok(int hs);
 
 int kcu_rmsnorm_forward(const struct kcu_ctx *cx, bf16 *out, float *rstd, const float *inp, const float *weight,
                         float eps, int N, int C, struct kern_err *err);

@@ -16,7 +16,7 @@ struct kcu_llama_acts {
     bf16 *ln1;       /* (B,T,C) */
     float *ln1_rstd; /* (B,T) */
     bf16 *qkvr;      /* (3,B,NH,T,hs) q and k rotated, k and v repeated per query head */
-    bf16 *att;       /* (B,NH,T,T) softmax probabilities */
+    float *lse;      /* (B,NH,T) log-sum-exp of each row's scaled scores */
     bf16 *atty;      /* (B,T,C) attention output before projection */
     float *res2;     /* (B,T,C) residual after attention */
     bf16 *ln2;       /* (B,T,C) */
@@ -30,11 +30,10 @@ struct kcu_llama_acts {
 struct kcu_llama_work {
     float *qkv;        /* (B,T,C+2KV) the q|k|v product */
     float *proj;       /* (B,T,C) a projection before the residual add */
-    float *scores;     /* (B,NH,T,T) forward q.k^T; backward d att */
+    float *delta;      /* (B,NH,T) backward: each row's dy . y */
     bf16 *atty_heads;  /* (B,NH,T,hs) */
     float *datty;      /* (B,T,C) */
     bf16 *dy;          /* (B,NH,T,hs) */
-    bf16 *dpre;        /* (B,NH,T,T) */
     float *dqkvr;      /* (3,B,NH,T,hs) */
     float *dqkv;       /* (B,T,C+2KV) */
     bf16 *dqkv_bf;     /* (B,T,C+2KV) */
@@ -56,7 +55,7 @@ static size_t slot_layout(const struct kern_stage *st, struct kcu_slot *s, void 
         a->ln1 = CARVE_BF16(base, &used, BT * C);
         a->ln1_rstd = CARVE_F32(base, &used, BT);
         a->qkvr = CARVE_BF16(base, &used, BT * 3 * C);
-        a->att = CARVE_BF16(base, &used, B * NH * T * T);
+        a->lse = CARVE_F32(base, &used, B * NH * T);
         a->atty = CARVE_BF16(base, &used, BT * C);
         a->res2 = CARVE_F32(base, &used, BT * C);
         a->ln2 = CARVE_BF16(base, &used, BT * C);
@@ -84,11 +83,10 @@ static size_t scratch_layout(const struct kern_stage *st, struct kcu_stage *c, s
     c->norm_partial = (double *)carve(base, &used, KCU_NORM_BLOCKS * sizeof(double));
     w->qkv = CARVE_F32(base, &used, BT * W);
     w->proj = CARVE_F32(base, &used, BT * C);
-    w->scores = CARVE_F32(base, &used, B * NH * T * T);
+    w->delta = CARVE_F32(base, &used, B * NH * T);
     w->atty_heads = CARVE_BF16(base, &used, BT * C);
     w->datty = CARVE_F32(base, &used, BT * C);
     w->dy = CARVE_BF16(base, &used, BT * C);
-    w->dpre = CARVE_BF16(base, &used, B * NH * T * T);
     w->dqkvr = CARVE_F32(base, &used, BT * 3 * C);
     w->dqkv = CARVE_F32(base, &used, BT * W);
     w->dqkv_bf = CARVE_BF16(base, &used, BT * W);
@@ -180,8 +178,8 @@ static int llama_forward(struct kern_stage *st, struct kcu_slot *s, const void *
         struct kcu_llama_acts *a = &s->llama[l];
         KCU_TRY_OK(kcu_rmsnorm_forward(cx, a->ln1, a->ln1_rstd, res, p + kcu_toff(st, l, LT_LN1W), eps, N, C, err));
         KCU_TRY_OK(kcu_matmul_forward(cx, w->qkv, a->ln1, pb + kcu_toff(st, l, LT_QW), NULL, N, C, W, W, err));
-        KCU_TRY_OK(kcu_attention_forward(cx, a->atty, a->qkvr, a->att, w->qkv, w->scores, w->atty_heads, B, T, C,
-                                         NH, KVH, w->cos_t, w->sin_t, err));
+        KCU_TRY_OK(kcu_attention_forward(cx, a->atty, a->qkvr, a->lse, w->qkv, w->atty_heads, B, T, C, NH, KVH,
+                                         w->cos_t, w->sin_t, err));
         KCU_TRY_OK(kcu_matmul_forward(cx, w->proj, a->atty, pb + kcu_toff(st, l, LT_OW), NULL, N, C, C, C, err));
         KCU_TRY_OK(kcu_residual_forward(cx, a->res2, res, w->proj, BTC, err));
         KCU_TRY_OK(kcu_rmsnorm_forward(cx, a->ln2, a->ln2_rstd, a->res2, p + kcu_toff(st, l, LT_LN2W), eps, N, C,
@@ -248,7 +246,7 @@ static int llama_backward(struct kern_stage *st, struct kcu_slot *s, const float
         KCU_TRY_OK(kcu_to_bf16(cx, c->dres_bf, c->dres, BTC, err));
         KCU_TRY_OK(kcu_matmul_backward(cx, w->datty, g + kcu_toff(st, l, LT_OW), NULL, NULL, c->dres_bf, a->atty,
                                        pb + kcu_toff(st, l, LT_OW), N, C, C, C, err));
-        KCU_TRY_OK(kcu_attention_backward(cx, w->dqkv, w->dqkv_bf, w->datty, a->qkvr, a->att, w->scores, w->dpre,
+        KCU_TRY_OK(kcu_attention_backward(cx, w->dqkv, w->dqkv_bf, w->datty, a->atty, a->qkvr, a->lse, w->delta,
                                           w->dy, w->dqkvr, B, T, C, NH, KVH, w->cos_t, w->sin_t, err));
         KCU_TRY_OK(kcu_matmul_backward(cx, c->dln, g + kcu_toff(st, l, LT_QW), NULL, NULL, w->dqkv_bf, a->ln1,
                                        pb + kcu_toff(st, l, LT_QW), N, C, W, W, err));

@@ -30,7 +30,7 @@ static size_t slot_layout(const struct kern_stage *st, struct kcu_slot *s, void 
         a->ln1_mean = CARVE_F32(base, &used, BT);
         a->ln1_rstd = CARVE_F32(base, &used, BT);
         a->qkvr = CARVE_BF16(base, &used, BT * 3 * C);
-        a->att = CARVE_BF16(base, &used, B * NH * T * T);
+        a->lse = CARVE_F32(base, &used, B * NH * T);
         a->atty = CARVE_BF16(base, &used, BT * C);
         a->res2 = CARVE_F32(base, &used, BT * C);
         a->ln2 = CARVE_BF16(base, &used, BT * C);
@@ -54,14 +54,13 @@ static size_t scratch_layout(const struct kern_stage *st, struct kcu_stage *c, v
     c->cx.colsum = CARVE_F32(base, &used, kcu_colsum_chunks((int)BT) * 4 * C);
     c->qkv = CARVE_F32(base, &used, BT * 3 * C);
     c->attproj = CARVE_F32(base, &used, BT * C);
-    c->scores = CARVE_F32(base, &used, B * NH * T * T);
+    c->delta = CARVE_F32(base, &used, B * NH * T);
     c->atty_heads = CARVE_BF16(base, &used, BT * C);
     c->dres = CARVE_F32(base, &used, BT * C);
     c->dres_bf = CARVE_BF16(base, &used, BT * C);
     c->dln = CARVE_F32(base, &used, BT * C);
     c->datty = CARVE_F32(base, &used, BT * C);
     c->dy = CARVE_BF16(base, &used, BT * C);
-    c->dpre = CARVE_BF16(base, &used, B * NH * T * T);
     c->dqkvr = CARVE_F32(base, &used, BT * 3 * C);
     c->dqkv = CARVE_F32(base, &used, BT * 3 * C);
     c->dqkv_bf = CARVE_BF16(base, &used, BT * 3 * C);
@@ -168,6 +167,11 @@ static int kcu_init(struct kern_stage *st, const float *params, struct kern_err 
         goto out;
     }
     st->impl = c;
+    if (!kcu_attention_head_size_ok(st->model.d_model / st->model.heads)) {
+        kern_fail(err, "the CUDA backend's attention takes head sizes (d_model / heads) up to 256, not %d",
+                  st->model.d_model / st->model.heads);
+        goto out;
+    }
     KCU_TRY(cudaSetDevice(st->device.index));
     KCU_TRY(cudaStreamCreateWithFlags(&c->cx.stream, cudaStreamNonBlocking));
     for (int i = 0; i < KCU_COPY_CHUNKS; i++)
@@ -343,8 +347,8 @@ static int gpt2_forward(struct kern_stage *st, struct kcu_slot *s, const void *i
                                          N, C, err));
         KCU_TRY_OK(kcu_matmul_forward(cx, c->qkv, a->ln1, pb + toff(st, l, KT_QKVW),
                                       p + toff(st, l, KT_QKVB), N, C, 3 * C, 3 * C, err));
-        KCU_TRY_OK(kcu_attention_forward(cx, a->atty, a->qkvr, a->att, c->qkv, c->scores,
-                                         c->atty_heads, B, T, C, NH, NH, NULL, NULL, err));
+        KCU_TRY_OK(kcu_attention_forward(cx, a->atty, a->qkvr, a->lse, c->qkv, c->atty_heads, B, T, C, NH, NH,
+                                         NULL, NULL, err));
         KCU_TRY_OK(kcu_matmul_forward(cx, c->attproj, a->atty, pb + toff(st, l, KT_ATTPROJW),
                                       p + toff(st, l, KT_ATTPROJB), N, C, C, C, err));
         KCU_TRY_OK(kcu_residual_forward(cx, a->res2, res, c->attproj, BTC, err));
@@ -423,9 +427,8 @@ static int gpt2_backward(struct kern_stage *st, struct kcu_slot *s, const float 
         KCU_TRY_OK(kcu_matmul_backward(cx, c->datty, g + toff(st, l, KT_ATTPROJW),
                                        g + toff(st, l, KT_ATTPROJB), c->dres, c->dres_bf,
                                        a->atty, pb + toff(st, l, KT_ATTPROJW), N, C, C, C, err));
-        KCU_TRY_OK(kcu_attention_backward(cx, c->dqkv, c->dqkv_bf, c->datty, a->qkvr, a->att,
-                                          c->scores, c->dpre, c->dy, c->dqkvr, B, T, C, NH, NH,
-                                          NULL, NULL, err));
+        KCU_TRY_OK(kcu_attention_backward(cx, c->dqkv, c->dqkv_bf, c->datty, a->atty, a->qkvr, a->lse,
+                                          c->delta, c->dy, c->dqkvr, B, T, C, NH, NH, NULL, NULL, err));
         KCU_TRY_OK(kcu_matmul_backward(cx, c->dln, g + toff(st, l, KT_QKVW),
                                        g + toff(st, l, KT_QKVB), c->dqkv, c->dqkv_bf, a->ln1,
                                        pb + toff(st, l, KT_QKVW), N, C, 3 * C, 3 * C, err));

@@ -22,7 +22,7 @@ struct kcu_block_acts {
     bf16 *ln1;                   /* (B,T,C) */
     float *ln1_mean, *ln1_rstd;  /* (B,T) each */
     bf16 *qkvr;                  /* (3,B,NH,T,hs) q, k, v split into heads */
-    bf16 *att;                   /* (B,NH,T,T) softmax probabilities */
+    float *lse;                  /* (B,NH,T) log-sum-exp of each row's scaled scores */
     bf16 *atty;                  /* (B,T,C) attention output before projection */
     float *res2;                 /* (B,T,C) residual after attention */
     bf16 *ln2;                   /* (B,T,C) */
@@ -58,14 +58,13 @@ struct kcu_stage {
     void *scratch;                 /* one allocation holding the rest */
     float *qkv;                    /* (B,T,3C) qkv product before the split into heads */
     float *attproj;                /* (B,T,C) projection output before the residual add */
-    float *scores;                 /* (B,NH,T,T) forward q.k^T; backward d att */
-    bf16 *atty_heads;              /* (B,NH,T,hs) att . v before the merge of heads */
+    float *delta;                  /* (B,NH,T) backward: each row's dy . y */
+    bf16 *atty_heads;              /* (B,NH,T,hs) attention output before the merge of heads */
     float *dres;                   /* (B,T,C) gradient of the residual stream */
     bf16 *dres_bf;                 /* (B,T,C) */
     float *dln;                    /* (B,T,C) */
     float *datty;                  /* (B,T,C) */
     bf16 *dy;                      /* (B,NH,T,hs) datty split into heads */
-    bf16 *dpre;                    /* (B,NH,T,T) d of q.k^T */
     float *dqkvr;                  /* (3,B,NH,T,hs) dq, dk, dv */
     float *dqkv;                   /* (B,T,3C) */
     bf16 *dqkv_bf;                 /* (B,T,3C) */

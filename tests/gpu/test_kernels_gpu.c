@@ -195,6 +195,10 @@ static const struct test_case cases[] = {
     /* head size 64 with T over 128; head size 128 (as GPT-3 XL) middle */
     {"hs64-whole", {.vocab = 1000, .context = 256, .d_model = 256, .heads = 4, .layers = 2}, 0, 2, 2, 256},
     {"hs128-middle", {.vocab = 512, .context = 128, .d_model = 512, .heads = 4, .layers = 4}, 1, 3, 2, 128},
+    /* flash attention's other tiles: a head size of no multiple of 16
+     * (padded), and 256 (tiles of 16 rows) */
+    {"hs20-whole", {.vocab = 64, .context = 40, .d_model = 60, .heads = 3, .layers = 1}, 0, 1, 2, 33},
+    {"hs256-first", {.vocab = 64, .context = 40, .d_model = 512, .heads = 2, .layers = 1}, 0, 1, 1, 40},
     /* Llama: two kv heads of four (whole); one kv head for three query
      * heads, a tied head, llama3 scaling, odd sizes, T < context (whole);
      * multi-head (kv heads = heads) of head size 64 with T over 128 (first) */

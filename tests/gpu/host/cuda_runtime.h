@@ -46,6 +46,7 @@ typedef enum cudaError {
     cudaErrorInvalidResourceHandle = 400,
     cudaErrorNotReady = 600,
     cudaErrorIllegalAddress = 700,
+    cudaErrorMisalignedAddress = 716,
     cudaErrorLaunchFailure = 719,
 } cudaError_t;
 

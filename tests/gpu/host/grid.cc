@@ -41,6 +41,19 @@
 
 thread_local hcu_where hcu_here;
 
+#define HCU_SHARED_MAX (48u << 10) /* bytes of static shared memory a block may have */
+
+unsigned char *hcu_shared_buffer(size_t bytes)
+{
+    static thread_local unsigned char *buf;
+    if (bytes > HCU_SHARED_MAX)
+        hcu_fault(cudaErrorInvalidConfiguration, "a kernel's shared buffer of %zu bytes is over a device's %u",
+                  bytes, HCU_SHARED_MAX);
+    if (!buf && !(buf = (unsigned char *)aligned_alloc(128, HCU_SHARED_MAX)))
+        hcu_fault(cudaErrorMemoryAllocation, "cannot allocate a shared buffer of %u bytes", HCU_SHARED_MAX);
+    return buf;
+}
+
 enum fibre_state { F_READY, F_SYNC, F_WARP, F_DONE };
 
 struct fibre {

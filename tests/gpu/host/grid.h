@@ -77,6 +77,14 @@ static inline int max(int a, int b) { return a > b ? a : b; }
 static inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
 static inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
 
+/* KCU_SHARED_BUFFER's buffer (kernels/cuda_common.cuh): a block's
+ * `bytes` of shared memory, 128-byte aligned, the host thread's own (a host
+ * thread runs one block at a time, so the block has it to itself, as the
+ * __shared__ statics).  Kept on the heap, not in thread-local storage,
+ * whose size the sanitizers' threads do not take well.  More than a
+ * device's 48 KiB of static shared memory is a fault. */
+unsigned char *hcu_shared_buffer(size_t bytes);
+
 /* Runs body(arg) as every thread of the grid; a bad configuration or stream
  * sets the last error (cudaGetLastError) and runs nothing. */
 void hcu_run_grid(const char *name, dim3 grid, dim3 block, struct hcu_stream *stream,

@@ -143,6 +143,7 @@ extern "C" const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorMisalignedAddress: return "misaligned address";
     case cudaErrorLaunchFailure: return "unspecified launch failure";
     }
     return "unrecognized error code";
