@@ -5,8 +5,11 @@
 # then bench_kernels beside PyTorch on the same GPU (when python3 has torch).
 # usage: tests/gpu/device_check.sh BUNDLE.tar.xz OUT_DIR [PART...]
 #   BUNDLE from tests/gpu/bundle.sh (built on a Debian machine with CUDA);
-#   PARTs: test agent agent-llama bench torch torch-io profile (default: all, in
-#   that order); agent-llama is agent's run for a tied Llama (GQA, SwiGLU, RoPE);
+#   PARTs: test memcheck racecheck agent agent-llama bench torch torch-io profile
+#   (default: all, in that order); memcheck and racecheck are the test's small
+#   shapes under compute-sanitizer (out-of-bounds and uninitialised device
+#   accesses; shared-memory hazards, as in flash attention's tiles);
+#   agent-llama is agent's run for a tied Llama (GQA, SwiGLU, RoPE);
 #   profile is Nsight Compute's time per kernel over one xl-mid-b1 iteration
 #   (ncu.csv: where the GPU time goes).
 # Each part has its own time limit and log in OUT_DIR; a summary ends the output.
@@ -14,7 +17,7 @@ set -u
 bundle=${1:?usage: device_check.sh BUNDLE.tar.xz OUT_DIR [PART...]}
 out=${2:?usage: device_check.sh BUNDLE.tar.xz OUT_DIR [PART...]}
 shift 2
-parts=${*:-test agent agent-llama bench torch torch-io profile}
+parts=${*:-test memcheck racecheck agent agent-llama bench torch torch-io profile}
 top=$(cd "$(dirname "$0")/../.." && pwd)
 b=/tmp/shoal-bundle
 mkdir -p "$b" "$out" && tar -C "$b" -xJf "$bundle" && chmod 755 "$b" || exit 1
@@ -48,6 +51,10 @@ part() {   # part NAME SECONDS COMMAND...: runs one part into OUT_DIR/NAME.log
 "
 }
 part test 150 "$b/bin/test_kernels_gpu"
+csan=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -n 1)
+part memcheck 150 "${csan:-compute-sanitizer}" --tool memcheck --error-exitcode 1 "$b/bin/test_kernels_gpu" --small
+part racecheck 150 "${csan:-compute-sanitizer}" --tool racecheck --racecheck-report hazard --error-exitcode 1 \
+    "$b/bin/test_kernels_gpu" --small
 part agent 150 env CURVES="$out/curves.txt" bash "$top/tests/gpu/agent_train.sh" "$b/bin/shoal-server" "$b/bin/shoal-agent" 40
 part agent-llama 150 env MODEL='{"architecture":"llama","vocab_size":256,"context_length":128,"d_model":256,"heads":4,"kv_heads":2,"ffn_dim":688,"layers":4,"tie_embeddings":true}' \
     bash "$top/tests/gpu/agent_train.sh" "$b/bin/shoal-server" "$b/bin/shoal-agent" 40
