@@ -86,6 +86,11 @@ static int nccl_wait(ncclComm_t comm, cudaStream_t stream, double deadline, cons
             if (!stream)
                 return 0;
             cudaError_t e = cudaStreamQuery(stream);
+            /* an error the communicator took while its stream drained (a
+             * collective that failed on every rank releases their streams) */
+            if (e == cudaSuccess && ncclCommGetAsyncError(comm, &state) == ncclSuccess && state != ncclSuccess &&
+                state != ncclInProgress)
+                return nccl_failed(comm, state, what, err);
             if (e == cudaSuccess)
                 return 0;
             if (e != cudaErrorNotReady)

@@ -37,7 +37,7 @@
 #include "../common/err.h"
 #include "planner.h"
 
-#define LIVE_WAIT_S 5.0   /* how long a re-plan waits for the survivors to say what they hold */
+#define LIVE_WAIT_S 10.0  /* how long a re-plan waits for the survivors to say what they hold */
 
 struct server;
 
