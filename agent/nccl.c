@@ -110,30 +110,15 @@ static int nccl_wait(ncclComm_t comm, cudaStream_t stream, double deadline, cons
 
 /* ---- the unique id through the server ------------------------------------ */
 
-static const char hex_digits[] = "0123456789abcdef";
-
 static void id_to_hex(const ncclUniqueId *id, char hex[2 * NCCL_UNIQUE_ID_BYTES + 1])
 {
-    for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; i++) {
-        unsigned char b = (unsigned char)id->internal[i];
-        hex[2 * i] = hex_digits[b >> 4];
-        hex[2 * i + 1] = hex_digits[b & 15];
-    }
-    hex[2 * NCCL_UNIQUE_ID_BYTES] = '\0';
+    hex_encode(id->internal, NCCL_UNIQUE_ID_BYTES, hex);
 }
 
 /* Returns 0 when `hex` is exactly 2 * NCCL_UNIQUE_ID_BYTES hex digits. */
 static int id_from_hex(const char *hex, ncclUniqueId *id)
 {
-    if (!hex || strlen(hex) != 2 * NCCL_UNIQUE_ID_BYTES)
-        return -1;
-    for (int i = 0; i < NCCL_UNIQUE_ID_BYTES; i++) {
-        int hi = hex_value(hex[2 * i]), lo = hex_value(hex[2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return -1;
-        id->internal[i] = (char)(hi << 4 | lo);
-    }
-    return 0;
+    return hex_decode(hex, id->internal, NCCL_UNIQUE_ID_BYTES);
 }
 
 static int id_put(const struct ctl *ctl, int64_t job_id, uint32_t epoch, int stage, const ncclUniqueId *id,

@@ -118,6 +118,8 @@ void peer_format_addr(const void *sa, unsigned salen, char *out, size_t out_len)
 void peer_quote(const void *p, size_t n, char *out, size_t out_len);
 
 
+#define ERROR_TEXT_MAX 512 /* bytes of a WIRE_ERROR reason read during a handshake */
+
 /* Fills buf from getrandom(). */
 int peer_random(void *buf, size_t n, struct shoal_err *err);
 
