@@ -58,9 +58,10 @@ KERNELS_SRC := kernels/stage.c kernels/layout.c kernels/checkpoint.c kernels/sta
                kernels/model_io.c kernels/gpt2_llmc.c kernels/gpt2_safetensors.c kernels/safetensors.c \
                kernels/hf_weights.c kernels/llama_config.c \
                kernels/gpt2_config.c kernels/json_scan.c
-# The model families' description (common/model.c, libc only) is the one
-# piece of common/ the kernels read.
-KERNELS_OBJ := $(KERNELS_SRC:%.c=$(BUILD)/%.o) $(BUILD)/common/model.o
+# The model families' description and the stage links' wire formats
+# (common/model.c, common/codec.c, libc only) are the pieces of common/ the
+# kernels read.
+KERNELS_OBJ := $(KERNELS_SRC:%.c=$(BUILD)/%.o) $(BUILD)/common/model.o $(BUILD)/common/codec.o
 ifeq ($(CUDA),1)
 KERNELS_OBJ += $(patsubst %.cu,$(BUILD)/%.o,$(wildcard kernels/cuda_*.cu))
 KERNELS_LIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcublasLt \

@@ -64,7 +64,7 @@ static int same_shape(const struct kern_stage_spec *a, const struct kern_stage_s
 {
     return a->layer_start == b->layer_start && a->layer_end == b->layer_end && a->first == b->first &&
            a->last == b->last && a->micro_batch == b->micro_batch && a->seq_len == b->seq_len &&
-           a->in_flight == b->in_flight;
+           a->in_flight == b->in_flight && a->link == b->link;
 }
 
 int live_stage(struct live_held *h, const struct kern_device *dev, const struct assignment *as,

@@ -114,26 +114,16 @@ static struct wire_frame tensor_frame(const struct tasklet *k, uint16_t kind, ui
 }
 
 int tasklet_send_tensor(struct tasklet *k, struct peer_stream *s, uint16_t kind, uint64_t t, int m,
-                        const float *x, struct shoal_err *err)
+                        const void *x, struct shoal_err *err)
 {
     struct wire_frame f = tensor_frame(k, kind, t, m);
-    const void *payload = x;
-    if (k->link->id != CODEC_F32) {
-        codec_encode(k->link->id, x, k->btc, (size_t)k->as->model.d_model, k->wire, NULL);
-        payload = k->wire;
-    }
-    return stream_send(k, s, &f, payload, err);
+    return stream_send(k, s, &f, x, err);
 }
 
-int tasklet_recv_tensor(struct tasklet *k, struct peer_stream *s, uint16_t kind, uint64_t t, int m, float *x,
+int tasklet_recv_tensor(struct tasklet *k, struct peer_stream *s, uint16_t kind, uint64_t t, int m, void *x,
                         struct shoal_err *err)
 {
-    if (k->link->id == CODEC_F32)
-        return stream_recv(k, s, kind, WIRE_F32, t, (uint32_t)m, x, k->wire_bytes, err);
-    if (stream_recv(k, s, kind, k->link->dtype, t, (uint32_t)m, k->wire, k->wire_bytes, err) != 0)
-        return -1;
-    codec_decode(k->link->id, k->wire, k->btc, (size_t)k->as->model.d_model, x, 0);
-    return 0;
+    return stream_recv(k, s, kind, k->link->dtype, t, (uint32_t)m, x, k->wire_bytes, err);
 }
 
 int tasklet_send_bytes(struct tasklet *k, struct peer_stream *s, uint16_t kind, uint64_t t, int m,

@@ -32,8 +32,7 @@ struct tasklet {
     size_t btc;                          /* floats in one micro-batch's hidden state */
     float *x, *y;                        /* (B,T,C): input received, output computed */
     const struct codec *link;            /* what crosses the stage links */
-    unsigned char *wire;                 /* one (B,T,C) tensor as the link sends it */
-    size_t wire_bytes;
+    size_t wire_bytes;                   /* one (B,T,C) tensor as the link sends it */
     int32_t *tokens, *targets;           /* (B,T) */
     double *loss;                        /* per micro-batch, last stage */
     double ring_prev_loss;               /* the step's mean loss of the previous replica (last stage:
@@ -71,16 +70,18 @@ struct peer_stop tasklet_peer_stop(struct tasklet *k);
  * (its job was re-planned). */
 struct ring tasklet_ring(struct tasklet *k);
 
-/* Sends (B,T,C) floats x on stream s as frame (kind, t, m) through the
- * stage link's codec, within --peer-timeout.  Returns 0, or -1 with err
- * set and the peer noted. */
+/* Sends a (B,T,C) tensor x, already in the stage link's format (the
+ * stage packs it: kern_stage_forward), on stream s as frame (kind, t, m),
+ * within --peer-timeout.  Returns 0, or -1 with err set and the peer
+ * noted. */
 int tasklet_send_tensor(struct tasklet *k, struct peer_stream *s, uint16_t kind, uint64_t t, int m,
-                        const float *x, struct shoal_err *err);
+                        const void *x, struct shoal_err *err);
 
 /* Receives frame (kind, t, m) from stream s, which must carry (B,T,C)
- * values in the stage link's codec (any other dtype or length fails the
- * stream), and unpacks it into x.  As tasklet_send_tensor. */
-int tasklet_recv_tensor(struct tasklet *k, struct peer_stream *s, uint16_t kind, uint64_t t, int m, float *x,
+ * values in the stage link's format (any other dtype or length fails the
+ * stream), into x as they came (the stage unpacks them).  As
+ * tasklet_send_tensor. */
+int tasklet_recv_tensor(struct tasklet *k, struct peer_stream *s, uint16_t kind, uint64_t t, int m, void *x,
                         struct shoal_err *err);
 
 /* A frame of opaque bytes (the global norm's doubles) to and from a

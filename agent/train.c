@@ -448,19 +448,21 @@ static int tasklet_open(struct tasklet *k, struct shoal_err *err)
     struct kern_stage_spec sp = { .layer_start = as->layer_start, .layer_end = as->layer_end, .first = first,
                                   .last = last, .micro_batch = B, .seq_len = T,
                                   .in_flight = pipe_schedule(as->schedule, as->stage, as->stages, M, k->ops),
-                                  .seed = as->seed };
+                                  .seed = as->seed, .link = as->stage_link };
     if (live_stage(k->env->held, &k->env->dev, as, &sp, &k->st, err) != 0)
         return -1;
     k->btc = (size_t)B * T * (size_t)as->model.d_model;
     k->link = codec_get(as->stage_link);
-    k->wire_bytes = (size_t)codec_bytes(as->stage_link, k->btc, (uint64_t)as->model.d_model);
-    k->x = malloc(k->btc * sizeof(float));
-    k->y = malloc(k->btc * sizeof(float));
-    k->wire = malloc(k->wire_bytes);
+    k->wire_bytes = kern_stage_link_bytes(k->st);
+    /* the hidden states in the link's format, or f32 (validation's, the
+     * last stage's loss gradient) */
+    size_t hidden = k->wire_bytes > k->btc * sizeof(float) ? k->wire_bytes : k->btc * sizeof(float);
+    k->x = malloc(hidden);
+    k->y = malloc(hidden);
     k->tokens = malloc((size_t)B * T * sizeof(int32_t));
     k->targets = malloc((size_t)B * T * sizeof(int32_t));
     k->loss = calloc((size_t)M, sizeof(double));
-    if (!k->x || !k->y || !k->wire || !k->tokens || !k->targets || !k->loss)
+    if (!k->x || !k->y || !k->tokens || !k->targets || !k->loss)
         return err_set(err, 500, "internal", NULL, "out of memory for activations");
     if (open_data(k, err) != 0)
         return -1;
@@ -509,7 +511,6 @@ static void tasklet_close(struct tasklet *k, int finished)
     free(k->ops);
     free(k->x);
     free(k->y);
-    free(k->wire);
     free(k->tokens);
     free(k->targets);
     free(k->loss);

@@ -25,6 +25,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum codec_id { CODEC_F32, CODEC_BF16, CODEC_INT8, CODEC_COUNT };
 
 /* Values per scale when a flat buffer (a pseudo-gradient) is sent as int8. */
@@ -56,5 +60,9 @@ void codec_decode(enum codec_id id, const void *in, size_t n, size_t cols, float
 
 /* One value through bf16 and back: round to nearest even, NaN kept NaN. */
 float codec_bf16_round(float x);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -139,7 +139,7 @@ void cpu_head_backward(struct kern_stage *st, struct cpu_slot *s, const float *g
                                  c->params + st->off_head, N, C, V);
 }
 
-static int cpu_forward(struct kern_stage *st, int slot, const void *input, const int32_t *targets, float *output,
+static int cpu_forward(struct kern_stage *st, int slot, const void *input, const int32_t *targets, void *output,
                        struct kern_err *err)
 {
     struct cpu_stage *c = st->impl;
@@ -147,7 +147,7 @@ static int cpu_forward(struct kern_stage *st, int slot, const void *input, const
     return family(st)->forward(st, &c->slots[slot], input, targets, output);
 }
 
-static int cpu_backward(struct kern_stage *st, int slot, const float *grad_output, float *grad_input,
+static int cpu_backward(struct kern_stage *st, int slot, const void *grad_output, void *grad_input,
                         struct kern_err *err)
 {
     struct cpu_stage *c = st->impl;

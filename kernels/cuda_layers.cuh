@@ -157,6 +157,15 @@ int kcu_crossentropy_backward(const struct kcu_ctx *cx, bf16 *dlogits, const flo
                               const int32_t *targets, float dloss, int N, int V, int ld,
                               struct kern_err *err);
 
+/* The stage links' wire formats (common/codec.h) on the device: x (rows,
+ * cols) fp32 packed into wire (codec_bytes(id, rows * cols, cols) bytes),
+ * bit for bit what codec_encode writes, and unpacked again as
+ * codec_decode does (cuda_codec.cu). */
+int kcu_link_encode(const struct kcu_ctx *cx, enum codec_id id, void *wire, const float *x, int rows, int cols,
+                    struct kern_err *err);
+int kcu_link_decode(const struct kcu_ctx *cx, enum codec_id id, float *x, const void *wire, int rows, int cols,
+                    struct kern_err *err);
+
 /* out (1) = mean of x (n), summed in double like the CPU. */
 int kcu_mean(const struct kcu_ctx *cx, float *out, const float *x, int n, struct kern_err *err);
 /* out (n) bf16 = inp (n) fp32, rounded to nearest even. */

@@ -152,7 +152,7 @@ static void llama_release(struct kern_stage *st, struct kcu_stage *c)
 }
 
 static int llama_forward(struct kern_stage *st, struct kcu_slot *s, const void *input, const int32_t *targets,
-                         float *output, struct kern_err *err)
+                         void *output, struct kern_err *err)
 {
     int rc = -1;
     struct kcu_stage *c = (struct kcu_stage *)st->impl;
@@ -172,7 +172,7 @@ static int llama_forward(struct kern_stage *st, struct kcu_slot *s, const void *
         KCU_TRY_OK(kcu_tokens_in(c, s->tokens, input, N, err));
         KCU_TRY_OK(kcu_encoder_forward(cx, s->x0, s->tokens, p + st->off_wte, NULL, B, T, C, err));
     } else {
-        KCU_TRY(kcu_upload(c, s->x0, input, BTC * sizeof(float)));
+        KCU_TRY_OK(kcu_hidden_in(st, s->x0, input, err));
     }
     for (int l = 0; l < nb; l++) {
         struct kcu_llama_acts *a = &s->llama[l];
@@ -192,7 +192,7 @@ static int llama_forward(struct kern_stage *st, struct kcu_slot *s, const void *
         res = a->res3;
     }
     if (!st->spec.last) {
-        KCU_TRY(kcu_download(c, output, res, BTC * sizeof(float)));
+        KCU_TRY_OK(kcu_hidden_out(st, output, res, err));
         rc = 0;
         goto out;
     }
@@ -205,7 +205,7 @@ out:
     return rc;
 }
 
-static int llama_backward(struct kern_stage *st, struct kcu_slot *s, const float *grad_output, float *grad_input,
+static int llama_backward(struct kern_stage *st, struct kcu_slot *s, const void *grad_output, void *grad_input,
                           struct kern_err *err)
 {
     int rc = -1;
@@ -228,7 +228,7 @@ static int llama_backward(struct kern_stage *st, struct kcu_slot *s, const float
         KCU_TRY_OK(kcu_rmsnorm_backward(cx, c->dres, g + st->off_lnfw, c->dln, res, p + st->off_lnfw, s->lnf_rstd,
                                         N, C, err));
     } else {
-        KCU_TRY(kcu_upload(c, c->dres, grad_output, BTC * sizeof(float)));
+        KCU_TRY_OK(kcu_hidden_in(st, c->dres, grad_output, err));
     }
     for (int l = nb - 1; l >= 0; l--) {
         struct kcu_llama_acts *a = &s->llama[l];
@@ -257,7 +257,7 @@ static int llama_backward(struct kern_stage *st, struct kcu_slot *s, const float
         KCU_TRY_OK(kcu_encoder_backward(cx, g + st->off_wte, NULL, c->dres, s->tokens, B, T, C, err));
         KCU_TRY(cudaStreamSynchronize(cx->stream));
     } else {
-        KCU_TRY(kcu_download(c, grad_input, c->dres, BTC * sizeof(float)));
+        KCU_TRY_OK(kcu_hidden_out(st, grad_input, c->dres, err));
     }
     rc = 0;
 out:

@@ -138,6 +138,7 @@ static void kcu_release(struct kern_stage *st)
     (void)cudaFree(c->m);
     (void)cudaFree(c->v);
     (void)cudaFree(c->params_bf);
+    (void)cudaFree(c->wire);
     if (c->h_act)
         (void)cudaFreeHost(c->h_act);
     if (c->h_targets)
@@ -191,6 +192,8 @@ static int kcu_init(struct kern_stage *st, const float *params, struct kern_err 
     }
     if (kcu_families[st->model.arch]->alloc(st, c, err) != 0)
         goto out;
+    if (st->spec.link != CODEC_F32 && !(st->spec.first && st->spec.last))
+        KCU_TRY(cudaMalloc(&c->wire, kern_stage_link_bytes(st)));
     KCU_TRY(cudaMallocHost(&c->h_act, act_floats * sizeof(float)));
     KCU_TRY(cudaMallocHost(&c->h_targets, BT * sizeof(int32_t)));
     KCU_TRY(cudaMallocHost(&c->h_norm_partial, KCU_NORM_BLOCKS * sizeof(double)));
@@ -268,6 +271,38 @@ cudaError_t kcu_download(struct kcu_stage *c, void *host, const void *dev, size_
     return e;
 }
 
+int kcu_hidden_in(struct kern_stage *st, float *dev, const void *host, struct kern_err *err)
+{
+    int rc = -1;
+    struct kcu_stage *c = (struct kcu_stage *)st->impl;
+    int N = st->spec.micro_batch * st->spec.seq_len, C = st->model.d_model;
+    if (st->spec.link == CODEC_F32) {
+        KCU_TRY(kcu_upload(c, dev, host, (size_t)N * C * sizeof(float)));
+    } else {
+        KCU_TRY(kcu_upload(c, c->wire, host, kern_stage_link_bytes(st)));
+        KCU_TRY_OK(kcu_link_decode(&c->cx, st->spec.link, dev, c->wire, N, C, err));
+    }
+    rc = 0;
+out:
+    return rc;
+}
+
+int kcu_hidden_out(struct kern_stage *st, void *host, const float *dev, struct kern_err *err)
+{
+    int rc = -1;
+    struct kcu_stage *c = (struct kcu_stage *)st->impl;
+    int N = st->spec.micro_batch * st->spec.seq_len, C = st->model.d_model;
+    if (st->spec.link == CODEC_F32) {
+        KCU_TRY(kcu_download(c, host, dev, (size_t)N * C * sizeof(float)));
+    } else {
+        KCU_TRY_OK(kcu_link_encode(&c->cx, st->spec.link, c->wire, dev, N, C, err));
+        KCU_TRY(kcu_download(c, host, c->wire, kern_stage_link_bytes(st)));
+    }
+    rc = 0;
+out:
+    return rc;
+}
+
 int kcu_tokens_in(struct kcu_stage *c, int32_t *dev, const void *host, int n, struct kern_err *err)
 {
     int rc = -1;
@@ -278,7 +313,7 @@ out:
     return rc;
 }
 
-int kcu_head_forward(struct kern_stage *st, struct kcu_slot *s, const int32_t *targets, float *output,
+int kcu_head_forward(struct kern_stage *st, struct kcu_slot *s, const int32_t *targets, void *output,
                      struct kern_err *err)
 {
     int rc = -1;
@@ -295,13 +330,13 @@ int kcu_head_forward(struct kern_stage *st, struct kcu_slot *s, const int32_t *t
     KCU_TRY_OK(kcu_mean(cx, c->loss, s->losses, N, err));
     KCU_TRY(cudaMemcpyAsync(c->h_act, c->loss, sizeof(float), cudaMemcpyDeviceToHost, cx->stream));
     KCU_TRY(cudaStreamSynchronize(cx->stream));
-    *output = c->h_act[0];
+    memcpy(output, c->h_act, sizeof(float));
     rc = 0;
 out:
     return rc;
 }
 
-int kcu_head_backward(struct kern_stage *st, struct kcu_slot *s, const float *grad_output, struct kern_err *err)
+int kcu_head_backward(struct kern_stage *st, struct kcu_slot *s, const void *grad_output, struct kern_err *err)
 {
     int rc = -1;
     struct kcu_stage *c = (struct kcu_stage *)st->impl;
@@ -309,7 +344,7 @@ int kcu_head_backward(struct kern_stage *st, struct kcu_slot *s, const float *gr
     int N = st->spec.micro_batch * st->spec.seq_len, C = st->model.d_model, V = st->model.vocab;
     int Vp = kcu_padded_vocab(V);
     /* the loss is a mean over N tokens */
-    KCU_TRY_OK(kcu_crossentropy_backward(cx, c->dlogits, s->probs, s->targets, grad_output[0] / (float)N, N, V,
+    KCU_TRY_OK(kcu_crossentropy_backward(cx, c->dlogits, s->probs, s->targets, *(const float *)grad_output / (float)N, N, V,
                                          Vp, err));
     KCU_TRY_OK(kcu_matmul_backward(cx, c->dln, c->grads + st->off_head, NULL, NULL, c->dlogits, s->lnf,
                                    c->params_bf + st->off_head, N, C, V, Vp, err));
@@ -319,7 +354,7 @@ out:
 }
 
 static int gpt2_forward(struct kern_stage *st, struct kcu_slot *s, const void *input,
-                        const int32_t *targets, float *output, struct kern_err *err)
+                        const int32_t *targets, void *output, struct kern_err *err)
 {
     int rc = -1;
     struct kcu_stage *c = (struct kcu_stage *)st->impl;
@@ -338,7 +373,7 @@ static int gpt2_forward(struct kern_stage *st, struct kcu_slot *s, const void *i
         KCU_TRY_OK(kcu_encoder_forward(cx, s->x0, s->tokens, p + st->off_wte,
                                        p + st->off_wpe, B, T, C, err));
     } else {
-        KCU_TRY(kcu_upload(c, s->x0, input, BTC * sizeof(float)));
+        KCU_TRY_OK(kcu_hidden_in(st, s->x0, input, err));
     }
     for (int l = 0; l < nb; l++) {
         struct kcu_block_acts *a = &s->blocks[l];
@@ -365,7 +400,7 @@ static int gpt2_forward(struct kern_stage *st, struct kcu_slot *s, const void *i
         res = a->res3;
     }
     if (!st->spec.last) {
-        KCU_TRY(kcu_download(c, output, res, BTC * sizeof(float)));
+        KCU_TRY_OK(kcu_hidden_out(st, output, res, err));
         rc = 0;
         goto out;
     }
@@ -379,8 +414,8 @@ out:
     return rc;
 }
 
-static int gpt2_backward(struct kern_stage *st, struct kcu_slot *s, const float *grad_output,
-                         float *grad_input, struct kern_err *err)
+static int gpt2_backward(struct kern_stage *st, struct kcu_slot *s, const void *grad_output,
+                         void *grad_input, struct kern_err *err)
 {
     int rc = -1;
     struct kcu_stage *c = (struct kcu_stage *)st->impl;
@@ -402,7 +437,7 @@ static int gpt2_backward(struct kern_stage *st, struct kcu_slot *s, const float 
                                           c->dln, res, p + st->off_lnfw, s->lnf_mean,
                                           s->lnf_rstd, N, C, err));
     } else {
-        KCU_TRY(kcu_upload(c, c->dres, grad_output, BTC * sizeof(float)));
+        KCU_TRY_OK(kcu_hidden_in(st, c->dres, grad_output, err));
     }
     for (int l = nb - 1; l >= 0; l--) {
         struct kcu_block_acts *a = &s->blocks[l];
@@ -442,7 +477,7 @@ static int gpt2_backward(struct kern_stage *st, struct kcu_slot *s, const float 
                                         s->tokens, B, T, C, err));
         KCU_TRY(cudaStreamSynchronize(cx->stream));
     } else {
-        KCU_TRY(kcu_download(c, grad_input, c->dres, BTC * sizeof(float)));
+        KCU_TRY_OK(kcu_hidden_out(st, grad_input, c->dres, err));
     }
     rc = 0;
 out:
@@ -453,14 +488,14 @@ out:
 
 const struct kcu_family kcu_gpt2 = {gpt2_alloc, gpt2_release, gpt2_forward, gpt2_backward};
 
-static int kcu_forward(struct kern_stage *st, int slot, const void *input, const int32_t *targets, float *output,
+static int kcu_forward(struct kern_stage *st, int slot, const void *input, const int32_t *targets, void *output,
                        struct kern_err *err)
 {
     struct kcu_stage *c = (struct kcu_stage *)st->impl;
     return kcu_families[st->model.arch]->forward(st, &c->slots[slot], input, targets, output, err);
 }
 
-static int kcu_backward(struct kern_stage *st, int slot, const float *grad_output, float *grad_input,
+static int kcu_backward(struct kern_stage *st, int slot, const void *grad_output, void *grad_input,
                         struct kern_err *err)
 {
     struct kcu_stage *c = (struct kcu_stage *)st->impl;
@@ -611,6 +646,7 @@ static const struct kern_ops kcu_ops = {
     kcu_read,        /* read */
     kcu_write,       /* write */
     kcu_transfer_range, /* transfer_range */
+    1,               /* encodes_links: cuda_codec.cu */
 };
 
 extern "C" const struct kern_ops *const kern_cuda_ops = &kcu_ops;

@@ -74,6 +74,8 @@ struct kcu_stage {
     float *loss;                   /* (1) mean loss, last stage */
     double *norm_partial;          /* (KCU_NORM_BLOCKS) */
     struct kcu_llama_work *llama;  /* llama's scratch (cuda_llama.cu), or NULL */
+    void *wire;                    /* device, kern_stage_link_bytes: a hidden state in the
+                                    * link's format; NULL for f32 links */
     /* Pinned host staging, allocated once. */
     float *h_act;                  /* (B,T,C): hidden states in and out, token ids, loss */
     int32_t *h_targets;            /* (B,T) */
@@ -101,8 +103,8 @@ struct kcu_family {
     int (*alloc)(struct kern_stage *st, struct kcu_stage *c, struct kern_err *err);
     void (*release)(struct kern_stage *st, struct kcu_stage *c);
     int (*forward)(struct kern_stage *st, struct kcu_slot *s, const void *input, const int32_t *targets,
-                   float *output, struct kern_err *err);
-    int (*backward)(struct kern_stage *st, struct kcu_slot *s, const float *grad_output, float *grad_input,
+                   void *output, struct kern_err *err);
+    int (*backward)(struct kern_stage *st, struct kcu_slot *s, const void *grad_output, void *grad_input,
                     struct kern_err *err);
 };
 extern const struct kcu_family kcu_gpt2, kcu_llama;
@@ -147,14 +149,20 @@ int kcu_slots_alloc(struct kern_stage *st, struct kcu_stage *c,
 cudaError_t kcu_upload(struct kcu_stage *c, void *dev, const void *host, size_t bytes);
 cudaError_t kcu_download(struct kcu_stage *c, void *host, const void *dev, size_t bytes);
 
+/* A hidden state (B,T,C) crossing a stage boundary, in the stage's link
+ * format on the host: into dev (fp32) through c->wire, queued; and out of
+ * dev, returning when the host holds it (cuda_stage.cu). */
+int kcu_hidden_in(struct kern_stage *st, float *dev, const void *host, struct kern_err *err);
+int kcu_hidden_out(struct kern_stage *st, void *host, const float *dev, struct kern_err *err);
+
 /* What every family shares (cuda_stage.cu): the token ids (n) into dev,
  * queued; the head on s->lnf (the final norm's bf16 output): the logits
  * into s->probs and the mean loss into *output, synchronised; its
  * backward: head gradients +=, d lnf into c->dln (overwritten), dlogits in
  * c->dlogits. */
 int kcu_tokens_in(struct kcu_stage *c, int32_t *dev, const void *host, int n, struct kern_err *err);
-int kcu_head_forward(struct kern_stage *st, struct kcu_slot *s, const int32_t *targets, float *output,
+int kcu_head_forward(struct kern_stage *st, struct kcu_slot *s, const int32_t *targets, void *output,
                      struct kern_err *err);
-int kcu_head_backward(struct kern_stage *st, struct kcu_slot *s, const float *grad_output, struct kern_err *err);
+int kcu_head_backward(struct kern_stage *st, struct kcu_slot *s, const void *grad_output, struct kern_err *err);
 
 #endif

@@ -23,7 +23,12 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../common/codec.h"
 #include "../common/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 #define KERN_ERR_LEN 256
 struct kern_err {
@@ -42,6 +47,9 @@ struct kern_stage_spec {
     int seq_len;      /* T: tokens per sequence, <= context */
     int in_flight;    /* micro-batches whose activations are kept at once (>= 1) */
     uint64_t seed;    /* parameter initialisation; equal seeds give equal layers */
+    enum codec_id link; /* how hidden states cross the stage's boundaries
+                         * (common/codec.h; CODEC_F32, 0, by default): a
+                         * middle stage's input and output, its gradients */
 };
 
 /* One AdamW step (decoupled weight decay, bias-corrected moments). */
@@ -102,23 +110,33 @@ uint64_t kern_stage_step(const struct kern_stage *st); /* AdamW steps taken */
 /* Forward pass of micro-batch mb (any non-negative number; it occupies slot
  * mb % in_flight until its backward). Host memory in and out:
  *   input:   first stage: int32 token ids (B,T), each in [0,V);
- *            otherwise float hidden state (B,T,C).
+ *            otherwise the hidden state (B,T,C) in the link's wire format
+ *            (kern_stage_link_bytes bytes: float for f32, bf16 or int8
+ *            rows of C values as common/codec.h packs them).
  *   targets: last stage: int32 next-token ids (B,T) in [0,V); else NULL.
  *   output:  last stage: one float, the mean cross-entropy over B*T tokens;
- *            otherwise float hidden state (B,T,C).
+ *            otherwise the hidden state (B,T,C) in the link's format.
+ * A backend that can packs and unpacks the link's format where the hidden
+ * state lives (the GPU), so fewer bytes cross to the host; the bytes are
+ * those of codec_encode either way.
  * Fails, changing nothing, when the slot still holds another micro-batch or
  * a token id is out of range. */
 int kern_stage_forward(struct kern_stage *st, int mb, const void *input,
-                       const int32_t *targets, float *output, struct kern_err *err);
+                       const int32_t *targets, void *output, struct kern_err *err);
 
 /* Backward pass of micro-batch mb, whose forward must be the latest in its
  * slot. Weight gradients are accumulated (+=) into the gradient buffer.
  *   grad_output: last stage: one float, d(objective)/d(loss), e.g. 1/M for
- *                the mean over M micro-batches; otherwise float (B,T,C).
- *   grad_input:  first stage: NULL; otherwise float (B,T,C), overwritten.
+ *                the mean over M micro-batches; otherwise (B,T,C) in the
+ *                link's format.
+ *   grad_input:  first stage: NULL; otherwise (B,T,C) in the link's
+ *                format, overwritten.
  * Frees the slot. */
-int kern_stage_backward(struct kern_stage *st, int mb, const float *grad_output,
-                        float *grad_input, struct kern_err *err);
+int kern_stage_backward(struct kern_stage *st, int mb, const void *grad_output,
+                        void *grad_input, struct kern_err *err);
+
+/* Bytes of one hidden state (B,T,C) in the stage's link format. */
+size_t kern_stage_link_bytes(const struct kern_stage *st);
 
 /* Inference on a last stage (cpu backend only): the forward of `input`
  * (as for kern_stage_forward) through the stage's blocks, final layer norm
@@ -238,5 +256,9 @@ int kern_stage_file_params(FILE *f, struct model_config *model, struct kern_stag
 /* FLOPs of one forward+backward of a micro-batch on this stage (matrix
  * products, 3x the forward's), for throughput and MFU reports. */
 double kern_stage_flops(const struct kern_stage *st);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -83,6 +83,8 @@ static int check_spec(const struct model_config *m, const struct kern_stage_spec
                          m->context);
     if (s->in_flight < 1 || s->in_flight > 4096)
         return kern_fail(err, "stage: in_flight must be in [1,4096]");
+    if (!codec_get(s->link))
+        return kern_fail(err, "stage: unknown link format %d (common/codec.h lists them)", (int)s->link);
     int64_t bt = (int64_t)s->micro_batch * s->seq_len;
     int64_t widest = m->vocab > 2 * m->ffn_dim ? m->vocab : 2 * m->ffn_dim;
     widest = widest > 3 * m->d_model ? widest : 3 * m->d_model;
@@ -128,6 +130,15 @@ int kern_stage_new(const struct kern_device *dev, const struct model_config *mod
         st->slot_mb[i] = -1;
     if (kern_layout_build(st, err))
         goto out;
+    if (spec->link != CODEC_F32 && !st->ops->encodes_links && !(spec->first && spec->last)) {
+        size_t btc = (size_t)spec->micro_batch * spec->seq_len * norm.d_model;
+        st->link_in = malloc(btc * sizeof(float));
+        st->link_out = malloc(btc * sizeof(float));
+        if (!st->link_in || !st->link_out) {
+            kern_fail(err, "out of memory for the link's hidden states");
+            goto out;
+        }
+    }
     params = malloc(st->n_params * sizeof *params);
     if (!params) {
         kern_fail(err, "out of memory for %zu parameters", st->n_params);
@@ -153,6 +164,8 @@ void kern_stage_free(struct kern_stage *st)
         st->ops->release(st);
     free(st->tensors);
     free(st->slot_mb);
+    free(st->link_in);
+    free(st->link_out);
     for (int i = 0; i < KERN_EXTRA_COUNT; i++)
         free(st->extra[i]);
     free(st);
@@ -195,8 +208,39 @@ static int check_tokens(const int32_t *ids, size_t n, int vocab, const char *wha
     return 0;
 }
 
+size_t kern_stage_link_bytes(const struct kern_stage *st)
+{
+    size_t C = (size_t)st->model.d_model, btc = (size_t)st->spec.micro_batch * st->spec.seq_len * C;
+    return (size_t)codec_bytes(st->spec.link, btc, C);
+}
+
+/* A hidden state arriving in the link's format, as the backend takes it:
+ * unpacked into `into` on the host when the backend does not unpack it. */
+static const void *link_unpack(struct kern_stage *st, const void *in, float *into)
+{
+    size_t C = (size_t)st->model.d_model, btc = (size_t)st->spec.micro_batch * st->spec.seq_len * C;
+    if (!into)
+        return in;
+    codec_decode(st->spec.link, in, btc, C, into, 0);
+    return into;
+}
+
+/* Where the backend writes a hidden state that leaves in the link's
+ * format: `from`, to be packed by link_pack, or the caller's buffer. */
+static void *link_target(void *out, float *from)
+{
+    return from ? (void *)from : out;
+}
+
+static void link_pack(struct kern_stage *st, const float *from, void *out)
+{
+    size_t C = (size_t)st->model.d_model, btc = (size_t)st->spec.micro_batch * st->spec.seq_len * C;
+    if (from)
+        codec_encode(st->spec.link, from, btc, C, out, NULL);
+}
+
 int kern_stage_forward(struct kern_stage *st, int mb, const void *input,
-                       const int32_t *targets, float *output, struct kern_err *err)
+                       const int32_t *targets, void *output, struct kern_err *err)
 {
     size_t bt = (size_t)st->spec.micro_batch * st->spec.seq_len;
     if (mb < 0)
@@ -212,14 +256,16 @@ int kern_stage_forward(struct kern_stage *st, int mb, const void *input,
         return -1;
     if (st->spec.last && check_tokens(targets, bt, st->model.vocab, "forward targets", err))
         return -1;
-    if (st->ops->forward(st, slot, input, targets, output, err))
+    float *in = st->spec.first ? NULL : st->link_in, *out = st->spec.last ? NULL : st->link_out;
+    if (st->ops->forward(st, slot, link_unpack(st, input, in), targets, link_target(output, out), err))
         return -1;
+    link_pack(st, out, output);
     st->slot_mb[slot] = mb;
     return 0;
 }
 
-int kern_stage_backward(struct kern_stage *st, int mb, const float *grad_output,
-                        float *grad_input, struct kern_err *err)
+int kern_stage_backward(struct kern_stage *st, int mb, const void *grad_output,
+                        void *grad_input, struct kern_err *err)
 {
     if (mb < 0)
         return kern_fail(err, "backward: micro-batch %d is negative", mb);
@@ -229,8 +275,10 @@ int kern_stage_backward(struct kern_stage *st, int mb, const float *grad_output,
     if (!grad_output || (!st->spec.first && !grad_input))
         return kern_fail(err, "backward: grad_output%s is required",
                          st->spec.first ? "" : " and grad_input");
-    if (st->ops->backward(st, slot, grad_output, grad_input, err))
+    float *in = st->spec.last ? NULL : st->link_out, *out = st->spec.first ? NULL : st->link_in;
+    if (st->ops->backward(st, slot, link_unpack(st, grad_output, in), link_target(grad_input, out), err))
         return -1;
+    link_pack(st, out, grad_input);
     st->slot_mb[slot] = -1;
     return 0;
 }
@@ -251,7 +299,8 @@ int kern_stage_logits(struct kern_stage *st, const void *input, float *logits,
     if (st->spec.first && check_tokens(input, bt, st->model.vocab, "logits input", err))
         return -1;
     /* targets NULL: the cpu forward stops at the logits. */
-    return st->ops->forward(st, 0, input, NULL, logits, err);
+    return st->ops->forward(st, 0, link_unpack(st, input, st->spec.first ? NULL : st->link_in), NULL, logits,
+                            err);
 }
 
 void kern_stage_drop_in_flight(struct kern_stage *st)

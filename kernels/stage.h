@@ -19,10 +19,12 @@ struct kern_ops {
     int (*init)(struct kern_stage *st, const float *params, struct kern_err *err);
     void (*release)(struct kern_stage *st);
     /* Slot and input already checked by stage.c. */
+    /* Hidden states in and out are float (B,T,C), or, for a backend with
+     * encodes_links, in the stage's link format (kern_stage_link_bytes). */
     int (*forward)(struct kern_stage *st, int slot, const void *input,
-                   const int32_t *targets, float *output, struct kern_err *err);
-    int (*backward)(struct kern_stage *st, int slot, const float *grad_output,
-                    float *grad_input, struct kern_err *err);
+                   const int32_t *targets, void *output, struct kern_err *err);
+    int (*backward)(struct kern_stage *st, int slot, const void *grad_output,
+                    void *grad_input, struct kern_err *err);
     int (*zero_grad)(struct kern_stage *st, struct kern_err *err);
     /* Sum of squares of gradients [from, from + count), in double. */
     int (*grad_norm2)(struct kern_stage *st, size_t from, size_t count, double *out, struct kern_err *err);
@@ -41,6 +43,9 @@ struct kern_ops {
      * (to_host) or from it; checked by stage.c. */
     int (*transfer_range)(struct kern_stage *st, enum kern_buffer which, size_t off, size_t count, float *host,
                           int to_host, struct kern_err *err);
+    /* 1: forward and backward pack and unpack the link format themselves
+     * (on the device); 0: stage.c does it on the host around them. */
+    int encodes_links;
 };
 
 /* GPT-2's per-block tensor order (common/model.c's gpt2_block). */
@@ -72,6 +77,9 @@ struct kern_stage {
     int *slot_mb;               /* in_flight: micro-batch in the slot, -1 when free */
     uint64_t step;              /* AdamW steps taken */
     float *extra[KERN_EXTRA_COUNT]; /* host, n_params each, or NULL (kern_stage_extra) */
+    /* Host (B,T,C) each: a link's hidden states unpacked for a backend
+     * without encodes_links (in, out); NULL when the link is f32. */
+    float *link_in, *link_out;
 };
 
 #define KERN_ABSENT ((size_t)-1)

@@ -29,4 +29,8 @@ float rng_normal(struct rng *r);
  * data and compares the loss curves (gpu_training.c). */
 void check_training(const struct kern_device *d);
 
+/* A middle stage with bf16 and int8 links gives codec_encode's bytes
+ * (gpu_links.c). */
+void check_links(const struct kern_device *d);
+
 #endif

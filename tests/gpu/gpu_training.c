@@ -58,8 +58,8 @@ static int train_run(const struct kern_device *d, float *losses, struct kern_err
     static const struct model_config m = {.vocab = 64, .context = TRAIN_T, .d_model = TRAIN_C, .heads = 4, .layers = 2};
     static const struct kern_adamw h = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f,
                                         .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 1.0f};
-    const struct kern_stage_spec sa = {0, 1, 1, 0, TRAIN_B, TRAIN_T, 1, 42};
-    const struct kern_stage_spec sb = {1, 2, 0, 1, TRAIN_B, TRAIN_T, 1, 42};
+    const struct kern_stage_spec sa = {0, 1, 1, 0, TRAIN_B, TRAIN_T, 1, 42, CODEC_F32};
+    const struct kern_stage_spec sb = {1, 2, 0, 1, TRAIN_B, TRAIN_T, 1, 42, CODEC_F32};
     struct kern_stage *a = NULL, *b = NULL;
     float *hidden = malloc(TRAIN_B * TRAIN_T * TRAIN_C * sizeof(float));
     float *dhidden = malloc(TRAIN_B * TRAIN_T * TRAIN_C * sizeof(float));

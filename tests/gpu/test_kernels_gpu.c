@@ -18,6 +18,9 @@
  *   - stage files: saved on the device and loaded on cpu, and the reverse;
  *   - two micro-batches in flight (forward 2, forward 3, backward 3,
  *     backward 2) give the outputs and gradients of running them one by one.
+ * Then (gpu_links.c) a middle stage whose stage link is bf16 or int8 must
+ * take and give exactly codec_encode's bytes of what it computes with an
+ * f32 link, forward and backward (the formats are packed on the device).
  * Then (gpu_training.c) it trains a 2-layer character model as two stages [0,1) + [1,2) for
  * 100 AdamW steps on each backend with the same data and compares the loss
  * curves (final losses within 5% of each other; the device's loss falls by
@@ -733,6 +736,7 @@ int main(int argc, char **argv)
         struct test_case tc = small ? small_case(cases[i]) : cases[i];
         run_case(&tc, &d, 1000 + 16 * (uint64_t)i);
     }
+    check_links(&d);
     check_training(&d);
     return check_summary();
 }

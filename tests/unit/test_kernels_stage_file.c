@@ -495,6 +495,8 @@ static void test_bad_input(void **state)
                         .seq_len = 9, .in_flight = 1}, "seq_len"},
         {"in_flight", m, {.layer_start = 0, .layer_end = 1, .first = 1, .micro_batch = 1,
                           .seq_len = 8, .in_flight = 0}, "in_flight"},
+        {"link", m, {.layer_start = 0, .layer_end = 1, .first = 1, .micro_batch = 1,
+                     .seq_len = 8, .in_flight = 1, .link = CODEC_COUNT}, "unknown link format"},
         {"huge", {.vocab = 50000, .context = 8, .d_model = 60000, .heads = 2, .layers = 2}, ok, "too large"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
