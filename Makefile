@@ -11,6 +11,8 @@
 #   make test-gpu     CUDA kernels against the CPU oracle (needs a GPU)
 #   make bench-kernels  stage forward+backward speed, MFU, side by side with PyTorch where
 #                       python3-torch is installed (GPU; BENCH_ARGS="--device cpu" on the CPU)
+#   make bench-gpu-pipeline  two CUDA agents train a GPT-2-124M-sized job as 2 stages on one GPU
+#                     per stage-link type: step time and tokens/s beside the kernels-only time
 #   make bench-peer   peer frames vs plain TCP, ring all-reduce, a 2x2 step's time split
 #   make bench-load   simulated agents in steps (heartbeats, long-polls, progress) + wrk: latency, knee
 #   make testbed      hosts in network namespaces on shaped links: measured links and four
@@ -108,7 +110,7 @@ DEB_COMMANDS := npm
 # tokenizer oracles of tests/tokenize (tiktoken, @huggingface/tokenizers).
 NPM_DIRS     := tests/browser tests/api tests/tokenize
 
-.PHONY: all deps test test-gpu demo bench-sched bench-sched-long bench-kernels bench-peer bench-load bench-wan bench-faults bench-finetune bench-tokenize testbed fuzz clean
+.PHONY: all deps test test-gpu demo bench-sched bench-sched-long bench-kernels bench-gpu-pipeline bench-peer bench-load bench-wan bench-faults bench-finetune bench-tokenize testbed fuzz clean
 all: $(BINDIR)/shoal-server $(BINDIR)/shoal-sched $(BINDIR)/shoal-agent
 
 $(BINDIR)/shoal-server: $(BUILD)/server/main.o $(SERVER_OBJ) $(COMMON_OBJ)
@@ -152,7 +154,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(SERVER_OBJ) $(AGENT_OBJ) $(COMMON_OBJ) $(KERN
 
 # Kernel tools: the GPU test and the benchmark, linked with the CUDA backend
 # where it is built.
-KERNEL_TOOLS := $(BUILD)/tests/gpu/test_kernels_gpu $(BUILD)/bench/bench_kernels
+KERNEL_TOOLS := $(BUILD)/tests/gpu/test_kernels_gpu $(BUILD)/bench/bench_kernels $(BUILD)/bench/bench_pipeline
 
 $(BUILD)/tests/gpu/test_kernels_gpu: $(wildcard tests/gpu/*.c) $(KERNELS_OBJ)
 	@mkdir -p $(@D)
@@ -163,6 +165,10 @@ $(BUILD)/bench/bench_peer: tests/bench/bench_peer.c $(filter $(BUILD)/agent/peer
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS)
 
 $(BUILD)/bench/bench_kernels: tests/bench/bench_kernels.c $(KERNELS_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(KERNELS_LIBS)
+
+$(BUILD)/bench/bench_pipeline: tests/bench/bench_pipeline.c $(KERNELS_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(KERNELS_LIBS)
 
@@ -217,7 +223,8 @@ deps:
 test: deps
 	@$(MAKE) --no-print-directory SAN=1 build/san/bin/shoal-server build/san/bin/shoal-sched build/san/bin/shoal-agent $(UNIT_SRC:tests/unit/%.c=build/san/tests/%) \
 	    build/san/tests/gpu/test_kernels_host build/san/tests/gpu/test_nccl_host
-	@$(MAKE) --no-print-directory all build/rel/tests/gpu/test_kernels_gpu build/rel/bench/bench_kernels
+	@$(MAKE) --no-print-directory all build/rel/tests/gpu/test_kernels_gpu build/rel/bench/bench_kernels \
+	    build/rel/bench/bench_pipeline
 	@sh tests/run.sh build/san
 
 # On a GPU machine: the CUDA backend against the CPU oracle (exit 77: no device).
@@ -229,6 +236,13 @@ test-gpu: deps
 bench-kernels: deps
 	@$(MAKE) --no-print-directory build/rel/bench/bench_kernels
 	@bash tests/bench/bench_kernels.sh build/rel/bench/bench_kernels $(BENCH_ARGS)
+
+# Two CUDA agents, one GPU, a 2-stage job per stage-link type, beside
+# bench_pipeline's kernels-only step (tests/gpu/pipeline_bench.sh; DEVICE=cpu
+# and a small MODEL check the script on a machine without a GPU).
+bench-gpu-pipeline: deps
+	@$(MAKE) --no-print-directory all build/rel/bench/bench_pipeline
+	@bash tests/gpu/pipeline_bench.sh bin/shoal-server bin/shoal-agent build/rel/bench/bench_pipeline
 
 # Benchmarks print a table and JSON lines; they are not tests.
 # bench-peer: activation frames against plain TCP on loopback, the ring

@@ -3,7 +3,7 @@
 # the shared libraries they need into one tar.xz, for a GPU machine that has
 # CUDA but not shoal's Debian packages (and cannot install any).
 # usage: tests/gpu/bundle.sh OUT.tar.xz     (after: make all build/rel/tests/gpu/test_kernels_gpu
-#                                            build/rel/bench/bench_kernels)
+#                                            build/rel/bench/bench_kernels build/rel/bench/bench_pipeline)
 # Unpacked into DIR it holds DIR/bin (shoal-*, kernel tools, jq, curl), DIR/pg
 # (lib/postgresql/N/bin with its share/ beside it, where Postgres looks for it)
 # and DIR/lib. tests/gpu/device_check.sh runs from it.
@@ -19,7 +19,7 @@ pgbin=/usr/lib/postgresql/$pgver/bin
 
 mkdir -p "$stage/bin" "$stage/lib" "$stage/pg/lib/postgresql/$pgver/bin" "$stage/pg/share/postgresql"
 for f in bin/shoal-server bin/shoal-agent bin/shoal-sched build/rel/tests/gpu/test_kernels_gpu \
-         build/rel/bench/bench_kernels; do
+         build/rel/bench/bench_kernels build/rel/bench/bench_pipeline; do
     cp "$top/$f" "$stage/bin/"
 done
 cp /usr/bin/jq /usr/bin/curl "$stage/bin/"

@@ -5,11 +5,14 @@
 # then bench_kernels beside PyTorch on the same GPU (when python3 has torch).
 # usage: tests/gpu/device_check.sh BUNDLE.tar.xz OUT_DIR [PART...]
 #   BUNDLE from tests/gpu/bundle.sh (built on a Debian machine with CUDA);
-#   PARTs: test memcheck racecheck agent agent-llama bench torch torch-io profile
+#   PARTs: test memcheck racecheck agent agent-llama pipeline bench torch torch-io profile
 #   (default: all, in that order); memcheck and racecheck are the test's small
 #   shapes under compute-sanitizer (out-of-bounds and uninitialised device
 #   accesses; shared-memory hazards, as in flash attention's tiles);
 #   agent-llama is agent's run for a tied Llama (GQA, SwiGLU, RoPE);
+#   pipeline is make bench-gpu-pipeline (tests/gpu/pipeline_bench.sh: two
+#   CUDA agents, a GPT-2-124M-sized job as 2 stages, per stage-link type,
+#   beside bench_pipeline's kernels-only step);
 #   profile is Nsight Compute's time per kernel over one xl-mid-b1 iteration
 #   (ncu.csv: where the GPU time goes).
 # Each part has its own time limit and log in OUT_DIR; a summary ends the output.
@@ -17,7 +20,7 @@ set -u
 bundle=${1:?usage: device_check.sh BUNDLE.tar.xz OUT_DIR [PART...]}
 out=${2:?usage: device_check.sh BUNDLE.tar.xz OUT_DIR [PART...]}
 shift 2
-parts=${*:-test memcheck racecheck agent agent-llama bench torch torch-io profile}
+parts=${*:-test memcheck racecheck agent agent-llama pipeline bench torch torch-io profile}
 top=$(cd "$(dirname "$0")/../.." && pwd)
 b=/tmp/shoal-bundle
 mkdir -p "$b" "$out" && tar -C "$b" -xJf "$bundle" && chmod 755 "$b" || exit 1
@@ -58,6 +61,8 @@ part racecheck 150 "${csan:-compute-sanitizer}" --tool racecheck --racecheck-rep
 part agent 150 env CURVES="$out/curves.txt" bash "$top/tests/gpu/agent_train.sh" "$b/bin/shoal-server" "$b/bin/shoal-agent" 40
 part agent-llama 150 env MODEL='{"architecture":"llama","vocab_size":256,"context_length":128,"d_model":256,"heads":4,"kv_heads":2,"ffn_dim":688,"layers":4,"tie_embeddings":true}' \
     bash "$top/tests/gpu/agent_train.sh" "$b/bin/shoal-server" "$b/bin/shoal-agent" 40
+part pipeline 300 bash "$top/tests/gpu/pipeline_bench.sh" "$b/bin/shoal-server" "$b/bin/shoal-agent" \
+    "$b/bin/bench_pipeline" 20
 part bench 150 "$b/bin/bench_kernels" --steps 10
 part torch 120 env PYTHONUNBUFFERED=1 python3 "$top/tests/bench/bench_kernels_torch.py" --steps 10
 # Like for like with bench_kernels, whose input and outputs cross to the host.

@@ -43,6 +43,16 @@ else
     check "and prints the skip line" "$(grep -c '^skip - no CUDA device' "$WORK/out")" 1
 fi
 
+# make bench-gpu-pipeline's script on the cpu with a small model: two
+# agents train the 2-stage job and bench_pipeline times the same step alone.
+DEVICE=cpu LINKS=int8 VOCAB=256 CONTEXT=32 D_MODEL=32 HEADS=2 LAYERS=2 MICRO_BATCHES=2 MICRO_BATCH_SIZE=2 \
+    bash "$TOP/tests/gpu/pipeline_bench.sh" "$SHOAL_SERVER" "$SHOAL_AGENT" "$TOP/build/rel/bench/bench_pipeline" 4 \
+    > "$WORK/out" 2> "$WORK/err"
+check "pipeline_bench.sh on the cpu exits 0" "$?" 0
+check "it prints the int8 job's step, tokens/s and the kernels-only step" \
+    "$(grep '^{"bench":"gpu_pipeline"' "$WORK/out" | jq -c '[.link, .step_ms > 0, .tokens_per_s > 0, .kernels_step_ms > 0, .of_kernels > 0]')" \
+    '["int8",true,true,true,true]'
+
 "$GPUTEST" --device cpu > "$WORK/out" 2> "$WORK/err"
 check "test_kernels_gpu's harness passes with the cpu oracle on both sides" "$?" 0
 check "and reports no failed check" "$(grep -c '^not ok' "$WORK/out")" 0
