@@ -135,16 +135,23 @@ out:
 
 /* One block per row n: mean, then variance around it, then out = (x - m) * s
  * * weight + bias, as the CPU does. */
-__global__ static void layernorm_forward_kernel(bf16 *out, float *mean, float *rstd,
-                                                const float *inp, const float *weight,
+/* One block per row. With b, the row's input is the residual a + b, written
+ * to res as it is made (res2 = res + attproj, then ln2 of it, in one pass);
+ * each thread reads back only what it wrote, so it needs no barrier and the
+ * values are those of kcu_residual_forward then kcu_layernorm_forward. */
+__global__ static void layernorm_forward_kernel(bf16 *out, float *mean, float *rstd, float *res,
+                                                const float *a, const float *b, const float *weight,
                                                 const float *bias, int C)
 {
     size_t n = blockIdx.x;
-    const float *x = inp + n * C; /* (C) */
-    bf16 *o = out + n * C;        /* (C) */
+    const float *x = (b ? res : a) + n * C; /* (C) */
+    bf16 *o = out + n * C;                  /* (C) */
     float m = 0.0f, v = 0.0f;
-    for (int i = threadIdx.x; i < C; i += blockDim.x)
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        if (b)
+            res[n * C + i] = a[n * C + i] + b[n * C + i];
         m += x[i];
+    }
     m = block_sum(m) / C;
     for (int i = threadIdx.x; i < C; i += blockDim.x)
         v += (x[i] - m) * (x[i] - m);
@@ -162,9 +169,16 @@ int kcu_layernorm_forward(const struct kcu_ctx *cx, bf16 *out, float *mean, floa
                           const float *inp, const float *weight, const float *bias, int N,
                           int C, struct kern_err *err)
 {
+    return kcu_residual_layernorm_forward(cx, NULL, out, mean, rstd, inp, NULL, weight, bias, N, C, err);
+}
+
+int kcu_residual_layernorm_forward(const struct kcu_ctx *cx, float *res, bf16 *out, float *mean, float *rstd,
+                                   const float *a, const float *b, const float *weight, const float *bias,
+                                   int N, int C, struct kern_err *err)
+{
     int rc = -1;
     KCU_LAUNCH(layernorm_forward_kernel, N, kcu_row_threads(C, KCU_ROW_THREADS), cx->stream)(
-        out, mean, rstd, inp, weight, bias, C);
+        out, mean, rstd, res, a, b, weight, bias, C);
     KCU_TRY_LAUNCH("layernorm_forward_kernel");
     rc = 0;
 out:
@@ -353,15 +367,20 @@ out:
 
 /* One block per row n: out = weight * (x * r), r = 1 / sqrt(mean(x^2) + eps),
  * as the CPU does. */
-__global__ static void rmsnorm_forward_kernel(bf16 *out, float *rstd, const float *inp, const float *weight,
-                                              float eps, int C)
+/* One block per row; with b, the residual a + b is made on the way, as in
+ * layernorm_forward_kernel. */
+__global__ static void rmsnorm_forward_kernel(bf16 *out, float *rstd, float *res, const float *a, const float *b,
+                                              const float *weight, float eps, int C)
 {
     size_t n = blockIdx.x;
-    const float *x = inp + n * C; /* (C) */
-    bf16 *o = out + n * C;        /* (C) */
+    const float *x = (b ? res : a) + n * C; /* (C) */
+    bf16 *o = out + n * C;                  /* (C) */
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < C; i += blockDim.x)
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        if (b)
+            res[n * C + i] = a[n * C + i] + b[n * C + i];
         ss += x[i] * x[i];
+    }
     float r = 1.0f / sqrtf(block_sum(ss) / C + eps);
     for (int i = threadIdx.x; i < C; i += blockDim.x)
         o[i] = __float2bfloat16(weight[i] * (x[i] * r));
@@ -372,9 +391,15 @@ __global__ static void rmsnorm_forward_kernel(bf16 *out, float *rstd, const floa
 int kcu_rmsnorm_forward(const struct kcu_ctx *cx, bf16 *out, float *rstd, const float *inp, const float *weight,
                         float eps, int N, int C, struct kern_err *err)
 {
+    return kcu_residual_rmsnorm_forward(cx, NULL, out, rstd, inp, NULL, weight, eps, N, C, err);
+}
+
+int kcu_residual_rmsnorm_forward(const struct kcu_ctx *cx, float *res, bf16 *out, float *rstd, const float *a,
+                                 const float *b, const float *weight, float eps, int N, int C, struct kern_err *err)
+{
     int rc = -1;
-    KCU_LAUNCH(rmsnorm_forward_kernel, N, kcu_row_threads(C, KCU_ROW_THREADS), cx->stream)(out, rstd, inp, weight,
-                                                                                        eps, C);
+    KCU_LAUNCH(rmsnorm_forward_kernel, N, kcu_row_threads(C, KCU_ROW_THREADS), cx->stream)(out, rstd, res, a, b,
+                                                                                        weight, eps, C);
     KCU_TRY_LAUNCH("rmsnorm_forward_kernel");
     rc = 0;
 out:

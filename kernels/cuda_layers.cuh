@@ -21,7 +21,8 @@
  *   rmsnorm    inp (N,C) fp32, weight (C) -> out (N,C) bf16, rstd (N) fp32
  *   swiglu     gu (N,2F) fp32 = [gate | up] -> out (N,F) bf16
  *   gelu       inp (n) fp32 -> out (n) bf16, tanh approximation
- *   residual   a (n), b (n) fp32 -> out (n) fp32
+ *   residual   a (n), b (n) fp32 -> out (n) fp32; fused with the norm that
+ *              follows it (residual_layernorm, residual_rmsnorm)
  *   crossentropy logits (N,V) fp32 -> probs (N,V) fp32 in place, losses (N);
  *              backward: dlogits (N,V) bf16 = (probs - onehot) * dloss; the
  *              rows of all three are ld >= V apart (kcu_padded_vocab)
@@ -89,6 +90,11 @@ int kcu_encoder_backward(const struct kcu_ctx *cx, float *dwte, float *dwpe, con
 int kcu_layernorm_forward(const struct kcu_ctx *cx, bf16 *out, float *mean, float *rstd,
                           const float *inp, const float *weight, const float *bias, int N,
                           int C, struct kern_err *err);
+/* res (N,C) = a + b, and the layer norm of res as kcu_layernorm_forward's,
+ * in one pass over the rows (a block's residual add and the next norm). */
+int kcu_residual_layernorm_forward(const struct kcu_ctx *cx, float *res, bf16 *out, float *mean, float *rstd,
+                                   const float *a, const float *b, const float *weight, const float *bias,
+                                   int N, int C, struct kern_err *err);
 /* dinp (N,C), dweight (C), dbias (C) all += ; dout (N,C) fp32. */
 int kcu_layernorm_backward(const struct kcu_ctx *cx, float *dinp, float *dweight, float *dbias,
                            const float *dout, const float *inp, const float *weight,
@@ -127,6 +133,10 @@ int kcu_attention_head_size_ok(int hs);
 
 int kcu_rmsnorm_forward(const struct kcu_ctx *cx, bf16 *out, float *rstd, const float *inp, const float *weight,
                         float eps, int N, int C, struct kern_err *err);
+/* res (N,C) = a + b, and its RMS norm, in one pass (as
+ * kcu_residual_layernorm_forward). */
+int kcu_residual_rmsnorm_forward(const struct kcu_ctx *cx, float *res, bf16 *out, float *rstd, const float *a,
+                                 const float *b, const float *weight, float eps, int N, int C, struct kern_err *err);
 /* dinp (N,C), dweight (C) += ; dout (N,C) fp32. */
 int kcu_rmsnorm_backward(const struct kcu_ctx *cx, float *dinp, float *dweight, const float *dout,
                          const float *inp, const float *weight, const float *rstd, int N, int C,

@@ -174,21 +174,33 @@ static int llama_forward(struct kern_stage *st, struct kcu_slot *s, const void *
     } else {
         KCU_TRY_OK(kcu_hidden_in(st, s->x0, input, err));
     }
+    /* Each residual add runs with the norm after it (the block's second, the
+     * next block's first or the final norm) in one pass. */
+    if (nb)
+        KCU_TRY_OK(kcu_rmsnorm_forward(cx, s->llama[0].ln1, s->llama[0].ln1_rstd, res, p + kcu_toff(st, 0, LT_LN1W),
+                                       eps, N, C, err));
+    else if (st->spec.last)
+        KCU_TRY_OK(kcu_rmsnorm_forward(cx, s->lnf, s->lnf_rstd, res, p + st->off_lnfw, eps, N, C, err));
     for (int l = 0; l < nb; l++) {
-        struct kcu_llama_acts *a = &s->llama[l];
-        KCU_TRY_OK(kcu_rmsnorm_forward(cx, a->ln1, a->ln1_rstd, res, p + kcu_toff(st, l, LT_LN1W), eps, N, C, err));
+        struct kcu_llama_acts *a = &s->llama[l], *next = l + 1 < nb ? &s->llama[l + 1] : NULL;
         KCU_TRY_OK(kcu_matmul_forward(cx, w->qkv, a->ln1, pb + kcu_toff(st, l, LT_QW), NULL, N, C, W, W, err));
         KCU_TRY_OK(kcu_attention_forward(cx, a->atty, a->qkvr, a->lse, w->qkv, w->atty_heads, B, T, C, NH, KVH,
                                          w->cos_t, w->sin_t, err));
         KCU_TRY_OK(kcu_matmul_forward(cx, w->proj, a->atty, pb + kcu_toff(st, l, LT_OW), NULL, N, C, C, C, err));
-        KCU_TRY_OK(kcu_residual_forward(cx, a->res2, res, w->proj, BTC, err));
-        KCU_TRY_OK(kcu_rmsnorm_forward(cx, a->ln2, a->ln2_rstd, a->res2, p + kcu_toff(st, l, LT_LN2W), eps, N, C,
-                                       err));
+        KCU_TRY_OK(kcu_residual_rmsnorm_forward(cx, a->res2, a->ln2, a->ln2_rstd, res, w->proj,
+                                                p + kcu_toff(st, l, LT_LN2W), eps, N, C, err));
         KCU_TRY_OK(kcu_matmul_forward(cx, a->gu, a->ln2, pb + kcu_toff(st, l, LT_GATEW), NULL, N, C, 2 * F, 2 * F,
                                       err));
         KCU_TRY_OK(kcu_swiglu_forward(cx, a->h, a->gu, N, F, err));
         KCU_TRY_OK(kcu_matmul_forward(cx, w->proj, a->h, pb + kcu_toff(st, l, LT_DOWNW), NULL, N, F, C, C, err));
-        KCU_TRY_OK(kcu_residual_forward(cx, a->res3, a->res2, w->proj, BTC, err));
+        if (next)
+            KCU_TRY_OK(kcu_residual_rmsnorm_forward(cx, a->res3, next->ln1, next->ln1_rstd, a->res2, w->proj,
+                                                    p + kcu_toff(st, l + 1, LT_LN1W), eps, N, C, err));
+        else if (st->spec.last)
+            KCU_TRY_OK(kcu_residual_rmsnorm_forward(cx, a->res3, s->lnf, s->lnf_rstd, a->res2, w->proj,
+                                                    p + st->off_lnfw, eps, N, C, err));
+        else
+            KCU_TRY_OK(kcu_residual_forward(cx, a->res3, a->res2, w->proj, BTC, err));
         res = a->res3;
     }
     if (!st->spec.last) {
@@ -196,7 +208,6 @@ static int llama_forward(struct kern_stage *st, struct kcu_slot *s, const void *
         rc = 0;
         goto out;
     }
-    KCU_TRY_OK(kcu_rmsnorm_forward(cx, s->lnf, s->lnf_rstd, res, p + st->off_lnfw, eps, N, C, err));
     KCU_TRY_OK(kcu_head_forward(st, s, targets, output, err));
     rc = 0;
 out:

@@ -375,28 +375,39 @@ static int gpt2_forward(struct kern_stage *st, struct kcu_slot *s, const void *i
     } else {
         KCU_TRY_OK(kcu_hidden_in(st, s->x0, input, err));
     }
+    /* Each residual add runs with the norm after it (the block's ln2, the
+     * next block's ln1 or the final lnf) in one pass. */
+    if (nb)
+        KCU_TRY_OK(kcu_layernorm_forward(cx, s->blocks[0].ln1, s->blocks[0].ln1_mean, s->blocks[0].ln1_rstd, res,
+                                         p + toff(st, 0, KT_LN1W), p + toff(st, 0, KT_LN1B), N, C, err));
+    else if (st->spec.last)
+        KCU_TRY_OK(kcu_layernorm_forward(cx, s->lnf, s->lnf_mean, s->lnf_rstd, res, p + st->off_lnfw,
+                                         p + st->off_lnfb, N, C, err));
     for (int l = 0; l < nb; l++) {
-        struct kcu_block_acts *a = &s->blocks[l];
-        KCU_TRY_OK(kcu_layernorm_forward(cx, a->ln1, a->ln1_mean, a->ln1_rstd, res,
-                                         p + toff(st, l, KT_LN1W), p + toff(st, l, KT_LN1B),
-                                         N, C, err));
+        struct kcu_block_acts *a = &s->blocks[l], *next = l + 1 < nb ? &s->blocks[l + 1] : NULL;
         KCU_TRY_OK(kcu_matmul_forward(cx, c->qkv, a->ln1, pb + toff(st, l, KT_QKVW),
                                       p + toff(st, l, KT_QKVB), N, C, 3 * C, 3 * C, err));
         KCU_TRY_OK(kcu_attention_forward(cx, a->atty, a->qkvr, a->lse, c->qkv, c->atty_heads, B, T, C, NH, NH,
                                          NULL, NULL, err));
         KCU_TRY_OK(kcu_matmul_forward(cx, c->attproj, a->atty, pb + toff(st, l, KT_ATTPROJW),
                                       p + toff(st, l, KT_ATTPROJB), N, C, C, C, err));
-        KCU_TRY_OK(kcu_residual_forward(cx, a->res2, res, c->attproj, BTC, err));
-        KCU_TRY_OK(kcu_layernorm_forward(cx, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2,
-                                         p + toff(st, l, KT_LN2W), p + toff(st, l, KT_LN2B),
-                                         N, C, err));
+        KCU_TRY_OK(kcu_residual_layernorm_forward(cx, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, res, c->attproj,
+                                                  p + toff(st, l, KT_LN2W), p + toff(st, l, KT_LN2B), N, C, err));
         KCU_TRY_OK(kcu_matmul_forward(cx, a->fch, a->ln2, pb + toff(st, l, KT_FCW),
                                       p + toff(st, l, KT_FCB), N, C, 4 * C, 4 * C, err));
         KCU_TRY_OK(kcu_gelu_forward(cx, a->fch_gelu, a->fch, BTC * 4, err));
         KCU_TRY_OK(kcu_matmul_forward(cx, c->attproj, a->fch_gelu,
                                       pb + toff(st, l, KT_FCPROJW),
                                       p + toff(st, l, KT_FCPROJB), N, 4 * C, C, C, err));
-        KCU_TRY_OK(kcu_residual_forward(cx, a->res3, a->res2, c->attproj, BTC, err));
+        if (next)
+            KCU_TRY_OK(kcu_residual_layernorm_forward(cx, a->res3, next->ln1, next->ln1_mean, next->ln1_rstd,
+                                                      a->res2, c->attproj, p + toff(st, l + 1, KT_LN1W),
+                                                      p + toff(st, l + 1, KT_LN1B), N, C, err));
+        else if (st->spec.last)
+            KCU_TRY_OK(kcu_residual_layernorm_forward(cx, a->res3, s->lnf, s->lnf_mean, s->lnf_rstd, a->res2,
+                                                      c->attproj, p + st->off_lnfw, p + st->off_lnfb, N, C, err));
+        else
+            KCU_TRY_OK(kcu_residual_forward(cx, a->res3, a->res2, c->attproj, BTC, err));
         res = a->res3;
     }
     if (!st->spec.last) {
@@ -404,8 +415,6 @@ static int gpt2_forward(struct kern_stage *st, struct kcu_slot *s, const void *i
         rc = 0;
         goto out;
     }
-    KCU_TRY_OK(kcu_layernorm_forward(cx, s->lnf, s->lnf_mean, s->lnf_rstd, res,
-                                     p + st->off_lnfw, p + st->off_lnfb, N, C, err));
     KCU_TRY_OK(kcu_head_forward(st, s, targets, output, err));
     rc = 0;
 out:
