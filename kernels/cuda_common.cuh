@@ -12,6 +12,7 @@
 
 #include "stage.h"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>

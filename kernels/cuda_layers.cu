@@ -10,9 +10,9 @@
 /* ---- column sums: dst (width) += sums over rows, in two passes ---- */
 
 /* partial (chunks, OC): row c = sum of a (N,OC), rows ld apart, over rows
- * [c*R, c*R+R). */
-__global__ static void colsum_partial_kernel(float *partial, const float *a, int N, int OC,
-                                             int ld)
+ * [c*R, c*R+R); a fp32 or bf16, summed in fp32. */
+template <typename T>
+__global__ static void colsum_partial_kernel(float *partial, const T *a, int N, int OC, int ld)
 {
     int o = blockIdx.y * blockDim.x + threadIdx.x;
     int n0 = blockIdx.x * KCU_COLSUM_ROWS, n1 = min(N, n0 + KCU_COLSUM_ROWS);
@@ -20,7 +20,7 @@ __global__ static void colsum_partial_kernel(float *partial, const float *a, int
         return;
     float sum = 0.0f;
     for (int n = n0; n < n1; n++)
-        sum += a[(size_t)n * ld + o];
+        sum += kcu_f32(a[(size_t)n * ld + o]);
     partial[(size_t)blockIdx.x * OC + o] = sum;
 }
 
@@ -267,15 +267,21 @@ int kcu_matmul_forward(const struct kcu_ctx *cx, float *out, const bf16 *inp,
                        const bf16 *weight, const float *bias, int N, int IC, int OC, int ldo,
                        struct kern_err *err)
 {
-    int rc = -1;
+    int rc = -1, lt;
     size_t n = (size_t)N * OC;
-    /* out (N,OC) = inp (N,IC) . weight^T (IC,OC) */
-    KCU_TRY_OK(kcu_gemm(cx, 0, 1, N, OC, IC, 1.0f, inp, IC, 0, weight, IC, 0, 0.0f, out,
-                        CUDA_R_32F, ldo, 0, 1, err));
-    if (bias) {
-        KCU_LAUNCH(add_bias_kernel, kcu_blocks(n, KCU_THREADS), KCU_THREADS, cx->stream)(
-            out, bias, OC, ldo, n);
-        KCU_TRY_LAUNCH("add_bias_kernel");
+    /* out (N,OC) = inp (N,IC) . weight^T (IC,OC) (+ bias in the product's epilogue) */
+    lt = kcu_gemm_epilogue(cx, bias ? KCU_EPI_BIAS : KCU_EPI_NONE, 0, 1, N, OC, IC, inp, IC, weight, IC, 0.0f, out,
+                           CUDA_R_32F, ldo, bias, NULL, 0, err);
+    if (lt < 0)
+        goto out;
+    if (lt == 1) {
+        KCU_TRY_OK(kcu_gemm(cx, 0, 1, N, OC, IC, 1.0f, inp, IC, 0, weight, IC, 0, 0.0f, out,
+                            CUDA_R_32F, ldo, 0, 1, err));
+        if (bias) {
+            KCU_LAUNCH(add_bias_kernel, kcu_blocks(n, KCU_THREADS), KCU_THREADS, cx->stream)(
+                out, bias, OC, ldo, n);
+            KCU_TRY_LAUNCH("add_bias_kernel");
+        }
     }
     rc = 0;
 out:
@@ -298,9 +304,11 @@ int kcu_matmul_backward(const struct kcu_ctx *cx, float *dinp, float *dweight, f
     KCU_TRY_OK(kcu_gemm(cx, 1, 0, OC, IC, N, 1.0f, dout_bf, ldd, 0, inp, IC, 0, 1.0f, dweight,
                         CUDA_R_32F, IC, 0, 1, err));
     if (dbias) {
-        /* dbias (OC) += sum over n of dout (N,OC), from the fp32 copy */
-        KCU_LAUNCH(colsum_partial_kernel, grid, KCU_THREADS, cx->stream)(cx->colsum, dout, N, OC,
-                                                                        ldd);
+        /* dbias (OC) += sum over n of dout (N,OC), from the fp32 copy where there is one */
+        if (dout)
+            KCU_LAUNCH(colsum_partial_kernel<float>, grid, KCU_THREADS, cx->stream)(cx->colsum, dout, N, OC, ldd);
+        else
+            KCU_LAUNCH(colsum_partial_kernel<bf16>, grid, KCU_THREADS, cx->stream)(cx->colsum, dout_bf, N, OC, ldd);
         KCU_TRY_LAUNCH("colsum_partial_kernel");
         KCU_LAUNCH(colsum_finish_kernel, (OC + KCU_THREADS - 1) / KCU_THREADS, KCU_THREADS,
                    cx->stream)(dbias, cx->colsum, chunks, OC, OC);
@@ -311,53 +319,73 @@ out:
     return rc;
 }
 
-/* ---- gelu ---- */
+/* ---- gelu (the fc product's epilogue, or these kernels where cuBLASLt has none) ---- */
 
 #define KCU_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
-__global__ static void gelu_forward_kernel(bf16 *out, const float *inp, size_t n)
+/* pre = x + bias, out = gelu(x + bias), both bf16; x (n) fp32, rows of OC */
+__global__ static void bias_gelu_forward_kernel(bf16 *out, bf16 *pre, const float *x, const float *bias, int OC,
+                                                size_t n)
 {
     KCU_FOR(i, n) {
-        float x = inp[i];
-        float u = KCU_GELU_K * (x + 0.044715f * x * x * x);
-        out[i] = __float2bfloat16(0.5f * x * (1.0f + tanhf(u)));
+        float v = x[i] + bias[i % OC];
+        float u = KCU_GELU_K * (v + 0.044715f * v * v * v);
+        pre[i] = __float2bfloat16(v);
+        out[i] = __float2bfloat16(0.5f * v * (1.0f + tanhf(u)));
     }
 }
 
-__global__ static void gelu_backward_kernel(float *dinp, bf16 *dinp_bf, const float *inp,
-                                            const float *dout, size_t n)
+/* dinp = gelu'(pre) * dout in bf16; pre bf16, dout fp32 */
+__global__ static void gelu_backward_kernel(bf16 *dinp, const bf16 *pre, const float *dout, size_t n)
 {
     KCU_FOR(i, n) {
-        float x = inp[i];
+        float x = __bfloat162float(pre[i]);
         float u = KCU_GELU_K * (x + 0.044715f * x * x * x);
         float th = tanhf(u);
         float du = KCU_GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
         float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
-        float d = grad * dout[i];
-        dinp[i] = d;
-        dinp_bf[i] = __float2bfloat16(d);
+        dinp[i] = __float2bfloat16(grad * dout[i]);
     }
 }
 
-int kcu_gelu_forward(const struct kcu_ctx *cx, bf16 *out, const float *inp, size_t n,
-                     struct kern_err *err)
+int kcu_matmul_gelu_forward(const struct kcu_ctx *cx, bf16 *out, bf16 *pre, const bf16 *inp, const bf16 *weight,
+                            const bf16 *bias_bf, const float *bias, float *scratch, int N, int IC, int OC,
+                            struct kern_err *err)
 {
-    int rc = -1;
-    KCU_LAUNCH(gelu_forward_kernel, kcu_blocks(n, KCU_THREADS), KCU_THREADS, cx->stream)(out, inp,
-                                                                                   n);
-    KCU_TRY_LAUNCH("gelu_forward_kernel");
+    int rc = -1, lt;
+    size_t n = (size_t)N * OC;
+    lt = kcu_gemm_epilogue(cx, KCU_EPI_GELU_BIAS, 0, 1, N, OC, IC, inp, IC, weight, IC, 0.0f, out, CUDA_R_16BF, OC,
+                           bias_bf, pre, OC, err);
+    if (lt < 0)
+        goto out;
+    if (lt == 1) {
+        KCU_TRY_OK(kcu_gemm(cx, 0, 1, N, OC, IC, 1.0f, inp, IC, 0, weight, IC, 0, 0.0f, scratch, CUDA_R_32F, OC, 0,
+                            1, err));
+        KCU_LAUNCH(bias_gelu_forward_kernel, kcu_blocks(n, KCU_THREADS), KCU_THREADS, cx->stream)(out, pre, scratch,
+                                                                                             bias, OC, n);
+        KCU_TRY_LAUNCH("bias_gelu_forward_kernel");
+    }
     rc = 0;
 out:
     return rc;
 }
 
-int kcu_gelu_backward(const struct kcu_ctx *cx, float *dinp, bf16 *dinp_bf, const float *inp,
-                      const float *dout, size_t n, struct kern_err *err)
+int kcu_matmul_dgelu_backward(const struct kcu_ctx *cx, bf16 *dinp, const bf16 *pre, const bf16 *dout_bf,
+                              const bf16 *weight, float *scratch, int N, int IC, int OC, struct kern_err *err)
 {
-    int rc = -1;
-    KCU_LAUNCH(gelu_backward_kernel, kcu_blocks(n, KCU_THREADS), KCU_THREADS, cx->stream)(
-        dinp, dinp_bf, inp, dout, n);
-    KCU_TRY_LAUNCH("gelu_backward_kernel");
+    int rc = -1, lt;
+    size_t n = (size_t)N * IC;
+    /* dinp (N,IC) = dout (N,OC) . weight (OC,IC), times gelu'(pre) */
+    lt = kcu_gemm_epilogue(cx, KCU_EPI_DGELU, 0, 0, N, IC, OC, dout_bf, OC, weight, IC, 0.0f, dinp, CUDA_R_16BF, IC,
+                           NULL, (void *)pre, IC, err);
+    if (lt < 0)
+        goto out;
+    if (lt == 1) {
+        KCU_TRY_OK(kcu_gemm(cx, 0, 0, N, IC, OC, 1.0f, dout_bf, OC, 0, weight, IC, 0, 0.0f, scratch, CUDA_R_32F, IC,
+                            0, 1, err));
+        KCU_LAUNCH(gelu_backward_kernel, kcu_blocks(n, KCU_THREADS), KCU_THREADS, cx->stream)(dinp, pre, scratch, n);
+        KCU_TRY_LAUNCH("gelu_backward_kernel");
+    }
     rc = 0;
 out:
     return rc;

@@ -20,7 +20,8 @@
  *              each row's log-sum-exp (B,NH,T) fp32 (flash attention)
  *   rmsnorm    inp (N,C) fp32, weight (C) -> out (N,C) bf16, rstd (N) fp32
  *   swiglu     gu (N,2F) fp32 = [gate | up] -> out (N,F) bf16
- *   gelu       inp (n) fp32 -> out (n) bf16, tanh approximation
+ *   matmul_gelu  inp (N,IC) bf16 -> pre (N,OC) bf16 (+ bias), out (N,OC)
+ *              bf16 = gelu(pre), tanh approximation, in cuBLASLt's epilogue
  *   residual   a (n), b (n) fp32 -> out (n) fp32; fused with the norm that
  *              follows it (residual_layernorm, residual_rmsnorm)
  *   crossentropy logits (N,V) fp32 -> probs (N,V) fp32 in place, losses (N);
@@ -41,7 +42,20 @@
 struct kcu_ctx {
     cudaStream_t stream;  /* every kernel, product and copy of a stage */
     cublasHandle_t blas;  /* bound to stream */
+    cublasLtHandle_t lt;  /* the products with an epilogue (kcu_gemm_epilogue); NULL: none */
+    void *lt_workspace;   /* device, lt_workspace_bytes: cuBLASLt's scratch */
+    size_t lt_workspace_bytes;
     float *colsum;        /* (kcu_colsum_chunks(N), 4C) partial column sums */
+};
+
+#define KCU_LT_WORKSPACE ((size_t)32 << 20) /* bytes; what llm.c gives cuBLASLt on Hopper */
+
+/* What a cuBLASLt product does to its result in its own kernel. */
+enum kcu_epilogue {
+    KCU_EPI_NONE,
+    KCU_EPI_BIAS,      /* + bias, one value per output feature (of D's type) */
+    KCU_EPI_GELU_BIAS, /* aux = product + bias; D = gelu(aux), the tanh form */
+    KCU_EPI_DGELU,     /* D = product * gelu'(aux) */
 };
 
 /* Rows one block adds up in the first pass of a column sum (bias and
@@ -78,6 +92,17 @@ int kcu_gemm(const struct kcu_ctx *cx, int trans_a, int trans_b, int M, int N, i
              long long stride_b, float beta, void *C, cudaDataType_t c_type, int ldc,
              long long stride_c, int batch, struct kern_err *err);
 
+/* Row-major D (M,N) = op(A) . op(B) + beta D with an epilogue, the
+ * arguments as kcu_gemm's (one product); D of type d_type (fp32 or bf16),
+ * rows ldd apart; bias (N) and aux (M,N), rows ld_aux apart (a multiple of
+ * 8), of D's type, where the epilogue reads them (cuda_lt.cu). Returns 0,
+ * -1 with err set, or 1 when cuBLASLt has no kernel for it (or no handle,
+ * or aux is not aligned as it asks), err untouched: the caller computes it
+ * with kcu_gemm and kernels of its own. */
+int kcu_gemm_epilogue(const struct kcu_ctx *cx, enum kcu_epilogue epi, int trans_a, int trans_b, int M, int N, int K,
+                      const bf16 *A, int lda, const bf16 *B, int ldb, float beta, void *D, cudaDataType_t d_type,
+                      int ldd, const void *bias, void *aux, int ld_aux, struct kern_err *err);
+
 /* wpe NULL: no learned positions (llama). */
 int kcu_encoder_forward(const struct kcu_ctx *cx, float *out, const int32_t *inp,
                         const float *wte, const float *wpe, int B, int T, int C,
@@ -107,12 +132,29 @@ int kcu_matmul_forward(const struct kcu_ctx *cx, float *out, const bf16 *inp,
                        struct kern_err *err);
 /* dinp (N,IC) = dout . weight, overwritten (NULL: skipped); dweight (OC,IC)
  * += dout^T . inp; dbias (OC) += column sums of dout (NULL: skipped).
- * dout is given in bf16 (dout_bf, for the products) and, when dbias is set,
- * in fp32 (dout, for the bias sum), its rows ldd >= OC apart in both. */
+ * dout is given in bf16 (dout_bf, for the products and, without dout, the
+ * bias sum) and in fp32 or NULL (dout, for the bias sum), its rows ldd >= OC
+ * apart in both. The bias is added in the forward's product (cuBLASLt's
+ * epilogue) where cuBLASLt has a kernel for it. */
 int kcu_matmul_backward(const struct kcu_ctx *cx, float *dinp, float *dweight, float *dbias,
                         const float *dout, const bf16 *dout_bf, const bf16 *inp,
                         const bf16 *weight, int N, int IC, int OC, int ldd,
                         struct kern_err *err);
+
+/* The MLP's first product with GELU: pre (N,OC) bf16 = inp . weight^T +
+ * bias, GELU's input kept for the backward, and out (N,OC) bf16 =
+ * gelu(pre) (tanh form), in the product's epilogue; the bias in bf16
+ * (bias_bf, what the epilogue adds) and fp32 (bias: where cuBLASLt has no
+ * kernel, the product goes into scratch (N,OC) fp32 and a kernel of ours
+ * adds and applies). */
+int kcu_matmul_gelu_forward(const struct kcu_ctx *cx, bf16 *out, bf16 *pre, const bf16 *inp, const bf16 *weight,
+                            const bf16 *bias_bf, const float *bias, float *scratch, int N, int IC, int OC,
+                            struct kern_err *err);
+/* The backward into that GELU: dinp (N,IC) bf16 = (dout . weight) *
+ * gelu'(pre), overwritten; pre (N,IC) bf16 the forward's, dout (N,OC) bf16;
+ * scratch (N,IC) fp32 where cuBLASLt has no kernel. */
+int kcu_matmul_dgelu_backward(const struct kcu_ctx *cx, bf16 *dinp, const bf16 *pre, const bf16 *dout_bf,
+                              const bf16 *weight, float *scratch, int N, int IC, int OC, struct kern_err *err);
 
 /* qkvr (3,B,NH,T,hs) and lse (B,NH,T) fp32, each row's log-sum-exp of
  * the scaled scores, are kept for the backward (with out); y (B,NH,T,hs)
@@ -149,12 +191,6 @@ int kcu_swiglu_backward(const struct kcu_ctx *cx, float *dgu, bf16 *dgu_bf, cons
 
 /* a[i] = b[i] = a[i] + b[i], i < n: a tied matrix's two gradients. */
 int kcu_add_pair(const struct kcu_ctx *cx, float *a, float *b, size_t n, struct kern_err *err);
-
-int kcu_gelu_forward(const struct kcu_ctx *cx, bf16 *out, const float *inp, size_t n,
-                     struct kern_err *err);
-/* dinp (n) = gelu'(inp) * dout, overwritten in fp32 and bf16 (dinp_bf). */
-int kcu_gelu_backward(const struct kcu_ctx *cx, float *dinp, bf16 *dinp_bf, const float *inp,
-                      const float *dout, size_t n, struct kern_err *err);
 
 int kcu_residual_forward(const struct kcu_ctx *cx, float *out, const float *a, const float *b,
                          size_t n, struct kern_err *err);

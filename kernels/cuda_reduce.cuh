@@ -16,6 +16,16 @@
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n);             \
          i += (size_t)gridDim.x * blockDim.x)
 
+/* A value of either storage type as fp32 (for kernels templated on it). */
+__device__ static inline float kcu_f32(float x)
+{
+    return x;
+}
+__device__ static inline float kcu_f32(bf16 x)
+{
+    return __bfloat162float(x);
+}
+
 /* ---- reductions (blockDim.x a multiple of 32) ---- */
 
 __device__ static inline float warp_sum(float v)

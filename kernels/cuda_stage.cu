@@ -36,7 +36,7 @@ static size_t slot_layout(const struct kern_stage *st, struct kcu_slot *s, void 
         a->ln2 = CARVE_BF16(base, &used, BT * C);
         a->ln2_mean = CARVE_F32(base, &used, BT);
         a->ln2_rstd = CARVE_F32(base, &used, BT);
-        a->fch = CARVE_F32(base, &used, BT * 4 * C);
+        a->fch = CARVE_BF16(base, &used, BT * 4 * C);
         a->fch_gelu = CARVE_BF16(base, &used, BT * 4 * C);
         a->res3 = CARVE_F32(base, &used, BT * C);
     }
@@ -65,7 +65,6 @@ static size_t scratch_layout(const struct kern_stage *st, struct kcu_stage *c, v
     c->dqkv = CARVE_F32(base, &used, BT * 3 * C);
     c->dqkv_bf = CARVE_BF16(base, &used, BT * 3 * C);
     c->dfch_gelu = CARVE_F32(base, &used, BT * 4 * C);
-    c->dfch = CARVE_F32(base, &used, BT * 4 * C);
     c->dfch_bf = CARVE_BF16(base, &used, BT * 4 * C);
     c->dlogits = CARVE_BF16(base, &used, BT * last_v);
     c->loss = CARVE_F32(base, &used, 1);
@@ -150,10 +149,22 @@ static void kcu_release(struct kern_stage *st)
             (void)cudaEventDestroy(c->copied[i]);
     if (c->cx.blas)
         (void)cublasDestroy(c->cx.blas);
+    if (c->cx.lt)
+        (void)cublasLtDestroy(c->cx.lt);
+    (void)cudaFree(c->cx.lt_workspace);
     if (c->cx.stream)
         (void)cudaStreamDestroy(c->cx.stream);
     free(c);
     st->impl = NULL;
+}
+
+/* cuBLASLt's epilogues, unless SHOAL_CUDA_LT=0 turns them off (then every
+ * product is cuBLAS's and the bias and GELU kernels of ours: a way round a
+ * cuBLASLt that misbehaves, and how make test runs those kernels). */
+static int kcu_lt_wanted(void)
+{
+    const char *v = getenv("SHOAL_CUDA_LT");
+    return !v || strcmp(v, "0") != 0;
 }
 
 static int kcu_init(struct kern_stage *st, const float *params, struct kern_err *err)
@@ -180,6 +191,11 @@ static int kcu_init(struct kern_stage *st, const float *params, struct kern_err 
     KCU_TRY_BLAS(cublasCreate(&c->cx.blas));
     KCU_TRY_BLAS(cublasSetStream(c->cx.blas, c->cx.stream));
     KCU_TRY_BLAS(cublasSetMathMode(c->cx.blas, CUBLAS_DEFAULT_MATH));
+    if (kcu_lt_wanted()) {
+        KCU_TRY_BLAS(cublasLtCreate(&c->cx.lt));
+        KCU_TRY(cudaMalloc(&c->cx.lt_workspace, KCU_LT_WORKSPACE));
+        c->cx.lt_workspace_bytes = KCU_LT_WORKSPACE;
+    }
     KCU_TRY(cudaMalloc(&c->params, n * sizeof(float)));
     KCU_TRY(cudaMalloc(&c->grads, n * sizeof(float)));
     KCU_TRY(cudaMalloc(&c->m, n * sizeof(float)));
@@ -393,9 +409,9 @@ static int gpt2_forward(struct kern_stage *st, struct kcu_slot *s, const void *i
                                       p + toff(st, l, KT_ATTPROJB), N, C, C, C, err));
         KCU_TRY_OK(kcu_residual_layernorm_forward(cx, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, res, c->attproj,
                                                   p + toff(st, l, KT_LN2W), p + toff(st, l, KT_LN2B), N, C, err));
-        KCU_TRY_OK(kcu_matmul_forward(cx, a->fch, a->ln2, pb + toff(st, l, KT_FCW),
-                                      p + toff(st, l, KT_FCB), N, C, 4 * C, 4 * C, err));
-        KCU_TRY_OK(kcu_gelu_forward(cx, a->fch_gelu, a->fch, BTC * 4, err));
+        KCU_TRY_OK(kcu_matmul_gelu_forward(cx, a->fch_gelu, a->fch, a->ln2, pb + toff(st, l, KT_FCW),
+                                           pb + toff(st, l, KT_FCB), p + toff(st, l, KT_FCB), c->dfch_gelu, N, C,
+                                           4 * C, err));
         KCU_TRY_OK(kcu_matmul_forward(cx, c->attproj, a->fch_gelu,
                                       pb + toff(st, l, KT_FCPROJW),
                                       p + toff(st, l, KT_FCPROJB), N, 4 * C, C, C, err));
@@ -453,15 +469,13 @@ static int gpt2_backward(struct kern_stage *st, struct kcu_slot *s, const void *
         const float *res_in = l ? s->blocks[l - 1].res3 : s->x0;
         /* res3 = res2 + fcproj(gelu(fc(ln2(res2)))): dres is d res3, then d res2 */
         KCU_TRY_OK(kcu_to_bf16(cx, c->dres_bf, c->dres, BTC, err));
-        KCU_TRY_OK(kcu_matmul_backward(cx, c->dfch_gelu, g + toff(st, l, KT_FCPROJW),
-                                       g + toff(st, l, KT_FCPROJB), c->dres, c->dres_bf,
-                                       a->fch_gelu, pb + toff(st, l, KT_FCPROJW), N, 4 * C, C, C,
+        KCU_TRY_OK(kcu_matmul_dgelu_backward(cx, c->dfch_bf, a->fch, c->dres_bf, pb + toff(st, l, KT_FCPROJW),
+                                             c->dfch_gelu, N, 4 * C, C, err));
+        KCU_TRY_OK(kcu_matmul_backward(cx, NULL, g + toff(st, l, KT_FCPROJW), g + toff(st, l, KT_FCPROJB), c->dres,
+                                       c->dres_bf, a->fch_gelu, pb + toff(st, l, KT_FCPROJW), N, 4 * C, C, C,
                                        err));
-        KCU_TRY_OK(kcu_gelu_backward(cx, c->dfch, c->dfch_bf, a->fch, c->dfch_gelu, BTC * 4,
-                                     err));
-        KCU_TRY_OK(kcu_matmul_backward(cx, c->dln, g + toff(st, l, KT_FCW),
-                                       g + toff(st, l, KT_FCB), c->dfch, c->dfch_bf, a->ln2,
-                                       pb + toff(st, l, KT_FCW), N, C, 4 * C, 4 * C, err));
+        KCU_TRY_OK(kcu_matmul_backward(cx, c->dln, g + toff(st, l, KT_FCW), g + toff(st, l, KT_FCB), NULL,
+                                       c->dfch_bf, a->ln2, pb + toff(st, l, KT_FCW), N, C, 4 * C, 4 * C, err));
         KCU_TRY_OK(kcu_layernorm_backward(cx, c->dres, g + toff(st, l, KT_LN2W),
                                           g + toff(st, l, KT_LN2B), c->dln, a->res2,
                                           p + toff(st, l, KT_LN2W), a->ln2_mean, a->ln2_rstd,

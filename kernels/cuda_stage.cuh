@@ -27,7 +27,7 @@ struct kcu_block_acts {
     float *res2;                 /* (B,T,C) residual after attention */
     bf16 *ln2;                   /* (B,T,C) */
     float *ln2_mean, *ln2_rstd;  /* (B,T) each */
-    float *fch;                  /* (B,T,4C) before GELU */
+    bf16 *fch;                   /* (B,T,4C) before GELU */
     bf16 *fch_gelu;              /* (B,T,4C) */
     float *res3;                 /* (B,T,C) block output */
 };
@@ -68,8 +68,9 @@ struct kcu_stage {
     float *dqkvr;                  /* (3,B,NH,T,hs) dq, dk, dv */
     float *dqkv;                   /* (B,T,3C) */
     bf16 *dqkv_bf;                 /* (B,T,3C) */
-    float *dfch_gelu, *dfch;       /* (B,T,4C) each */
-    bf16 *dfch_bf;                 /* (B,T,4C) */
+    float *dfch_gelu;              /* (B,T,4C): a product before a GELU kernel (where
+                                    * cuBLASLt has no epilogue for it) */
+    bf16 *dfch_bf;                 /* (B,T,4C) gradient of GELU's input */
     bf16 *dlogits;                 /* (B,T,Vp) last stage, columns [V, Vp) unused */
     float *loss;                   /* (1) mean loss, last stage */
     double *norm_partial;          /* (KCU_NORM_BLOCKS) */

@@ -19,9 +19,19 @@ OMP_WAIT_POLICY=passive "$T" --small > "$WORK/out" 2> "$WORK/err"
 rc=$?
 grep -E '^(ok|not ok) - ' "$WORK/out" | sed 's/^\(not \)\{0,1\}ok - /&emulated cuda: /'
 check "test_kernels_host --small exits 0" "$rc" 0
-check "it ran every check (the count of a GPU run)" "$(grep -cE '^(ok|not ok) - ' "$WORK/out")" 288
+check "it ran every check (the count of a GPU run)" "$(grep -cE '^(ok|not ok) - ' "$WORK/out")" 327
 check "the emulation reported no fault" "$(grep -c '^hcu: ' "$WORK/err")" 0
 if [ "$rc" -ne 0 ]; then
     grep -E '^(hcu|==[0-9]+==|SUMMARY)' "$WORK/err" | head -n 20
 fi
+
+# The products without cuBLASLt's epilogues (SHOAL_CUDA_LT=0): the bias and
+# GELU kernels of ours, which a device uses where cuBLASLt has no kernel.
+SHOAL_CUDA_LT=0 OMP_WAIT_POLICY=passive "$T" --small --only tiny-whole \
+    > "$WORK/out" 2> "$WORK/err"
+rc=$?
+grep -E '^(ok|not ok) - ' "$WORK/out" | sed 's/^\(not \)\{0,1\}ok - /&emulated cuda, no cuBLASLt: /'
+check "test_kernels_host without cuBLASLt exits 0" "$rc" 0
+check "it ran the case's checks" "$(grep -cE '^(ok|not ok) - ' "$WORK/out")" 19
+check "the emulation reported no fault" "$(grep -c '^hcu: ' "$WORK/err")" 0
 [ "$FAILS" -eq 0 ]

@@ -103,6 +103,29 @@ static size_t type_bytes(cudaDataType_t t)
     return t == CUDA_R_32F ? 4 : 2;
 }
 
+extern "C" int hcu_bf16_product(int ta, int tb, int m, int n, int k, float alpha, const void *A, int lda,
+                                const void *B, int ldb, float *c)
+{
+    int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+    size_t a_n = extent(ar, ac, lda, 0, 1), b_n = extent(br, bc, ldb, 0, 1);
+    if ((a_n && hcu_mem_kind(A, a_n * 2) != HCU_MEM_DEVICE) || (b_n && hcu_mem_kind(B, b_n * 2) != HCU_MEM_DEVICE)) {
+        hcu_fault(cudaErrorIllegalAddress, "cuBLAS product (m %d, n %d, k %d, lda %d, ldb %d) reads outside device "
+                  "memory (A %zu, B %zu elements from the pointers given)", m, n, k, lda, ldb, a_n, b_n);
+        return -1;
+    }
+    std::vector<float> a(a_n), b(b_n);
+    for (size_t i = 0; i < a_n; i++)
+        a[i] = __bfloat162float(((const __nv_bfloat16 *)A)[i]);
+    for (size_t i = 0; i < b_n; i++)
+        b[i] = __bfloat162float(((const __nv_bfloat16 *)B)[i]);
+    if (k > 0)
+        cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha,
+                    a.data(), lda, b.data(), ldb, 0.0f, c, m);
+    else
+        std::fill(c, c + (size_t)m * n, 0.0f);
+    return 0;
+}
+
 static cublasStatus_t gemm(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m,
                     int n, int k, const void *alpha, const void *A, cudaDataType_t at, int lda,
                     long long sa, const void *B, cudaDataType_t bt, int ldb, long long sb,
@@ -110,9 +133,9 @@ static cublasStatus_t gemm(cublasHandle_t handle, cublasOperation_t ta, cublasOp
                     int batch, cublasComputeType_t compute)
 {
     /* A is stored (ar, ac), B (br, bc), column-major */
-    int ar = ta == CUBLAS_OP_N ? m : k, ac = ta == CUBLAS_OP_N ? k : m;
-    int br = tb == CUBLAS_OP_N ? k : n, bc = tb == CUBLAS_OP_N ? n : k;
-    size_t a_n, b_n, c_n;
+    int ar = ta == CUBLAS_OP_N ? m : k;
+    int br = tb == CUBLAS_OP_N ? k : n;
+    size_t c_n;
     float al, be;
     if (!handle_ok(handle))
         return CUBLAS_STATUS_NOT_INITIALIZED;
@@ -125,35 +148,23 @@ static cublasStatus_t gemm(cublasHandle_t handle, cublasOperation_t ta, cublasOp
         return CUBLAS_STATUS_NOT_SUPPORTED;
     if (m == 0 || n == 0 || batch == 0)
         return CUBLAS_STATUS_SUCCESS;
-    a_n = extent(ar, ac, lda, sa, batch);
-    b_n = extent(br, bc, ldb, sb, batch);
     c_n = extent(m, n, ldc, sc, batch);
-    if ((a_n && hcu_mem_kind(A, a_n * 2) != HCU_MEM_DEVICE) ||
-        (b_n && hcu_mem_kind(B, b_n * 2) != HCU_MEM_DEVICE) ||
-        hcu_mem_kind(C, c_n * type_bytes(ct)) != HCU_MEM_DEVICE) {
-        hcu_fault(cudaErrorIllegalAddress, "cuBLAS product (m %d, n %d, k %d, lda %d, ldb %d, "
-                  "ldc %d, batch %d, strides %lld %lld %lld) reaches outside device memory "
-                  "(A %zu, B %zu, C %zu elements from the pointers given)", m, n, k, lda, ldb,
-                  ldc, batch, sa, sb, sc, a_n, b_n, c_n);
+    if (hcu_mem_kind(C, c_n * type_bytes(ct)) != HCU_MEM_DEVICE) {
+        hcu_fault(cudaErrorIllegalAddress, "cuBLAS product (m %d, n %d, k %d, ldc %d, batch %d, stride %lld) "
+                  "writes outside device memory (C %zu elements from the pointer given)", m, n, k, ldc, batch, sc,
+                  c_n);
         return CUBLAS_STATUS_EXECUTION_FAILED;
     }
     if (hcu_sticky() != cudaSuccess)
         return CUBLAS_STATUS_EXECUTION_FAILED;
     memcpy(&al, alpha, sizeof al);
     memcpy(&be, beta, sizeof be);
-    std::vector<float> a(a_n), b(b_n), c((size_t)m * n);
-    for (size_t i = 0; i < a_n; i++)
-        a[i] = __bfloat162float(((const __nv_bfloat16 *)A)[i]);
-    for (size_t i = 0; i < b_n; i++)
-        b[i] = __bfloat162float(((const __nv_bfloat16 *)B)[i]);
+    std::vector<float> c((size_t)m * n);
     for (int p = 0; p < batch; p++) {
-        const float *ap = a.data() + (size_t)p * sa, *bp = b.data() + (size_t)p * sb;
-        if (k > 0)
-            cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
-                        tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, al, ap, lda,
-                        bp, ldb, 0.0f, c.data(), m);
-        else
-            std::fill(c.begin(), c.end(), 0.0f);
+        if (hcu_bf16_product(ta == CUBLAS_OP_T, tb == CUBLAS_OP_T, m, n, k, al,
+                             (const __nv_bfloat16 *)A + (size_t)p * sa, lda, (const __nv_bfloat16 *)B + (size_t)p * sb,
+                             ldb, c.data()) != 0)
+            return CUBLAS_STATUS_EXECUTION_FAILED;
         for (int j = 0; j < n; j++)
             for (int i = 0; i < m; i++) {
                 size_t at_c = (size_t)p * sc + (size_t)j * ldc + i;

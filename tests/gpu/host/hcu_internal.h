@@ -37,6 +37,13 @@ int hcu_stream_valid(cudaStream_t stream);
 void hcu_stream_hold(cudaStream_t stream);
 void hcu_stream_release(cudaStream_t stream);
 
+/* The column-major product alpha op(A) (m,k) . op(B) (k,n) of bf16 device
+ * operands (ta, tb: transposed) into c (m*n floats, leading dimension m),
+ * through OpenBLAS on fp32 copies; 0, or -1 after a fault when an operand
+ * reaches outside device memory (cublas.cc; cuBLAS and cuBLASLt share it). */
+int hcu_bf16_product(int ta, int tb, int m, int n, int k, float alpha, const void *A, int lda, const void *B,
+                     int ldb, float *c);
+
 /* The device this thread set (cudaSetDevice), 0 by default. */
 int hcu_current_device(void);
 
