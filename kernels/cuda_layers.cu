@@ -301,8 +301,9 @@ int kcu_matmul_backward(const struct kcu_ctx *cx, float *dinp, float *dweight, f
         KCU_TRY_OK(kcu_gemm(cx, 0, 0, N, IC, OC, 1.0f, dout_bf, ldd, 0, weight, IC, 0, 0.0f,
                             dinp, CUDA_R_32F, IC, 0, 1, err));
     /* dweight (OC,IC) += dout^T (OC,N) . inp (N,IC), straight into fp32 */
-    KCU_TRY_OK(kcu_gemm(cx, 1, 0, OC, IC, N, 1.0f, dout_bf, ldd, 0, inp, IC, 0, 1.0f, dweight,
-                        CUDA_R_32F, IC, 0, 1, err));
+    if (dweight)
+        KCU_TRY_OK(kcu_gemm(cx, 1, 0, OC, IC, N, 1.0f, dout_bf, ldd, 0, inp, IC, 0, 1.0f, dweight,
+                            CUDA_R_32F, IC, 0, 1, err));
     if (dbias) {
         /* dbias (OC) += sum over n of dout (N,OC), from the fp32 copy where there is one */
         if (dout)

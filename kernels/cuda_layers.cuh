@@ -131,7 +131,8 @@ int kcu_matmul_forward(const struct kcu_ctx *cx, float *out, const bf16 *inp,
                        const bf16 *weight, const float *bias, int N, int IC, int OC, int ldo,
                        struct kern_err *err);
 /* dinp (N,IC) = dout . weight, overwritten (NULL: skipped); dweight (OC,IC)
- * += dout^T . inp; dbias (OC) += column sums of dout (NULL: skipped).
+ * += dout^T . inp (NULL: skipped); dbias (OC) += column sums of dout
+ * (NULL: skipped).
  * dout is given in bf16 (dout_bf, for the products and, without dout, the
  * bias sum) and in fp32 or NULL (dout, for the bias sum), its rows ldd >= OC
  * apart in both. The bias is added in the forward's product (cuBLASLt's

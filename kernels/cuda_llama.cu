@@ -211,8 +211,8 @@ static int llama_forward(struct kern_stage *st, struct kcu_slot *s, const void *
     KCU_TRY_OK(kcu_head_forward(st, s, targets, output, err));
     rc = 0;
 out:
-    if (rc != 0) /* copies queued from the staging buffers must finish before their reuse */
-        (void)cudaStreamSynchronize(cx->stream);
+    if (rc != 0)
+        kcu_settle(c);
     return rc;
 }
 
@@ -259,21 +259,31 @@ static int llama_backward(struct kern_stage *st, struct kcu_slot *s, const void 
                                        pb + kcu_toff(st, l, LT_OW), N, C, C, C, err));
         KCU_TRY_OK(kcu_attention_backward(cx, w->dqkv, w->dqkv_bf, w->datty, a->atty, a->qkvr, a->lse, w->delta,
                                           w->dy, w->dqkvr, B, T, C, NH, KVH, w->cos_t, w->sin_t, err));
-        KCU_TRY_OK(kcu_matmul_backward(cx, c->dln, g + kcu_toff(st, l, LT_QW), NULL, NULL, w->dqkv_bf, a->ln1,
-                                       pb + kcu_toff(st, l, LT_QW), N, C, W, W, err));
+        /* on the stage's first block (but the model's), d res_in goes to
+         * the host while the q, k, v weight gradients are computed */
+        int overlap = l == 0 && !st->spec.first;
+        KCU_TRY_OK(kcu_matmul_backward(cx, c->dln, overlap ? NULL : g + kcu_toff(st, l, LT_QW), NULL, NULL,
+                                       w->dqkv_bf, a->ln1, pb + kcu_toff(st, l, LT_QW), N, C, W, W, err));
         KCU_TRY_OK(kcu_rmsnorm_backward(cx, c->dres, g + kcu_toff(st, l, LT_LN1W), c->dln, res_in,
                                         p + kcu_toff(st, l, LT_LN1W), a->ln1_rstd, N, C, err));
+        if (overlap) {
+            KCU_TRY_OK(kcu_hidden_out_start(st, c->dres, err));
+            KCU_TRY_OK(kcu_matmul_backward(cx, NULL, g + kcu_toff(st, l, LT_QW), NULL, NULL, w->dqkv_bf, a->ln1,
+                                           pb + kcu_toff(st, l, LT_QW), N, C, W, W, err));
+        }
     }
     if (st->spec.first) {
         KCU_TRY_OK(kcu_encoder_backward(cx, g + st->off_wte, NULL, c->dres, s->tokens, B, T, C, err));
         KCU_TRY(cudaStreamSynchronize(cx->stream));
     } else {
-        KCU_TRY_OK(kcu_hidden_out(st, grad_input, c->dres, err));
+        if (nb == 0)
+            KCU_TRY_OK(kcu_hidden_out_start(st, c->dres, err));
+        KCU_TRY_OK(kcu_hidden_out_finish(st, grad_input, err));
     }
     rc = 0;
 out:
-    if (rc != 0) /* copies queued from the staging buffers must finish before their reuse */
-        (void)cudaStreamSynchronize(cx->stream);
+    if (rc != 0)
+        kcu_settle(c);
     return rc;
 }
 

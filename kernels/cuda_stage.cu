@@ -126,6 +126,8 @@ static void kcu_release(struct kern_stage *st)
     (void)cudaSetDevice(st->device.index);
     if (c->cx.stream)
         (void)cudaStreamSynchronize(c->cx.stream);
+    if (c->copy_stream)
+        (void)cudaStreamSynchronize(c->copy_stream);
     kcu_families[st->model.arch]->release(st, c);
     if (c->slots)
         for (int i = 0; i < st->spec.in_flight; i++)
@@ -152,6 +154,10 @@ static void kcu_release(struct kern_stage *st)
     if (c->cx.lt)
         (void)cublasLtDestroy(c->cx.lt);
     (void)cudaFree(c->cx.lt_workspace);
+    if (c->ready)
+        (void)cudaEventDestroy(c->ready);
+    if (c->copy_stream)
+        (void)cudaStreamDestroy(c->copy_stream);
     if (c->cx.stream)
         (void)cudaStreamDestroy(c->cx.stream);
     free(c);
@@ -188,6 +194,8 @@ static int kcu_init(struct kern_stage *st, const float *params, struct kern_err 
     KCU_TRY(cudaStreamCreateWithFlags(&c->cx.stream, cudaStreamNonBlocking));
     for (int i = 0; i < KCU_COPY_CHUNKS; i++)
         KCU_TRY(cudaEventCreateWithFlags(&c->copied[i], cudaEventDisableTiming));
+    KCU_TRY(cudaStreamCreateWithFlags(&c->copy_stream, cudaStreamNonBlocking));
+    KCU_TRY(cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming));
     KCU_TRY_BLAS(cublasCreate(&c->cx.blas));
     KCU_TRY_BLAS(cublasSetStream(c->cx.blas, c->cx.stream));
     KCU_TRY_BLAS(cublasSetMathMode(c->cx.blas, CUBLAS_DEFAULT_MATH));
@@ -264,20 +272,28 @@ cudaError_t kcu_upload(struct kcu_stage *c, void *dev, const void *host, size_t 
     return cudaSuccess;
 }
 
-/* dev -> h_act -> host, after all the stream's work so far; each piece is
- * copied out as soon as it lands. Returns when host holds it all. */
-cudaError_t kcu_download(struct kcu_stage *c, void *host, const void *dev, size_t bytes)
+/* dev -> h_act on `stream`, piece by piece, each piece's landing recorded
+ * in copied[]; kcu_download_finish takes them to the host. */
+static cudaError_t kcu_download_start(struct kcu_stage *c, cudaStream_t stream, const void *dev, size_t bytes)
 {
     size_t piece = copy_piece(bytes), off;
     int k;
     cudaError_t e = cudaSuccess;
     for (off = 0, k = 0; off < bytes && e == cudaSuccess; off += piece, k++) {
         size_t len = bytes - off < piece ? bytes - off : piece;
-        e = cudaMemcpyAsync((char *)c->h_act + off, (const char *)dev + off, len,
-                            cudaMemcpyDeviceToHost, c->cx.stream);
+        e = cudaMemcpyAsync((char *)c->h_act + off, (const char *)dev + off, len, cudaMemcpyDeviceToHost, stream);
         if (e == cudaSuccess)
-            e = cudaEventRecord(c->copied[k], c->cx.stream);
+            e = cudaEventRecord(c->copied[k], stream);
     }
+    return e;
+}
+
+/* h_act -> host, each piece as soon as it lands. */
+static cudaError_t kcu_download_finish(struct kcu_stage *c, void *host, size_t bytes)
+{
+    size_t piece = copy_piece(bytes), off;
+    int k;
+    cudaError_t e = cudaSuccess;
     for (off = 0, k = 0; off < bytes && e == cudaSuccess; off += piece, k++) {
         size_t len = bytes - off < piece ? bytes - off : piece;
         e = cudaEventSynchronize(c->copied[k]);
@@ -285,6 +301,14 @@ cudaError_t kcu_download(struct kcu_stage *c, void *host, const void *dev, size_
             host_copy((char *)host + off, (const char *)c->h_act + off, len);
     }
     return e;
+}
+
+/* dev -> h_act -> host, after all the stream's work so far. Returns when
+ * host holds it all. */
+cudaError_t kcu_download(struct kcu_stage *c, void *host, const void *dev, size_t bytes)
+{
+    cudaError_t e = kcu_download_start(c, c->cx.stream, dev, bytes);
+    return e == cudaSuccess ? kcu_download_finish(c, host, bytes) : e;
 }
 
 int kcu_hidden_in(struct kern_stage *st, float *dev, const void *host, struct kern_err *err)
@@ -303,20 +327,40 @@ out:
     return rc;
 }
 
-int kcu_hidden_out(struct kern_stage *st, void *host, const float *dev, struct kern_err *err)
+int kcu_hidden_out_start(struct kern_stage *st, const float *dev, struct kern_err *err)
 {
     int rc = -1;
     struct kcu_stage *c = (struct kcu_stage *)st->impl;
     int N = st->spec.micro_batch * st->spec.seq_len, C = st->model.d_model;
-    if (st->spec.link == CODEC_F32) {
-        KCU_TRY(kcu_download(c, host, dev, (size_t)N * C * sizeof(float)));
-    } else {
+    const void *src = dev;
+    if (st->spec.link != CODEC_F32) {
         KCU_TRY_OK(kcu_link_encode(&c->cx, st->spec.link, c->wire, dev, N, C, err));
-        KCU_TRY(kcu_download(c, host, c->wire, kern_stage_link_bytes(st)));
+        src = c->wire;
     }
+    KCU_TRY(cudaEventRecord(c->ready, c->cx.stream));
+    KCU_TRY(cudaStreamWaitEvent(c->copy_stream, c->ready, 0));
+    KCU_TRY(kcu_download_start(c, c->copy_stream, src, kern_stage_link_bytes(st)));
     rc = 0;
 out:
     return rc;
+}
+
+int kcu_hidden_out_finish(struct kern_stage *st, void *host, struct kern_err *err)
+{
+    int rc = -1;
+    struct kcu_stage *c = (struct kcu_stage *)st->impl;
+    KCU_TRY(kcu_download_finish(c, host, kern_stage_link_bytes(st)));
+    KCU_TRY(cudaStreamSynchronize(c->cx.stream));
+    rc = 0;
+out:
+    return rc;
+}
+
+int kcu_hidden_out(struct kern_stage *st, void *host, const float *dev, struct kern_err *err)
+{
+    if (kcu_hidden_out_start(st, dev, err) != 0)
+        return -1;
+    return kcu_hidden_out_finish(st, host, err);
 }
 
 int kcu_tokens_in(struct kcu_stage *c, int32_t *dev, const void *host, int n, struct kern_err *err)
@@ -434,8 +478,8 @@ static int gpt2_forward(struct kern_stage *st, struct kcu_slot *s, const void *i
     KCU_TRY_OK(kcu_head_forward(st, s, targets, output, err));
     rc = 0;
 out:
-    if (rc != 0) /* copies queued from the staging buffers must finish before their reuse */
-        (void)cudaStreamSynchronize(cx->stream);
+    if (rc != 0)
+        kcu_settle(c);
     return rc;
 }
 
@@ -487,25 +531,37 @@ static int gpt2_backward(struct kern_stage *st, struct kcu_slot *s, const void *
                                        a->atty, pb + toff(st, l, KT_ATTPROJW), N, C, C, C, err));
         KCU_TRY_OK(kcu_attention_backward(cx, c->dqkv, c->dqkv_bf, c->datty, a->atty, a->qkvr, a->lse,
                                           c->delta, c->dy, c->dqkvr, B, T, C, NH, NH, NULL, NULL, err));
-        KCU_TRY_OK(kcu_matmul_backward(cx, c->dln, g + toff(st, l, KT_QKVW),
-                                       g + toff(st, l, KT_QKVB), c->dqkv, c->dqkv_bf, a->ln1,
+        /* on the stage's first block (but the model's), d res_in is the
+         * stage's grad_input: it goes to the host while the qkv weight
+         * gradients are computed */
+        int overlap = l == 0 && !st->spec.first;
+        KCU_TRY_OK(kcu_matmul_backward(cx, c->dln, overlap ? NULL : g + toff(st, l, KT_QKVW),
+                                       overlap ? NULL : g + toff(st, l, KT_QKVB), c->dqkv, c->dqkv_bf, a->ln1,
                                        pb + toff(st, l, KT_QKVW), N, C, 3 * C, 3 * C, err));
         KCU_TRY_OK(kcu_layernorm_backward(cx, c->dres, g + toff(st, l, KT_LN1W),
                                           g + toff(st, l, KT_LN1B), c->dln, res_in,
                                           p + toff(st, l, KT_LN1W), a->ln1_mean, a->ln1_rstd,
                                           N, C, err));
+        if (overlap) {
+            KCU_TRY_OK(kcu_hidden_out_start(st, c->dres, err));
+            KCU_TRY_OK(kcu_matmul_backward(cx, NULL, g + toff(st, l, KT_QKVW), g + toff(st, l, KT_QKVB), c->dqkv,
+                                           c->dqkv_bf, a->ln1, pb + toff(st, l, KT_QKVW), N, C, 3 * C, 3 * C,
+                                           err));
+        }
     }
     if (st->spec.first) {
         KCU_TRY_OK(kcu_encoder_backward(cx, g + st->off_wte, g + st->off_wpe, c->dres,
                                         s->tokens, B, T, C, err));
         KCU_TRY(cudaStreamSynchronize(cx->stream));
     } else {
-        KCU_TRY_OK(kcu_hidden_out(st, grad_input, c->dres, err));
+        if (nb == 0)
+            KCU_TRY_OK(kcu_hidden_out_start(st, c->dres, err));
+        KCU_TRY_OK(kcu_hidden_out_finish(st, grad_input, err));
     }
     rc = 0;
 out:
-    if (rc != 0) /* copies queued from the staging buffers must finish before their reuse */
-        (void)cudaStreamSynchronize(cx->stream);
+    if (rc != 0)
+        kcu_settle(c);
     return rc;
 }
 

@@ -82,6 +82,8 @@ struct kcu_stage {
     int32_t *h_targets;            /* (B,T) */
     double *h_norm_partial;        /* (KCU_NORM_BLOCKS) */
     cudaEvent_t copied[KCU_COPY_CHUNKS]; /* a download's pieces, landed in h_act */
+    cudaStream_t copy_stream;      /* a download that overlaps the stream's later work */
+    cudaEvent_t ready;             /* what copy_stream waits for before it copies */
 };
 
 /* Hands out consecutive 256-byte aligned pieces of one allocation; pass base
@@ -155,6 +157,20 @@ cudaError_t kcu_download(struct kcu_stage *c, void *host, const void *dev, size_
  * dev, returning when the host holds it (cuda_stage.cu). */
 int kcu_hidden_in(struct kern_stage *st, float *dev, const void *host, struct kern_err *err);
 int kcu_hidden_out(struct kern_stage *st, void *host, const float *dev, struct kern_err *err);
+/* kcu_hidden_out in two halves: start packs dev after the stream's work so
+ * far and copies it out on copy_stream, so the stream's later work (the
+ * first block's weight gradients) runs beside the copy; finish returns
+ * when the host holds it and the stream's work is done. */
+int kcu_hidden_out_start(struct kern_stage *st, const float *dev, struct kern_err *err);
+int kcu_hidden_out_finish(struct kern_stage *st, void *host, struct kern_err *err);
+
+/* After a failure: copies queued from the staging buffers, on either
+ * stream, finish before the buffers are used again. */
+static inline void kcu_settle(struct kcu_stage *c)
+{
+    (void)cudaStreamSynchronize(c->cx.stream);
+    (void)cudaStreamSynchronize(c->copy_stream);
+}
 
 /* What every family shares (cuda_stage.cu): the token ids (n) into dev,
  * queued; the head on s->lnf (the final norm's bf16 output): the logits

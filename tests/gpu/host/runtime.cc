@@ -391,6 +391,16 @@ extern "C" cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
     return hcu_set_last(sticky);
 }
 
+extern "C" cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags)
+{
+    std::lock_guard<std::mutex> g(lock);
+    if (!event || !events.count(event) || (stream && !streams.count(stream)))
+        return hcu_set_last(cudaErrorInvalidResourceHandle);
+    if (flags != 0)
+        return hcu_set_last(cudaErrorInvalidValue);
+    return hcu_set_last(sticky);
+}
+
 extern "C" cudaError_t cudaEventSynchronize(cudaEvent_t event)
 {
     std::lock_guard<std::mutex> g(lock);
