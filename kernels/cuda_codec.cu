@@ -83,25 +83,35 @@ __global__ static void q8_decode_kernel(float *x, const float *scales, const int
         x[i] = (float)q[i] * scales[i / (size_t)cols];
 }
 
-int kcu_link_encode(const struct kcu_ctx *cx, enum codec_id id, void *wire, const float *x, int rows, int cols,
+/* One format, one way: x (rows, cols) packed into wire (pack) or wire
+ * unpacked into x. */
+static int link_run(const struct kcu_ctx *cx, enum codec_id id, int pack, float *x, void *wire, int rows, int cols,
                     struct kern_err *err)
 {
     int rc = -1;
     size_t n = (size_t)rows * cols;
+    float *scales = (float *)wire;                 /* int8: every row's scale first, */
+    int8_t *q = (int8_t *)wire + 4 * (size_t)rows; /* then the values row by row */
     if (n == 0) {
         rc = 0;
         goto out;
     }
     if (id == CODEC_F32) {
-        KCU_TRY(cudaMemcpyAsync(wire, x, n * sizeof(float), cudaMemcpyDeviceToDevice, cx->stream));
-    } else if (id == CODEC_BF16) {
+        KCU_TRY(cudaMemcpyAsync(pack ? wire : (void *)x, pack ? (const void *)x : wire, n * sizeof(float),
+                                cudaMemcpyDeviceToDevice, cx->stream));
+    } else if (id == CODEC_BF16 && pack) {
         KCU_LAUNCH(bf16_encode_kernel, kcu_blocks(n, KCU_THREADS), KCU_THREADS, cx->stream)((uint16_t *)wire, x, n);
         KCU_TRY_LAUNCH("bf16_encode_kernel");
-    } else if (id == CODEC_INT8) {
-        /* every row's scale first, then the values row by row */
-        KCU_LAUNCH(q8_encode_kernel, rows, kcu_row_threads((size_t)cols, KCU_ROW_THREADS), cx->stream)(
-            (float *)wire, (int8_t *)wire + 4 * (size_t)rows, x, cols);
+    } else if (id == CODEC_BF16) {
+        KCU_LAUNCH(bf16_decode_kernel, kcu_blocks(n, KCU_THREADS), KCU_THREADS, cx->stream)(x, (uint16_t *)wire, n);
+        KCU_TRY_LAUNCH("bf16_decode_kernel");
+    } else if (id == CODEC_INT8 && pack) {
+        KCU_LAUNCH(q8_encode_kernel, rows, kcu_row_threads((size_t)cols, KCU_ROW_THREADS), cx->stream)(scales, q, x,
+                                                                                                   cols);
         KCU_TRY_LAUNCH("q8_encode_kernel");
+    } else if (id == CODEC_INT8) {
+        KCU_LAUNCH(q8_decode_kernel, kcu_blocks(n, KCU_THREADS), KCU_THREADS, cx->stream)(x, scales, q, cols, n);
+        KCU_TRY_LAUNCH("q8_decode_kernel");
     } else {
         kern_fail(err, "the CUDA backend has no link format %d", (int)id);
         goto out;
@@ -111,30 +121,14 @@ out:
     return rc;
 }
 
+int kcu_link_encode(const struct kcu_ctx *cx, enum codec_id id, void *wire, const float *x, int rows, int cols,
+                    struct kern_err *err)
+{
+    return link_run(cx, id, 1, (float *)x, wire, rows, cols, err);
+}
+
 int kcu_link_decode(const struct kcu_ctx *cx, enum codec_id id, float *x, const void *wire, int rows, int cols,
                     struct kern_err *err)
 {
-    int rc = -1;
-    size_t n = (size_t)rows * cols;
-    if (n == 0) {
-        rc = 0;
-        goto out;
-    }
-    if (id == CODEC_F32) {
-        KCU_TRY(cudaMemcpyAsync(x, wire, n * sizeof(float), cudaMemcpyDeviceToDevice, cx->stream));
-    } else if (id == CODEC_BF16) {
-        KCU_LAUNCH(bf16_decode_kernel, kcu_blocks(n, KCU_THREADS), KCU_THREADS, cx->stream)(
-            x, (const uint16_t *)wire, n);
-        KCU_TRY_LAUNCH("bf16_decode_kernel");
-    } else if (id == CODEC_INT8) {
-        KCU_LAUNCH(q8_decode_kernel, kcu_blocks(n, KCU_THREADS), KCU_THREADS, cx->stream)(
-            x, (const float *)wire, (const int8_t *)wire + 4 * (size_t)rows, cols, n);
-        KCU_TRY_LAUNCH("q8_decode_kernel");
-    } else {
-        kern_fail(err, "the CUDA backend has no link format %d", (int)id);
-        goto out;
-    }
-    rc = 0;
-out:
-    return rc;
+    return link_run(cx, id, 0, x, (void *)wire, rows, cols, err);
 }

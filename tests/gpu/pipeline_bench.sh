@@ -22,13 +22,11 @@ DEVICE=${DEVICE:-cuda}
 LINKS=${LINKS:-f32 bf16 int8}
 VOCAB=${VOCAB:-256} CONTEXT=${CONTEXT:-1024} D_MODEL=${D_MODEL:-768} HEADS=${HEADS:-12} LAYERS=${LAYERS:-12}
 MB=${MICRO_BATCHES:-4} BS=${MICRO_BATCH_SIZE:-4}
-here=$(cd "$(dirname "$0")" && pwd)
-. "$here/../integration/lib.sh" >/dev/null
-. "$here/../integration/agents.sh"
+. "$(dirname "$0")/../integration/lib.sh" >/dev/null
+. "$(dirname "$0")/../integration/agents.sh"
 
 start_server_s >/dev/null || exit 1
-start_agent g0 s --device "$DEVICE"
-start_agent g1 s --device "$DEVICE"
+for name in g0 g1; do start_agent "$name" s --device "$DEVICE"; done
 links_up() { [ "$(sql s "SELECT count(*) FROM links_latest")" = 2 ]; }
 wait_for 120 links_up || { echo "agents did not measure their links" >&2; exit 1; }
 node_id() { sql s "SELECT id FROM nodes WHERE name = '$1'"; }
