@@ -71,8 +71,13 @@ int kcu_gemm_epilogue(const struct kcu_ctx *cx, enum kcu_epilogue epi, int trans
         goto out;
     }
     KCU_TRY_BLAS(s);
-    KCU_TRY_BLAS(cublasLtMatmul(cx->lt, desc, &alpha, B, la, A, lb, &beta, D, ld, D, ld, &h.algo,
-                                cx->lt_workspace, cx->lt_workspace_bytes, cx->stream));
+    s = cublasLtMatmul(cx->lt, desc, &alpha, B, la, A, lb, &beta, D, ld, D, ld, &h.algo, cx->lt_workspace,
+                       cx->lt_workspace_bytes, cx->stream);
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED) { /* refused before it ran: nothing was written */
+        rc = 1;
+        goto out;
+    }
+    KCU_TRY_BLAS(s);
     rc = 0;
 out:
     if (pref)
