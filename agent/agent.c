@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../common/dirlock.h"
 #include "../common/log.h"
 #include "assign.h"
 #include "control.h"
@@ -49,6 +50,7 @@ struct agent {
     atomic_llong step;
     atomic_int beat_now;            /* raised when a tasklet ends: heartbeat at once */
     struct live_held held;          /* the stage an unfinished tasklet left (live.h) */
+    int dir_lock;                   /* the data directory's lock (common/dirlock.h); -1: none */
 };
 
 /* (job, epoch) of an "assignment" value; job 0 for null. */
@@ -468,6 +470,7 @@ int agent_run(const struct agent_config *cfg, atomic_int *stop, struct shoal_err
         return err_set(err, 500, "internal", NULL, "out of memory");
     ag->cfg = cfg;
     ag->stop = stop;
+    ag->dir_lock = -1;
     ag->ctl.stop = stop;
     snprintf(ag->ctl.url, sizeof ag->ctl.url, "%s", cfg->server_url);
     snprintf(ag->ctl.ca_file, sizeof ag->ctl.ca_file, "%s", cfg->ca_file);
@@ -482,6 +485,9 @@ int agent_run(const struct agent_config *cfg, atomic_int *stop, struct shoal_err
         err_set(err, 2, "invalid_config", "--data-dir", "cannot create %s: %s", cfg->data_dir, strerror(errno));
         goto out;
     }
+    /* two agents on one directory would be one node with two addresses */
+    if ((ag->dir_lock = dirlock_take(cfg->data_dir, "agent.lock", "shoal-agent", "--data-dir", err)) < 0)
+        goto out;
     if (kern_device_parse(cfg->device, &ag->dev, &ke) != 0) {
         err_set(err, 2, "invalid_config", "--device", "%s", ke.msg);
         goto out;
@@ -516,6 +522,8 @@ out:
     live_destroy(&ag->held);
     pthread_mutex_destroy(&ag->mu);
     pthread_cond_destroy(&ag->changed);
+    if (ag->dir_lock >= 0)
+        close(ag->dir_lock);
     free(ag);
     return rc;
 }

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../common/dirlock.h"
 #include "../common/log.h"
 #include "auth.h"
 #include "http.h"
@@ -81,7 +82,7 @@ int main(int argc, char **argv)
     struct MHD_Daemon *httpd = NULL;
     struct recovery *recovery = NULL;
     char conninfo[PATH_MAX + 128];
-    int rc = 1;
+    int rc = 1, dir_lock = -1;
     sigset_t stop_signals;
 
     memset(&srv, 0, sizeof srv);
@@ -105,8 +106,11 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if (make_dirs(srv.cfg.data_dir, &err) != 0 || make_dirs(srv.cfg.checkpoint_dir, &err) != 0 ||
-        auth_load_tokens(&srv, &err) != 0 ||
+    /* one server per data directory: a second would take over the first's
+     * embedded database and tokens */
+    if (make_dirs(srv.cfg.data_dir, &err) != 0 ||
+        (dir_lock = dirlock_take(srv.cfg.data_dir, "server.lock", "shoal-server", "--data-dir", &err)) < 0 ||
+        make_dirs(srv.cfg.checkpoint_dir, &err) != 0 || auth_load_tokens(&srv, &err) != 0 ||
         tls_load(srv.cfg.tls_cert, srv.cfg.tls_key, &srv.tls, &err) != 0)
         goto fail;
     srv.metrics = metrics_new(routes_count);
@@ -165,5 +169,7 @@ out:
     db_pool_close(srv.db);
     pgembed_stop(&pg);
     metrics_free(srv.metrics);
+    if (dir_lock >= 0)
+        close(dir_lock);
     return rc;
 }

@@ -25,6 +25,12 @@ nodes_up() { [ "$(sql s "SELECT count(*) FROM nodes WHERE tflops > 0")" = 4 ]; }
 if wait_for 60 nodes_up; then ok "four agents register with a measured throughput"
 else fail "four agents register with a measured throughput" "$(tail -n 5 "$WORK"/agent-a0.log)"; exit 1; fi
 
+# a second agent on a0's data directory would be a0's node with another address
+timeout 30 "$SHOAL_AGENT" --server "$URL_s" --data-dir "$WORK/agent-a0" --listen 127.0.0.1:0 >/dev/null 2>"$WORK/dup.err"
+check "a second agent on a running agent's --data-dir exits 1" "$?" 1
+check "and names the running one's pid" \
+    "$(grep -c "another shoal-agent (pid $(cat "$WORK/agent-a0.pid")) is using the data directory" "$WORK/dup.err")" 1
+
 links_up() { [ "$(sql s "SELECT count(*) FROM links_latest WHERE latency_ms > 0 AND bandwidth_gbps > 0")" = 12 ]; }
 if wait_for 120 links_up; then ok "the agents measure all twelve directed links"
 else fail "the agents measure all twelve directed links" "$(sql s "SELECT count(*) FROM links_latest")"; fi

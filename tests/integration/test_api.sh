@@ -213,6 +213,13 @@ req POST "$S/v1/agent/heartbeat" "$T1" '{"state":"idle"}'; expect "node tokens s
 check "no migration runs twice" "$(sql a "SELECT count(*) || ' ' || max(applied_at) FROM schema_migrations")" "$applied"
 check "the second start applied nothing" "$(grep -c 'migrations current applied_now=0' "$WORK/a.log")" 1
 
+# ---- a second server on the same data directory is refused, the first goes on
+timeout 30 "$SHOAL_SERVER" --data-dir "$WORK/a" --port 0 >/dev/null 2>"$WORK/err"; rc=$?
+check "a second server on a running server's --data-dir exits 1" "$rc" 1
+check "and names the running one's pid" \
+    "$(grep -m 1 -c "another shoal-server (pid $(cat "$WORK/a.pid")) is using the data directory" "$WORK/err")" 1
+req GET "$S/readyz";                   expect "the running server keeps its database" 200 .status ready
+
 # ---- two servers on one database
 export SHOAL_ADMIN_TOKEN="$ADMIN" SHOAL_JOIN_TOKEN="$JOIN"
 start_server b --database-url "host=$WORK/a/pg-socket dbname=shoal user=shoal" || exit 1
