@@ -175,6 +175,15 @@ out:
     return id;
 }
 
+/* What a route wants, and where an operator finds it. */
+static const char *const token_wanted[] = {
+    [AUTH_OPEN] = "no token",
+    [AUTH_ADMIN] = "the admin token (the server's <data-dir>/admin.token, or --admin-token)",
+    [AUTH_JOIN] = "the join token (the server's <data-dir>/join.token, or --join-token)",
+    [AUTH_NODE] = "a node's token (the one shoal-agent got when it registered, kept in its <data-dir>/node.json)",
+    [AUTH_ADMIN_OR_NODE] = "the admin token or a node's token",
+};
+
 int auth_check(struct server *srv, const char *authorization, enum auth_kind need,
                int64_t *node_id, struct shoal_err *err)
 {
@@ -205,8 +214,11 @@ int auth_check(struct server *srv, const char *authorization, enum auth_kind nee
         return 0;
     }
     if (is_admin || is_join || id > 0)
-        return err_set(err, 403, "forbidden", NULL, "this token may not use this endpoint");
-    return err_set(err, 401, "unauthorized", NULL, "unknown token");
+        return err_set(err, 403, "forbidden", NULL, "this endpoint takes %s; this is %s", token_wanted[need],
+                       is_admin ? "the admin token" : is_join ? "the join token" : "a node's token");
+    return err_set(err, 401, "unauthorized", NULL,
+                   "unknown token: not the admin token, the join token or a registered node's; this endpoint "
+                   "takes %s", token_wanted[need]);
 }
 
 /* ---- failed-token limiter */

@@ -73,10 +73,17 @@ check "bad registrations change nothing" "$(sql a "SELECT count(*) FROM nodes")"
 req GET "$S/v1/nodes";                 expect "no token is 401" 401 .error.code unauthorized
 check "401 carries WWW-Authenticate" "$(grep -ci '^WWW-Authenticate: Bearer' "$WORK/headers")" 1
 req GET "$S/v1/nodes" "wrong-token";   expect "unknown token is 401" 401 .error.code unauthorized
+check "and says what the endpoint takes" \
+    "$(printf '%s' "$BODY" | jq -r '.error.message | test("^unknown token: .* takes the admin token")')" true
 req GET "$S/v1/nodes" "$JOIN";         expect "join token on an admin route is 403" 403 .error.code forbidden
 req GET "$S/v1/nodes" "$T1";           expect "node token on an admin route is 403" 403 .error.code forbidden
 req POST "$S/v1/agent/register" "$ADMIN" "$NODE"; expect "admin token cannot register" 403 .error.code forbidden
 req POST "$S/v1/agent/heartbeat" "$ADMIN" '{"state":"idle"}'; expect "admin token is no node token" 403 .error.code forbidden
+check "and the answer says which token it takes and which it got" \
+    "$(printf '%s' "$BODY" | jq -r '.error.message | test("takes a node.s token .*node.json.*; this is the admin token")')" true
+req GET "$S/v1/nodes" "$JOIN"
+check "an admin route given the join token names the admin token's file" \
+    "$(printf '%s' "$BODY" | jq -r '.error.message | test("takes the admin token .*admin.token.*; this is the join token")')" true
 req POST "$S/v1/agent/heartbeat" "${T1}x" '{"state":"idle"}';   expect "mangled node token is 401" 401 .error.code unauthorized
 req GET "$S/v1/nodes" "" "" -H "Authorization: Basic $ADMIN"; expect "non-bearer scheme is 401" 401
 
