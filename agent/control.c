@@ -17,6 +17,7 @@
 
 #define BACKOFF_FIRST_S 0.25
 #define BACKOFF_MAX_S 15.0
+#define WARN_EVERY_S 30.0  /* a failing call's warning, at least this often */
 
 double ctl_now(void)
 {
@@ -195,9 +196,13 @@ static int perform(const struct ctl *c, struct call *k, long timeout_s, long *st
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
     CURLcode cc = curl_easy_perform(h);
     if (cc != CURLE_OK) {
+        int tls = cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE;
+        int absent = cc == CURLE_COULDNT_CONNECT || cc == CURLE_COULDNT_RESOLVE_HOST || cc == CURLE_OPERATION_TIMEDOUT;
         err_set(err, 503, "server_unreachable", NULL, "cannot reach the server at %s: %s%s", c->url,
-                curl_easy_strerror(cc), cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE
-                ? " (give the CA that signed the server's certificate with --ca-file)" : "");
+                curl_easy_strerror(cc),
+                tls ? " (give the CA that signed the server's certificate with --ca-file)"
+                : absent ? " (is shoal-server running there? it listens on 127.0.0.1 only unless started with "
+                           "--listen 0.0.0.0; check --server)" : "");
         goto out;
     }
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
@@ -243,7 +248,7 @@ static double backoff_s(int attempt)
 static int perform_retry(const struct ctl *c, struct call *k, long timeout_s, double deadline_s,
                          json_t **out, struct shoal_err *err)
 {
-    double until = ctl_now() + deadline_s;
+    double until = ctl_now() + deadline_s, warned = 0;
     for (int attempt = 0;; attempt++) {
         long status;
         json_t *j = NULL;
@@ -269,14 +274,17 @@ static int perform_retry(const struct ctl *c, struct call *k, long timeout_s, do
             wait = (double)k->retry_after_s;
         if ((c->stop && atomic_load(c->stop)) || (deadline_s > 0 && ctl_now() + wait > until))
             return -1;
-        /* An operator sees the first failure and then every tenth: a wrong
-         * URL or CA shows at once, an outage does not flood the log. */
-        if (attempt % 10 == 0)
+        /* An operator sees the first three failures, then one at least
+         * every WARN_EVERY_S: a wrong URL or CA shows at once and keeps
+         * showing, an outage does not flood the log. */
+        if (attempt < 3 || ctl_now() - warned >= WARN_EVERY_S) {
+            warned = ctl_now();
             log_warn("control %s %s failed (attempt %d), retrying in %.1f s: %s", k->method, k->path,
                      attempt + 1, wait, err->message);
-        else
+        } else {
             log_debug("control retry path=%s attempt=%d wait_s=%.2f reason=\"%s\"", k->path, attempt + 1,
                       wait, err->message);
+        }
         ctl_sleep(c, wait);
     }
 }

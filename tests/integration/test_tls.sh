@@ -74,6 +74,18 @@ expect "a wrong token over TLS is still 401" 401 .error.code unauthorized
 curl -s -o /dev/null --cacert "$T/ca.pem" "$S/readyz" && ok "the server keeps serving after the failed handshakes" ||
     fail "the server keeps serving after the failed handshakes"
 
+# ---- an agent given a wrong --server says so at once and keeps saying so,
+# naming the address and what the server listens on
+mkdir -p "$WORK/agent-wrongurl"
+"$SHOAL_AGENT" --server http://127.0.0.1:9 --join-token-file "$WORK/s/join.token" --listen 127.0.0.1:0 \
+    --data-dir "$WORK/agent-wrongurl" --measure-ms 50 > "$WORK/agent-wrongurl.log" 2>&1 &
+wrong_pid=$!
+wrong_said() { [ "$(grep -c 'cannot reach the server at http://127.0.0.1:9: .*--listen 0.0.0.0' "$WORK/agent-wrongurl.log")" -ge 3 ]; }
+if wait_for 20 wrong_said; then ok "an agent with a wrong --server warns at once and again, naming it and --listen"
+else fail "an agent with a wrong --server warns at once and again, naming it and --listen" \
+    "$(grep -c 'cannot reach' "$WORK/agent-wrongurl.log") warnings; $(tail -n 2 "$WORK/agent-wrongurl.log")"; fi
+kill -TERM "$wrong_pid"; wait "$wrong_pid" 2>/dev/null
+
 # ---- agents: without the CA they are refused and say why; with it they work
 start_agent nocert s
 nocert_said() { grep -q -- "--ca-file" "$WORK/agent-nocert.log"; }
