@@ -383,6 +383,7 @@ static const struct jv_field fill_fields[] = {
 static const struct jv_field plan_fields[] = {
     { "cost_model", JV_STR, 0, 0, 1, 7, Q(cost_model), QS(cost_model), cost_models, NULL },
     { "dry_run", JV_BOOL, 0, 0, 0, 0, Q(dry_run), 0, NULL, NULL },
+    { "replan", JV_BOOL, 0, 0, 0, 0, Q(replan), 0, NULL, NULL },
     { "fill_missing_links", JV_OBJ, 0, 1, 0, 0, 0, 0, NULL, fill_fields },
     { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
 };
@@ -392,6 +393,7 @@ static const struct jv_field schedule_fields[] = {
     { "budget_ms", JV_INT, 0, 0, 10, 120000, Q(budget_ms), 0, NULL, NULL },
     { "candidates", JV_INT, 0, 0, 0, 1e9, Q(candidates), 0, NULL, NULL },
     { "dry_run", JV_BOOL, 0, 0, 0, 0, Q(dry_run), 0, NULL, NULL },
+    { "replan", JV_BOOL, 0, 0, 0, 0, Q(replan), 0, NULL, NULL },
     { "fill_missing_links", JV_OBJ, 0, 1, 0, 0, 0, 0, NULL, fill_fields },
     { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
 };

@@ -23,6 +23,7 @@ struct plan_work {
     struct plan_request req;
     int64_t job_id;
     int64_t resume_step;      /* the job's checkpoint to start from; -1: the spec's start */
+    int64_t latest_step;      /* the highest step its tasklets reported; -1: none */
     int available;            /* live nodes offered to the scheduler */
     int64_t total_steps;
     struct plan_repair *repair;   /* a live resume on offer, or NULL */
@@ -132,6 +133,14 @@ enum sched_cost planner_cost(const struct plan_work *w)
     return w->problem.cost;
 }
 
+/* Steps a new epoch trains again: from where it resumes to the latest step
+ * reported. */
+static int64_t planner_retrained(const struct plan_work *w)
+{
+    int64_t from = w->resume_step > 0 ? w->resume_step : 0, n = w->latest_step + 1 - from;
+    return n > 0 ? n : 0;
+}
+
 /* Checks the job's state; sets w->resume_step: a job that has run goes on
  * from its newest whole checkpoint; one that has none (or never ran)
  * starts from its initial weights where it has them (step 0; some but
@@ -148,13 +157,21 @@ static int planner_job(struct server *srv, struct plan_work *w, json_t *job, str
                        "jobs are scheduled", (long long)w->job_id, state);
     w->resume_step = -1;
     w->total_steps = json_integer_value(json_object_get(job, "total_steps"));
-    if (json_is_true(json_object_get(job, "started"))) {
-        if (checkpoints_latest_valid(srv, w->job_id, w->total_steps, &w->resume_step, e) != 0)
-            return -1;
-        if (w->resume_step >= 0)
-            return 0;
-    }
-    return checkpoints_initial(srv, w->job_id, &w->resume_step, e);
+    json_t *latest = json_object_get(job, "latest_step");
+    w->latest_step = json_is_integer(latest) ? json_integer_value(latest) : -1;
+    if (json_is_true(json_object_get(job, "started")) &&
+        checkpoints_latest_valid(srv, w->job_id, w->total_steps, &w->resume_step, e) != 0)
+        return -1;
+    if (w->resume_step < 0 && checkpoints_initial(srv, w->job_id, &w->resume_step, e) != 0)
+        return -1;
+    /* A running job is re-planned only when the operator says so: it
+     * trains again what it trained since the checkpoint it resumes from. */
+    if (strcmp(state, "running") == 0 && !w->req.replan && !w->req.dry_run && !w->req.only_if_recovering)
+        return err_set(e, 409, "replan_required", "replan", "job %lld is running (its tasklets reported step "
+                       "%lld); a new plan restarts it from step %lld and trains %lld steps again; send "
+                       "\"replan\": true to do that", (long long)w->job_id, (long long)w->latest_step,
+                       (long long)(w->resume_step > 0 ? w->resume_step : 0), (long long)planner_retrained(w));
+    return 0;
 }
 
 /* The replicas a job of `spec` can train with on `available` nodes: its
@@ -254,7 +271,9 @@ int planner_prepare(struct server *srv, int64_t job_id, const struct plan_reques
     db_param_f64(p_timeout, (double)srv->cfg.heartbeat_timeout);
     const char *params[] = { p_id, p_timeout };
     job = db_query_json(srv->db, "SELECT json_build_object('state', state, 'spec', spec, 'total_steps', total_steps,"
-                        " 'started', started_at IS NOT NULL) FROM jobs WHERE id = $1", 1, params, what, e);
+                        " 'started', started_at IS NOT NULL, 'latest_step',"
+                        " (SELECT max(step) FROM job_steps WHERE job_id = jobs.id)) FROM jobs WHERE id = $1",
+                        1, params, what, e);
     if (!job || planner_job(srv, w, job, e) != 0 || jobspec_parse(json_object_get(job, "spec"), &spec, e) != 0)
         goto out;
     live = db_query_json(srv->db, LIVE_NODES_SQL, 2, params, "nodes", e);
@@ -471,6 +490,7 @@ static json_t *planner_finish(struct server *srv, struct plan_work *w, const str
     json_object_set_new(detail, "replicas", json_integer(plan->replicas));
     json_object_set_new(detail, "micro_batches", json_integer(w->problem.model.micro_batches));
     json_object_set_new(detail, "resume_step", w->resume_step >= 0 ? json_integer(w->resume_step) : json_null());
+    json_object_set_new(detail, "steps_retrained", json_integer(planner_retrained(w)));
     if (!w->req.dry_run && (epoch = planner_store(srv, w, plan, detail, e)) < 0)
         goto fail;
     json_object_set_new(detail, "job_id", json_integer(w->job_id));
@@ -546,8 +566,10 @@ json_t *planner_force(struct server *srv, struct plan_work *w, const struct plan
     if ((f->layer_start ? sched_predict(&w->problem, &plan, e) : sched_evaluate(&w->problem, &plan, e)) != 0)
         goto out;
     if (!plan.cost.feasible) {
-        err_set(e, 422, "infeasible", "stages", "the plan does not fit: some node lacks the memory for its "
-                "stage's layers (the shoal model's memory check; see predictions)");
+        char why[256];
+        sched_memory_report(&w->problem, &plan, why, sizeof why);
+        err_set(e, 422, "infeasible", "stages", "the plan does not fit the nodes' memory: %s (the shoal "
+                "model's memory check)", why);
         goto out;
     }
     detail = planner_finish(srv, w, &plan, json_pack("{s:b}", "forced", 1), e);

@@ -33,6 +33,7 @@ struct plan_request {
     int only_if_recovering;       /* store only while the job is still recovering (the recovery thread) */
     int fewer_replicas;           /* too few nodes: plan fewer replicas with more micro-batches each, the
                                      global batch kept (sync every_step), rather than none */
+    int replan;                   /* a running job may be re-planned (and retrain since its checkpoint) */
 };
 
 /* Everything one planning run needs; owned by its caller. */

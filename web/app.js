@@ -928,17 +928,18 @@ function schedulePanel(job, onScheduled) {
   const preview = el('button', { type: 'button', id: 'preview-plan' }, 'Preview (dry run)');
   const commit = el('button', { type: 'button', id: 'schedule-plan', class: 'primary' }, 'Schedule');
 
-  function request(dryRun) {
+  function request(dryRun, replan) {
     const body = { cost_model: f.cost.value, seed: Number(f.seed.value), budget_ms: Number(f.budget.value), dry_run: dryRun };
+    if (replan) body.replan = true;
     if (f.fill.checked) body.fill_missing_links = { latency_ms: Number(f.fillLat.value), bandwidth_gbps: Number(f.fillBw.value) };
     return body;
   }
 
-  async function run(dryRun) {
+  async function run(dryRun, replan) {
     preview.disabled = commit.disabled = true;
     fill(out, el('p', { class: 'muted' }, dryRun ? 'Searching for a plan…' : 'Scheduling…'));
     try {
-      const r = await api('POST', `/v1/jobs/${Number(job.id)}/schedule`, request(dryRun));
+      const r = await api('POST', `/v1/jobs/${Number(job.id)}/schedule`, request(dryRun, replan));
       await ensureNodes(r.stages.flatMap((s) => s.nodes));
       const cells = r.stages.flatMap((s) => s.nodes.map((node, rep) => ({ stage: s.stage, replica: rep, node_id: node,
         layer_start: s.layer_start, layer_end: s.layer_end })));
@@ -955,7 +956,14 @@ function schedulePanel(job, onScheduled) {
           dryRun ? 'preview-grid' : 'scheduled-grid')));
       if (!dryRun) onScheduled(r);
     } catch (e) {
-      actionError(out, e);
+      if (e.code === 'replan_required') {
+        // a running job: say what a re-plan costs, and re-plan only when asked again
+        const again = el('button', { type: 'button', id: 'replan-anyway', class: 'primary' }, 'Re-plan anyway');
+        again.addEventListener('click', () => run(false, true));
+        fill(out, el('div', { class: 'error', role: 'alert', id: 'replan-warning' }, e.message), again);
+      } else {
+        actionError(out, e);
+      }
     } finally {
       preview.disabled = commit.disabled = false;
     }

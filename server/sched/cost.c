@@ -1,6 +1,7 @@
 /* cost.c - the two cost models, for a candidate partition (cached, updated
  * per moved group) and for a complete plan.  Formulas: README.md here. */
 #include <float.h>
+#include <stdio.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -757,4 +758,38 @@ void cand_to_plan(const struct sched_ctx *cx, const struct cand *c, struct sched
 {
     cand_nodes(cx, c, plan->node);
     cost_plan(cx, plan, 0);
+}
+
+void sched_memory_report(const struct sched_problem *pb, const struct sched_plan *plan, char *out, size_t len)
+{
+    struct sched_ctx cx;
+    int P = pb->stages, D = pb->replicas, worst = -1, worst_node = -1;
+    double worst_over = 0, worst_state = 0, worst_act = 0, worst_mem = 0, worst_stash = 0;
+    out[0] = '\0';
+    if (pb->cost != SCHED_COST_SHOAL || plan->cost.feasible || ctx_init(&cx, pb) != 0)
+        return;
+    for (int s = 0; s < P; s++) {
+        int layers = plan->layer_end[s] - plan->layer_start[s], at = -1;
+        double mem = DBL_MAX;
+        for (int r = 0; r < D; r++)
+            if (pb->nodes[plan->node[s * D + r]].mem_bytes < mem) {
+                at = plan->node[s * D + r];
+                mem = pb->nodes[at].mem_bytes;
+            }
+        double stash = pb->model.schedule == SCHED_GPIPE ? (double)pb->model.micro_batches
+                       : (double)(pb->model.micro_batches < P - s ? pb->model.micro_batches : P - s);
+        double state = (layers * cx.layer_params + (s == 0 ? cx.first_params : 0) + (s == P - 1 ? cx.last_params : 0))
+                       * STATE_BYTES_PER_PARAM;
+        double act = layers * stash * cx.layer_act_bytes + (s == P - 1 ? cx.last_act_bytes : 0);
+        if (worst < 0 || state + act - mem > worst_over) {
+            worst = s, worst_node = at, worst_over = state + act - mem;
+            worst_state = state, worst_act = act, worst_mem = mem, worst_stash = stash;
+        }
+    }
+    ctx_free(&cx);
+    const double gib = 1024.0 * 1024.0 * 1024.0;
+    snprintf(out, len, "stage %d (layers %d-%d) needs %.2f GiB (%.2f of weights, gradients and AdamW state, %.2f of "
+             "activations for %.0f micro-batches in flight) and its smallest node (id %lld) has %.2f GiB", worst,
+             plan->layer_start[worst], plan->layer_end[worst] - 1, (worst_state + worst_act) / gib, worst_state / gib,
+             worst_act / gib, worst_stash, (long long)pb->nodes[worst_node].id, worst_mem / gib);
 }

@@ -147,6 +147,13 @@ int sched_evaluate(const struct sched_problem *pb, struct sched_plan *plan, stru
  * covering the model's layers. */
 int sched_predict(const struct sched_problem *pb, struct sched_plan *plan, struct shoal_err *err);
 
+/* Why a costed plan does not fit (cost.feasible 0), in bytes, for an error
+ * message: the stage whose need most exceeds its smallest node's memory,
+ * its layers, its weights-gradients-AdamW bytes and stashed activations
+ * (shoal's memory model), and that node. Writes "" for a plan that fits
+ * or a dtfm problem. */
+void sched_memory_report(const struct sched_problem *pb, const struct sched_plan *plan, char *out, size_t len);
+
 /* Baselines: `plan` gets node i at tasklet i in stage-major order
  * (sequential), or a uniformly random assignment; then sched_evaluate. */
 int sched_baseline_sequential(const struct sched_problem *pb, struct sched_plan *plan,

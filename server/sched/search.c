@@ -680,9 +680,10 @@ int sched_search(const struct sched_problem *pb, const struct sched_options *opt
     if (plan->cost.total_s < isl[winner].best.cost * (1 - 1e-12))
         plan->best_at_ms = now_ms() - t0;
     if (!plan->cost.feasible) {
-        err_set(err, 422, "infeasible", NULL,
-                "no plan fits: some stage's layers, optimizer state and stashed activations "
-                "exceed its nodes' memory; use more stages, smaller micro-batches or nodes with more memory");
+        char why[256];
+        sched_memory_report(pb, plan, why, sizeof why);
+        err_set(err, 422, "infeasible", NULL, "no plan fits the nodes' memory: in the best one, %s; use more "
+                "stages, smaller micro-batches or nodes with more memory", why);
         goto out;
     }
     rc = 0;

@@ -629,7 +629,7 @@ flip_byte "$WORK/a/$(sql a "SELECT path FROM checkpoints WHERE job_id = $L AND s
 req POST "$S/v1/jobs/$L/schedule" "$ADMIN" '{"budget_ms":100,"dry_run":true}'
 expect "a checkpoint whose previous step a tasklet never reported is passed over" 200 .resume_step null
 lprog 2 1
-req POST "$S/v1/jobs/$L/schedule" "$ADMIN" '{"budget_ms":100}'
+req POST "$S/v1/jobs/$L/schedule" "$ADMIN" '{"budget_ms":100,"replan":true}'
 expect "re-planning the running job resumes from its newest checkpoint whose file is whole" 201 '[.epoch, .resume_step] | tostring' '[2,3]'
 check "the steps from there on are dropped" "$(sql a "SELECT string_agg(step::text, ',' ORDER BY step) FROM job_steps WHERE job_id = $L")" 0,2
 check "the damaged checkpoint is logged (by the dry run and the plan)" \

@@ -85,6 +85,8 @@ refuse "an unmeasured link is 422" 422 "" "{\"stages\":[{\"nodes\":[${ID[0]},$N5
 check "naming the missing link" "$(printf '%s' "$BODY" | jq -r .error.code)" missing_links
 refuse "a plan that does not fit in memory is 422" 422 stages "{\"stages\":[{\"nodes\":[${ID[0]},$N5]},{\"nodes\":[${ID[2]},${ID[3]}]}],\"fill_missing_links\":{\"latency_ms\":1,\"bandwidth_gbps\":1}}"
 check "saying so" "$(printf '%s' "$BODY" | jq -r .error.code)" infeasible
+check "with the bytes: the stage's need and the small node's memory" \
+    "$(printf '%s' "$BODY" | jq -r '.error.message | test("stage 0 .* needs [0-9.]+ GiB .* node \\(id '"$N5"'\\) has 0.00 GiB")')" true
 check "refused plans store nothing" "$(sql a "SELECT count(*) FROM plans")" "$plans_before"
 req GET "$S/v1/jobs/$J" "$ADMIN";   expect "and the job keeps its plan" 200 .plan_epoch 2
 

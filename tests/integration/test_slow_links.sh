@@ -147,7 +147,13 @@ mid_phase() {
 wait_for 120 mid_phase
 before=$(sql s "SELECT max(step) FROM job_steps WHERE job_id = $J AND stage = 1")
 req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":200}'
+expect "re-scheduling a running job without \"replan\": true is 409" 409 .error.code replan_required
+check "and the answer says what a re-plan would train again" \
+    "$(printf '%s' "$BODY" | jq -r '.error.message | test("is running .* restarts it from step [0-9]+ and trains [0-9]+ steps again")')" true
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":200,"replan":true}'
 expect "an operator re-plans the running job after step $before" 201
+check "the plan says the steps it trains again" \
+    "$(printf '%s' "$BODY" | jq '.steps_retrained == (.resume_step as $r | '"$before"' + 1 - $r) or .steps_retrained > 0')" true
 wait_for 300 finished "$J"
 check "the re-planned job succeeds" "$(job_state "$S" "$ADMIN" "$J")" succeeded
 resumed=$(sql s "SELECT resume_step FROM plans p JOIN jobs j ON j.id = p.job_id WHERE p.job_id = $J AND p.epoch = j.plan_epoch")

@@ -219,7 +219,7 @@ for s in 0 1; do
     BODY=$(cat "$WORK/body")
     expect "upload A's checkpoint of step 4, stage $s" 201 .complete "$([ "$s" = 1 ] && echo true || echo false)"
 done
-req POST "$S/v1/jobs/$A/schedule" "$ADMIN" '{"budget_ms":200}'
+req POST "$S/v1/jobs/$A/schedule" "$ADMIN" '{"budget_ms":200,"replan":true}'
 expect "POST schedule on the running job re-plans it from its latest checkpoint" 201 '[.epoch, .resume_step] | tostring' '[2,4]'
 req GET "$S/v1/jobs/$A" "$ADMIN"
 check "the new epoch starts unmeasured, without stragglers" "$(printf '%s' "$BODY" | jq -c '[.state, .plan_epoch, .measured, .stragglers]')" '["scheduled",2,[],[]]'

@@ -437,6 +437,12 @@ static void test_search_memory_nothing_fits(void **state)
     assert_int_equal(sched_search(&pb, &opt, &plan, &err), -1);
     assert_string_equal(err.code, "infeasible");
     assert_int_equal(err.status, 422);
+    /* the bytes: which stage, how much it needs, which node has how little */
+    assert_non_null(strstr(err.message, "needs "));
+    assert_non_null(strstr(err.message, "of weights, gradients and AdamW state"));
+    assert_non_null(strstr(err.message, "has 0.00 GiB"));
+    assert_true(strstr(err.message, "(id 7)") || strstr(err.message, "(id 8)") || strstr(err.message, "(id 9)") ||
+                strstr(err.message, "(id 10)"));
     sched_plan_free(&plan);
 }
 
