@@ -8,8 +8,10 @@
 #include "queries.h"
 #include "routes.h"
 
-/* latest_step: the highest step any tasklet reported, or null (an index
- * lookup on job_steps' primary key). */
+/* latest_step: the steps the job has trained, counted as checkpoints and
+ * `sample --step` count them (the highest step index any tasklet reported,
+ * plus one), or null before the first report (an index lookup on
+ * job_steps' primary key). */
 #define JOB_JSON \
     "json_build_object('id', j.id, 'name', j.name, 'state', j.state, 'spec', j.spec," \
     " 'plan_epoch', j.plan_epoch, 'created_at', j.created_at, 'updated_at', j.updated_at," \
@@ -18,7 +20,7 @@
     " 'schedule_refused', j.schedule_refused, 'checkpoint_failures', j.checkpoint_failures," \
     " 'checkpoint_error', j.checkpoint_error," \
     " 'dataset', json_build_object('data_sha256', j.data_sha256, 'validation_sha256', j.val_sha256)," \
-    " 'latest_step', (SELECT max(ls.step) FROM job_steps ls WHERE ls.job_id = j.id))"
+    " 'latest_step', (SELECT max(ls.step) + 1 FROM job_steps ls WHERE ls.job_id = j.id))"
 
 #define PROGRESS_LIMIT_TEXT "10000"   /* steps of loss history in a job's detail, the latest */
 

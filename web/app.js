@@ -483,7 +483,7 @@ function viewNetwork(root) {
 
 function jobProgress(job) {
   const steps = job.spec.training.steps;
-  const done = job.latest_step === null ? 0 : job.latest_step + 1;
+  const done = job.latest_step === null ? 0 : job.latest_step;
   const frac = steps > 0 ? Math.min(1, done / steps) : 0;
   const bar = el('div', { class: 'progress' }, el('div', { class: 'progress-fill' }));
   bar.firstChild.style.width = (100 * frac).toFixed(1) + '%';

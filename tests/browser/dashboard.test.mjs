@@ -191,7 +191,7 @@ try {
     check('the job list shows the job\'s name', await text(`${row} td[data-col="name"]`), job.name);
     check('and its state', await attr(`${row} td[data-col="state"] .badge`, 'data-state'), job.state);
     check('and its progress', await text(`${row} .progress-text`),
-      `${job.latest_step + 1} / ${job.spec.training.steps} steps`);
+      `${job.latest_step} / ${job.spec.training.steps} steps`);
     await shot('jobs');
   });
 
@@ -299,7 +299,7 @@ try {
   // ---- the page refreshes itself
   await step('refresh', async () => {
     const job = await api('GET', '/v1/jobs/' + fx.job_id);
-    const next = job.latest_step + 1;
+    const next = job.latest_step;   /* steps trained: the next step's index */
     for (const t of fx.tasklets) {
       await api('POST', '/v1/agent/progress', t.token, {
         job_id: fx.job_id, epoch: job.plan.epoch, step: next, stage: t.stage, replica: t.replica,

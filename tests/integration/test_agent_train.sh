@@ -354,7 +354,7 @@ J=$(printf '%s' "$BODY" | jq -r .id)
 mkdir -p "$WORK/s/checkpoints"
 : > "$WORK/s/checkpoints/job$J"
 req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":200}'
-store_failed() { [ "$(job_detail_field "$J" '.checkpoint_failures > 0 and .latest_step == 11')" = true ]; }
+store_failed() { [ "$(job_detail_field "$J" '.checkpoint_failures > 0 and .latest_step == 12')" = true ]; }
 job_detail_field() { curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$1" | jq -r "$2"; }
 if wait_for 90 store_failed; then ok "a failing store: progress goes on to the last step"
 else fail "a failing store: progress goes on to the last step" "$(job_detail_field "$J" '[.state, .latest_step, .checkpoint_failures] | tostring')"; fi
@@ -378,7 +378,7 @@ check "/metrics: sum without(part) is the complete step's mean iteration time, n
 rm "$WORK/s/checkpoints/job$J"
 wait_for 60 finished "$J"
 check "the store back, the retried uploads land and the job succeeds, the error cleared" \
-    "$(job_detail_field "$J" '[.state, .checkpoint_error, .latest_step] | tostring')" '["succeeded",null,11]'
+    "$(job_detail_field "$J" '[.state, .checkpoint_error, .latest_step] | tostring')" '["succeeded",null,12]'
 check "with its final checkpoint complete" \
     "$(curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$J/checkpoints" | jq -c '[.checkpoints[] | select(.complete) | .step] | max')" 12
 
