@@ -154,7 +154,7 @@ static int agent_identify(struct agent *ag, struct shoal_err *err)
     ag->node_id = json_integer_value(json_object_get(doc, "node_id"));
     body = json_pack("{s:s, s:s}", "state", "idle", "peer_address", ag->advertise);
     rc = ctl_call_retry(&ag->ctl, "POST", "/v1/agent/heartbeat", body, 30, 0, NULL, err);
-    if (rc != 0 && err->status == 401) {
+    if (rc != 0 && (err->status == 401 || err->status == 404)) {   /* 404: an operator removed the node */
         log_info("the server does not know node=%lld any more; registering again", (long long)ag->node_id);
         rc = agent_register(ag, err);
     } else if (rc == 0) {
@@ -171,7 +171,7 @@ out:
 static void *heartbeat_main(void *arg)
 {
     struct agent *ag = arg;
-    int failing = 0;
+    int failing = 0, draining = 0;
     while (!atomic_load(ag->stop)) {
         pthread_mutex_lock(&ag->mu);
         int64_t job = ag->running_job;
@@ -187,8 +187,21 @@ static void *heartbeat_main(void *arg)
         }
         long status;
         struct shoal_err e;
-        int rc = ctl_call(&ag->ctl, "POST", "/v1/agent/heartbeat", body, 10, &status, NULL, &e);
+        json_t *ans = NULL;
+        int rc = ctl_call(&ag->ctl, "POST", "/v1/agent/heartbeat", body, 10, &status, &ans, &e);
         json_decref(body);
+        /* an operator's drain, said in the log once when it begins and ends */
+        const char *state = rc == 0 && status < 300 ? json_string_value(json_object_get(ans, "state")) : NULL;
+        if (state && draining != (strcmp(state, "draining") == 0)) {
+            draining = !draining;
+            if (draining)
+                log_warn("node=%lld is draining (an operator's POST /v1/nodes/%lld/drain): it takes no new job; "
+                         "POST /v1/nodes/%lld/undrain brings it back", (long long)ag->node_id,
+                         (long long)ag->node_id, (long long)ag->node_id);
+            else
+                log_info("node=%lld is no longer draining", (long long)ag->node_id);
+        }
+        json_decref(ans);
         if (rc != 0 || status >= 300) {
             if (!failing++)
                 log_warn("heartbeat failed: %s", e.message);

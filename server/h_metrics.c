@@ -419,7 +419,7 @@ static int h_metrics_database(PGconn *c, struct buf *out, long heartbeat_timeout
 {
     int rc = h_metrics_by_state(c, out, "shoal_nodes", "state", "Registered nodes by state.",
                  "SELECT s, count(n.id) FROM unnest(ARRAY['idle','busy','draining','lost']) s"
-                 " LEFT JOIN nodes n ON n.state = s GROUP BY s ORDER BY s");
+                 " LEFT JOIN nodes n ON n.state = s AND n.removed_at IS NULL GROUP BY s ORDER BY s");
     if (rc == 0)
         rc = h_metrics_by_state(c, out, "shoal_jobs", "state", "Jobs by state.",
                  "SELECT s, count(j.id) FROM unnest(ARRAY['pending','scheduled','running',"

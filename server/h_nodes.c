@@ -102,7 +102,7 @@ void h_heartbeat(struct request *rq, struct response *rs)
         " current_job_id = $3, current_step = $4, peer_address = coalesce($5, peer_address),"
         " held_job_id = $6::bigint, held_layer_start = $7::int, held_layer_end = $8::int, held_step = $9::bigint,"
         " held_at = CASE WHEN $2 = 'idle' THEN now() ELSE held_at END"
-        " FROM async, claim WHERE id = $1 AND claim.ok RETURNING " NODE_JSON " AS node,"
+        " FROM async, claim WHERE id = $1 AND removed_at IS NULL AND claim.ok RETURNING " NODE_JSON " AS node,"
         "   EXISTS (SELECT 1 FROM jobs j WHERE j.id = $6::bigint AND j.state = 'recovering') AS wake)"
         " SELECT json_build_object('job_ok', claim.job_ok, 'held_ok', claim.held_ok, 'addr_ok', claim.addr_ok,"
         "   'node', (SELECT node FROM u),"
@@ -122,9 +122,12 @@ void h_heartbeat(struct request *rq, struct response *rs)
                    (long long)rq->node_id, (long long)(job_ok ? hb.held_job_id : hb.job_id));
         goto out;
     }
-    node = json_incref(json_object_get(res, "node"));
+    /* "node" is null when no row was updated: no such node, or a removed one */
+    node = json_is_object(json_object_get(res, "node")) ? json_incref(json_object_get(res, "node")) : NULL;
     if (res && !node)
-        err_set(&e, 404, "not_found", NULL, "node %lld does not exist", (long long)rq->node_id);
+        err_set(&e, 404, "not_found", NULL, "node %lld does not exist, or an operator removed it (DELETE "
+                "/v1/nodes/{id}); delete this agent's <data-dir>/node.json to register it anew",
+                (long long)rq->node_id);
     if (res && json_is_true(json_object_get(res, "wake")))
         recovery_wake(rq->srv->recovery);
     json_decref(res);
@@ -163,7 +166,7 @@ void h_nodes_list(struct request *rq, struct response *rs)
         return;
     const char *params[] = { state };
     json_t *nodes = db_query_json(rq->srv->db, "SELECT coalesce(json_agg(" NODE_VIEW_JSON " ORDER BY id), '[]')"
-                                               " FROM nodes WHERE $1::text IS NULL OR state = $1",
+                                               " FROM nodes WHERE removed_at IS NULL AND ($1::text IS NULL OR state = $1)",
                                   1, params, "nodes", &e);
     if (nodes)
         reply_json(rs, 200, json_pack("{s:o}", "nodes", nodes));
@@ -172,14 +175,28 @@ void h_nodes_list(struct request *rq, struct response *rs)
 }
 
 /* Runs `sql` (one $1 = the node id from the path, returning a node) and
- * answers with the node, or 404. */
-static void h_node_one(struct request *rq, struct response *rs, const char *sql)
+ * answers with the node; where it returns nothing, 409 with `refusal` (a
+ * printf format taking the id and the node's state) when the node is in
+ * the fleet, else 404. */
+static void h_node_one(struct request *rq, struct response *rs, const char *sql, const char *refusal)
 {
     struct shoal_err e;
     char p_id[24], what[40];
     const char *params[] = { db_param_i64(p_id, rq->match.ids[0]) };
     snprintf(what, sizeof what, "node %s", p_id);
     json_t *node = db_query_json(rq->srv->db, sql, 1, params, what, &e);
+    if (!node && e.status == 404 && refusal) {
+        struct shoal_err e2;
+        json_t *st = db_query_json(rq->srv->db, "SELECT to_json(state) FROM nodes WHERE id = $1 AND removed_at IS NULL",
+                                   1, params, what, &e2);
+        if (st) {
+            char msg[300];
+            snprintf(msg, sizeof msg, refusal, p_id, json_string_value(st));
+            json_decref(st);
+            reply_fail(rs, 409, "conflict", "state", "%s", msg);
+            return;
+        }
+    }
     if (node)
         reply_json(rs, 200, node);
     else
@@ -188,10 +205,30 @@ static void h_node_one(struct request *rq, struct response *rs, const char *sql)
 
 void h_node_get(struct request *rq, struct response *rs)
 {
-    h_node_one(rq, rs, "SELECT " NODE_VIEW_JSON " FROM nodes WHERE id = $1");
+    h_node_one(rq, rs, "SELECT " NODE_VIEW_JSON " FROM nodes WHERE id = $1 AND removed_at IS NULL", NULL);
 }
 
+/* A draining node takes no new tasklet; its agent is told in every
+ * heartbeat's answer (state), and it stays draining whatever it reports. */
 void h_node_drain(struct request *rq, struct response *rs)
 {
-    h_node_one(rq, rs, "UPDATE nodes SET state = 'draining' WHERE id = $1 RETURNING " NODE_JSON);
+    h_node_one(rq, rs, "UPDATE nodes SET state = 'draining' WHERE id = $1 AND removed_at IS NULL RETURNING " NODE_JSON,
+               NULL);
+}
+
+/* Back to the fleet: idle until its next heartbeat says what it does. */
+void h_node_undrain(struct request *rq, struct response *rs)
+{
+    h_node_one(rq, rs, "UPDATE nodes SET state = 'idle' WHERE id = $1 AND removed_at IS NULL AND state = 'draining'"
+               " RETURNING " NODE_JSON, "node %s is %s, not draining: nothing to undrain");
+}
+
+/* A lost node's record leaves the fleet (014_node_removal.sql); the
+ * history that names it keeps its id. */
+void h_node_remove(struct request *rq, struct response *rs)
+{
+    h_node_one(rq, rs, "UPDATE nodes SET removed_at = now() WHERE id = $1 AND removed_at IS NULL AND state = 'lost'"
+               " RETURNING " NODE_JSON, "node %s is %s: only a lost node's record is removed; stop its agent "
+               "first (it is lost --heartbeat-timeout s after its last heartbeat), or drain it (POST "
+               "/v1/nodes/{id}/drain)");
 }

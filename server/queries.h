@@ -19,7 +19,7 @@
 /* The latest link matrix over every node: row i is from nodes[i], column j
  * to nodes[j]; null where never measured.  GET /v1/links answers with it. */
 #define LINKS_MATRIX_SQL \
-    "WITH ids AS (SELECT id FROM nodes)," \
+    "WITH ids AS (SELECT id FROM nodes WHERE removed_at IS NULL)," \
     " ll AS MATERIALIZED (SELECT * FROM links_latest)," \
     " cells AS (SELECT a.id AS a, b.id AS b, ll.latency_ms, ll.bandwidth_gbps, ll.measured_at" \
     "   FROM ids a CROSS JOIN ids b" \

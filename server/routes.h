@@ -38,6 +38,8 @@ void h_heartbeat(struct request *rq, struct response *rs);
 void h_nodes_list(struct request *rq, struct response *rs);
 void h_node_get(struct request *rq, struct response *rs);
 void h_node_drain(struct request *rq, struct response *rs);
+void h_node_undrain(struct request *rq, struct response *rs);
+void h_node_remove(struct request *rq, struct response *rs);
 
 /* h_links.c: the measured link matrix */
 void h_links_put(struct request *rq, struct response *rs);

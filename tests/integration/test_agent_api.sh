@@ -75,7 +75,7 @@ sql a "UPDATE nodes SET last_heartbeat_at = now() - interval '1 hour' WHERE id =
 req GET "$S/v1/agent/probes" "${TOK[0]}"
 expect "a node without a recent heartbeat is not" 200 '.targets | length' 0
 req POST "$S/v1/agent/heartbeat" "$T5" '{"state":"idle"}'
-req DELETE "$S/v1/nodes/$N5" "$ADMIN"
+req POST "$S/v1/nodes/$N5/drain" "$ADMIN"
 req GET "$S/v1/agent/probes" "${TOK[0]}"
 expect "nor is a draining node" 200 '.targets | length' 0
 req GET "$S/v1/agent/probes" "$ADMIN";  expect "probes need a node token" 403

@@ -25,6 +25,16 @@ nodes_up() { [ "$(sql s "SELECT count(*) FROM nodes WHERE tflops > 0")" = 4 ]; }
 if wait_for 60 nodes_up; then ok "four agents register with a measured throughput"
 else fail "four agents register with a measured throughput" "$(tail -n 5 "$WORK"/agent-a0.log)"; exit 1; fi
 
+# an operator's drain shows in the agent's log, and so does the undrain
+A0=$(sql s "SELECT id FROM nodes WHERE name = 'a0'")
+req POST "$S/v1/nodes/$A0/drain" "$ADMIN"
+said() { grep -q "$1" "$WORK/agent-a0.log"; }
+if wait_for 10 said "node=$A0 is draining (an operator's POST /v1/nodes/$A0/drain)"; then ok "a drained agent says so in its log"
+else fail "a drained agent says so in its log" "$(tail -n 3 "$WORK/agent-a0.log")"; fi
+req POST "$S/v1/nodes/$A0/undrain" "$ADMIN"; expect "undrain it" 200 .state idle
+if wait_for 10 said "node=$A0 is no longer draining"; then ok "and says when it is back"
+else fail "and says when it is back" "$(tail -n 3 "$WORK/agent-a0.log")"; fi
+
 # a second agent on a0's data directory would be a0's node with another address
 timeout 30 "$SHOAL_AGENT" --server "$URL_s" --data-dir "$WORK/agent-a0" --listen 127.0.0.1:0 >/dev/null 2>"$WORK/dup.err"
 check "a second agent on a running agent's --data-dir exits 1" "$?" 1

@@ -169,10 +169,25 @@ req PUT "$S/v1/links" "$T1" '{"samples":[]}'; expect "empty batch is 422" 422 .e
 check "rejected samples change nothing" "$(sql a "SELECT count(*) FROM link_samples")" "$samples_before"
 req PUT "$S/v1/links" "$ADMIN" '{"samples":[]}'; expect "links need a node token" 403
 
-# ---- drain
-req DELETE "$S/v1/nodes/$N2" "$ADMIN"; expect "drain a node" 200 .state draining
+# ---- drain, undrain, and a lost node's record removed
+req DELETE "$S/v1/nodes/$N2" "$ADMIN"; expect "removing a node whose agent still heartbeats is 409" 409 .error.code conflict
+check "and says to stop its agent first or drain it" \
+    "$(printf '%s' "$BODY" | jq -r '.error.message | test("node [0-9]+ is idle: only a lost node.s record is removed; stop its agent.*drain")')" true
+req POST "$S/v1/nodes/$N2/drain" "$ADMIN"; expect "drain a node" 200 .state draining
 req POST "$S/v1/agent/heartbeat" "$T2" '{"state":"idle"}'; expect "a draining node stays draining" 200 .state draining
-req DELETE "$S/v1/nodes/31337" "$ADMIN"; expect "drain unknown node is 404" 404
+req POST "$S/v1/nodes/$N2/undrain" "$ADMIN"; expect "undrain it" 200 .state idle
+req POST "$S/v1/agent/heartbeat" "$T2" '{"state":"busy"}'; expect "its heartbeats set its state again" 200 .state busy
+req POST "$S/v1/nodes/$N2/undrain" "$ADMIN"; expect "undraining a node that is not draining is 409" 409 .error.code conflict
+req POST "$S/v1/nodes/31337/drain" "$ADMIN"; expect "drain unknown node is 404" 404
+req POST "$S/v1/agent/heartbeat" "$T2" '{"state":"idle"}'
+sql a "UPDATE nodes SET state = 'lost' WHERE id = $N2" >/dev/null   # as the sweep does (test_recovery times it)
+req DELETE "$S/v1/nodes/$N2" "$ADMIN"; expect "a lost node's record is removed" 200 .id "$N2"
+req GET "$S/v1/nodes" "$ADMIN"; check "it leaves the fleet's list" "$(printf '%s' "$BODY" | jq "[.nodes[] | select(.id == $N2)] | length")" 0
+req GET "$S/v1/nodes/$N2" "$ADMIN"; expect "and is 404 by id" 404
+req POST "$S/v1/agent/heartbeat" "$T2" '{"state":"idle"}'; expect "its agent's heartbeat is 404" 404 .error.code not_found
+check "which says to register anew" "$(printf '%s' "$BODY" | jq -r '.error.message | test("node.json")')" true
+check "the row stays for the history that names it" "$(sql a "SELECT count(*) FROM nodes WHERE id = $N2 AND removed_at IS NOT NULL")" 1
+req DELETE "$S/v1/nodes/$N2" "$ADMIN"; expect "removing it again is 404" 404
 
 # ---- HTTP-level errors
 req GET "$S/v1/nothing" "$ADMIN";      expect "unknown route is 404" 404 .error.code not_found
@@ -198,7 +213,7 @@ check "metrics is Prometheus text" "$(grep -i '^Content-Type:' "$WORK/headers" |
 printf '%s\n' "$BODY" > "$WORK/metrics"
 check "request counter by route and status" "$(grep -c '^shoal_http_requests_total{route="/v1/jobs",method="POST",status="201"} 3$' "$WORK/metrics")" 1
 check "counter has HELP and TYPE" "$(grep -c '^# TYPE shoal_http_requests_total counter$' "$WORK/metrics")" 1
-check "nodes by state" "$(grep '^shoal_nodes{state="draining"}' "$WORK/metrics")" 'shoal_nodes{state="draining"} 1'
+check "nodes by state, a removed node not among them" "$(grep '^shoal_nodes{state="lost"}' "$WORK/metrics")" 'shoal_nodes{state="lost"} 0'
 check "jobs by state" "$(grep '^shoal_jobs{state="pending"}' "$WORK/metrics")" 'shoal_jobs{state="pending"} 2'
 check "histogram +Inf equals count" \
       "$(grep '^shoal_http_request_duration_seconds_bucket{route="/healthz",method="GET",le="+Inf"}' "$WORK/metrics" | awk '{print $2}')" \
@@ -208,7 +223,7 @@ check "db pool gauge" "$(grep -c '^shoal_db_pool_connections_in_use ' "$WORK/met
 check "at the default level no line per request" "$(grep -c 'http method=' "$WORK/a.log")" 0
 
 # ---- restart keeps everything and migrates nothing twice
-nodes_a=$(sql a "SELECT count(*) FROM nodes"); jobs_a=$(sql a "SELECT count(*) FROM jobs")
+nodes_a=$(sql a "SELECT count(*) FROM nodes WHERE removed_at IS NULL"); jobs_a=$(sql a "SELECT count(*) FROM jobs")
 applied=$(sql a "SELECT count(*) || ' ' || max(applied_at) FROM schema_migrations")
 stop_server a
 start_server a --log-level debug || exit 1

@@ -86,7 +86,7 @@ if unshare -m --propagation private "$WORK/wrap.sh" cmp -s "$WORK/data-other/dat
     AGENT_PREFIX="unshare -m --propagation private $WORK/wrap.sh" start_agent c s
     links_c() { [ "$(sql s "SELECT count(*) FROM links_latest l JOIN nodes n ON n.id IN (l.from_node, l.to_node) WHERE n.name = 'c'")" -ge 2 ]; }
     wait_for 120 links_c
-    req DELETE "$S/v1/nodes/$(sql s "SELECT id FROM nodes WHERE name = 'b'")" "$ADMIN"   # drained: not planned
+    req POST "$S/v1/nodes/$(sql s "SELECT id FROM nodes WHERE name = 'b'")/drain" "$ADMIN"   # drained: not planned
     req POST "$S/v1/jobs" "$ADMIN" "$(job sites)"
     J=$(printf '%s' "$BODY" | jq -r .id)
     req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":200}'

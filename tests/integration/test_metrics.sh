@@ -280,7 +280,7 @@ check_prometheus "$S" "$J"
 req POST "$S/v1/agent/register" "$JOIN" '{"name":"spare","peer_address":"127.0.0.1:7109","hardware":{"tflops":1,"cpu_cores":2}}'
 N5=$(printf '%s' "$BODY" | jq -r .node_id); T5=$(printf '%s' "$BODY" | jq -r .token)
 req PUT "$S/v1/links" "$T5" "{\"samples\":[{\"to\":${ID[0]},\"latency_ms\":3,\"bandwidth_gbps\":1}]}"
-req DELETE "$S/v1/nodes/$N5" "$ADMIN"; expect "drain the spare" 200
+req POST "$S/v1/nodes/$N5/drain" "$ADMIN"; expect "drain the spare" 200
 scrape
 check "a draining node is one-hot draining" \
       "$(for s in idle busy draining lost; do value "shoal_node_state{node=\"$N5\",name=\"spare\",state=\"$s\"}"; done | tr '\n' ' ')" "0 0 1 0 "

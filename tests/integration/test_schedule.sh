@@ -87,7 +87,7 @@ req POST "$S/v1/jobs" "$ADMIN" "$(printf '%s' "$JOB" | jq -c '.parallelism.repli
 req POST "$S/v1/jobs/$J2/schedule" "$ADMIN" '{"fill_missing_links":{"latency_ms":100,"bandwidth_gbps":0.01}}'
 expect "too few nodes is 409" 409 .error.code not_enough_nodes
 check "naming what is needed and what is available" "$(printf '%s' "$BODY" | jq -r .error.message | grep -c 'needs 6 nodes .* and 1 are available')" 1
-req DELETE "$S/v1/nodes/${ID[0]}" "$ADMIN"
+req POST "$S/v1/nodes/${ID[0]}/drain" "$ADMIN"
 req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"dry_run":true,"fill_missing_links":{"latency_ms":100,"bandwidth_gbps":0.01}}'
 expect "a drained node is not offered" 200 .nodes_available 4
 check "and is not in the plan" "$(printf '%s' "$BODY" | jq "[.stages[].nodes[]] | index(${ID[0]})")" null
