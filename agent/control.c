@@ -14,6 +14,7 @@
 #include "../common/buf.h"
 #include "../common/log.h"
 #include "../common/sha256.h"
+#include "../common/clock.h"
 
 #define BACKOFF_FIRST_S 0.25
 #define BACKOFF_MAX_S 15.0
@@ -21,9 +22,7 @@
 
 double ctl_now(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return mono_s();
 }
 
 int ctl_token_load(const char *token, const char *file, const char *missing_hint, char out[TOKEN_MAX],

@@ -6,12 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "../common/clock.h"
 
 /* Times forward+backward of a middle stage holding one block (block 1 of
  * 3): the work a
@@ -40,15 +35,15 @@ static int measure_tflops(const struct kern_device *dev, double seconds, double 
     int iters = 0;
     double t0 = 0;
     /* The first iteration warms caches, cuBLAS and the allocator; not timed. */
-    for (int i = 0; i == 0 || now_s() - t0 < seconds || iters < 2; i++) {
+    for (int i = 0; i == 0 || mono_s() - t0 < seconds || iters < 2; i++) {
         if (i == 1)
-            t0 = now_s();
+            t0 = mono_s();
         if (kern_stage_forward(st, 0, x, NULL, y, &ke) != 0 || kern_stage_backward(st, 0, g, y, &ke) != 0)
             goto kerr;
         if (i >= 1)
             iters++;
     }
-    *tflops = kern_stage_flops(st) * iters / (now_s() - t0) / 1e12;
+    *tflops = kern_stage_flops(st) * iters / (mono_s() - t0) / 1e12;
     rc = 0;
     goto out;
 kerr:

@@ -28,11 +28,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/clock.h"
+
 int64_t peer_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return mono_ms();
 }
 
 int64_t peer_deadline(int timeout_ms)

@@ -32,6 +32,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/clock.h"
+
 #define COPY_PIECE (64u << 10)  /* bytes copied then CRC'd while still in L1/L2 */
 #define POST_CHECK (1u << 20)   /* bytes received between looks for a posted receive */
 #define QUEUE_FRAMES_MAX 1024
@@ -92,13 +94,6 @@ struct peer_stream {
     double send_wait_s, recv_wait_s;
     uint64_t queued_bytes;      /* headers, payloads and tags of every frame queued */
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static struct timespec abs_ms(int64_t deadline_ms)
 {
@@ -467,13 +462,13 @@ int peer_stream_send(struct peer_stream *s, const struct wire_frame *f, const vo
     pthread_mutex_lock(&s->mu);
     while (!s->failed && s->sq.count == s->sq.n) {
         if (!waited_from)
-            waited_from = now_s();
+            waited_from = mono_s();
         if (peer_now_ms() >= deadline)
             break;
         pthread_cond_timedwait(&s->tx_done_cv, &s->mu, &ts);
     }
     if (waited_from)
-        s->send_wait_s += now_s() - waited_from;
+        s->send_wait_s += mono_s() - waited_from;
     if (s->failed) {
         failed_err(s, err);
         goto out;
@@ -569,7 +564,7 @@ int peer_stream_recv(struct peer_stream *s, uint16_t kind, uint16_t dtype, uint6
         *p = (struct post){.active = 1, .kind = kind, .dtype = dtype, .step = step,
                            .micro_batch = micro_batch,
                            .len = payload_len, .buf = payload, .deadline_ms = deadline};
-        waited_from = now_s();
+        waited_from = mono_s();
     }
     for (;;) {
         int due = peer_now_ms() >= deadline;
@@ -584,7 +579,7 @@ int peer_stream_recv(struct peer_stream *s, uint16_t kind, uint16_t dtype, uint6
     }
     p->active = 0;
     if (waited_from)
-        s->recv_wait_s += now_s() - waited_from;
+        s->recv_wait_s += mono_s() - waited_from;
     if (p->filled) {
         p->filled = 0;
         f = p->f;

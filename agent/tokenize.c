@@ -22,6 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/clock.h"
+
 #define BATCH_BYTES ((size_t)32 << 20)   /* text read before the workers encode it */
 #define BATCH_DOCS 65536
 #define THREADS_MAX 64
@@ -365,13 +367,6 @@ static int held_out(uint64_t i, double fraction)
     return (double)(splitmix64(i ^ 0x5eed0fda7a5e7ull) >> 11) * 0x1.0p-53 < fraction;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static int print_batch(const struct batch *b, FILE *out)
 {
     for (size_t i = 0; i < b->n; i++) {
@@ -466,7 +461,7 @@ static int run(const struct tokenize_config *cfg, char **inputs, int n_inputs, F
         goto out;
     }
     struct pool p = { .bpe = &tok, .field = cfg->text_field, .batch = &b, .separator = separator };
-    double start = now_s(), last = start;
+    double start = mono_s(), last = start;
     uint64_t bytes_in = 0;
     for (;;) {
         if (batch_fill(&in, &b, err) != 0)
@@ -489,7 +484,7 @@ static int run(const struct tokenize_config *cfg, char **inputs, int n_inputs, F
             if (shard_put(&split[val], b.docs[i].ids.id, b.docs[i].ids.n, err) != 0)
                 goto out;
         }
-        double t = now_s();
+        double t = mono_s();
         if (t - last >= 1) {
             fprintf(stderr, "shoal-agent tokenize: %llu documents, %.1f MB, %llu tokens, %.1f MB/s\n",
                     (unsigned long long)doc_index, bytes_in / 1e6,
@@ -505,7 +500,7 @@ static int run(const struct tokenize_config *cfg, char **inputs, int n_inputs, F
         if (shard_close(&split[0], err) != 0 || shard_close(&split[1], err) != 0 ||
             write_manifest(cfg, &tok, separator, token_bytes, split, docs, err) != 0)
             goto out;
-        double t = now_s() - start;
+        double t = mono_s() - start;
         fprintf(stderr, "shoal-agent tokenize: %llu documents (%llu held out), %.1f MB in %.1f s (%.1f MB/s, %d "
                 "threads): %llu train tokens, %llu validation tokens in %s\n",
                 (unsigned long long)doc_index, (unsigned long long)docs[1], bytes_in / 1e6, t,

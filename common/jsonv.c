@@ -4,18 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Cuts `s` (valid UTF-8) to at most `max` bytes, at a character boundary,
- * ending in "..." when it was cut. */
-static void jv_clip(char *s, size_t max)
-{
-    size_t len = strlen(s);
-    if (len <= max)
-        return;
-    size_t cut = max - 3;
-    while (cut > 0 && ((unsigned char)s[cut] & 0xc0) == 0x80)   /* a continuation byte */
-        cut--;
-    memcpy(s + cut, "...", 4);
-}
+#include "utf8.h"
 
 /* Longest member path in an error, bytes: it must fit struct shoal_err's
  * field whole, or it would be cut inside a character. */
@@ -29,7 +18,7 @@ static void jv_join(char *out, size_t n, const char *prefix, const char *name)
         snprintf(out, n, "%s.%s", prefix, name);
     else
         snprintf(out, n, "%s", name);
-    jv_clip(out, n - 1 < JV_PATH_MAX ? n - 1 : JV_PATH_MAX);
+    utf8_clip(out, n - 1 < JV_PATH_MAX ? n - 1 : JV_PATH_MAX);
 }
 
 /* Formats a bound the way a person would write it: 8, 0.5, 1e+09. */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "../common/log.h"
+#include "../common/clock.h"
 
 /* Reads a token file, or creates it with a fresh token (mode 0600).
  * `kind` is "admin" or "join". */
@@ -104,13 +105,6 @@ static struct {
     struct { char hash[TOKEN_HASH_HEX]; int64_t id; double until; } slot[AUTH_NODE_CACHE_SLOTS];
 } auth_known = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
-static double auth_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 /* The slot of a token hash (FNV-1a of its hex digits). */
 static size_t auth_slot(const char *hash)
 {
@@ -126,7 +120,7 @@ static int64_t auth_known_node(const char *hash)
     size_t i = auth_slot(hash);
     int64_t id = 0;
     pthread_mutex_lock(&auth_known.mu);
-    if (auth_known.slot[i].id > 0 && auth_known.slot[i].until > auth_now() &&
+    if (auth_known.slot[i].id > 0 && auth_known.slot[i].until > mono_s() &&
         memcmp(auth_known.slot[i].hash, hash, TOKEN_HASH_HEX) == 0)
         id = auth_known.slot[i].id;
     pthread_mutex_unlock(&auth_known.mu);
@@ -139,7 +133,7 @@ static void auth_remember_node(const char *hash, int64_t id)
     pthread_mutex_lock(&auth_known.mu);
     memcpy(auth_known.slot[i].hash, hash, TOKEN_HASH_HEX);
     auth_known.slot[i].id = id;
-    auth_known.slot[i].until = auth_now() + AUTH_NODE_CACHE_S;
+    auth_known.slot[i].until = mono_s() + AUTH_NODE_CACHE_S;
     pthread_mutex_unlock(&auth_known.mu);
 }
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../common/jsonv.h"
+#include "../common/utf8.h"
 #include "sched/input.h"
 
 /* An unknown member `key` of the object at `path` ("" at the top): its
@@ -19,12 +20,7 @@ static int unknown_member(struct shoal_err *e, const char *path, const char *key
 {
     char sub[128];
     snprintf(sub, sizeof sub, "%s%s%s", path, path[0] ? "." : "", key);
-    if (strlen(sub) > 100) {
-        size_t cut = 97;
-        while (cut > 0 && ((unsigned char)sub[cut] & 0xc0) == 0x80)   /* a continuation byte */
-            cut--;
-        memcpy(sub + cut, "...", 4);
-    }
+    utf8_clip(sub, 100);
     return err_set(e, 400, "unknown_field", path[0] ? path : sub, "unknown field %s", sub);
 }
 

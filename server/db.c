@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "../common/log.h"
+#include "../common/clock.h"
 
 /* libpq settings every connection gets; the caller's conninfo, expanded
  * after them, still wins.  A bounded connect, so an unreachable host costs a
@@ -45,13 +46,6 @@ struct db_pool {
     double healthy_since;  /* monotonic s of the first answer after the last failure; 0: none failed */
 };
 
-static double db_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 /* The calling thread's deadline for database work (monotonic s; 0: none),
  * set for the request it serves (db_deadline_set). */
 static _Thread_local double db_deadline;
@@ -67,7 +61,7 @@ static double db_wait_left(double cap)
 {
     if (db_deadline <= 0)
         return cap;
-    double left = db_deadline - db_now();
+    double left = db_deadline - mono_s();
     return left < cap ? left : cap;
 }
 
@@ -124,7 +118,7 @@ PGconn *db_connect(const char *conninfo)
  * the pool starts it again before its next use. */
 static int db_connect_finish(PGconn *c, int resetting, double wait_s)
 {
-    double until = db_now() + wait_s;
+    double until = mono_s() + wait_s;
     PostgresPollingStatusType st = PGRES_POLLING_WRITING;   /* libpq's rule for the first wait */
     if (PQstatus(c) == CONNECTION_BAD)
         return 0;
@@ -133,7 +127,7 @@ static int db_connect_finish(PGconn *c, int resetting, double wait_s)
             return 1;
         if (st == PGRES_POLLING_FAILED)
             return 0;
-        double left = until - db_now();
+        double left = until - mono_s();
         if (left <= 0)
             return 0;
         struct pollfd pfd = { PQsocket(c), st == PGRES_POLLING_READING ? POLLIN : POLLOUT, 0 };
@@ -209,7 +203,7 @@ static int db_conn_alive(PGconn *c)
  * the log rather than one per request.  `why` is libpq's reason when !ok. */
 static void db_pool_note(struct db_pool *p, int ok, const char *why)
 {
-    double now = db_now(), since = 0;
+    double now = mono_s(), since = 0;
     int first = 0, again = 0, back = 0;
     pthread_mutex_lock(&p->lock);
     if (ok && p->down) {
@@ -328,7 +322,7 @@ void db_release(struct db_pool *p, PGconn *c)
      * this caller. */
     int troubled = PQstatus(c) != CONNECTION_OK || PQtransactionStatus(c) == PQTRANS_ACTIVE ||
                    PQtransactionStatus(c) == PQTRANS_UNKNOWN;
-    double now = db_now();
+    double now = mono_s();
     pthread_mutex_lock(&p->lock);
     if (troubled) {
         p->troubled = 1;
@@ -355,7 +349,7 @@ int db_pool_in_use(struct db_pool *p)
 
 double db_pool_healthy_since(struct db_pool *p)
 {
-    double now = db_now();
+    double now = mono_s();
     pthread_mutex_lock(&p->lock);
     double t = p->troubled ? now : p->healthy_since;
     pthread_mutex_unlock(&p->lock);
@@ -396,7 +390,7 @@ static PGresult *db_answer(PGconn *c, double deadline, int *late)
             PQclear(kept);
             kept = r;
         }
-        double left = deadline - db_now();
+        double left = deadline - mono_s();
         if (left <= 0) {
             PQclear(kept);
             *late = 1;
@@ -434,7 +428,7 @@ PGresult *db_exec_within(PGconn *c, const char *sql, int n, const char *const *p
         }
     }
     if (PQsendQueryParams(c, sql, n, NULL, params, NULL, NULL, 0))
-        r = db_answer(c, wait_s > 0 ? db_now() + wait_s : HUGE_VAL, &late);
+        r = db_answer(c, wait_s > 0 ? mono_s() + wait_s : HUGE_VAL, &late);
     if (late) {
         log_warn("db query: no answer in %.1f s, giving the connection up", wait_s);
         err_set(err, 503, "database_unavailable", NULL,

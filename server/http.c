@@ -17,6 +17,7 @@
 #include "http_limits.h"
 #include "routes.h"
 #include "workq.h"
+#include "../common/clock.h"
 
 /* A route lane's workers and their limits (router.h). */
 struct http_lane {
@@ -49,9 +50,7 @@ static struct http_lane http_lanes[ROUTE_LANES];
 
 double http_now(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return mono_s();
 }
 
 /* Frees what a response holds (it may never have been sent). */

@@ -14,6 +14,7 @@
 
 #include "../common/hostport.h"
 #include "../common/wire.h"
+#include "../common/clock.h"
 
 /* One probe's progress: connecting, then reading the greeting (a header
  * and its nonce), writing a PING header, reading the PONG header. */
@@ -25,13 +26,6 @@ struct probe {
     unsigned char buf[WIRE_HEADER_BYTES + WIRE_NONCE_BYTES];
     size_t have, want;          /* bytes of buf read or written in this phase, and needed */
 };
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Ends probe p with what it found (PEER_PROBE_*), and why when it did not
  * answer. */
@@ -154,7 +148,7 @@ void peer_probe_all(const char *const *addrs, int n, int timeout_ms, int *ok, ch
 {
     struct probe *ps = calloc((size_t)(n > 0 ? n : 1), sizeof *ps);
     struct pollfd *fds = calloc((size_t)(n > 0 ? n : 1), sizeof *fds);
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = mono_ms() + timeout_ms;
     if (!ps || !fds) {
         for (int i = 0; i < n; i++)
             ok[i] = PEER_PROBE_SILENT, snprintf(why[i], PEER_PROBE_WHY_MAX, "out of memory");
@@ -171,7 +165,7 @@ void peer_probe_all(const char *const *addrs, int n, int timeout_ms, int *ok, ch
                                                             ? POLLOUT : POLLIN) };
             waiting += live;
         }
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - mono_ms();
         if (!waiting || left <= 0)
             break;
         if (poll(fds, (nfds_t)n, (int)left) < 0 && errno != EINTR)

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "../common/clock.h"
 
 struct workq {
     pthread_mutex_t mu;
@@ -19,13 +20,6 @@ struct workq {
     void *ctx;
     pthread_t *workers;           /* threads workers, then the keeper */
 };
-
-static double workq_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
 
 /* Takes the oldest item; the lock is held and count > 0. */
 static void *workq_pop_locked(struct workq *q)
@@ -63,7 +57,7 @@ static void *workq_keeper(void *arg)
     struct workq *q = arg;
     pthread_mutex_lock(&q->mu);
     for (;;) {
-        if (q->count > 0 && (q->stopping || workq_now() - q->arrived[q->head] >= q->max_wait_s)) {
+        if (q->count > 0 && (q->stopping || mono_s() - q->arrived[q->head] >= q->max_wait_s)) {
             void *item = workq_pop_locked(q);
             q->late++;
             pthread_mutex_unlock(&q->mu);
@@ -77,7 +71,7 @@ static void *workq_keeper(void *arg)
             pthread_cond_wait(&q->changed, &q->mu);
             continue;
         }
-        double at = q->arrived[q->head] + q->max_wait_s - workq_now();   /* s until the oldest is late */
+        double at = q->arrived[q->head] + q->max_wait_s - mono_s();   /* s until the oldest is late */
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         double end = (double)ts.tv_nsec / 1e9 + (at > 0 ? at : 0);
@@ -129,7 +123,7 @@ int workq_submit(struct workq *q, void *item)
     if (!q->stopping && q->count < q->cap) {
         int tail = (q->head + q->count) % q->cap;
         q->items[tail] = item;
-        q->arrived[tail] = workq_now();
+        q->arrived[tail] = mono_s();
         q->count++;
         rc = 0;
         pthread_cond_broadcast(&q->changed);

@@ -11,15 +11,9 @@
 #include <time.h>
 
 #include "internal.h"
+#include "../../common/clock.h"
 
 #define CROSSOVER_POINTS 5
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 /* a better than b: lower cost, or equal cost and lower tie-breaker. */
 static int better(const struct cand *a, const struct cand *b)
@@ -85,7 +79,7 @@ static int out_of_budget(struct island *S)
 {
     if (S->budget > 0 && S->evals >= S->budget)
         return 1;
-    return S->deadline > 0 && now_ms() > S->deadline;
+    return S->deadline > 0 && (mono_s() * 1e3) > S->deadline;
 }
 
 /* Counts one evaluation and notes when a new lowest cost first appears. */
@@ -94,7 +88,7 @@ static void evaluated(struct island *S, const struct cand *c)
     S->evals++;
     if (c->cost < S->best_cost - 1e-12) {
         S->best_cost = c->cost;
-        S->best_at = now_ms() - S->started;
+        S->best_at = (mono_s() * 1e3) - S->started;
     }
 }
 
@@ -512,7 +506,7 @@ static void *island_run(void *arg)
         if (S->id == 0 && S->opt->progress && (++step & 7) == 0) {
             double frac = S->budget > 0 ? (double)S->evals / (double)S->budget : 0;
             if (S->deadline > 0) {
-                double t = 1.0 - (S->deadline - now_ms()) / S->opt->budget_ms;
+                double t = 1.0 - (S->deadline - (mono_s() * 1e3)) / S->opt->budget_ms;
                 if (t > frac) frac = t;
             }
             S->opt->progress(frac > 1 ? 1 : frac, S->best.cost, S->opt->progress_arg);
@@ -629,7 +623,7 @@ int sched_search(const struct sched_problem *pb, const struct sched_options *opt
      * best of them too, and never returns a plan worse than it. */
     if (baselines_run(&cx, opt->seed, opt->random_plans, &plan->baselines, baseline_node) != 0)
         goto oom;
-    double t0 = now_ms();
+    double t0 = (mono_s() * 1e3);
     for (started = 0; started < islands; started++) {
         struct island *S = &isl[started];
         if (island_init(S, pb, opt, started, islands) != 0) {
@@ -678,7 +672,7 @@ int sched_search(const struct sched_problem *pb, const struct sched_options *opt
     if (plan->best_at_ms == DBL_MAX)
         plan->best_at_ms = isl[winner].best_at;
     if (plan->cost.total_s < isl[winner].best.cost * (1 - 1e-12))
-        plan->best_at_ms = now_ms() - t0;
+        plan->best_at_ms = (mono_s() * 1e3) - t0;
     if (!plan->cost.feasible) {
         char why[256];
         sched_memory_report(pb, plan, why, sizeof why);

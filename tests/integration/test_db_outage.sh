@@ -133,7 +133,7 @@ stuck_request() {
     done
     bg_get "$S/v1/nodes" "$ADMIN" "$WORK/stuck.$1.$2"; STUCK=$BG
     for _ in $(seq 1 100); do
-        [ "$(xsql "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%FROM nodes WHERE \$1::text IS NULL%'")" -ge 1 ] \
+        [ "$(xsql "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%FROM nodes WHERE removed_at IS NULL AND (\$1::text IS NULL%'")" -ge 1 ] \
             && { locked=1; break; }
         sleep 0.1
     done
@@ -158,7 +158,7 @@ outage() {
     bg_get "$S/v1/agent/assignment?wait=60&job=$J&epoch=$EPOCH" "$NODE_TOKEN" "$WORK/lp1.$mode"; lp1=$BG
     # A request whose connection is killed while its query runs.
     stuck_request "$mode" kill
-    xsql "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%FROM nodes WHERE \$1::text IS NULL%'" >/dev/null
+    xsql "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%FROM nodes WHERE removed_at IS NULL AND (\$1::text IS NULL%'" >/dev/null
     wait "$STUCK"; BODY=$(cat "$WORK/stuck.$mode.kill"); STATUS=$(cat "$WORK/stuck.$mode.kill.status")
     unavailable "$mode: a request whose connection is killed mid-query gets 503, not 500"
     unstick

@@ -2,7 +2,7 @@
 # test_fuzz.sh - the libFuzzer targets of tests/fuzz under ASan and UBSan:
 # built with clang when missing or stale (make fuzz-build; make test builds
 # only the gcc sanitizer tree), every crash regression and seed replayed,
-# then each target fuzzed for FUZZ_TEST_SECONDS (8) on a throwaway copy of
+# then each target fuzzed for FUZZ_TEST_SECONDS (6) on a throwaway copy of
 # its corpus, two at a time.  A crash, a leak, a sanitizer report, a
 # timeout or a broken promise of a target fails, and leaves the input in
 # $FUZZ_BUILD/crashes/NAME; tests/fuzz/README.md says how to reproduce it.
@@ -12,7 +12,7 @@ set -u
 top=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$top" || exit 1
 build=${FUZZ_BUILD:-build/fuzz}
-seconds=${FUZZ_TEST_SECONDS:-8}
+seconds=${FUZZ_TEST_SECONDS:-6}
 cc=${FUZZ_CC:-clang}
 
 if ! command -v "$cc" > /dev/null 2>&1; then
