@@ -74,7 +74,8 @@ out:
 #define NODE_GAUGES_SQL \
     "SELECT id, name, state, greatest(0, extract(epoch FROM now() - last_heartbeat_at))," \
     "  (state IN ('idle', 'busy') AND last_heartbeat_at > now() - make_interval(secs => $1::float8))::int" \
-    " FROM nodes WHERE last_heartbeat_at > now() - make_interval(secs => $2::float8) ORDER BY id"
+    " FROM nodes WHERE removed_at IS NULL AND last_heartbeat_at > now() - make_interval(secs => $2::float8)" \
+    " ORDER BY id"
 
 /* Writes shoal_node_up, shoal_node_state (one-hot over every state, so a
  * node's state is one series per state that flips between 0 and 1) and
@@ -355,7 +356,8 @@ static int h_metrics_tasklets(PGconn *c, struct buf *out)
  * link_samples_pair index per pair, so a scrape costs N^2 index probes
  * however long the sample history grows. */
 #define LINK_GAUGES_SQL \
-    "WITH n AS (SELECT id FROM nodes WHERE last_heartbeat_at > now() - make_interval(secs => $1::float8))" \
+    "WITH n AS (SELECT id FROM nodes WHERE removed_at IS NULL" \
+    "   AND last_heartbeat_at > now() - make_interval(secs => $1::float8))" \
     " SELECT a.id, b.id, l.bandwidth_gbps, l.latency_ms FROM n a JOIN n b ON a.id <> b.id" \
     " CROSS JOIN LATERAL (SELECT s.bandwidth_gbps, s.latency_ms FROM link_samples s" \
     "   WHERE s.from_node = a.id AND s.to_node = b.id" \

@@ -214,6 +214,7 @@ printf '%s\n' "$BODY" > "$WORK/metrics"
 check "request counter by route and status" "$(grep -c '^shoal_http_requests_total{route="/v1/jobs",method="POST",status="201"} 3$' "$WORK/metrics")" 1
 check "counter has HELP and TYPE" "$(grep -c '^# TYPE shoal_http_requests_total counter$' "$WORK/metrics")" 1
 check "nodes by state, a removed node not among them" "$(grep '^shoal_nodes{state="lost"}' "$WORK/metrics")" 'shoal_nodes{state="lost"} 0'
+check "and no series of the removed node" "$(grep -c "^shoal_node_[a-z_]*{node=\"$N2\"" "$WORK/metrics")" 0
 check "jobs by state" "$(grep '^shoal_jobs{state="pending"}' "$WORK/metrics")" 'shoal_jobs{state="pending"} 2'
 check "histogram +Inf equals count" \
       "$(grep '^shoal_http_request_duration_seconds_bucket{route="/healthz",method="GET",le="+Inf"}' "$WORK/metrics" | awk '{print $2}')" \
