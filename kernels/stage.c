@@ -208,35 +208,33 @@ static int check_tokens(const int32_t *ids, size_t n, int vocab, const char *wha
     return 0;
 }
 
+/* Values of one hidden state (B,T,C). */
+static size_t hidden_values(const struct kern_stage *st)
+{
+    return (size_t)st->spec.micro_batch * st->spec.seq_len * (size_t)st->model.d_model;
+}
+
 size_t kern_stage_link_bytes(const struct kern_stage *st)
 {
-    size_t C = (size_t)st->model.d_model, btc = (size_t)st->spec.micro_batch * st->spec.seq_len * C;
-    return (size_t)codec_bytes(st->spec.link, btc, C);
+    return (size_t)codec_bytes(st->spec.link, hidden_values(st), (uint64_t)st->model.d_model);
 }
 
 /* A hidden state arriving in the link's format, as the backend takes it:
  * unpacked into `into` on the host when the backend does not unpack it. */
 static const void *link_unpack(struct kern_stage *st, const void *in, float *into)
 {
-    size_t C = (size_t)st->model.d_model, btc = (size_t)st->spec.micro_batch * st->spec.seq_len * C;
     if (!into)
         return in;
-    codec_decode(st->spec.link, in, btc, C, into, 0);
+    codec_decode(st->spec.link, in, hidden_values(st), (size_t)st->model.d_model, into, 0);
     return into;
 }
 
-/* Where the backend writes a hidden state that leaves in the link's
- * format: `from`, to be packed by link_pack, or the caller's buffer. */
-static void *link_target(void *out, float *from)
-{
-    return from ? (void *)from : out;
-}
-
+/* A hidden state the backend wrote into `from` (the host buffer of a
+ * backend that does not pack), packed into the caller's `out`. */
 static void link_pack(struct kern_stage *st, const float *from, void *out)
 {
-    size_t C = (size_t)st->model.d_model, btc = (size_t)st->spec.micro_batch * st->spec.seq_len * C;
     if (from)
-        codec_encode(st->spec.link, from, btc, C, out, NULL);
+        codec_encode(st->spec.link, from, hidden_values(st), (size_t)st->model.d_model, out, NULL);
 }
 
 int kern_stage_forward(struct kern_stage *st, int mb, const void *input,
@@ -257,7 +255,7 @@ int kern_stage_forward(struct kern_stage *st, int mb, const void *input,
     if (st->spec.last && check_tokens(targets, bt, st->model.vocab, "forward targets", err))
         return -1;
     float *in = st->spec.first ? NULL : st->link_in, *out = st->spec.last ? NULL : st->link_out;
-    if (st->ops->forward(st, slot, link_unpack(st, input, in), targets, link_target(output, out), err))
+    if (st->ops->forward(st, slot, link_unpack(st, input, in), targets, out ? (void *)out : output, err))
         return -1;
     link_pack(st, out, output);
     st->slot_mb[slot] = mb;
@@ -276,7 +274,7 @@ int kern_stage_backward(struct kern_stage *st, int mb, const void *grad_output,
         return kern_fail(err, "backward: grad_output%s is required",
                          st->spec.first ? "" : " and grad_input");
     float *in = st->spec.last ? NULL : st->link_out, *out = st->spec.first ? NULL : st->link_in;
-    if (st->ops->backward(st, slot, link_unpack(st, grad_output, in), link_target(grad_input, out), err))
+    if (st->ops->backward(st, slot, link_unpack(st, grad_output, in), out ? (void *)out : grad_input, err))
         return -1;
     link_pack(st, out, grad_input);
     st->slot_mb[slot] = -1;
