@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/log.h"
 #include "bodies.h"
 #include "http.h"
 #include "queries.h"
@@ -208,12 +209,44 @@ void h_node_get(struct request *rq, struct response *rs)
     h_node_one(rq, rs, "SELECT " NODE_VIEW_JSON " FROM nodes WHERE id = $1 AND removed_at IS NULL", NULL);
 }
 
+/* $1 node.  Drains it and moves every live job whose current plan still
+ * needs it to recovery (JOB_MOVE_SET): the re-plan leaves the node out and
+ * goes on from the survivors' step where it can.  {node, moved: [job ids]}. */
+#define DRAIN_SQL \
+    "WITH n AS (UPDATE nodes SET state = 'draining' WHERE id = $1 AND removed_at IS NULL RETURNING *)," \
+    " moved AS (UPDATE jobs j SET" JOB_MOVE_SET("'node ' || n.id || ' (' || n.name || ') is draining'") \
+    "   FROM n WHERE j.state IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM plans p" \
+    "     JOIN assignments a ON a.plan_id = p.id WHERE p.job_id = j.id AND p.epoch = j.plan_epoch" \
+    "       AND a.node_id = n.id AND " JOB_NEEDS_PLACE_SQL("j", "p", "a") ")" \
+    "   RETURNING j.id)" \
+    " SELECT json_build_object('node', " NODE_JSON ", 'moved', (SELECT coalesce(json_agg(id ORDER BY id), '[]')" \
+    "   FROM moved)) FROM n"
+
 /* A draining node takes no new tasklet; its agent is told in every
- * heartbeat's answer (state), and it stays draining whatever it reports. */
+ * heartbeat's answer (state), and it stays draining whatever it reports.
+ * Its running job moves off it at once: its tasklets stop at the step in
+ * flight and the recovery thread re-plans the job without it. */
 void h_node_drain(struct request *rq, struct response *rs)
 {
-    h_node_one(rq, rs, "UPDATE nodes SET state = 'draining' WHERE id = $1 AND removed_at IS NULL RETURNING " NODE_JSON,
-               NULL);
+    struct shoal_err e;
+    char p_id[24], what[40];
+    const char *params[] = { db_param_i64(p_id, rq->match.ids[0]) };
+    snprintf(what, sizeof what, "node %s", p_id);
+    json_t *res = db_query_json(rq->srv->db, DRAIN_SQL, 1, params, what, &e);
+    if (!res) {
+        reply_error(rs, &e);
+        return;
+    }
+    json_t *moved = json_object_get(res, "moved");
+    if (json_array_size(moved) > 0) {
+        char *ids = json_dumps(moved, JSON_COMPACT);
+        log_info("node %s drained: job%s %s move%s off it", p_id, json_array_size(moved) == 1 ? "" : "s",
+                 ids ? ids : "?", json_array_size(moved) == 1 ? "s" : "");
+        free(ids);
+        recovery_wake(rq->srv->recovery);
+    }
+    reply_json(rs, 200, json_incref(json_object_get(res, "node")));
+    json_decref(res);
 }
 
 /* Back to the fleet: idle until its next heartbeat says what it does. */

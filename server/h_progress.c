@@ -154,7 +154,9 @@ out:
  * $7 --max-recoveries, $8 the neighbour named (node id) or NULL.  A report
  * counts only from the node the job's current plan puts at that tasklet;
  * anything else changes nothing.  A counted report is kept in job_faults
- * (also while the job already recovers from it: a second witness), with
+ * (also while the job already recovers from it: a second witness; not
+ * while it is being moved off a drained node, whose stop its neighbours
+ * see as a failure), with
  * the neighbour it names if that node is one of the tasklet's neighbours
  * in the plan (a stage away in its replica, or in its stage's group), for
  * the recovery thread to judge before it re-plans.  The first report of a
@@ -163,7 +165,7 @@ out:
  * --max-recoveries times already, or at once when the failure has a cause
  * that no re-plan heals ($7 = 0). */
 #define FAILURE_SQL \
-    "WITH j AS (SELECT id, state, plan_epoch FROM jobs WHERE id = $1::bigint" \
+    "WITH j AS (SELECT id, state, plan_epoch, recovery_moved FROM jobs WHERE id = $1::bigint" \
     "   AND " JOB_MEMBER_SQL("jobs", "$5::bigint") ")," \
     " mine AS (SELECT a.plan_id FROM assignments a JOIN plans p ON p.id = a.plan_id" \
     "   WHERE p.job_id = $1::bigint AND p.epoch = $2::int AND a.stage = $3::int AND a.replica = $4::int" \
@@ -173,7 +175,8 @@ out:
     "     (SELECT s.node_id FROM assignments s WHERE s.plan_id = mine.plan_id AND s.node_id = $8::bigint" \
     "       AND ((s.replica = $4::int AND abs(s.stage - $3::int) = 1) OR (s.stage = $3::int AND s.replica <> $4::int))" \
     "       LIMIT 1), $6" \
-    "   FROM mine, j WHERE j.plan_epoch = $2::int AND j.state IN ('scheduled', 'running', 'recovering')" \
+    "   FROM mine, j WHERE j.plan_epoch = $2::int" \
+    "     AND (j.state IN ('scheduled', 'running') OR (j.state = 'recovering' AND NOT j.recovery_moved))" \
     "   RETURNING suspect_node)," \
     " upd AS (UPDATE jobs SET" JOB_RECOVER_SET("$6", "$7::int", "now()") \
     "   WHERE id = $1::bigint AND plan_epoch = $2::int AND state IN ('scheduled', 'running')" \

@@ -91,8 +91,25 @@
     "   THEN " reason " || ' (after ' || recoveries || ' recoveries)' END," \
     " finished_at = CASE WHEN recoveries >= " max " THEN now() END," \
     " recovery_reason = " reason ", recovery_waiting = NULL, recover_after = " after "," \
-    " recovery_started_at = now()," \
+    " recovery_started_at = now(), recovery_moved = false," \
     " recoveries = recoveries + (recoveries < " max ")::int, updated_at = now()"
+
+/* The SET list of an UPDATE of jobs that moves a live job off a node that
+ * stays alive (a drain): 'recovering' because of `reason`, re-planned at
+ * once, from the survivors' memory where it can (live_resume.h); nothing
+ * failed, so no recovery is counted (015_drain_moves.sql). */
+#define JOB_MOVE_SET(reason) \
+    " state = 'recovering', recovery_reason = " reason ", recovery_waiting = NULL, recover_after = now()," \
+    " recovery_started_at = now(), recovery_moved = true, updated_at = now()"
+
+/* True when job `j` of current plan `p` still needs the node at its
+ * assignment `a`: it trains, or that place's part of its final checkpoint
+ * is still to be stored (a trained job waits for it). */
+#define JOB_NEEDS_PLACE_SQL(j, p, a) \
+    "(" j ".tasklets_finished < " j ".stages * " p ".replicas" \
+    " OR (" a ".replica < " CKPT_FILES_AT_SQL(j ".total_steps") " AND NOT EXISTS (SELECT 1 FROM checkpoints c" \
+    "   WHERE c.job_id = " j ".id AND c.step = " j ".total_steps AND c.stage = " a ".stage" \
+    "   AND c.replica = " a ".replica)))"
 
 /* ---- failures judged (sql/008_fault_attribution.sql, recovery.c) */
 

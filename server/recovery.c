@@ -71,10 +71,7 @@ void recovery_wake(struct recovery *r)
     "   'node ' || n.id || ' (' || n.name || ') was lost: no heartbeat for ' || $2::text || ' s' AS reason" \
     "   FROM jobs j JOIN plans p ON p.job_id = j.id AND p.epoch = j.plan_epoch" \
     "   JOIN assignments a ON a.plan_id = p.id JOIN nodes n ON n.id = a.node_id" \
-    "   WHERE j.state IN ('scheduled', 'running') AND n.state = 'lost'" \
-    "     AND (j.tasklets_finished < j.stages * p.replicas" \
-    "       OR (a.replica < " CKPT_FILES_AT_SQL("j.total_steps") " AND NOT EXISTS (SELECT 1 FROM checkpoints c" \
-    "         WHERE c.job_id = j.id AND c.step = j.total_steps AND c.stage = a.stage AND c.replica = a.replica)))" \
+    "   WHERE j.state IN ('scheduled', 'running') AND n.state = 'lost' AND " JOB_NEEDS_PLACE_SQL("j", "p", "a") \
     "   ORDER BY j.id, n.id)," \
     " upd AS (UPDATE jobs SET" JOB_RECOVER_SET("hit.reason", "$1::int", "now()") \
     "   FROM hit WHERE jobs.id = hit.id AND jobs.state IN ('scheduled', 'running')" \

@@ -9,7 +9,8 @@
 # that stalls (SIGSTOP) is found out and worked around.  A node that dies
 # between its step's all-reduce and its report costs no step.  A job whose
 # dataset is missing or too short fails at once, saying why.  A failing
-# checkpoint store plus a kill costs one re-plan from the survivors.
+# checkpoint store plus a kill costs one re-plan from the survivors.  A
+# drained node's job moves off it to a spare from the survivors' step.
 set -u
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/agents.sh"
@@ -61,6 +62,40 @@ check "the reference job succeeds" "$(state_of "$J")" succeeded
 job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/reference.losses"
 check "its losses cover 40 steps" "$(wc -l < "$WORK/reference.losses")" 40
 
+# ---- drain a node of the plan, a spare standing by: the job moves off it
+# at once (its tasklets stop at the step in flight) and goes on from the
+# survivors' step on the spare; nothing failed, so nothing is blamed and no
+# recovery is counted
+start_job drain
+wait_for 120 reached "$J" 8
+DRAINED=$(node_of "$J" 0 1)
+DRAINED_ID=$(sql s "SELECT id FROM nodes WHERE name = '$DRAINED'")
+req POST "$S/v1/nodes/$DRAINED_ID/drain" "$ADMIN"
+check "draining a node of a running job answers the node, draining" \
+    "$STATUS $(printf '%s' "$BODY" | jq -r .state)" "200 draining"
+replanned() { [ "$(sql s "SELECT plan_epoch FROM jobs WHERE id = $J")" = 2 ]; }
+if wait_for 60 replanned; then ok "the job is re-planned without the drained node"
+else fail "the job is re-planned without the drained node" "$(sql s "SELECT state, recovery_waiting FROM jobs WHERE id = $J")"; fi
+check "saying why, with no recovery counted" \
+    "$(sql s "SELECT recovery_reason, recoveries FROM jobs WHERE id = $J")" "node $DRAINED_ID ($DRAINED) is draining|0"
+plan2=$(sql s "SELECT string_agg(n.name, ',' ORDER BY n.name) FROM assignments a JOIN plans p ON p.id = a.plan_id
+               JOIN nodes n ON n.id = a.node_id WHERE p.job_id = $J AND p.epoch = 2")
+check "epoch 2 leaves the drained node out, four nodes still training" \
+    "$(case ",$plan2," in *",$DRAINED,"*) echo drained;; esac)$(printf '%s\n' "$plan2" | tr ',' '\n' | wc -l)" 4
+check "and goes on from the survivors' step (live), 8 or later" \
+    "$(sql s "SELECT live->>'step' IS NOT NULL AND (live->>'step')::bigint = resume_step AND resume_step >= 8
+              FROM plans WHERE job_id = $J AND epoch = 2")" t
+wait_for 300 is_state "$J" succeeded
+check "the moved job succeeds, blaming no node or link" \
+    "$(state_of "$J") $(sql s "SELECT count(*) FROM job_faults WHERE job_id = $J")" "succeeded 0"
+job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/drain.losses"
+check "with the uninterrupted run's losses, each step once" \
+    "$(join "$WORK/drain.losses" "$WORK/reference.losses" | awk '$2 != $3 { d++ } END { print NR, d + 0 }') $(sql s \
+       "SELECT count(*) = count(DISTINCT (step, stage, replica)) FROM job_steps WHERE job_id = $J")" "40 0 t"
+check "the drained node stays draining" "$(sql s "SELECT state FROM nodes WHERE id = $DRAINED_ID")" draining
+req POST "$S/v1/nodes/$DRAINED_ID/undrain" "$ADMIN"
+check "undrained, it is back in the fleet" "$STATUS $(printf '%s' "$BODY" | jq -r .state)" "200 idle"
+
 # ---- kill -9 a node of the plan, a spare standing by
 start_job spare
 wait_for 120 reached "$J" 12
@@ -76,7 +111,6 @@ else fail "the job goes to recovery" "state $(state_of "$J")"; fi
 t_recovering=$(now)
 reason=$(curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$J" | jq -r .recovery_reason)
 case $reason in *peer*|*lost*) ok "saying why: $reason";; *) fail "saying why" "$reason";; esac
-replanned() { [ "$(sql s "SELECT plan_epoch FROM jobs WHERE id = $J")" = 2 ]; }
 wait_for 60 replanned
 # Its neighbours name it by node id (and theirs may name the neighbour that
 # gave up); the server's probe of its peer port is refused, so it is the
