@@ -17,6 +17,7 @@
 
 #include "../common/log.h"
 #include "../common/clock.h"
+#include "db.h"
 
 /* Reads a token file, or creates it with a fresh token (mode 0600).
  * `kind` is "admin" or "join". */

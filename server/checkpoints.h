@@ -1,15 +1,20 @@
 /* checkpoints.h - what the rest of the server asks of the checkpoint store
- * (h_checkpoints.c keeps the files under --checkpoint-dir, by default
- * <data-dir>/checkpoints/). */
+ * (ckpt_store.c; h_checkpoints.c receives and serves the files under
+ * --checkpoint-dir, by default <data-dir>/checkpoints/). */
 #ifndef SHOAL_CHECKPOINTS_H
 #define SHOAL_CHECKPOINTS_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "../common/err.h"
 
 struct server;
+
+/* Room for the data directory (up to PATH_MAX) and what we add under it;
+ * the kernel refuses paths over PATH_MAX itself. */
+#define CKPT_PATH_MAX (PATH_MAX + 256)
 
 /* Files a complete checkpoint holds per stage, for the jobs row aliased j:
  * one per replica under diloco, else replica 0's. */

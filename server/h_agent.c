@@ -7,6 +7,7 @@
 #include "http.h"
 #include "longpoll.h"
 #include "routes.h"
+#include "db.h"
 
 #define PROBES_MAX_TARGETS 64   /* per answer; the agent asks again after probing */
 

@@ -13,6 +13,7 @@
 #include "http.h"
 #include "queries.h"
 #include "routes.h"
+#include "db.h"
 
 /* $1 job, $2 epoch, $3 node, $4 source, $5 sha256: recorded where none
  * is, under the row lock, so two agents racing record one of theirs. */

@@ -7,6 +7,7 @@
 #include "http.h"
 #include "migrate.h"
 #include "routes.h"
+#include "db.h"
 
 void h_healthz(struct request *rq, struct response *rs)
 {

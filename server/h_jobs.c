@@ -7,6 +7,7 @@
 #include "jobspec.h"
 #include "queries.h"
 #include "routes.h"
+#include "db.h"
 
 /* latest_step: the steps the job has trained, counted as checkpoints and
  * `sample --step` count them (the highest step index any tasklet reported,

@@ -6,6 +6,7 @@
 #include "http.h"
 #include "queries.h"
 #include "routes.h"
+#include "db.h"
 
 void h_links_put(struct request *rq, struct response *rs)
 {

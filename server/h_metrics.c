@@ -34,6 +34,8 @@
 #include "queries.h"
 #include "routes.h"
 #include "workq.h"
+#include "db.h"
+#include "metrics.h"
 
 #define METRICS_NODE_HORIZON_S 86400.0   /* s: nodes silent longer have no per-node or link series */
 #define BYTES_PER_GBIT 1.25e8           /* the database keeps bandwidth in Gbit/s; 1e9 bits / 8 */

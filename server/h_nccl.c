@@ -12,6 +12,7 @@
 #include "http.h"
 #include "queries.h"
 #include "routes.h"
+#include "db.h"
 
 /* The checks both statements share, as CTE v with a verdict: $1 job,
  * $2 epoch, $3 stage, $4 node, $5 true when any replica of the stage may

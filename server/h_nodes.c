@@ -9,6 +9,7 @@
 #include "queries.h"
 #include "recovery.h"
 #include "routes.h"
+#include "db.h"
 
 static const char *const node_states_all[] = { "idle", "busy", "draining", "lost", NULL };
 

@@ -18,6 +18,7 @@
 #include "queries.h"
 #include "recovery.h"
 #include "routes.h"
+#include "db.h"
 
 /* $1 job, $2 epoch, $3 step, $4 stage, $5 replica, $6 node, $7 loss (or
  * NULL), $8 iteration_s, $9 compute_s, $10 send_s, $11 recv_wait_s,

@@ -18,6 +18,8 @@
 #include "http.h"
 #include "planner.h"
 #include "routes.h"
+#include "db.h"
+#include "metrics.h"
 
 /* One planning request, owned by its thread: the job, what was asked, and
  * for a forced plan the operator's assignment (freed by body_plan_free). */

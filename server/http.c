@@ -15,9 +15,10 @@
 #include "../common/log.h"
 #include "auth.h"
 #include "http_limits.h"
-#include "routes.h"
 #include "workq.h"
 #include "../common/clock.h"
+#include "db.h"
+#include "metrics.h"
 
 /* A route lane's workers and their limits (router.h). */
 struct http_lane {
@@ -256,7 +257,7 @@ headers:
 static int http_authenticate(struct request *rq, struct response *rs)
 {
     struct shoal_err e;
-    const struct route *r = &routes[rq->match.index];
+    const struct route *r = &rq->srv->routes[rq->match.index];
     if (r->auth == AUTH_OPEN)
         return 0;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(rq->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
@@ -321,7 +322,7 @@ static struct workq *http_lane_of(struct request *rq)
 {
     if (rq->framing_ambiguous || rq->route_status != 0 || rq->body_too_large)
         return NULL;
-    return rq->srv->lanes[routes[rq->match.index].lane];
+    return rq->srv->lanes[rq->srv->routes[rq->match.index].lane];
 }
 
 /* A lane's item: the checks and the handler on a worker, with the
@@ -343,7 +344,7 @@ static void http_lane_run(void *item, int late, void *ctx)
     } else {
         db_deadline_set(late ? http_now() : rq->started + ln->budget_s);   /* late: none left */
         if (http_check(rq, rq->deferred) == 0)
-            routes[rq->match.index].fn(rq, rq->deferred);
+            rq->srv->routes[rq->match.index].fn(rq, rq->deferred);
         db_deadline_set(0);
     }
     http_hand_on(rq);
@@ -368,7 +369,7 @@ static enum MHD_Result http_dispatch(struct request *rq)
     if (lane)
         reply_fail(&rs, 500, "internal", NULL, "out of memory");
     else if (http_check(rq, &rs) == 0)
-        routes[rq->match.index].fn(rq, &rs);
+        rq->srv->routes[rq->match.index].fn(rq, &rs);
     if ((rq->defer_fn || rq->suspend_fn) && http_park(rq, &rs) == 0) {
         http_hand_on(rq);
         return MHD_YES;
@@ -468,7 +469,7 @@ static int http_overdue(struct request *rq)
         return 0;
     log_warn("http dropping a request whose body is still arriving after %.1f s (--request-timeout %ld) "
              "method=%s route=%s", secs, rq->srv->cfg.request_timeout_s, rq->method,
-             rq->route_status == 0 ? routes[rq->match.index].pattern : "-");
+             rq->route_status == 0 ? rq->srv->routes[rq->match.index].pattern : "-");
     return 1;
 }
 
@@ -489,13 +490,14 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
         rq->started = http_now();
         http_conn_mark(conn, 1);   /* its head is in */
         buf_init(&rq->body, (size_t)rq->srv->cfg.max_body);
-        rq->route_status = router_match(routes, routes_count, method, url, &rq->match, &rq->route_err);
+        rq->route_status = router_match(rq->srv->routes, rq->srv->routes_count, method, url, &rq->match,
+                                        &rq->route_err);
         *con_cls = rq;
         if (http_framing_ambiguous(rq->conn) || http_coding_unknown(rq->conn)) {   /* answered before any body */
             rq->framing_ambiguous = 1 + http_coding_unknown(rq->conn);
             return http_dispatch(rq);
         }
-        if (rq->route_status == 0 && (rq->sink = routes_upload_sink(rq->match.index)) != NULL)
+        if (rq->route_status == 0 && (rq->sink = rq->srv->upload_sink(rq->match.index)) != NULL)
             return http_upload_begin(rq);
         if (rq->route_status == 0) {
             struct response rs = { .status = 500 };
@@ -561,7 +563,7 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
     /* one line per request at debug (at info they were 95% of the log);
      * a server error at warn */
     LOG_AT(rq->status >= 500 ? LOG_LEVEL_WARN : LOG_LEVEL_DEBUG, "http method=%s route=%s status=%d ms=%.2f%s",
-           rq->method, route >= 0 ? routes[route].pattern : "-", rq->status, secs * 1000.0,
+           rq->method, route >= 0 ? srv->routes[route].pattern : "-", rq->status, secs * 1000.0,
            why == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " aborted=1");
     if (rq->upload)
         rq->sink->abort(rq);

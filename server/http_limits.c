@@ -15,7 +15,7 @@
 
 #include "../common/hex.h"
 #include "../common/log.h"
-#include "http.h"
+#include "../common/clock.h"
 
 #define HTTP_SPARE_CONNECTIONS 1024   /* connections beyond the long-polls, for ordinary requests */
 #define HTTP_RESERVED_FDS 256         /* descriptors kept for everything but connections */
@@ -125,7 +125,7 @@ static void http_addr_count(const unsigned char key[HTTP_ADDR_KEY], int delta)
 
 static long long http_now_ms(void)
 {
-    return (long long)(http_now() * 1000.0);
+    return (long long)(mono_s() * 1000.0);
 }
 
 void http_conn_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
@@ -228,7 +228,7 @@ enum MHD_Result http_admit(void *cls, const struct sockaddr *addr, socklen_t add
     int ok = (http_conns.per_address == 0 || mine < http_conns.per_address) &&
              (http_conns.held < http_conns.limit ||
               (http_conns.held < http_conns.limit + HTTP_RESERVE_CONNECTIONS && mine < HTTP_RESERVE_PER_ADDRESS));
-    double now = http_now(), last = http_conns.refused_logged;
+    double now = mono_s(), last = http_conns.refused_logged;
     if (!ok && now - last >= HTTP_REFUSED_LOG_EVERY_S)
         http_conns.refused_logged = now;
     unsigned held = http_conns.held;

@@ -21,6 +21,8 @@
 #include "pgembed.h"
 #include "recovery.h"
 #include "routes.h"
+#include "db.h"
+#include "metrics.h"
 
 /* Creates `dir` and its missing parents, mode 0700 for what it creates. */
 static int make_dirs(const char *dir, struct shoal_err *err)
@@ -86,6 +88,9 @@ int main(int argc, char **argv)
     sigset_t stop_signals;
 
     memset(&srv, 0, sizeof srv);
+    srv.routes = routes;
+    srv.routes_count = routes_count;
+    srv.upload_sink = routes_upload_sink;
     int cr = config_load(&srv.cfg, argc, argv, &err);
     if (cr != 0) {
         if (cr < 0)

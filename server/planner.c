@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/buf.h"
 #include "../common/log.h"
 #include "checkpoints.h"
 #include "db.h"

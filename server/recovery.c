@@ -16,6 +16,7 @@
 #include "queries.h"
 #include "sched/input.h"
 #include "server.h"
+#include "metrics.h"
 
 struct recovery {
     struct server *srv;

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "../common/err.h"
+#include "server.h"   /* enum route_lane */
 
 struct request;
 struct response;
@@ -25,16 +26,6 @@ enum auth_kind {
     AUTH_ADMIN_OR_NODE, /* the admin token (node_id 0) or a node token (node_id set);
                            the handler decides what that node may see */
 };
-
-/* Which threads run a route's handler (http.c): the threads that take
- * connections must never wait for the database. */
-enum route_lane {
-    LANE_DATABASE,   /* a database worker, for at most --db-timeout + 2 s in all (the default) */
-    LANE_INLINE,     /* the HTTP thread: it never touches the database */
-    LANE_PROBE,      /* a probe worker, with a few seconds for the database: /readyz, /metrics */
-};
-#define ROUTE_LANES 3
-extern const char *const route_lane_names[ROUTE_LANES];   /* "database", "inline", "probe" */
 
 struct route {
     const char *method;    /* "GET", "POST", ... */
