@@ -68,20 +68,26 @@ ifeq ($(CUDA),1)
 KERNELS_OBJ += $(patsubst %.cu,$(BUILD)/%.o,$(wildcard kernels/cuda_*.cu))
 KERNELS_LIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcublasLt \
                 -lnccl -lcudart -lstdc++
-AGENT_NCCL  := agent/nccl.c
+AGENT_NCCL  := agent/net/nccl.c
 else
 KERNELS_OBJ += $(BUILD)/kernels/cuda_none.o
-AGENT_NCCL  := agent/nccl_none.c
+AGENT_NCCL  := agent/net/nccl_none.c
 endif
 
 COMMON_SRC  := $(wildcard common/*.c)
-SERVER_SRC  := $(filter-out server/main.c,$(wildcard server/*.c))
-# The data-parallel all-reduce over NCCL where CUDA is built, else its stub.
-AGENT_SRC   := $(filter-out agent/main.c agent/nccl.c agent/nccl_none.c,$(wildcard agent/*.c)) $(AGENT_NCCL)
-SCHED_SRC   := $(filter-out server/sched/shoal_sched.c,$(wildcard server/sched/*.c))
+# The server's wings (server/README.md), bottom to top; main.c and
+# shoal_sched.c are the two programs.
+SERVER_WINGS := base store http jobs api
+SERVER_SRC  := $(foreach w,$(SERVER_WINGS),$(wildcard server/$(w)/*.c))
+# The agent's rooms (agent/README.md); the data-parallel all-reduce over
+# NCCL where CUDA is built, else its stub.
+AGENT_ROOMS := control net train tools
+AGENT_SRC   := $(filter-out agent/main.c agent/net/nccl.c agent/net/nccl_none.c, \
+                 $(wildcard agent/*.c) $(foreach r,$(AGENT_ROOMS),$(wildcard agent/$(r)/*.c))) $(AGENT_NCCL)
+SCHED_SRC   := $(wildcard server/sched/*.c)
 UNIT_SRC    := $(wildcard tests/unit/test_*.c)
 MIGRATIONS  := $(sort $(wildcard sql/*.sql))
-# The dashboard's files are served by name (server/h_web.c).
+# The dashboard's files are served by name (server/api/h_web.c).
 WEB         := web/index.html web/app.js web/app.css web/favicon.svg
 STATIC      := server/openapi.yaml $(WEB)
 
@@ -121,7 +127,7 @@ $(BINDIR)/shoal-agent: $(BUILD)/agent/main.o $(AGENT_OBJ) $(COMMON_OBJ) $(KERNEL
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcurl $(KERNELS_LIBS)
 
-$(BINDIR)/shoal-sched: $(BUILD)/server/sched/shoal_sched.o $(BUILD)/server/jobspec.o $(SCHED_OBJ) $(COMMON_OBJ)
+$(BINDIR)/shoal-sched: $(BUILD)/server/shoal_sched.o $(BUILD)/server/jobs/jobspec.o $(SCHED_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -133,20 +139,20 @@ $(BUILD)/kernels/%.o: CFLAGS += $(KERNELS_CFLAGS)
 # FP operations never trap here (no FP exceptions are enabled), which lets
 # GELU's and the softmaxes' loops vectorise (kernels/cpu_tanh.h, cpu_exp.h); values are unchanged.
 $(BUILD)/kernels/cpu_layers.o: CFLAGS += -fno-trapping-math
-$(BUILD)/agent/nccl.o: CFLAGS += -I$(CUDA_HOME)/include
+$(BUILD)/agent/net/nccl.o: CFLAGS += -I$(CUDA_HOME)/include
 
 $(BUILD)/kernels/%.o: kernels/%.cu $(wildcard kernels/*.h kernels/*.cuh)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
 # Migrations and static documents are compiled into the server.
-$(BUILD)/gen/embedded.c: server/embed.sh $(MIGRATIONS) $(STATIC)
+$(BUILD)/gen/embedded.c: server/store/embed.sh $(MIGRATIONS) $(STATIC)
 	@mkdir -p $(@D)
-	sh server/embed.sh embedded_migrations $(MIGRATIONS) -- embedded_static $(STATIC) > $@.tmp
+	sh server/store/embed.sh embedded_migrations $(MIGRATIONS) -- embedded_static $(STATIC) > $@.tmp
 	mv $@.tmp $@
 
 $(BUILD)/gen/embedded.o: $(BUILD)/gen/embedded.c
-	$(CC) $(CFLAGS) -Iserver -c -o $@ $<
+	$(CC) $(CFLAGS) -Iserver/store -c -o $@ $<
 
 $(BUILD)/tests/%: tests/unit/%.c $(SERVER_OBJ) $(AGENT_OBJ) $(COMMON_OBJ) $(KERNELS_OBJ)
 	@mkdir -p $(@D)
@@ -160,7 +166,7 @@ $(BUILD)/tests/gpu/test_kernels_gpu: $(wildcard tests/gpu/*.c) $(KERNELS_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(KERNELS_LIBS)
 
-$(BUILD)/bench/bench_peer: tests/bench/bench_peer.c $(filter $(BUILD)/agent/peer% $(BUILD)/agent/ring.o,$(AGENT_OBJ)) $(COMMON_OBJ)
+$(BUILD)/bench/bench_peer: tests/bench/bench_peer.c $(filter $(BUILD)/agent/net/peer% $(BUILD)/agent/net/ring.o,$(AGENT_OBJ)) $(COMMON_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS)
 
@@ -173,7 +179,7 @@ $(BUILD)/bench/bench_pipeline: tests/bench/bench_pipeline.c $(KERNELS_OBJ)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(KERNELS_LIBS)
 
 # The host emulation of CUDA, cuBLAS and NCCL (tests/gpu/host, README.md
-# there): the CUDA backend's own sources and agent/nccl.c compiled as host
+# there): the CUDA backend's own sources and agent/net/nccl.c compiled as host
 # code, so make test runs them under the sanitizers on a machine with no GPU.
 HOSTCUDA_DIR      := tests/gpu/host
 HOSTCUDA_CXXFLAGS := -std=c++17 -Wall -Wextra -Werror -O2 -g -pthread -fopenmp -MMD -MP -ftls-model=initial-exec \
@@ -197,7 +203,7 @@ $(BUILD)/hostcuda/kernels/%.o: kernels/%.cu
 	@mkdir -p $(@D)
 	$(CXX) $(HOSTCUDA_CXXFLAGS) $(if $(filter -fsanitize%,$(CFLAGS)),-fno-sanitize=null) -Ikernels -x c++ -c -o $@ $<
 
-$(BUILD)/hostcuda/agent/nccl.o: agent/nccl.c
+$(BUILD)/hostcuda/agent/net/nccl.o: agent/net/nccl.c
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -I$(HOSTCUDA_DIR) -c -o $@ $<
 
@@ -206,10 +212,10 @@ $(BUILD)/tests/gpu/test_kernels_host: $(wildcard tests/gpu/*.c) $(HOSTCUDA_CPU_O
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(HOSTCUDA_LIBS)
 
-# agent/nccl.c's groups, ranks as threads of one process, against a real server.
+# agent/net/nccl.c's groups, ranks as threads of one process, against a real server.
 $(BUILD)/tests/gpu/test_nccl_host: $(wildcard tests/gpu/nccl/*.c tests/gpu/nccl/*.h) tests/gpu/gpu_check.c \
-        $(BUILD)/hostcuda/agent/nccl.o \
-        $(filter-out $(BUILD)/agent/nccl%,$(AGENT_OBJ)) $(COMMON_OBJ) $(HOSTCUDA_CPU_OBJ) \
+        $(BUILD)/hostcuda/agent/net/nccl.o \
+        $(filter-out $(BUILD)/agent/net/nccl%,$(AGENT_OBJ)) $(COMMON_OBJ) $(HOSTCUDA_CPU_OBJ) \
         $(HOSTCUDA_KERNELS) $(HOSTCUDA_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS) -lcurl $(HOSTCUDA_LIBS)
@@ -309,16 +315,16 @@ endif
 # What each target links besides common/; one not listed links what the unit tests do.
 FUZZ_OWN_LINK := fuzz_bodies fuzz_sched_files fuzz_checkpoint fuzz_dataset fuzz_peer fuzz_tokenizer \
                  fuzz_gpt2_llmc fuzz_safetensors fuzz_hf_llama fuzz_bpe
-$(BUILD)/bin/fuzz_bodies: $(BUILD)/server/bodies.o $(BUILD)/server/jobspec.o $(SCHED_OBJ)
-$(BUILD)/bin/fuzz_sched_files: $(BUILD)/server/jobspec.o $(SCHED_OBJ)
+$(BUILD)/bin/fuzz_bodies: $(BUILD)/server/api/bodies.o $(BUILD)/server/jobs/jobspec.o $(SCHED_OBJ)
+$(BUILD)/bin/fuzz_sched_files: $(BUILD)/server/jobs/jobspec.o $(SCHED_OBJ)
 $(BUILD)/bin/fuzz_checkpoint: $(KERNELS_OBJ)
 $(BUILD)/bin/fuzz_gpt2_llmc: $(KERNELS_OBJ)
 $(BUILD)/bin/fuzz_safetensors: $(KERNELS_OBJ)
 $(BUILD)/bin/fuzz_hf_llama: $(KERNELS_OBJ)
-$(BUILD)/bin/fuzz_dataset: $(BUILD)/agent/data.o $(BUILD)/agent/digests.o
-$(BUILD)/bin/fuzz_tokenizer: $(BUILD)/agent/tokenizer.o
-$(BUILD)/bin/fuzz_bpe: $(BUILD)/agent/bpe.o $(BUILD)/agent/bpe_files.o $(BUILD)/agent/tokenizer.o
-$(BUILD)/bin/fuzz_peer: $(filter $(BUILD)/agent/peer%,$(AGENT_OBJ))
+$(BUILD)/bin/fuzz_dataset: $(BUILD)/agent/train/data.o $(BUILD)/agent/train/digests.o
+$(BUILD)/bin/fuzz_tokenizer: $(BUILD)/agent/tools/tokenizer.o
+$(BUILD)/bin/fuzz_bpe: $(BUILD)/agent/tools/bpe.o $(BUILD)/agent/tools/bpe_files.o $(BUILD)/agent/tools/tokenizer.o
+$(BUILD)/bin/fuzz_peer: $(filter $(BUILD)/agent/net/peer%,$(AGENT_OBJ))
 $(patsubst %,$(BUILD)/bin/%,$(filter-out $(FUZZ_OWN_LINK),$(FUZZ_NAMES))): $(SERVER_OBJ) $(AGENT_OBJ) $(KERNELS_OBJ)
 
 $(BUILD)/bin/fuzz_%: tests/fuzz/fuzz_%.c $(COMMON_OBJ)

@@ -13,14 +13,14 @@
 
 #include "../common/dirlock.h"
 #include "../common/log.h"
-#include "assign.h"
-#include "control.h"
+#include "train/assign.h"
+#include "control/control.h"
 #include "hw.h"
-#include "live.h"
-#include "peer.h"
-#include "probe.h"
-#include "report.h"
-#include "train.h"
+#include "train/live.h"
+#include "net/peer.h"
+#include "net/probe.h"
+#include "control/report.h"
+#include "train/train.h"
 
 #define POLL_WAIT_S 25              /* the assignment long-poll's wait */
 #define REPORT_QUEUE 4096           /* progress posts held while the server is away */

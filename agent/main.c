@@ -12,10 +12,10 @@
 #include "../common/log.h"
 #include "agent.h"
 #include "config.h"
-#include "export.h"
-#include "import.h"
-#include "sample.h"
-#include "tokenize.h"
+#include "tools/export.h"
+#include "tools/import.h"
+#include "tools/sample.h"
+#include "tools/tokenize.h"
 
 static atomic_int stop_requested;
 

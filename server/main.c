@@ -14,15 +14,15 @@
 
 #include "../common/dirlock.h"
 #include "../common/log.h"
-#include "auth.h"
-#include "http.h"
-#include "longpoll.h"
-#include "migrate.h"
-#include "pgembed.h"
-#include "recovery.h"
-#include "routes.h"
-#include "db.h"
-#include "metrics.h"
+#include "http/auth.h"
+#include "http/http.h"
+#include "jobs/longpoll.h"
+#include "store/migrate.h"
+#include "store/pgembed.h"
+#include "jobs/recovery.h"
+#include "api/routes.h"
+#include "store/db.h"
+#include "http/metrics.h"
 
 /* Creates `dir` and its missing parents, mode 0700 for what it creates. */
 static int make_dirs(const char *dir, struct shoal_err *err)

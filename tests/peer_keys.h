@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../agent/peer.h"
+#include "../agent/net/peer.h"
 
 /* Adds a's link to `peer` (a->role, job_id and epoch set first). */
 static inline void peer_keys_link(struct peer_auth *a, const char *secret, const char *peer)

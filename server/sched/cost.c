@@ -22,7 +22,7 @@ static double xfer_s(const struct sched_problem *pb, int i, int j, double bytes)
 }
 
 /* The two ends of a pipeline sum a tied matrix's gradient as a ring of
- * two (agent/ring.c): each sends half of it twice, both directions at
+ * two (agent/net/ring.c): each sends half of it twice, both directions at
  * once, so the slower direction's bandwidth and latency set the time. */
 static double tied_exchange_s(const struct sched_problem *pb, int x, int y, double bytes)
 {
@@ -402,7 +402,7 @@ static double shoal_layers(const struct sched_ctx *cx, const int *node, int *lay
 /* shoal: predicted iteration time of a complete plan (see README.md).
  * The server's straggler check repeats a tasklet's compute and AdamW terms
  * (with ctx_init's counts) in SQL, TASKLET_PREDICTED_COMPUTE_S_SQL in
- * server/queries.h: change both together. */
+ * server/store/queries.h: change both together. */
 /* What the search steers by besides the total: the sums behind its maxima
  * (the all-reduce of every stage, the pipeline time of every replica), and
  * the stage whose all-reduce is the longest. */

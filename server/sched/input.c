@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* What the API takes (server/bodies.c); a file for shoal-sched may say
+/* What the API takes (server/api/bodies.c); a file for shoal-sched may say
  * anything, and the cost models divide by these. */
 #define INPUT_MAX_NODES 20000
 #define INPUT_MIN_TFLOPS 1e-6

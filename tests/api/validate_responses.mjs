@@ -92,14 +92,14 @@ function newAjv() {
 
 // The path of an absolute URL as the router gets it: as sent (no dot
 // segments resolved), %XX decoded except %00 (http_unescape in
-// server/http_limits.c); null if `url` is not absolute.
+// server/http/http_limits.c); null if `url` is not absolute.
 function requestPath(url) {
     const m = /^[a-z][a-z0-9+.-]*:\/\/[^/?#]*([^?#]*)/i.exec(url);
     if (!m) return null;
     return (m[1] || '/').replace(/%([0-9a-fA-F]{2})/g, (all, h) => (h === '00' ? all : String.fromCharCode(parseInt(h, 16))));
 }
 
-// "/v1/jobs/" -> "/jobs": the router's own normalisation (server/router.c):
+// "/v1/jobs/" -> "/jobs": the router's own normalisation (server/http/router.c):
 // the optional "/v1" prefix and one trailing slash dropped.
 function normalisePath(p) {
     if (p.startsWith('/v1') && (p.length === 3 || p[3] === '/')) p = p.slice(3);

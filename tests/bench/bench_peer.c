@@ -37,8 +37,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../agent/peer.h"
-#include "../../agent/ring.h"
+#include "../../agent/net/peer.h"
+#include "../../agent/net/ring.h"
 #include "../../common/aead.h"
 #include "../../common/log.h"
 #include "../peer_keys.h"

@@ -1,6 +1,6 @@
 /* fuzz_bodies.c - every JSON request body the server parses: the bytes
  * through jv_parse_object (as request_json does) and the body's parser
- * (server/bodies.h, server/jobspec.h), then checks that what was accepted
+ * (server/api/bodies.h, server/jobs/jobspec.h), then checks that what was accepted
  * keeps the parser's promises and that what was refused makes an error
  * answer a client can read.
  *
@@ -14,8 +14,8 @@
 #include <string.h>
 
 #include "../../common/jsonv.h"
-#include "../../server/bodies.h"
-#include "../../server/jobspec.h"
+#include "../../server/api/bodies.h"
+#include "../../server/jobs/jobspec.h"
 
 enum body_kind {
     BODY_REGISTRATION, BODY_HEARTBEAT, BODY_LINKS, BODY_PROGRESS, BODY_FAILURE,

@@ -1,5 +1,5 @@
-/* fuzz_bpe.c - the BPE tokenizer readers and encoder (agent/bpe.c,
- * agent/bpe_files.c).  Byte 0 says what follows:
+/* fuzz_bpe.c - the BPE tokenizer readers and encoder (agent/tools/bpe.c,
+ * agent/tools/bpe_files.c).  Byte 0 says what follows:
  *
  *   0x80 set     text, encoded by a small tokenizer.json built here (the
  *                256 bytes and a few merges, Digits then GPT-2's split);
@@ -17,7 +17,7 @@
 
 #include <jansson.h>
 
-#include "../../agent/bpe.h"
+#include "../../agent/tools/bpe.h"
 
 static void expect(int ok, const char *what)
 {

@@ -2,7 +2,7 @@
  * agent uses it on a checkpoint it downloaded: read from memory (fmemopen),
  *
  *   1. kern_stage_file_peek, then a CPU stage built from the header, then
- *      kern_stage_load into it (agent/ckpt.c, load_source);
+ *      kern_stage_load into it (agent/train/ckpt.c, load_source);
  *   2. kern_stage_load into a stage that exists already (load_same), the
  *      small model of the seed corpus;
  *

@@ -1,4 +1,4 @@
-/* fuzz_dataset.c - the dataset shard reader (agent/data.c): data_check on
+/* fuzz_dataset.c - the dataset shard reader (agent/train/data.c): data_check on
  * the bytes, as data_open does on a mapped file, then a few data_batch
  * calls on what it accepts, checking every token against the vocabulary.
  *
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../agent/data.h"
+#include "../../agent/train/data.h"
 
 #define BATCH_SEQUENCES 3
 

@@ -1,5 +1,5 @@
 /* fuzz_peer.c - the peer wire format (common/wire.h) and the agent's frame
- * engine (agent/peer.c) on hostile bytes.  The first input byte picks what
+ * engine (agent/net/peer.c) on hostile bytes.  The first input byte picks what
  * the rest is:
  *
  *   0  a frame header: wire_header_decode, as it is and with its CRC set
@@ -32,8 +32,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../../agent/peer.h"
-#include "../../agent/peer_internal.h"
+#include "../../agent/net/peer.h"
+#include "../../agent/net/peer_internal.h"
 #include "../../common/aead.h"
 #include "../../common/crc32c.h"
 #include "../../common/log.h"

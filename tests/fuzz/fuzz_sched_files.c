@@ -1,4 +1,4 @@
-/* fuzz_sched_files.c - the files shoal-sched reads (server/sched/shoal_sched.c):
+/* fuzz_sched_files.c - the files shoal-sched reads (server/shoal_sched.c):
  * the nodes and links documents (input_network) and the job file
  * (jobspec_from_document), then the problem checks and, on what passes,
  * the cost models: the sequential plan, a few random ones, the same plan
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../server/jobspec.h"
+#include "../../server/jobs/jobspec.h"
 #include "../../server/sched/input.h"
 #include "../../server/sched/sched.h"
 

@@ -1,4 +1,4 @@
-/* fuzz_tokenizer.c - llm.c's tokenizer file reader (agent/tokenizer.c):
+/* fuzz_tokenizer.c - llm.c's tokenizer file reader (agent/tools/tokenizer.c):
  * tokenizer_load on the bytes, as tokenizer_open does on a file's, then
  * every token decoded.
  *
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../agent/tokenizer.h"
+#include "../../agent/tools/tokenizer.h"
 
 static void expect(int ok, const char *what)
 {

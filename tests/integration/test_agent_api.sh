@@ -177,7 +177,7 @@ check "the node shows its job and step" \
     "$(sql a "SELECT current_job_id || ':' || current_step FROM nodes WHERE current_job_id IS NOT NULL")" "$J:7"
 req POST "$S/v1/agent/heartbeat" "$(tok_of 0 0)" '{"state":"idle","job_id":null,"step":null}'
 
-# ---- what an idle agent holds for a live resume (agent/live.h): a stage of a job it is in
+# ---- what an idle agent holds for a live resume (agent/train/live.h): a stage of a job it is in
 req POST "$S/v1/agent/heartbeat" "$(tok_of 0 0)" '{"state":"idle","held":{"job_id":'"$J"',"layer_start":0,"layer_end":2,"step":12}}'
 expect "an idle heartbeat may say what it holds" 200 .state idle
 check "the held stage is stored" "$(sql a "SELECT held_job_id || ':' || held_layer_start || '..' || held_layer_end || '@' || held_step FROM nodes WHERE held_job_id IS NOT NULL")" "$J:0..2@12"

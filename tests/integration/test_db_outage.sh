@@ -121,7 +121,7 @@ EPOCH=1
 # stuck_request MODE TAG: a GET /v1/nodes that waits inside Postgres, behind
 # a lock another session holds (its pid in LOCKER); the request's pid is
 # STUCK, its body lands in $WORK/stuck.MODE.TAG.  Its backend is told from
-# others waiting on that lock by its SQL (server/h_nodes.c's list query).
+# others waiting on that lock by its SQL (server/api/h_nodes.c's list query).
 stuck_request() {
     local locked=0
     psql -X -q "$DBURL" -c 'BEGIN; LOCK TABLE nodes IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(120);' \

@@ -604,7 +604,7 @@ def ignored(rel):
                     fnmatch.fnmatch(pre, pat[3:]) or fnmatch.fnmatch(parts[i - 1], pat[3:]))):
                 return True
     return False
-needed_src = ["Makefile", "deploy/deps.sh", "server/embed.sh"] + make_var("STATIC") + make_var("MIGRATIONS") + sorted(
+needed_src = ["Makefile", "deploy/deps.sh", "server/store/embed.sh"] + make_var("STATIC") + make_var("MIGRATIONS") + sorted(
     os.path.relpath(f, top) for d in ("common", "server", "agent", "kernels") for f in globmod.glob(os.path.join(top, d, "**", "*.[ch]*"), recursive=True))
 lost = [f for f in needed_src if ignored(f)]
 check(".dockerignore keeps every source, migration and static file the build needs", needed_src and not lost, "ignored: %s" % lost[:10])

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_nccl_host.sh - agent/nccl.c's data-parallel groups on the host
+# test_nccl_host.sh - agent/net/nccl.c's data-parallel groups on the host
 # emulation of CUDA and NCCL (tests/gpu/host), against a real server: a job
 # of GPU nodes whose stages each have three replicas, one stage per scenario
 # of tests/gpu/nccl/test_nccl_host.c (tests/gpu/nccl/ranks.h), whose ranks

@@ -96,7 +96,7 @@ rows0=$(((34624 / 2 + 255) / 256)); rows1=$(((33664 / 2 + 255) / 256))
 want=$((2 * 2 * (72 + rows0 * 260) + 2 * 2 * (72 + rows1 * 260)))
 check "an outer step sends the int8 ring's bytes exactly ($want)" \
     "$(sql s "SELECT sum(sync_bytes) FROM job_steps WHERE job_id = $J AND step = 3")" "$want"
-# Uploads are queued and retried (agent/report.c), so the last of them may
+# Uploads are queued and retried (agent/control/report.c), so the last of them may
 # land after the job's last step: the listing is read once it settles.  An
 # upload that waited behind two newer ones of its tasklet is replaced before
 # it is sent (a slow machine), leaving its checkpoint incomplete; then the

@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../agent/peer.h"
+#include "../../agent/net/peer.h"
 #include "../peer_keys.h"
 #define JOB 7
 #define EPOCH 3

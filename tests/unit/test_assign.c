@@ -1,4 +1,4 @@
-/* test_assign.c - agent/assign.h: an assignment as the server sends it
+/* test_assign.c - agent/train/assign.h: an assignment as the server sends it
  * becomes the tasklet's neighbours; the group's all-reduce decides whether
  * there is a TCP ring at all; a live resume's root is taken under either;
  * malformed answers are refused with a reason. */
@@ -10,7 +10,7 @@
 
 #include <string.h>
 
-#include "../../agent/assign.h"
+#include "../../agent/train/assign.h"
 
 /* A link key: 32 bytes of the one given in hex. */
 #define KEY4(b) b b b b

@@ -1,4 +1,4 @@
-/* test_bodies.c - server/bodies.h: the request bodies the API accepts,
+/* test_bodies.c - server/api/bodies.h: the request bodies the API accepts,
  * parsed without a database: defaults, what each rejects and how it says
  * so, and what the parsers own. */
 #include <stdarg.h>
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "../../common/jsonv.h"
-#include "../../server/bodies.h"
+#include "../../server/api/bodies.h"
 #include "../../server/sched/input.h"
 
 static json_t *body(const char *text)

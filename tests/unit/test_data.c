@@ -1,4 +1,4 @@
-/* test_data.c - agent/data.h: dataset files are checked before use,
+/* test_data.c - agent/train/data.h: dataset files are checked before use,
  * sampling is a pure function of (seed, step, global sequence number),
  * and a dataset of shards (a manifest, a directory, a glob; uint16 or
  * uint32; past 2^32 tokens) reads as the one sequence they hold. */
@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../agent/data.h"
+#include "../../agent/train/data.h"
 
 static char dir[] = "/tmp/shoal-data-test.XXXXXX";
 

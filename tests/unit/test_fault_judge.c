@@ -1,7 +1,7 @@
 /* test_fault_judge.c - which node a job's failed links point to
- * (server/queries.h: JOB_LINK_SUSPECT_SQL through JOB_EXCLUDED_SQL), on
+ * (server/store/queries.h: JOB_LINK_SUSPECT_SQL through JOB_EXCLUDED_SQL), on
  * judged link reports replayed epoch by epoch into a private PostgreSQL
- * (server/pgembed.h, as the server's own; make test needs PostgreSQL).
+ * (server/store/pgembed.h, as the server's own; make test needs PostgreSQL).
  * After every epoch only the node cut off from its peers may be left out,
  * and it must be by the epoch each sequence says. */
 #include <stdarg.h>
@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../server/db.h"
-#include "../../server/pgembed.h"
-#include "../../server/queries.h"
+#include "../../server/store/db.h"
+#include "../../server/store/pgembed.h"
+#include "../../server/store/queries.h"
 
 /* Only the columns the rule reads (sql/008_fault_attribution.sql). */
 #define FAULTS_TABLE_SQL \

@@ -1,4 +1,4 @@
-/* test_jobspec.c - server/jobspec.h: a job spec is parsed, validated with
+/* test_jobspec.c - server/jobs/jobspec.h: a job spec is parsed, validated with
  * every failure naming its field, and normalised back to JSON. */
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../server/jobspec.h"
+#include "../../server/jobs/jobspec.h"
 
 /* Every field given, none at its default. */
 static const char full_spec[] =

@@ -1,4 +1,4 @@
-/* test_peer.c - agent/peer.h over real sockets on 127.0.0.1 with a real
+/* test_peer.c - agent/net/peer.h over real sockets on 127.0.0.1 with a real
  * listener: the hello handshake and its refusals, probe sessions, framed
  * sends and receives with every kind of bad frame, sendrecv without
  * deadlock, another wire version refused.  Streams: test_peer_stream.c. */
@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../agent/peer.h"
+#include "../../agent/net/peer.h"
 #include "../../common/crc32c.h"
 #include "../../common/log.h"
 #include "peer_fixture.h"

@@ -1,8 +1,8 @@
-/* test_peer_flood.c - agent/peer.h's listener under a flood of silent
+/* test_peer_flood.c - agent/net/peer.h's listener under a flood of silent
  * connections, over real sockets on loopback: one address holds at most
  * HANDSHAKES_PER_ADDRESS handshakes and the rest of its connections are
  * told "busy" at once; the job's own connection from another address still
- * completes; with every slot taken the server's probe (server/peer_probe.h)
+ * completes; with every slot taken the server's probe (server/jobs/peer_probe.h)
  * hears a live, busy node, not an absent one; silent connections are
  * dropped after the first-frame deadline, and then anyone is served. */
 #include <stdarg.h>
@@ -15,10 +15,10 @@
 #include <poll.h>
 
 #include "../../common/log.h"
-#include "../../server/peer_probe.h"
+#include "../../server/jobs/peer_probe.h"
 #include "peer_fixture.h"
 
-#define PER_ADDRESS 16       /* agent/peer_listener.c's HANDSHAKES_PER_ADDRESS */
+#define PER_ADDRESS 16       /* agent/net/peer_listener.c's HANDSHAKES_PER_ADDRESS */
 #define SLOTS 32             /* and HANDSHAKE_THREADS */
 #define FIRST_FRAME_S 3.0    /* and FIRST_FRAME_MS */
 

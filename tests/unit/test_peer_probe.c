@@ -1,4 +1,4 @@
-/* test_peer_probe.c - server/peer_probe.h against real sockets: a real
+/* test_peer_probe.c - server/jobs/peer_probe.h against real sockets: a real
  * agent peer listener answers; a closed port, a port whose owner never
  * answers (the kernel accepts for it, as for a frozen agent) and a port
  * that greets with something else do not, each with its reason; all of
@@ -17,9 +17,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../../agent/peer.h"
+#include "../../agent/net/peer.h"
 #include "../../common/log.h"
-#include "../../server/peer_probe.h"
+#include "../../server/jobs/peer_probe.h"
 #include "peer_fixture.h"
 
 /* Accepts one connection and greets it with text, like a web server. */

@@ -1,4 +1,4 @@
-/* test_peer_seal.c - encrypted peer connections (agent/peer.h, wire.h
+/* test_peer_seal.c - encrypted peer connections (agent/net/peer.h, wire.h
  * "Sealed connections") over real sockets on 127.0.0.1 with a real listener:
  * who asks and what is agreed, round trips of every size through peer_send,
  * peer_sendrecv and streams, and a man in the middle - a relay thread that
@@ -21,7 +21,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../../agent/peer.h"
+#include "../../agent/net/peer.h"
 #include "../../common/crc32c.h"
 #include "../../common/log.h"
 #include "../peer_keys.h"

@@ -1,4 +1,4 @@
-/* test_peer_stream.c - agent/peer.h's streams over real sockets on
+/* test_peer_stream.c - agent/net/peer.h's streams over real sockets on
  * 127.0.0.1 (peer_fixture.h): frames in order both ways, wrong frames,
  * error frames quoted, a peer that closes or stalls, a bad CRC, a timeout
  * in the middle of a frame. */
@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../agent/peer.h"
+#include "../../agent/net/peer.h"
 #include "../../common/crc32c.h"
 #include "../../common/log.h"
 #include "peer_fixture.h"

@@ -1,4 +1,4 @@
-/* test_pipeline.c - agent/pipeline.h: every micro-batch runs forward once
+/* test_pipeline.c - agent/train/pipeline.h: every micro-batch runs forward once
  * and then backward once, the in-flight bound holds, backwards come in
  * micro-batch order, and a whole pipeline of stages following their orders
  * finishes (no stage waits forever) in the textbook number of time slots. */
@@ -10,7 +10,7 @@
 
 #include <string.h>
 
-#include "../../agent/pipeline.h"
+#include "../../agent/train/pipeline.h"
 
 #define MAXP 8
 #define MAXM 16

@@ -1,4 +1,4 @@
-/* test_prom.c - server/prom.h (text format 0.0.4) and server/metrics.h. */
+/* test_prom.c - server/http/prom.h (text format 0.0.4) and server/http/metrics.h. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../server/metrics.h"
-#include "../../server/prom.h"
+#include "../../server/http/metrics.h"
+#include "../../server/http/prom.h"
 
 static void test_prom_family_lines(void **state)
 {

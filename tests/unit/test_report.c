@@ -1,4 +1,4 @@
-/* test_report.c - agent/report.h: the progress queue's flush waits for the
+/* test_report.c - agent/control/report.h: the progress queue's flush waits for the
  * queue to drain, but a raised stop flag (a new assignment) ends the wait
  * at once while the queue goes on; an unreachable server is said as such. */
 #include <stdarg.h>
@@ -16,7 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../../agent/report.h"
+#include "../../agent/control/report.h"
 
 /* A loopback port nothing listens on: every call is refused. */
 static int dead_port(void)

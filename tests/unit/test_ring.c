@@ -1,4 +1,4 @@
-/* test_ring.c - agent/ring.h: rings of 1..5 ranks, one thread each, over
+/* test_ring.c - agent/net/ring.h: rings of 1..5 ranks, one thread each, over
  * real loopback connections made through peer listeners.  Every rank must
  * end with the sum taken in the ring's fixed order (so exactly equal to a
  * reference summed the same way) and all ranks bit-identical, for sizes
@@ -19,7 +19,7 @@
 #include <time.h>
 #include <sys/socket.h>
 
-#include "../../agent/ring.h"
+#include "../../agent/net/ring.h"
 #include "../../common/log.h"
 #include "../peer_keys.h"
 

@@ -1,4 +1,4 @@
-/* test_router.c - server/router.h against a local table (not routes.c). */
+/* test_router.c - server/http/router.h against a local table (not routes.c). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -7,7 +7,7 @@
 
 #include <string.h>
 
-#include "../../server/router.h"
+#include "../../server/http/router.h"
 
 /* Handlers are never called by the router; NULL keeps the table self-contained. */
 static const struct route test_routes[] = {

@@ -1,6 +1,6 @@
 /* test_sched_tied.c - the shoal cost model and search for a head tied
  * to the embedding across stages: the two ends of each replica's pipeline
- * sum the tied matrix's gradient every step (agent/train.c's tie
+ * sum the tied matrix's gradient every step (agent/train/train.c's tie
  * exchange, a ring of two), priced by hand, moved by the search where it
  * is cheap, and never worse than the baselines. */
 #include <stdarg.h>

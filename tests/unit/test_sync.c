@@ -1,4 +1,4 @@
-/* test_sync.c - agent/sync.h, DiLoCo's outer step: D replicas (threads)
+/* test_sync.c - agent/train/sync.h, DiLoCo's outer step: D replicas (threads)
  * of a one-stage model train inner steps on their own batches and meet in
  * sync_weights over a real TCP ring; the outer step equals a reference
  * computed here in double (average pseudo-gradient, Nesterov momentum, over
@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../agent/tasklet.h"
+#include "../../agent/train/tasklet.h"
 #include "../../common/log.h"
 #include "../peer_keys.h"
 

@@ -1,4 +1,4 @@
-/* test_tokenizer.c - agent/tokenizer.h: llm.c's tokenizer files, written
+/* test_tokenizer.c - agent/tools/tokenizer.h: llm.c's tokenizer files, written
  * here byte by byte as llm.c's write_tokenizer does, are read back token for
  * token; malformed ones are refused with a 422 that says why. */
 #include <stdarg.h>
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../../agent/tokenizer.h"
+#include "../../agent/tools/tokenizer.h"
 
 /* A tokenizer file being built: header, then length-prefixed tokens. */
 struct tokfile {

@@ -1,4 +1,4 @@
-/* test_workq.c - server/workq.h: queued items run on the workers in
+/* test_workq.c - server/http/workq.h: queued items run on the workers in
  * arrival order; with every worker held, an item is handed out late once it
  * has waited the queue's limit (not when a worker frees); a full queue
  * refuses; stopping hands out what waits, late, and lets running items
@@ -13,7 +13,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
-#include "../../server/workq.h"
+#include "../../server/http/workq.h"
 
 static double now_s(void)
 {

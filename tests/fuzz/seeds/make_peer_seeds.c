@@ -6,8 +6,8 @@
  *
  *   build (from the repository root):
  *     cc -std=c11 -D_GNU_SOURCE -pthread -o /tmp/make_peer_seeds \
- *        tests/fuzz/seeds/make_peer_seeds.c agent/peer.c agent/peer_dial.c agent/peer_seal.c \
- *        agent/peer_listener.c agent/peer_stream.c common/aead.c common/codec.c common/crc32c.c \
+ *        tests/fuzz/seeds/make_peer_seeds.c agent/net/peer.c agent/net/peer_dial.c agent/net/peer_seal.c \
+ *        agent/net/peer_listener.c agent/net/peer_stream.c common/aead.c common/codec.c common/crc32c.c \
  *        common/err.c common/hostport.c common/log.c common/wire.c -lcrypto -lm
  *     /tmp/make_peer_seeds tests/fuzz/corpus/fuzz_peer
  *
@@ -18,8 +18,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../../../agent/peer.h"
-#include "../../../agent/peer_internal.h"
+#include "../../../agent/net/peer.h"
+#include "../../../agent/net/peer_internal.h"
 #include "../../../common/codec.h"
 #include "../../../common/log.h"
 

@@ -1,6 +1,6 @@
 /* cuda_runtime.h - the host emulation of the CUDA runtime (tests/gpu/host).
  *
- * Exactly the surface that kernels/cuda_*.cu and agent/nccl.c use, so that
+ * Exactly the surface that kernels/cuda_*.cu and agent/net/nccl.c use, so that
  * the same sources compile as host code (g++ or gcc, no nvcc) and run under
  * ASan and UBSan in `make test`:
  *   - memory: cudaMalloc / cudaFree (device), cudaMallocHost / cudaFreeHost

@@ -1,10 +1,10 @@
 /* nccl.h - the host emulation of NCCL (tests/gpu/host): exactly the
- * surface agent/nccl.c uses, with NCCL's own numeric values, so that file
+ * surface agent/net/nccl.c uses, with NCCL's own numeric values, so that file
  * compiles as host C and its groups run under ASan and UBSan in make test.
  *
  * Ranks are threads of one process (nccl.cc).  The unique id names a
  * rendezvous by a random 128-bit key; a communicator forms when all its
- * ranks have joined.  What a real communicator does that agent/nccl.c
+ * ranks have joined.  What a real communicator does that agent/net/nccl.c
  * depends on is emulated as NCCL documents it:
  *   - non-blocking communicators (config blocking = 0): init answers
  *     ncclInProgress and ncclCommGetAsyncError says ncclInProgress until

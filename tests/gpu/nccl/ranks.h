@@ -1,6 +1,6 @@
 /* ranks.h - what the files of test_nccl_host share: the job on the server
  * whose tokens the ranks use, the stage each scenario runs on, and ranks
- * as threads that drive agent/nccl.c's groups on the host emulation.
+ * as threads that drive agent/net/nccl.c's groups on the host emulation.
  *
  * Each scenario uses a stage of its own, so that no rank can read an id
  * another scenario put. */
@@ -12,8 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../../agent/control.h"
-#include "../../../agent/nccl.h"
+#include "../../../agent/control/control.h"
+#include "../../../agent/net/nccl.h"
 
 enum {
     STAGE_SUM,          /* two all-reduces, then a clean close */

@@ -10,8 +10,8 @@
 
 #include "../host/cuda_runtime.h" /* the emulation: this test never runs on a device */
 #include "../gpu_check.h"
-#include "../../../agent/live.h"
-#include "../../../agent/tasklet.h"
+#include "../../../agent/train/live.h"
+#include "../../../agent/train/tasklet.h"
 #include "ranks.h"
 
 #define ROOT 1          /* the replica that holds the resume step */

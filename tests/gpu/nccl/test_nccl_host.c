@@ -1,4 +1,4 @@
-/* test_nccl_host.c - agent/nccl.c's data-parallel groups, run for real on
+/* test_nccl_host.c - agent/net/nccl.c's data-parallel groups, run for real on
  * the host emulation of CUDA and NCCL (tests/gpu/host): each rank is a
  * thread with its own emulated device, and the ranks exchange their NCCL id
  * through a real shoal-server, as agents do.

@@ -1,0 +1,106 @@
+/* probe.c - link measurement against a peer's probe session (probe.h). */
+#include "probe.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../control/control.h"
+#include "peer.h"
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* One echo; returns the round trip in seconds, or -1. */
+static double ping(struct peer_conn *c, uint32_t seq, int timeout_ms, struct shoal_err *err)
+{
+    struct wire_frame f = { .kind = WIRE_PING, .dtype = WIRE_BYTES, .micro_batch = seq, .payload_len = 8 };
+    uint64_t sent = seq, got = 0;
+    double t0 = ctl_now();
+    if (peer_send(c, &f, &sent, timeout_ms, err) != 0 || peer_recv(c, &f, &got, sizeof got, timeout_ms, err) != 0)
+        return -1;
+    if (f.kind != WIRE_PONG || f.payload_len != 8 || got != sent) {
+        err_set(err, 502, "peer_protocol", NULL, "peer %s answered a ping with something else", c->addr);
+        return -1;
+    }
+    return ctl_now() - t0;
+}
+
+/* Sends `bytes` of PROBE frames, the last marked, and waits for the PONG.
+ * Returns the seconds it took, or -1. */
+static double burst(struct peer_conn *c, const void *junk, uint64_t bytes, int timeout_ms, struct shoal_err *err)
+{
+    struct wire_frame f;
+    char none[8];
+    double t0 = ctl_now();
+    for (uint64_t sent = 0; sent < bytes;) {
+        uint64_t n = bytes - sent < PROBE_FRAME_BYTES ? bytes - sent : PROBE_FRAME_BYTES;
+        sent += n;
+        f = (struct wire_frame){ .kind = WIRE_PROBE, .dtype = WIRE_BYTES, .payload_len = n,
+                                 .micro_batch = sent == bytes };
+        if (peer_send(c, &f, junk, timeout_ms, err) != 0)
+            return -1;
+    }
+    if (peer_recv(c, &f, none, sizeof none, timeout_ms, err) != 0)
+        return -1;
+    if (f.kind != WIRE_PONG) {
+        err_set(err, 502, "peer_protocol", NULL, "peer %s answered a probe burst with something else", c->addr);
+        return -1;
+    }
+    return ctl_now() - t0;
+}
+
+int probe_link(const char *addr, int timeout_ms, struct probe_result *out, struct shoal_err *err)
+{
+    struct peer_conn c = { .fd = -1 };
+    double rtt[PROBE_PINGS], bw[PROBE_BURSTS];
+    int rc = -1;
+    double start = ctl_now();
+    void *junk = calloc(1, PROBE_FRAME_BYTES);
+    memset(out, 0, sizeof *out);
+    if (!junk) {
+        err_set(err, 500, "internal", NULL, "out of memory");
+        goto out;
+    }
+    if (peer_dial(addr, NULL, NULL, timeout_ms, &c, err) != 0)
+        goto out;
+    for (int i = 0; i < PROBE_PINGS; i++)
+        if ((rtt[i] = ping(&c, (uint32_t)i, timeout_ms, err)) < 0)
+            goto out;
+    double round_trip = median(rtt, PROBE_PINGS);
+    /* The warm-up opens TCP's window and sizes the bursts. */
+    double t = burst(&c, junk, PROBE_BURST_MIN, timeout_ms, err);
+    if (t < 0)
+        goto out;
+    out->bytes = PROBE_BURST_MIN;
+    double guess = PROBE_BURST_MIN / (t > round_trip ? t - round_trip : t);   /* bytes/s */
+    double want = guess * PROBE_BURST_TARGET_S;
+    uint64_t size = want < PROBE_BURST_MIN ? PROBE_BURST_MIN : want > PROBE_BURST_MAX ? PROBE_BURST_MAX
+                                                                                     : (uint64_t)want;
+    for (int i = 0; i < PROBE_BURSTS; i++) {
+        if ((t = burst(&c, junk, size, timeout_ms, err)) < 0)
+            goto out;
+        out->bytes += size;
+        /* The PONG's way back is in t; a burst so short that the round trip
+         * dominates falls back to the plain time. */
+        double wire = t > 1.5 * round_trip ? t - round_trip : t;
+        bw[i] = (double)size * 8.0 / wire / 1e9;
+    }
+    out->latency_ms = round_trip / 2.0 * 1e3;
+    out->bandwidth_gbps = median(bw, PROBE_BURSTS);
+    out->seconds = ctl_now() - start;
+    rc = 0;
+out:
+    peer_close(&c);
+    free(junk);
+    return rc;
+}

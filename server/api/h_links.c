@@ -1,0 +1,59 @@
+/* h_links.c - agents report measured links; operators read the matrix. */
+#include <stdio.h>
+#include <string.h>
+
+#include "bodies.h"
+#include "../http/http.h"
+#include "../store/queries.h"
+#include "routes.h"
+#include "../store/db.h"
+
+void h_links_put(struct request *rq, struct response *rs)
+{
+    struct shoal_err e;
+    struct body_links links;
+    char p_self[24];
+    json_t *res = NULL;
+    json_t *body = request_json(rq, rs);
+    memset(&links, 0, sizeof links);
+    if (!body)
+        goto out;
+    if (body_links_parse(body, rq->node_id, &links, &e) != 0) {
+        reply_error(rs, &e);
+        goto out;
+    }
+    const char *params[] = { db_param_i64(p_self, rq->node_id), links.to.data, links.latency_ms.data,
+                             links.bandwidth_gbps.data, links.report_id };
+    /* A named report stores its samples only the first time its name
+     * comes (a retry after a lost answer stores nothing); the node's names
+     * older than a day are pruned on the way. */
+    res = db_query_json(rq->srv->db,
+        "WITH k AS (INSERT INTO link_reports (node_id, report_id) SELECT $1, $5 WHERE $5::text IS NOT NULL"
+        "   ON CONFLICT (node_id, report_id) DO NOTHING RETURNING 1),"
+        " ins AS (INSERT INTO link_samples (from_node, to_node, latency_ms, bandwidth_gbps)"
+        "   SELECT $1, t, l, b FROM unnest($2::bigint[], $3::float8[], $4::float8[]) AS s(t, l, b)"
+        "   WHERE $5::text IS NULL OR EXISTS (SELECT 1 FROM k) RETURNING 1),"
+        " old AS (DELETE FROM link_reports WHERE node_id = $1 AND received_at < now() - interval '1 day')"
+        " SELECT json_build_object('accepted', count(*),"
+        "   'duplicate', $5::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM k)) FROM ins", 5, params, "samples", &e);
+    if (!res) {
+        if (e.status == 409)   /* the foreign key on to_node */
+            err_set(&e, 422, "invalid_field", "samples", "a sample's 'to' names a node that does not exist");
+        reply_error(rs, &e);
+        goto out;
+    }
+    reply_json(rs, 200, res);
+out:
+    body_links_free(&links);
+    json_decref(body);
+}
+
+void h_links_get(struct request *rq, struct response *rs)
+{
+    struct shoal_err e;
+    json_t *m = db_query_json(rq->srv->db, LINKS_MATRIX_SQL, 0, NULL, "links", &e);
+    if (!m)
+        reply_error(rs, &e);
+    else
+        reply_json(rs, 200, m);
+}

@@ -1,0 +1,366 @@
+#include "auth.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../common/log.h"
+#include "../../common/clock.h"
+#include "../store/db.h"
+
+/* Reads a token file, or creates it with a fresh token (mode 0600).
+ * `kind` is "admin" or "join". */
+static int auth_token_file(const char *data_dir, const char *kind, char *out, size_t n,
+                           struct shoal_err *err)
+{
+    char path[4096], prefix[32];
+    int rc = -1, fd = -1;
+    snprintf(path, sizeof path, "%s/%s.token", data_dir, kind);
+    snprintf(prefix, sizeof prefix, "shoal_%s_", kind);
+
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t got = read(fd, out, n - 1);
+        if (got <= 0) {
+            err_set(err, 500, "bad_token_file", NULL, "cannot read %s; delete it to make a new token", path);
+            goto out;
+        }
+        out[got] = '\0';
+        out[strcspn(out, "\r\n")] = '\0';
+        if (!token_well_formed(out)) {
+            err_set(err, 500, "bad_token_file", NULL, "%s does not hold a token; delete it to make a new one", path);
+            goto out;
+        }
+        rc = 0;
+        goto out;
+    }
+    if (errno != ENOENT) {
+        err_set(err, 500, "bad_token_file", NULL, "cannot open %s: %s", path, strerror(errno));
+        goto out;
+    }
+    if (token_generate(prefix, out, n) != 0) {
+        err_set(err, 500, "no_randomness", NULL, "cannot generate a new %s token", kind);
+        goto out;
+    }
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    size_t len = strlen(out);
+    if (fd < 0 || write(fd, out, len) != (ssize_t)len || write(fd, "\n", 1) != 1 || fsync(fd) != 0) {
+        err_set(err, 500, "bad_token_file", NULL, "cannot write %s: %s", path, strerror(errno));
+        unlink(path);
+        goto out;
+    }
+    /* The token itself is never logged: logs travel further than the file. */
+    fprintf(stderr, "shoal-server: generated a new %s token into %s\n", kind, path);
+    rc = 0;
+out:
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+int auth_load_tokens(struct server *srv, struct shoal_err *err)
+{
+    struct { const char *kind; const char *given; char *dst; } t[] = {
+        { "admin", srv->cfg.admin_token, srv->admin_token },
+        { "join", srv->cfg.join_token, srv->join_token },
+    };
+    for (size_t i = 0; i < 2; i++) {
+        if (t[i].given[0]) {
+            if (!token_well_formed(t[i].given))
+                return err_set(err, 2, "invalid_config", t[i].kind,
+                               "the %s token must be 1-127 printable characters without spaces", t[i].kind);
+            snprintf(t[i].dst, TOKEN_MAX, "%s", t[i].given);
+        } else if (auth_token_file(srv->cfg.data_dir, t[i].kind, t[i].dst, TOKEN_MAX, err) != 0) {
+            return -1;
+        }
+    }
+    if (token_equal(srv->admin_token, srv->join_token))
+        return err_set(err, 2, "invalid_config", "join_token", "the admin and join tokens must differ");
+    return 0;
+}
+
+/* ---- known node tokens
+ *
+ * Tokens are checked when a request's headers arrive, on the thread that
+ * takes connections, before any body is read (http.c): a node's token
+ * found in the database is remembered here for AUTH_NODE_CACHE_S, so the
+ * fleet's heartbeats and polls need no database on that thread (and still
+ * pass while it is frozen).  One slot per hash value: a collision only
+ * costs a lookup. */
+#define AUTH_NODE_CACHE_SLOTS 8192
+#define AUTH_NODE_CACHE_S 60.0   /* s a node token found in the database counts as known */
+
+static struct {
+    pthread_mutex_t mu;
+    struct { char hash[TOKEN_HASH_HEX]; int64_t id; double until; } slot[AUTH_NODE_CACHE_SLOTS];
+} auth_known = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+/* The slot of a token hash (FNV-1a of its hex digits). */
+static size_t auth_slot(const char *hash)
+{
+    uint32_t h = 2166136261u;
+    for (const char *p = hash; *p; p++)
+        h = (h ^ (unsigned char)*p) * 16777619u;
+    return h % AUTH_NODE_CACHE_SLOTS;
+}
+
+/* The node of a known token hash, or 0. */
+static int64_t auth_known_node(const char *hash)
+{
+    size_t i = auth_slot(hash);
+    int64_t id = 0;
+    pthread_mutex_lock(&auth_known.mu);
+    if (auth_known.slot[i].id > 0 && auth_known.slot[i].until > mono_s() &&
+        memcmp(auth_known.slot[i].hash, hash, TOKEN_HASH_HEX) == 0)
+        id = auth_known.slot[i].id;
+    pthread_mutex_unlock(&auth_known.mu);
+    return id;
+}
+
+static void auth_remember_node(const char *hash, int64_t id)
+{
+    size_t i = auth_slot(hash);
+    pthread_mutex_lock(&auth_known.mu);
+    memcpy(auth_known.slot[i].hash, hash, TOKEN_HASH_HEX);
+    auth_known.slot[i].id = id;
+    auth_known.slot[i].until = mono_s() + AUTH_NODE_CACHE_S;
+    pthread_mutex_unlock(&auth_known.mu);
+}
+
+int64_t auth_node_by_token(struct server *srv, const char *token, struct shoal_err *err)
+{
+    char hash[TOKEN_HASH_HEX];
+    int64_t id = -1;
+    token_sha256_hex(token, strlen(token), hash);
+    int64_t known = auth_known_node(hash);
+    if (known > 0)
+        return known;
+    /* A database that is failing answers an unknown token 503 at once
+     * rather than on the thread that takes connections at its timeout. */
+    if (db_pool_troubled(srv->db)) {
+        err_set(err, 503, "database_unavailable", NULL,
+                "the database is unavailable, and this token is not one this server knows without it; retry later");
+        return -1;
+    }
+    const char *params[1] = { hash };
+    PGresult *r = NULL;
+    PGconn *c = db_acquire(srv->db, err);
+    if (!c)
+        goto out;
+    r = db_exec(c, "SELECT id FROM nodes WHERE token_hash = $1", 1, params, err);
+    if (!r)
+        goto out;
+    id = PQntuples(r) ? strtoll(PQgetvalue(r, 0, 0), NULL, 10) : 0;
+    if (id > 0)
+        auth_remember_node(hash, id);
+out:
+    PQclear(r);
+    db_release(srv->db, c);
+    return id;
+}
+
+/* What a route wants, and where an operator finds it. */
+static const char *const token_wanted[] = {
+    [AUTH_OPEN] = "no token",
+    [AUTH_ADMIN] = "the admin token (the server's <data-dir>/admin.token, or --admin-token)",
+    [AUTH_JOIN] = "the join token (the server's <data-dir>/join.token, or --join-token)",
+    [AUTH_NODE] = "a node's token (the one shoal-agent got when it registered, kept in its <data-dir>/node.json)",
+    [AUTH_ADMIN_OR_NODE] = "the admin token or a node's token",
+};
+
+int auth_check(struct server *srv, const char *authorization, enum auth_kind need,
+               int64_t *node_id, struct shoal_err *err)
+{
+    const char *token = NULL;
+    if (need == AUTH_OPEN)
+        return 0;
+    if (authorization && strncasecmp(authorization, "Bearer ", 7) == 0)
+        token = authorization + 7;
+    if (!token || !token_well_formed(token))
+        return err_set(err, 401, "unauthorized", NULL,
+                       "send 'Authorization: Bearer <token>' with the %s token",
+                       need == AUTH_ADMIN ? "admin" : need == AUTH_JOIN ? "join" :
+                       need == AUTH_NODE ? "node" : "admin or a node");
+    int is_admin = token_equal(token, srv->admin_token);
+    int is_join = token_equal(token, srv->join_token);
+    if (((need == AUTH_ADMIN || need == AUTH_ADMIN_OR_NODE) && is_admin) || (need == AUTH_JOIN && is_join)) {
+        *node_id = 0;
+        return 0;
+    }
+    int64_t id = 0;
+    if (!is_admin && !is_join) {
+        id = auth_node_by_token(srv, token, err);
+        if (id < 0)
+            return -1;
+    }
+    if ((need == AUTH_NODE || need == AUTH_ADMIN_OR_NODE) && id > 0) {
+        *node_id = id;
+        return 0;
+    }
+    if (is_admin || is_join || id > 0)
+        return err_set(err, 403, "forbidden", NULL, "this endpoint takes %s; this is %s", token_wanted[need],
+                       is_admin ? "the admin token" : is_join ? "the join token" : "a node's token");
+    return err_set(err, 401, "unauthorized", NULL,
+                   "unknown token: not the admin token, the join token or a registered node's; this endpoint "
+                   "takes %s", token_wanted[need]);
+}
+
+/* ---- failed-token limiter */
+
+#define AUTH_LIMIT_PROBES 8   /* slots one address may land in: its hash and the next 7 */
+
+struct auth_slot {
+    unsigned char key[16];    /* auth_limit_key's form of the address */
+    int used;
+    long failures;            /* 401s in the window that began at window_start */
+    double window_start;      /* monotonic s */
+    double blocked_until;     /* monotonic s; in the past: not blocked */
+};
+
+/* One per process: a server runs one HTTP daemon. */
+static struct {
+    pthread_mutex_t mu;                 /* guards slots */
+    long max_failures;                  /* 0: no limit; set before the daemon starts */
+    double window_s;
+    atomic_llong blocked_until_ms;      /* the latest block's end, ms: lets the usual "nobody is
+                                         * blocked" answer skip the lock */
+    struct auth_slot slots[AUTH_LIMIT_SLOTS];
+} auth_limit = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+void auth_limit_init(long failures, long window_s)
+{
+    pthread_mutex_lock(&auth_limit.mu);
+    memset(auth_limit.slots, 0, sizeof auth_limit.slots);
+    auth_limit.max_failures = failures > 0 ? failures : 0;
+    auth_limit.window_s = (double)window_s;
+    atomic_store(&auth_limit.blocked_until_ms, 0);
+    pthread_mutex_unlock(&auth_limit.mu);
+}
+
+/* The address as 16 bytes: IPv4 as ::ffff:a.b.c.d, IPv6 cut to its /64 (the
+ * usual share of one host).  Returns 0, or -1 for other families. */
+static int auth_limit_key(const struct sockaddr *from, unsigned char key[16])
+{
+    memset(key, 0, 16);
+    if (from && from->sa_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)(const void *)from;
+        key[10] = key[11] = 0xff;
+        memcpy(key + 12, &a->sin_addr, 4);
+        return 0;
+    }
+    if (from && from->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)(const void *)from;
+        memcpy(key, &a->sin6_addr, IN6_IS_ADDR_V4MAPPED(&a->sin6_addr) ? 16 : 8);
+        return 0;
+    }
+    return -1;
+}
+
+/* The address as text for the log ("?" if it has none). */
+static void auth_limit_name(const struct sockaddr *from, char *out, socklen_t n)
+{
+    const void *a = NULL;
+    if (from && from->sa_family == AF_INET)
+        a = &((const struct sockaddr_in *)(const void *)from)->sin_addr;
+    else if (from && from->sa_family == AF_INET6)
+        a = &((const struct sockaddr_in6 *)(const void *)from)->sin6_addr;
+    if (!a || !inet_ntop(from->sa_family, a, out, n))
+        snprintf(out, n, "?");
+}
+
+/* The first slot `key` may use (FNV-1a). */
+static size_t auth_limit_home(const unsigned char key[16])
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < 16; i++) {
+        h ^= key[i];
+        h *= 1099511628211ull;
+    }
+    return (size_t)(h % AUTH_LIMIT_SLOTS);
+}
+
+/* Until when (monotonic s) a slot still matters: its block, or its window. */
+static double auth_limit_matters_until(const struct auth_slot *s)
+{
+    double window_end = s->window_start + auth_limit.window_s;
+    return s->blocked_until > window_end ? s->blocked_until : window_end;
+}
+
+/* The slot holding `key`, or NULL if it holds none and `claim` is 0.  With
+ * `claim` a missing key takes a free slot of its probe, else the one that
+ * matters for the shortest time (forgetting it).  Caller holds the lock. */
+static struct auth_slot *auth_limit_slot(const unsigned char key[16], int claim, double now)
+{
+    size_t home = auth_limit_home(key);
+    struct auth_slot *victim = NULL;
+    for (size_t i = 0; i < AUTH_LIMIT_PROBES; i++) {
+        struct auth_slot *s = &auth_limit.slots[(home + i) % AUTH_LIMIT_SLOTS];
+        if (s->used && memcmp(s->key, key, 16) == 0)
+            return s;
+        if (victim && !victim->used)
+            continue;
+        if (!victim || !s->used || auth_limit_matters_until(s) < auth_limit_matters_until(victim))
+            victim = s;
+    }
+    if (!claim)
+        return NULL;
+    memset(victim, 0, sizeof *victim);
+    memcpy(victim->key, key, 16);
+    victim->used = 1;
+    victim->window_start = now;
+    return victim;
+}
+
+int auth_limit_blocked(const struct sockaddr *from, double now, long *retry_after_s)
+{
+    unsigned char key[16];
+    int blocked = 0;
+    if (auth_limit.max_failures == 0 || now * 1000.0 >= (double)atomic_load(&auth_limit.blocked_until_ms) ||
+        auth_limit_key(from, key) != 0)
+        return 0;
+    pthread_mutex_lock(&auth_limit.mu);
+    struct auth_slot *s = auth_limit_slot(key, 0, now);
+    if (s && s->blocked_until > now) {
+        double left = s->blocked_until - now;   /* s */
+        long whole = (long)left;
+        *retry_after_s = whole < 1 ? 1 : whole + (left > (double)whole);
+        blocked = 1;
+    }
+    pthread_mutex_unlock(&auth_limit.mu);
+    return blocked;
+}
+
+void auth_limit_failed(const struct sockaddr *from, double now)
+{
+    unsigned char key[16];
+    if (auth_limit.max_failures == 0 || auth_limit_key(from, key) != 0)
+        return;
+    pthread_mutex_lock(&auth_limit.mu);
+    struct auth_slot *s = auth_limit_slot(key, 1, now);
+    if (now - s->window_start >= auth_limit.window_s) {
+        s->window_start = now;
+        s->failures = 0;
+    }
+    if (++s->failures >= auth_limit.max_failures && s->blocked_until <= now) {
+        s->blocked_until = now + auth_limit.window_s;
+        long long until_ms = (long long)(s->blocked_until * 1000.0) + 1;
+        if (until_ms > atomic_load(&auth_limit.blocked_until_ms))   /* only writers hold the lock */
+            atomic_store(&auth_limit.blocked_until_ms, until_ms);
+        char name[INET6_ADDRSTRLEN];
+        auth_limit_name(from, name, sizeof name);
+        log_warn("auth: %ld failed token attempts within %.0f s from address=%s; refusing it for %.0f s",
+                 s->failures, auth_limit.window_s, name, auth_limit.window_s);
+    }
+    pthread_mutex_unlock(&auth_limit.mu);
+}

@@ -1,0 +1,580 @@
+/* planner.c - a job's next plan epoch (planner.h). */
+#include "planner.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../common/buf.h"
+#include "../../common/log.h"
+#include "../store/checkpoints.h"
+#include "../store/db.h"
+#include "jobspec.h"
+#include "../store/queries.h"
+#include "../sched/input.h"
+#include "peer_probe.h"
+#include "../base/server.h"
+
+#define PLANNER_RANDOM_PLANS 1000   /* baseline: best of this many random plans */
+/* A link that failed this job is priced like this (the API's slowest). */
+#define PLANNER_AVOIDED_LATENCY_MS 600000.0
+#define PLANNER_AVOIDED_BANDWIDTH_GBPS 1e-9
+
+struct plan_work {
+    struct plan_request req;
+    int64_t job_id;
+    int64_t resume_step;      /* the job's checkpoint to start from; -1: the spec's start */
+    int64_t latest_step;      /* the highest step its tasklets reported; -1: none */
+    int available;            /* live nodes offered to the scheduler */
+    int64_t total_steps;
+    struct plan_repair *repair;   /* a live resume on offer, or NULL */
+    json_t *live;             /* {step, roots} when the stored plan is a live resume */
+    struct scenario net;      /* those nodes and their links */
+    struct sched_problem problem;
+};
+
+/* $1 job: the epoch its current plan has (0 before any). */
+#define CURRENT_EPOCH "(SELECT plan_epoch FROM jobs WHERE id = $1)"
+
+/* Live nodes: registered, heartbeat within the timeout, idle or busy in
+ * this job (or in a job that has finished, whose agents have not said so
+ * yet), and not in the current plan of another live job: {nodes, excluded},
+ * the second those left out of this job after failures (fault_judge.h),
+ * fewest failed epochs first. */
+#define LIVE_NODES_SQL \
+    "SELECT json_build_object(" \
+    " 'nodes', coalesce(json_agg(" NODE_JSON " ORDER BY id) FILTER (WHERE x.node_id IS NULL), '[]')," \
+    " 'excluded', coalesce(json_agg(" NODE_JSON " ORDER BY x.epochs, id) FILTER (WHERE x.node_id IS NOT NULL), '[]'))" \
+    " FROM nodes LEFT JOIN " JOB_EXCLUDED_SQL("$1", CURRENT_EPOCH) " x ON x.node_id = nodes.id" \
+    " WHERE state IN ('idle', 'busy')" \
+    "   AND last_heartbeat_at > now() - make_interval(secs => $2::float8)" \
+    "   AND (current_job_id IS NULL OR current_job_id = $1 OR NOT EXISTS (SELECT 1 FROM jobs cj" \
+    "     WHERE cj.id = current_job_id AND cj.state IN ('scheduled', 'running', 'recovering')))" \
+    "   AND NOT EXISTS (SELECT 1 FROM assignments a JOIN plans p ON p.id = a.plan_id" \
+    "     JOIN jobs j ON j.id = p.job_id AND p.epoch = j.plan_epoch" \
+    "     WHERE a.node_id = nodes.id AND j.id <> $1" \
+    "       AND j.state IN ('scheduled', 'running', 'recovering'))"
+
+/* $1 job: the links it avoids after failures, [[a, b]]. */
+#define AVOIDED_LINKS_SQL \
+    "SELECT coalesce(json_agg(json_build_array(l.a, l.b) ORDER BY l.a, l.b), '[]')" \
+    " FROM " JOB_AVOIDED_LINKS_SQL("$1", CURRENT_EPOCH) " l"
+
+void planner_free(struct plan_work *w)
+{
+    if (!w)
+        return;
+    planner_offer_repair(w, NULL);
+    json_decref(w->live);
+    scenario_free(&w->net);
+    free(w);
+}
+
+const struct sched_problem *planner_problem(const struct plan_work *w)
+{
+    return &w->problem;
+}
+
+int64_t planner_resume_step(const struct plan_work *w)
+{
+    return w->resume_step;
+}
+
+int64_t planner_total_steps(const struct plan_work *w)
+{
+    return w->total_steps;
+}
+
+int planner_resume_live(const struct plan_work *w)
+{
+    return w->live != NULL;
+}
+
+void planner_offer_repair(struct plan_work *w, struct plan_repair *r)
+{
+    if (w->repair) {
+        sched_plan_free(&w->repair->plan);
+        free(w->repair->roots);
+        free(w->repair);
+    }
+    w->repair = r;
+}
+
+/* Between the search's plan and the repair on offer: returns the one to
+ * store, and in *choice why ({step, repair_s, searched_s, steps_saved,
+ * chosen}); the repair chosen sets the resume step and w->live. */
+static const struct sched_plan *choose_repair(struct plan_work *w, const struct sched_plan *searched,
+                                              json_t **choice, struct shoal_err *e)
+{
+    struct plan_repair *r = w->repair;
+    *choice = NULL;
+    if (!r)
+        return searched;
+    if (sched_predict(&w->problem, &r->plan, e) != 0)
+        return NULL;
+    double left = (double)(w->total_steps - r->step);
+    int64_t saved = r->step - (w->resume_step > 0 ? w->resume_step : 0);
+    int take = r->plan.cost.feasible &&
+               r->plan.cost.total_s * left <= searched->cost.total_s * (left + (double)saved);
+    *choice = json_pack("{s:I, s:f, s:f, s:I, s:s}", "step", (json_int_t)r->step, "repair_s", r->plan.cost.total_s,
+                        "searched_s", searched->cost.total_s, "steps_saved", (json_int_t)saved, "chosen",
+                        take ? "survivors" : "checkpoint");
+    if (!take)
+        return searched;
+    json_t *roots = json_array();
+    for (int s = 0; s < r->plan.stages; s++)
+        json_array_append_new(roots, r->roots[s] >= 0 ? json_integer(r->roots[s]) : json_null());
+    w->live = json_pack("{s:I, s:o}", "step", (json_int_t)r->step, "roots", roots);
+    w->resume_step = r->step;
+    return &r->plan;
+}
+
+enum sched_cost planner_cost(const struct plan_work *w)
+{
+    return w->problem.cost;
+}
+
+/* Steps a new epoch trains again: from where it resumes to the latest step
+ * reported. */
+static int64_t planner_retrained(const struct plan_work *w)
+{
+    int64_t from = w->resume_step > 0 ? w->resume_step : 0, n = w->latest_step + 1 - from;
+    return n > 0 ? n : 0;
+}
+
+/* Checks the job's state; sets w->resume_step: a job that has run goes on
+ * from its newest whole checkpoint; one that has none (or never ran)
+ * starts from its initial weights where it has them (step 0; some but
+ * not all of them: 409), else from the spec's start (-1). */
+static int planner_job(struct server *srv, struct plan_work *w, json_t *job, struct shoal_err *e)
+{
+    const char *state = json_string_value(json_object_get(job, "state"));
+    int ok = w->req.only_if_recovering
+                 ? strcmp(state, "recovering") == 0
+                 : strcmp(state, "pending") == 0 || strcmp(state, "scheduled") == 0 ||
+                       strcmp(state, "running") == 0 || strcmp(state, "recovering") == 0;
+    if (!ok)
+        return err_set(e, 409, "conflict", "state", "job %lld is %s; only pending, scheduled, running or recovering "
+                       "jobs are scheduled", (long long)w->job_id, state);
+    w->resume_step = -1;
+    w->total_steps = json_integer_value(json_object_get(job, "total_steps"));
+    json_t *latest = json_object_get(job, "latest_step");
+    w->latest_step = json_is_integer(latest) ? json_integer_value(latest) : -1;
+    if (json_is_true(json_object_get(job, "started")) &&
+        checkpoints_latest_valid(srv, w->job_id, w->total_steps, &w->resume_step, e) != 0)
+        return -1;
+    if (w->resume_step < 0 && checkpoints_initial(srv, w->job_id, &w->resume_step, e) != 0)
+        return -1;
+    /* A running job is re-planned only when the operator says so: it
+     * trains again what it trained since the checkpoint it resumes from. */
+    if (strcmp(state, "running") == 0 && !w->req.replan && !w->req.dry_run && !w->req.only_if_recovering)
+        return err_set(e, 409, "replan_required", "replan", "job %lld is running (its tasklets reported step "
+                       "%lld); a new plan restarts it from step %lld and trains %lld steps again; send "
+                       "\"replan\": true to do that", (long long)w->job_id, (long long)w->latest_step,
+                       (long long)(w->resume_step > 0 ? w->resume_step : 0), (long long)planner_retrained(w));
+    return 0;
+}
+
+/* The replicas a job of `spec` can train with on `available` nodes: its
+ * own, or when they are too many the most that divide its global batch
+ * (replicas x micro-batches, so each replica trains a whole number of
+ * micro-batches and every step reads the same sequences, data.h) and fit;
+ * 1, the fewest, when not even one fits. */
+static int64_t fewer_replicas(const struct job_spec *spec, int available)
+{
+    int64_t global = spec->replicas * spec->micro_batches;
+    for (int64_t d = spec->replicas; d > 1; d--)
+        if (global % d == 0 && spec->stages * d <= available)
+            return d;
+    return 1;
+}
+
+/* Too few nodes besides those excluded after failures: the excluded ones
+ * whose peer port answers the server now (an agent restarted, a link
+ * mended; LIVE_NODES_SQL's order, fewest failed epochs first) are taken
+ * back into `nodes` until `need` are there; the others are named in
+ * `left_out` ("; excluded after failures: node 3 (a3), ...", or ""). */
+static void readmit_excluded(json_t *nodes, const json_t *excluded, long long need, char *out, size_t len)
+{
+    size_t n = json_array_size(excluded), i, at = 0;
+    const char **addr = calloc(n + 1, sizeof *addr);
+    int *ok = calloc(n + 1, sizeof *ok);
+    char (*why)[PEER_PROBE_WHY_MAX] = calloc(n + 1, sizeof *why);
+    out[0] = '\0';
+    if (!addr || !ok || !why)
+        goto out;
+    for (i = 0; i < n; i++) {
+        const char *a = json_string_value(json_object_get(json_array_get(excluded, i), "peer_address"));
+        addr[i] = a ? a : "";
+    }
+    if ((long long)json_array_size(nodes) < need)
+        peer_probe_all(addr, (int)n, PEER_PROBE_TIMEOUT_MS, ok, why);
+    for (i = 0; i < n; i++) {
+        json_t *node = json_array_get(excluded, i);
+        if (ok[i] == PEER_PROBE_ANSWERED && (long long)json_array_size(nodes) < need) {
+            json_array_append(nodes, node);
+            log_warn("planner: node %lld (%s), excluded after failures, is taken back: too few nodes without it "
+                     "and its peer port answers", (long long)json_integer_value(json_object_get(node, "id")),
+                     json_string_value(json_object_get(node, "name")));
+            continue;
+        }
+        int w = snprintf(out + at, len - at, "%s node %lld (%s)", at ? "," : "; excluded after failures:",
+                         (long long)json_integer_value(json_object_get(node, "id")),
+                         json_string_value(json_object_get(node, "name")));
+        if (w < 0 || (size_t)w >= len - at) {
+            out[at] = '\0';
+            break;
+        }
+        at += (size_t)w;
+    }
+out:
+    free(addr);
+    free(ok);
+    free(why);
+}
+
+/* Prices each link of `pairs` ([[a, b]] node ids, EXCLUDED_SQL's) as
+ * unusable both ways, so that the search routes around it where it can. */
+static void avoid_links(struct scenario *net, const json_t *pairs)
+{
+    size_t k;
+    json_t *pair;
+    json_array_foreach(pairs, k, pair) {
+        int64_t a = json_integer_value(json_array_get(pair, 0)), b = json_integer_value(json_array_get(pair, 1));
+        int i = -1, j = -1;
+        for (int x = 0; x < net->n; x++) {
+            i = net->nodes[x].id == a ? x : i;
+            j = net->nodes[x].id == b ? x : j;
+        }
+        if (i < 0 || j < 0)
+            continue;
+        int n = net->n;
+        net->latency_ms[i * n + j] = net->latency_ms[j * n + i] = PLANNER_AVOIDED_LATENCY_MS;
+        net->bandwidth_gbps[i * n + j] = net->bandwidth_gbps[j * n + i] = PLANNER_AVOIDED_BANDWIDTH_GBPS;
+    }
+}
+
+int planner_prepare(struct server *srv, int64_t job_id, const struct plan_request *req, struct plan_work **out,
+                    struct shoal_err *e)
+{
+    char p_id[24], p_timeout[32], what[40];
+    struct job_spec spec;
+    json_t *job = NULL, *live = NULL, *links = NULL, *doc = NULL, *avoided = NULL;
+    struct plan_work *w = calloc(1, sizeof *w);
+    int rc = -1;
+    *out = NULL;
+    if (!w)
+        return err_set(e, 500, "internal", NULL, "out of memory");
+    w->req = *req;
+    w->job_id = job_id;
+    db_param_i64(p_id, job_id);
+    snprintf(what, sizeof what, "job %s", p_id);
+    db_param_f64(p_timeout, (double)srv->cfg.heartbeat_timeout);
+    const char *params[] = { p_id, p_timeout };
+    job = db_query_json(srv->db, "SELECT json_build_object('state', state, 'spec', spec, 'total_steps', total_steps,"
+                        " 'started', started_at IS NOT NULL, 'latest_step',"
+                        " (SELECT max(step) FROM job_steps WHERE job_id = jobs.id)) FROM jobs WHERE id = $1",
+                        1, params, what, e);
+    if (!job || planner_job(srv, w, job, e) != 0 || jobspec_parse(json_object_get(job, "spec"), &spec, e) != 0)
+        goto out;
+    live = db_query_json(srv->db, LIVE_NODES_SQL, 2, params, "nodes", e);
+    if (!live)
+        goto out;
+    links = db_query_json(srv->db, LINKS_MATRIX_SQL, 0, NULL, "links", e);
+    if (!links)
+        goto out;
+    avoided = db_query_json(srv->db, AVOIDED_LINKS_SQL, 1, params, what, e);
+    if (!avoided)
+        goto out;
+    json_t *nodes = json_object_get(live, "nodes");
+    char left_out[200];
+    readmit_excluded(nodes, json_object_get(live, "excluded"), spec.stages * spec.replicas, left_out,
+                     sizeof left_out);
+    doc = json_pack("{s:O}", "nodes", nodes);
+    w->available = (int)json_array_size(nodes);
+    int64_t replicas = w->req.fewer_replicas && strcmp(spec.sync, "every_step") == 0
+                           ? fewer_replicas(&spec, w->available) : spec.replicas;
+    if (spec.stages * replicas > w->available) {
+        err_set(e, 409, "not_enough_nodes", "parallelism",
+                "job %s needs %lld nodes (%lld stages x %lld replicas%s) and %d are available "
+                "(idle or in this job, heartbeat within %ld s, not draining, not planned for another job%s)",
+                p_id, (long long)(spec.stages * replicas), (long long)spec.stages, (long long)replicas,
+                replicas < spec.replicas ? ", the fewest that keep its global batch" : "", w->available,
+                srv->cfg.heartbeat_timeout, left_out);
+        goto out;
+    }
+    if (input_network(doc, links, w->req.fill_latency_ms, w->req.fill_bandwidth_gbps, &w->net, e) != 0)
+        goto out;
+    avoid_links(&w->net, avoided);
+    struct sched_problem *pb = &w->problem;
+    jobspec_sched_model(&spec, pb);
+    pb->replicas = (int)replicas;
+    pb->model.micro_batches = spec.replicas * spec.micro_batches / replicas;
+    pb->n = w->net.n;
+    pb->nodes = w->net.nodes;
+    pb->latency_ms = w->net.latency_ms;
+    pb->bandwidth_gbps = w->net.bandwidth_gbps;
+    pb->cost = strcmp(w->req.cost_model, "dtfm") == 0 ? SCHED_COST_DTFM : SCHED_COST_SHOAL;
+    rc = sched_problem_check(pb, e);
+out:
+    json_decref(job);
+    json_decref(live);
+    json_decref(links);
+    json_decref(doc);
+    json_decref(avoided);
+    if (rc == 0)
+        *out = w;
+    else
+        planner_free(w);
+    return rc;
+}
+
+/* The plan's stages as JSON: [{stage, layer_start, layer_end, nodes: [ids]}]. */
+static json_t *plan_stages_json(const struct sched_problem *pb, const struct sched_plan *plan)
+{
+    json_t *stages = json_array();
+    for (int s = 0; s < plan->stages; s++) {
+        json_t *ids = json_array();
+        for (int r = 0; r < plan->replicas; r++)
+            json_array_append_new(ids, json_integer(pb->nodes[plan->node[s * plan->replicas + r]].id));
+        json_array_append_new(stages, json_pack("{s:i, s:i, s:i, s:o}", "stage", s, "layer_start",
+                                                plan->layer_start[s], "layer_end", plan->layer_end[s], "nodes", ids));
+    }
+    return stages;
+}
+
+/* $1 job, $2 cost model, $3 predicted s, $4 detail, $5-$9 the tasklets
+ * (stage, replica, node, layer_start, layer_end arrays), $10 the states it
+ * may be stored from, $11 the resume step or NULL, $12 the live resume
+ * ({step, roots}) or NULL, $13 replicas, $14 micro-batches per replica and
+ * step.  One statement: the new
+ * epoch, the plan, its assignments, and the steps that will be trained
+ * again dropped from job_steps (with the count of finished tasklets: all
+ * of them for a live resume at the last step, which trains nothing and
+ * only stores the final checkpoint, JOB_DONE_WHERE_SQL).  A
+ * live resume at step s also records step s-1 for the failed epoch's
+ * tasklets that died after its all-reduce, before their report (stand-ins:
+ * the last stage's loss from the next replica's ring_prev_loss, no times;
+ * live_resume.h), when the failed epoch trained it. */
+#define PLAN_STORE_SQL \
+    "WITH j AS (UPDATE jobs SET plan_epoch = plan_epoch + 1, state = 'scheduled'," \
+    "   tasklets_finished = CASE WHEN $11::bigint >= total_steps THEN stages * $13::int ELSE 0 END," \
+    "   recover_after = NULL, recovery_waiting = NULL, schedule_refused = NULL, updated_at = now()" \
+    "   WHERE id = $1 AND state = ANY ($10::text[]) RETURNING id, plan_epoch)," \
+    " p AS (INSERT INTO plans (job_id, epoch, cost_model, predicted_iteration_s, detail, resume_step, live," \
+    "     replicas, micro_batches)" \
+    "   SELECT id, plan_epoch, $2, $3, $4::jsonb, $11::bigint, $12::jsonb, $13::int, $14::int FROM j" \
+    "   RETURNING id, epoch)," \
+    " a AS (INSERT INTO assignments (plan_id, stage, replica, node_id, layer_start, layer_end)" \
+    "   SELECT p.id, t.s, t.r, t.n, t.ls, t.le FROM p," \
+    "   unnest($5::int[], $6::int[], $7::bigint[], $8::int[], $9::int[]) AS t(s, r, n, ls, le) RETURNING 1)," \
+    " d AS (DELETE FROM job_steps s USING j WHERE s.job_id = j.id AND s.step >= coalesce($11::bigint, 0)" \
+    "   RETURNING 1)," \
+    " si AS (INSERT INTO job_steps (job_id, step, stage, replica, epoch, node_id, loss, stand_in)" \
+    "   SELECT j.id, $11::bigint - 1, a.stage, a.replica, fp.epoch, a.node_id," \
+    "     CASE WHEN a.stage = jj.stages - 1" \
+    "       THEN " PASSED_LOSS_SQL("j.id", "$11::bigint - 1", "a.stage", "a.replica", "fp.replicas", "fp.epoch") \
+    "     END, true" \
+    "   FROM j JOIN jobs jj ON jj.id = j.id JOIN plans fp ON fp.job_id = j.id AND fp.epoch = j.plan_epoch - 1" \
+    "   JOIN assignments a ON a.plan_id = fp.id" \
+    "   WHERE $12::jsonb IS NOT NULL AND $11::bigint - 1 >= coalesce(fp.resume_step, 0)" \
+    "   ON CONFLICT (job_id, step, stage, replica) DO NOTHING RETURNING 1)" \
+    " SELECT json_build_object('epoch', p.epoch, 'assignments', (SELECT count(*) FROM a)," \
+    "   'steps_dropped', (SELECT count(*) FROM d), 'stand_ins', (SELECT count(*) FROM si)) FROM p"
+
+/* Stores the plan.  Returns the epoch, or -1 with `e` set (409 if the job
+ * left a state it may be stored from meanwhile). */
+static long planner_store(struct server *srv, const struct plan_work *w, const struct sched_plan *plan,
+                          const json_t *detail, struct shoal_err *e)
+{
+    struct buf a[5];
+    const char *sep;
+    char p_id[24], p_cost[32], p_resume[24], p_replicas[24], p_micro[24];
+    long epoch = -1;
+    char *detail_text = json_dumps(detail, JSON_COMPACT | JSON_REAL_PRECISION(15));
+    char *live_text = w->live ? json_dumps(w->live, JSON_COMPACT) : NULL;
+    for (int k = 0; k < 5; k++)
+        buf_init(&a[k], 16u << 20);
+    for (int s = 0; s < plan->stages; s++) {
+        for (int r = 0; r < plan->replicas; r++) {
+            sep = s == 0 && r == 0 ? "{" : ",";
+            buf_printf(&a[0], "%s%d", sep, s);
+            buf_printf(&a[1], "%s%d", sep, r);
+            buf_printf(&a[2], "%s%lld", sep, (long long)w->problem.nodes[plan->node[s * plan->replicas + r]].id);
+            buf_printf(&a[3], "%s%d", sep, plan->layer_start[s]);
+            buf_printf(&a[4], "%s%d", sep, plan->layer_end[s]);
+        }
+    }
+    for (int k = 0; k < 5; k++)
+        buf_append(&a[k], "}", 1);
+    const char *params[] = { db_param_i64(p_id, w->job_id), w->req.cost_model,
+                             db_param_f64(p_cost, plan->cost.total_s), detail_text,
+                             a[0].data, a[1].data, a[2].data, a[3].data, a[4].data,
+                             w->req.only_if_recovering ? "{recovering}" : "{pending,scheduled,running,recovering}",
+                             w->resume_step >= 0 ? db_param_i64(p_resume, w->resume_step) : NULL, live_text,
+                             db_param_i64(p_replicas, plan->replicas),
+                             db_param_i64(p_micro, w->problem.model.micro_batches) };
+    json_t *res = db_query_json(srv->db, PLAN_STORE_SQL, 14, params, "job", e);
+    if (res) {
+        epoch = (long)json_integer_value(json_object_get(res, "epoch"));
+        log_info("plan stored job=%s epoch=%ld resume_step=%lld steps_dropped=%lld stand_ins=%lld", p_id, epoch,
+                 (long long)w->resume_step, (long long)json_integer_value(json_object_get(res, "steps_dropped")),
+                 (long long)json_integer_value(json_object_get(res, "stand_ins")));
+    } else if (e->status == 404) {
+        err_set(e, 409, "conflict", "state", "job %s changed state while it was being scheduled", p_id);
+    }
+    json_decref(res);
+    free(detail_text);
+    free(live_text);
+    for (int k = 0; k < 5; k++)
+        buf_free(&a[k]);
+    return epoch;
+}
+
+static json_t *breakdown_json(const struct sched_breakdown *b)
+{
+    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b}", "total_s", b->total_s, "dp_s", b->dp_s,
+                     "pipeline_s", b->pipeline_s, "compute_s", b->compute_s, "comm_s", b->comm_s,
+                     "bubble_s", b->bubble_s, "optimizer_s", b->optimizer_s, "feasible", b->feasible);
+}
+
+/* The plan as it stands (nodes and layers) under each cost model:
+ * {"shoal": breakdown, "dtfm": breakdown}, or NULL with e set. */
+static json_t *plan_predictions(const struct plan_work *w, const struct sched_plan *plan, struct shoal_err *e)
+{
+    static const char *const names[] = { "dtfm", "shoal" };   /* by enum sched_cost */
+    static const enum sched_cost models[] = { SCHED_COST_SHOAL, SCHED_COST_DTFM };
+    struct sched_plan copy;
+    json_t *out = json_object();
+    if (!out || sched_plan_init(&copy, plan->stages, plan->replicas) != 0) {
+        json_decref(out);
+        err_set(e, 500, "internal", NULL, "out of memory");
+        return NULL;
+    }
+    size_t cells = (size_t)plan->stages * (size_t)plan->replicas;
+    memcpy(copy.node, plan->node, cells * sizeof *copy.node);
+    memcpy(copy.layer_start, plan->layer_start, (size_t)plan->stages * sizeof *copy.layer_start);
+    memcpy(copy.layer_end, plan->layer_end, (size_t)plan->stages * sizeof *copy.layer_end);
+    for (size_t k = 0; k < sizeof models / sizeof *models; k++) {
+        struct sched_problem pb = w->problem;
+        pb.cost = models[k];
+        if (sched_predict(&pb, &copy, e) != 0) {
+            json_decref(out);
+            out = NULL;
+            break;
+        }
+        json_object_set_new(out, names[models[k]], breakdown_json(&copy.cost));
+    }
+    sched_plan_free(&copy);
+    return out;
+}
+
+/* The answer's common part (breakdown, stages, predictions), then the plan
+ * stored unless a dry run.  Takes `detail`; returns it completed, or NULL
+ * with e set. */
+static json_t *planner_finish(struct server *srv, struct plan_work *w, const struct sched_plan *plan,
+                              json_t *detail, struct shoal_err *e)
+{
+    json_t *pred = detail ? plan_predictions(w, plan, e) : NULL;
+    long epoch = 0;
+    if (!detail) {
+        err_set(e, 500, "internal", NULL, "out of memory");
+        goto fail;
+    }
+    if (!pred)
+        goto fail;
+    json_object_set_new(detail, "breakdown", breakdown_json(&plan->cost));
+    json_object_set_new(detail, "predictions", pred);
+    pred = NULL;
+    json_object_set_new(detail, "stages", plan_stages_json(&w->problem, plan));
+    json_object_set_new(detail, "nodes_available", json_integer(w->available));
+    json_object_set_new(detail, "replicas", json_integer(plan->replicas));
+    json_object_set_new(detail, "micro_batches", json_integer(w->problem.model.micro_batches));
+    json_object_set_new(detail, "resume_step", w->resume_step >= 0 ? json_integer(w->resume_step) : json_null());
+    json_object_set_new(detail, "steps_retrained", json_integer(planner_retrained(w)));
+    if (!w->req.dry_run && (epoch = planner_store(srv, w, plan, detail, e)) < 0)
+        goto fail;
+    json_object_set_new(detail, "job_id", json_integer(w->job_id));
+    json_object_set_new(detail, "dry_run", json_boolean(w->req.dry_run));
+    json_object_set_new(detail, "epoch", w->req.dry_run ? json_null() : json_integer(epoch));
+    json_object_set_new(detail, "cost_model", json_string(w->req.cost_model));
+    json_object_set_new(detail, "predicted_iteration_s", json_real(plan->cost.total_s));
+    return detail;
+fail:
+    json_decref(pred);
+    json_decref(detail);
+    return NULL;
+}
+
+json_t *planner_run(struct server *srv, struct plan_work *w, struct shoal_err *e)
+{
+    struct sched_plan plan;
+    json_t *detail = NULL;
+    memset(&plan, 0, sizeof plan);
+    struct sched_options opt = { .seed = (uint64_t)w->req.seed, .budget_ms = (double)w->req.budget_ms,
+                                 .candidates = w->req.candidates, .random_plans = PLANNER_RANDOM_PLANS };
+    if (sched_plan_init(&plan, w->problem.stages, w->problem.replicas) != 0) {
+        err_set(e, 500, "internal", NULL, "out of memory");
+        goto out;
+    }
+    json_t *choice = NULL;
+    const struct sched_plan *chosen;
+    if (sched_search(&w->problem, &opt, &plan, e) != 0 ||
+        !(chosen = choose_repair(w, &plan, &choice, e)))
+        goto out;
+    detail = planner_finish(srv, w, chosen, json_pack("{s:{s:f, s:f, s:I}, s:I, s:I, s:I, s:b, s:o*}",
+        "baselines", "sequential_s", plan.baselines.sequential_s, "best_random_s", plan.baselines.best_random_s,
+        "random_plans", (json_int_t)plan.baselines.random_plans,
+        "seed", (json_int_t)w->req.seed, "budget_ms", (json_int_t)w->req.budget_ms,
+        "candidates", (json_int_t)w->req.candidates, "forced", 0, "live_resume", choice), e);
+out:
+    sched_plan_free(&plan);
+    return detail;
+}
+
+json_t *planner_force(struct server *srv, struct plan_work *w, const struct plan_force *f, struct shoal_err *e)
+{
+    struct sched_plan plan;
+    json_t *detail = NULL;
+    int P = w->problem.stages, D = w->problem.replicas;
+    memset(&plan, 0, sizeof plan);
+    if (f->stages != P || f->replicas != D) {
+        err_set(e, 422, "invalid_field", "stages", "job %lld has %d stages x %d replicas and the plan gives "
+                "%d stages of %d nodes", (long long)w->job_id, P, D, f->stages, f->replicas);
+        goto out;
+    }
+    if (sched_plan_init(&plan, P, D) != 0) {
+        err_set(e, 500, "internal", NULL, "out of memory");
+        goto out;
+    }
+    for (int t = 0; t < P * D; t++) {
+        plan.node[t] = -1;
+        for (int i = 0; i < w->problem.n; i++)
+            if (w->problem.nodes[i].id == f->node_ids[t])
+                plan.node[t] = i;
+        if (plan.node[t] < 0) {
+            err_set(e, 422, "invalid_field", "stages", "node %lld (stage %d, replica %d) is not available: it must "
+                    "be registered, idle or in this job, with a heartbeat within %ld s, not draining, and not "
+                    "planned for another job", (long long)f->node_ids[t], t / D, t % D,
+                    srv->cfg.heartbeat_timeout);
+            goto out;
+        }
+    }
+    if (f->layer_start) {
+        memcpy(plan.layer_start, f->layer_start, (size_t)P * sizeof *plan.layer_start);
+        memcpy(plan.layer_end, f->layer_end, (size_t)P * sizeof *plan.layer_end);
+    }
+    if ((f->layer_start ? sched_predict(&w->problem, &plan, e) : sched_evaluate(&w->problem, &plan, e)) != 0)
+        goto out;
+    if (!plan.cost.feasible) {
+        char why[256];
+        sched_memory_report(&w->problem, &plan, why, sizeof why);
+        err_set(e, 422, "infeasible", "stages", "the plan does not fit the nodes' memory: %s (the shoal "
+                "model's memory check)", why);
+        goto out;
+    }
+    detail = planner_finish(srv, w, &plan, json_pack("{s:b}", "forced", 1), e);
+out:
+    sched_plan_free(&plan);
+    return detail;
+}
