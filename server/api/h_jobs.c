@@ -9,85 +9,8 @@
 #include "routes.h"
 #include "../store/db.h"
 
-/* latest_step: the steps the job has trained, counted as checkpoints and
- * `sample --step` count them (the highest step index any tasklet reported,
- * plus one), or null before the first report (an index lookup on
- * job_steps' primary key). */
-#define JOB_JSON \
-    "json_build_object('id', j.id, 'name', j.name, 'state', j.state, 'spec', j.spec," \
-    " 'plan_epoch', j.plan_epoch, 'created_at', j.created_at, 'updated_at', j.updated_at," \
-    " 'started_at', j.started_at, 'finished_at', j.finished_at, 'failure_reason', j.failure_reason," \
-    " 'recoveries', j.recoveries, 'recovery_reason', j.recovery_reason, 'recovery_waiting', j.recovery_waiting," \
-    " 'schedule_refused', j.schedule_refused, 'checkpoint_failures', j.checkpoint_failures," \
-    " 'checkpoint_error', j.checkpoint_error," \
-    " 'dataset', json_build_object('data_sha256', j.data_sha256, 'validation_sha256', j.val_sha256)," \
-    " 'latest_step', (SELECT max(ls.step) + 1 FROM job_steps ls WHERE ls.job_id = j.id))"
-
-#define PROGRESS_LIMIT_TEXT "10000"   /* steps of loss history in a job's detail, the latest */
-
-/* A jsonb object of two arrays, from TASKLET_MEASURED_SQL (queries.h):
- * `measured`, its every row ordered by stage, then replica ([] before any
- * report), and `stragglers`, the rows flagged straggler (stage, replica,
- * node_id, slowdown); merged into the detail with ||. */
-#define JOB_MEASURED_JSON \
-    "(SELECT jsonb_build_object('measured', coalesce(json_agg(json_build_object('stage', w.stage," \
-    "   'replica', w.replica, 'node_id', w.node_id, 'steps', w.steps, 'last_step', w.last_step," \
-    "   'iteration_s', w.iteration_s, 'compute_s', w.compute_s, 'send_s', w.send_s," \
-    "   'recv_wait_s', w.recv_wait_s, 'allreduce_s', w.allreduce_s, 'bubble_s', w.bubble_s," \
-    "   'tokens', w.tokens, 'stage_link_bytes', w.stage_link_bytes, 'sync_bytes', w.sync_bytes," \
-    "   'predicted_compute_s', w.predicted_compute_s, 'slowdown', w.slowdown," \
-    "   'straggler', w.straggler) ORDER BY w.stage, w.replica), '[]')," \
-    "  'stragglers', coalesce(json_agg(json_build_object('stage', w.stage, 'replica', w.replica," \
-    "   'node_id', w.node_id, 'slowdown', w.slowdown) ORDER BY w.stage, w.replica)" \
-    "   FILTER (WHERE w.straggler), '[]'))" \
-    " FROM " TASKLET_MEASURED_SQL " w)"
-
-/* The job's latest failure reports as judged (fault_judge.h), oldest first. */
-#define FAULTS_LIMIT_TEXT "20"
-#define JOB_FAULTS_JSON \
-    "(SELECT coalesce(json_agg(json_build_object('epoch', f.epoch, 'stage', f.stage, 'replica', f.replica," \
-    "   'reporter_node', f.reporter_node, 'suspect_node', f.suspect_node, 'reason', f.reason," \
-    "   'reported_at', f.reported_at, 'verdict', f.verdict, 'culprit_node', f.culprit_node," \
-    "   'judgement', f.judgement) ORDER BY f.id), '[]')" \
-    " FROM (SELECT * FROM job_faults WHERE job_id = j.id ORDER BY id DESC LIMIT " FAULTS_LIMIT_TEXT ") f)"
-
-/* The detail view adds the current plan, the latest reported step, the
- * measured summary per tasklet and the stragglers among them, the failure
- * reports and the nodes left out of its next plan because of them.  The
- * plan's replicas and micro-batches are the job's unless a re-plan short of
- * nodes trains fewer replicas, each more micro-batches. */
-#define JOB_DETAIL_JSON \
-    "(" JOB_JSON "::jsonb || jsonb_build_object(" \
-    " 'plan', (SELECT json_build_object('epoch', p.epoch, 'cost_model', p.cost_model," \
-    "   'predicted_iteration_s', p.predicted_iteration_s, 'created_at', p.created_at," \
-    "   'breakdown', p.detail->'breakdown', 'baselines', p.detail->'baselines'," \
-    "   'predictions', p.detail->'predictions', 'forced', coalesce((p.detail->>'forced')::boolean, false)," \
-    "   'replicas', p.replicas, 'micro_batches', p.micro_batches," \
-    "   'assignments', (SELECT coalesce(json_agg(json_build_object('stage', a.stage," \
-    "     'replica', a.replica, 'node_id', a.node_id, 'layer_start', a.layer_start," \
-    "     'layer_end', a.layer_end) ORDER BY a.stage, a.replica), '[]')" \
-    "     FROM assignments a WHERE a.plan_id = p.id))" \
-    "   FROM plans p WHERE p.job_id = j.id ORDER BY p.epoch DESC LIMIT 1)," \
-    " 'traffic', " JOB_TRAFFIC_SQL("j") "," \
-    " 'faults', " JOB_FAULTS_JSON "," \
-    " 'excluded_nodes', (SELECT coalesce(json_agg(x.node_id ORDER BY x.node_id), '[]')" \
-    "   FROM " JOB_EXCLUDED_SQL("j.id", "j.plan_epoch") " x)," \
-    " 'progress', (SELECT json_build_object('step', t.step, 'loss', t.loss, 'iteration_s', t.iteration_s," \
-    "   'reported_at', t.reported_at," \
-    "   'val_step', (SELECT v.step FROM " VAL_LOSSES_SQL("j") " v ORDER BY v.step DESC LIMIT 1)," \
-    "   'val_loss', (SELECT v.val_loss FROM " VAL_LOSSES_SQL("j") " v ORDER BY v.step DESC LIMIT 1)," \
-    "   'val_losses', (SELECT coalesce(json_agg(json_build_array(v.step, v.val_loss) ORDER BY v.step), '[]')" \
-    "     FROM " VAL_LOSSES_SQL("j") " v)," \
-    "   'losses', (SELECT coalesce(json_agg(json_build_array(h.step, h.loss)" \
-    "     ORDER BY h.step), '[]') FROM (SELECT s.step, avg(s.loss) AS loss FROM job_steps s" \
-    "     WHERE s.job_id = j.id AND s.stage = j.stages - 1 AND s.loss IS NOT NULL" \
-    "       AND s.step > t.step - " PROGRESS_LIMIT_TEXT \
-    "     GROUP BY s.step ORDER BY s.step DESC LIMIT " PROGRESS_LIMIT_TEXT ") h))" \
-    "   FROM (SELECT s.step, avg(s.loss) FILTER (WHERE s.stage = j.stages - 1) AS loss," \
-    "     avg(s.iteration_s) AS iteration_s, max(s.reported_at) AS reported_at" \
-    "     FROM job_steps s WHERE s.job_id = j.id" \
-    "       AND s.step = (SELECT max(m.step) FROM job_steps m WHERE m.job_id = j.id)" \
-    "     GROUP BY s.step) t)) || " JOB_MEASURED_JSON ")"
+/* The documents are functions in the database (sql/016_read_models.sql):
+ * job_json(jobs) for a job as listed, job_detail_json(id) for one shown. */
 
 static const char *const job_states[] = { "pending", "scheduled", "running", "recovering",
                                           "succeeded", "failed", "cancelled", NULL };
@@ -179,7 +102,7 @@ void h_job_create(struct request *rq, struct response *rs)
     job = db_query_json(rq->srv->db, "INSERT INTO jobs AS j (name, spec, stages, replicas, total_steps, peer_secret,"
                                      " model_costs, data_sha256, val_sha256) VALUES ($1, $2::jsonb, $3, $4, $5, $6,"
                                      " $7::jsonb, $2::jsonb #>> '{data,sha256}', $2::jsonb #>> '{validation,sha256}')"
-                                     " RETURNING " JOB_JSON, 7, params, "job", &e);
+                                     " RETURNING job_json(j)", 7, params, "job", &e);
     if (job)
         reply_json(rs, 201, job);
     else
@@ -199,7 +122,7 @@ void h_jobs_list(struct request *rq, struct response *rs)
     if (request_query_choice(rq, rs, "state", job_states, &state) != 0)
         return;
     const char *params[] = { state };
-    json_t *jobs = db_query_json(rq->srv->db, "SELECT coalesce(json_agg(" JOB_JSON " ORDER BY j.id), '[]')"
+    json_t *jobs = db_query_json(rq->srv->db, "SELECT coalesce(json_agg(job_json(j) ORDER BY j.id), '[]')"
                                               " FROM jobs j WHERE $1::text IS NULL OR j.state = $1",
                                  1, params, "jobs", &e);
     if (jobs)
@@ -214,7 +137,7 @@ void h_job_get(struct request *rq, struct response *rs)
     char p_id[24], what[40];
     const char *params[] = { db_param_i64(p_id, rq->match.ids[0]) };
     snprintf(what, sizeof what, "job %s", p_id);
-    json_t *job = db_query_json(rq->srv->db, "SELECT " JOB_DETAIL_JSON " FROM jobs j WHERE j.id = $1",
+    json_t *job = db_query_json(rq->srv->db, "SELECT job_detail_json(j.id) FROM jobs j WHERE j.id = $1",
                                 1, params, what, &e);
     if (job)
         reply_json(rs, 200, job);
@@ -233,7 +156,7 @@ void h_job_cancel(struct request *rq, struct response *rs)
         "WITH before AS (SELECT id, state FROM jobs WHERE id = $1 FOR UPDATE),"
         " done AS (UPDATE jobs j SET state = 'cancelled', updated_at = now(), finished_at = now()"
         "   FROM before b WHERE j.id = b.id"
-        "   AND b.state NOT IN ('succeeded', 'failed', 'cancelled') RETURNING " JOB_JSON " AS job)"
+        "   AND b.state NOT IN ('succeeded', 'failed', 'cancelled') RETURNING job_json(j) AS job)"
         " SELECT json_build_object('was', b.state, 'job', (SELECT job FROM done)) FROM before b",
         1, params, what, &e);
     if (!res) {

@@ -21,7 +21,7 @@
  *   series it scrapes (the scrape job's name) and would rename ours to
  *   exported_job.
  * - per tasklet (job_id, stage, replica, node): the tasklets of live jobs whose
- *   slowdown is measured (TASKLET_MEASURED_SQL in queries.h), so at most
+ *   slowdown is measured (job_tasklets_measured, sql/016_read_models.sql), so at most
  *   stages x replicas series a live job, as many as it has tasklets. */
 #include <stdlib.h>
 #include <string.h>
@@ -141,7 +141,7 @@ static int h_metrics_nodes(PGconn *c, struct buf *out, long heartbeat_timeout)
  *    slowest iteration);
  *  4 the mean loss of the latest last-stage rows that have one;
  *  5 the validation loss of the latest step whose validation every replica
- *    reported (VAL_LOSSES_SQL);
+ *    reported (job_val_losses);
  *  6-11 the means over every tasklet of that same complete step of
  *    compute_s, send_s, recv_wait_s, bubble_s, allreduce_s and the rest of
  *    its iteration_s (s): what no other part covers (validation, checkpoint
@@ -152,7 +152,7 @@ static int h_metrics_nodes(PGconn *c, struct buf *out, long heartbeat_timeout)
  *    over whichever stages came first, and stages differ most in exactly
  *    these parts (the first waits, the last idles);
  *  12-13 bytes sent per step on stage links and to the data-parallel
- *    groups (JOB_TRAFFIC_SQL);
+ *    groups (job_traffic);
  *  14 checkpoint uploads the server's store failed (h_checkpoints.c).
  * A NULL cell (no complete step among the last 16, no loss yet) has no
  * sample. */
@@ -171,9 +171,9 @@ static int h_metrics_nodes(PGconn *c, struct buf *out, long heartbeat_timeout)
     "  (SELECT avg(s.loss) FROM job_steps s WHERE s.job_id = k.id AND s.stage = k.stages - 1" \
     "     AND s.step = (SELECT max(m.step) FROM job_steps m WHERE m.job_id = k.id" \
     "       AND m.stage = k.stages - 1 AND m.loss IS NOT NULL))," \
-    "  (SELECT v.val_loss FROM " VAL_LOSSES_SQL("k") " v ORDER BY v.step DESC LIMIT 1)," \
+    "  (SELECT v.val_loss FROM " "job_val_losses(k.id)" " v ORDER BY v.step DESC LIMIT 1)," \
     "  b.compute, b.send, b.recv_wait, b.bubble, b.allreduce, b.other," \
-    "  (" JOB_TRAFFIC_SQL("k") ")->>'stage_link_bytes_per_step', (" JOB_TRAFFIC_SQL("k") ")->>'sync_bytes_per_step'," \
+    "  (" "job_traffic(k.id)" ")->>'stage_link_bytes_per_step', (" "job_traffic(k.id)" ")->>'sync_bytes_per_step'," \
     "  k.checkpoint_failures" \
     " FROM k LEFT JOIN LATERAL (SELECT avg(s.compute_s) AS compute, avg(s.send_s) AS send," \
     "   avg(s.recv_wait_s) AS recv_wait, avg(s.bubble_s) AS bubble, avg(s.allreduce_s) AS allreduce," \
@@ -298,10 +298,13 @@ static int h_metrics_jobs(PGconn *c, struct buf *out)
 
 /* Per tasklet of a live job that reported in its current plan epoch: job,
  * stage, replica, node, slowdown (NULL until measured), straggler (t/f);
- * ordered by job.  The rule and its inputs: TASKLET_MEASURED_SQL. */
+ * ordered by job.  The rule and its inputs: job_tasklets_measured
+ * (sql/016_read_models.sql). */
+/* Its straggler factor, for the help text. */
+#define STRAGGLER_FACTOR_TEXT "2.0"
 #define TASKLET_GAUGES_SQL \
     "SELECT j.id, w.stage, w.replica, w.node_id, w.slowdown, w.straggler" \
-    " FROM jobs j CROSS JOIN LATERAL " TASKLET_MEASURED_SQL " w" \
+    " FROM jobs j CROSS JOIN LATERAL " "job_tasklets_measured(j.id) w" \
     " WHERE j.state IN ('running', 'recovering') ORDER BY j.id, w.stage, w.replica"
 
 /* Writes shoal_job_stragglers (per job with rows above, how many are

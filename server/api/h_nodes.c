@@ -41,7 +41,7 @@ void h_register(struct request *rq, struct response *rs)
     node = db_query_json(rq->srv->db,
         "INSERT INTO nodes (name, token_hash, peer_address, region, gpu_model,"
         " gpu_memory_bytes, gpu_count, tflops, cpu_cores, ram_bytes)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING " NODE_JSON,
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING node_json(nodes)",
         10, params, "node", &e);
     if (!node) {
         reply_error(rs, &e);
@@ -104,7 +104,7 @@ void h_heartbeat(struct request *rq, struct response *rs)
         " current_job_id = $3, current_step = $4, peer_address = coalesce($5, peer_address),"
         " held_job_id = $6::bigint, held_layer_start = $7::int, held_layer_end = $8::int, held_step = $9::bigint,"
         " held_at = CASE WHEN $2 = 'idle' THEN now() ELSE held_at END"
-        " FROM async, claim WHERE id = $1 AND removed_at IS NULL AND claim.ok RETURNING " NODE_JSON " AS node,"
+        " FROM async, claim WHERE id = $1 AND removed_at IS NULL AND claim.ok RETURNING node_json(nodes) AS node,"
         "   EXISTS (SELECT 1 FROM jobs j WHERE j.id = $6::bigint AND j.state = 'recovering') AS wake)"
         " SELECT json_build_object('job_ok', claim.job_ok, 'held_ok', claim.held_ok, 'addr_ok', claim.addr_ok,"
         "   'node', (SELECT node FROM u),"
@@ -147,19 +147,6 @@ out:
     json_decref(body);
 }
 
-/* A node as operators list it: NODE_JSON plus its role, the tasklet it
- * holds in the current plan of a live job ({job_id, job_name, job_state,
- * epoch, stage, replica}) or null, by the rule the agent's assignment
- * follows (assignment.c: should two live plans claim it, the newer job). */
-#define NODE_VIEW_JSON \
-    "json_build_object(" NODE_FIELDS ", 'role', (SELECT json_build_object('job_id', j.id," \
-    "   'job_name', j.name, 'job_state', j.state, 'epoch', j.plan_epoch, 'stage', a.stage," \
-    "   'replica', a.replica)" \
-    " FROM assignments a JOIN plans p ON p.id = a.plan_id" \
-    " JOIN jobs j ON j.id = p.job_id AND j.plan_epoch = p.epoch" \
-    " WHERE a.node_id = nodes.id AND j.state IN ('scheduled', 'running', 'recovering')" \
-    " ORDER BY j.id DESC LIMIT 1))"
-
 void h_nodes_list(struct request *rq, struct response *rs)
 {
     struct shoal_err e;
@@ -167,7 +154,7 @@ void h_nodes_list(struct request *rq, struct response *rs)
     if (request_query_choice(rq, rs, "state", node_states_all, &state) != 0)
         return;
     const char *params[] = { state };
-    json_t *nodes = db_query_json(rq->srv->db, "SELECT coalesce(json_agg(" NODE_VIEW_JSON " ORDER BY id), '[]')"
+    json_t *nodes = db_query_json(rq->srv->db, "SELECT coalesce(json_agg(node_view_json(nodes) ORDER BY id), '[]')"
                                                " FROM nodes WHERE removed_at IS NULL AND ($1::text IS NULL OR state = $1)",
                                   1, params, "nodes", &e);
     if (nodes)
@@ -207,20 +194,21 @@ static void h_node_one(struct request *rq, struct response *rs, const char *sql,
 
 void h_node_get(struct request *rq, struct response *rs)
 {
-    h_node_one(rq, rs, "SELECT " NODE_VIEW_JSON " FROM nodes WHERE id = $1 AND removed_at IS NULL", NULL);
+    h_node_one(rq, rs, "SELECT node_view_json(nodes) FROM nodes WHERE id = $1 AND removed_at IS NULL", NULL);
 }
 
 /* $1 node.  Drains it and moves every live job whose current plan still
  * needs it to recovery (JOB_MOVE_SET): the re-plan leaves the node out and
  * goes on from the survivors' step where it can.  {node, moved: [job ids]}. */
 #define DRAIN_SQL \
-    "WITH n AS (UPDATE nodes SET state = 'draining' WHERE id = $1 AND removed_at IS NULL RETURNING *)," \
+    "WITH n AS (UPDATE nodes SET state = 'draining' WHERE id = $1 AND removed_at IS NULL" \
+    "   RETURNING id, name, node_json(nodes) AS doc)," \
     " moved AS (UPDATE jobs j SET" JOB_MOVE_SET("'node ' || n.id || ' (' || n.name || ') is draining'") \
     "   FROM n WHERE j.state IN ('scheduled', 'running') AND EXISTS (SELECT 1 FROM plans p" \
     "     JOIN assignments a ON a.plan_id = p.id WHERE p.job_id = j.id AND p.epoch = j.plan_epoch" \
     "       AND a.node_id = n.id AND " JOB_NEEDS_PLACE_SQL("j", "p", "a") ")" \
     "   RETURNING j.id)" \
-    " SELECT json_build_object('node', " NODE_JSON ", 'moved', (SELECT coalesce(json_agg(id ORDER BY id), '[]')" \
+    " SELECT json_build_object('node', n.doc, 'moved', (SELECT coalesce(json_agg(id ORDER BY id), '[]')" \
     "   FROM moved)) FROM n"
 
 /* A draining node takes no new tasklet; its agent is told in every
@@ -254,7 +242,7 @@ void h_node_drain(struct request *rq, struct response *rs)
 void h_node_undrain(struct request *rq, struct response *rs)
 {
     h_node_one(rq, rs, "UPDATE nodes SET state = 'idle' WHERE id = $1 AND removed_at IS NULL AND state = 'draining'"
-               " RETURNING " NODE_JSON, "node %s is %s, not draining: nothing to undrain");
+               " RETURNING node_json(nodes)", "node %s is %s, not draining: nothing to undrain");
 }
 
 /* A lost node's record leaves the fleet (014_node_removal.sql); the
@@ -262,7 +250,7 @@ void h_node_undrain(struct request *rq, struct response *rs)
 void h_node_remove(struct request *rq, struct response *rs)
 {
     h_node_one(rq, rs, "UPDATE nodes SET removed_at = now() WHERE id = $1 AND removed_at IS NULL AND state = 'lost'"
-               " RETURNING " NODE_JSON, "node %s is %s: only a lost node's record is removed; stop its agent "
+               " RETURNING node_json(nodes)", "node %s is %s: only a lost node's record is removed; stop its agent "
                "first (it is lost --heartbeat-timeout s after its last heartbeat), or drain it (POST "
                "/v1/nodes/{id}/drain)");
 }

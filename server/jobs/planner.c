@@ -43,9 +43,9 @@ struct plan_work {
  * fewest failed epochs first. */
 #define LIVE_NODES_SQL \
     "SELECT json_build_object(" \
-    " 'nodes', coalesce(json_agg(" NODE_JSON " ORDER BY id) FILTER (WHERE x.node_id IS NULL), '[]')," \
-    " 'excluded', coalesce(json_agg(" NODE_JSON " ORDER BY x.epochs, id) FILTER (WHERE x.node_id IS NOT NULL), '[]'))" \
-    " FROM nodes LEFT JOIN " JOB_EXCLUDED_SQL("$1", CURRENT_EPOCH) " x ON x.node_id = nodes.id" \
+    " 'nodes', coalesce(json_agg(node_json(nodes) ORDER BY id) FILTER (WHERE x.node_id IS NULL), '[]')," \
+    " 'excluded', coalesce(json_agg(node_json(nodes) ORDER BY x.epochs, id) FILTER (WHERE x.node_id IS NOT NULL), '[]'))" \
+    " FROM nodes LEFT JOIN " "job_excluded_nodes(" "$1" ", " CURRENT_EPOCH ")" " x ON x.node_id = nodes.id" \
     " WHERE state IN ('idle', 'busy')" \
     "   AND last_heartbeat_at > now() - make_interval(secs => $2::float8)" \
     "   AND (current_job_id IS NULL OR current_job_id = $1 OR NOT EXISTS (SELECT 1 FROM jobs cj" \
@@ -58,7 +58,7 @@ struct plan_work {
 /* $1 job: the links it avoids after failures, [[a, b]]. */
 #define AVOIDED_LINKS_SQL \
     "SELECT coalesce(json_agg(json_build_array(l.a, l.b) ORDER BY l.a, l.b), '[]')" \
-    " FROM " JOB_AVOIDED_LINKS_SQL("$1", CURRENT_EPOCH) " l"
+    " FROM " "job_avoided_links(" "$1" ", " CURRENT_EPOCH ")" " l"
 
 void planner_free(struct plan_work *w)
 {

@@ -1,7 +1,8 @@
 /* test_fault_judge.c - which node a job's failed links point to
- * (server/store/queries.h: JOB_LINK_SUSPECT_SQL through JOB_EXCLUDED_SQL), on
+ * (job_link_suspect and job_excluded_nodes, sql/016_read_models.sql), on
  * judged link reports replayed epoch by epoch into a private PostgreSQL
- * (server/store/pgembed.h, as the server's own; make test needs PostgreSQL).
+ * (server/store/pgembed.h, as the server's own, with the server's own
+ * migrations; make test needs PostgreSQL).
  * After every epoch only the node cut off from its peers may be left out,
  * and it must be by the epoch each sequence says. */
 #include <stdarg.h>
@@ -18,25 +19,26 @@
 #include <string.h>
 
 #include "../../server/store/db.h"
+#include "../../server/store/migrate.h"
 #include "../../server/store/pgembed.h"
-#include "../../server/store/queries.h"
 
-/* Only the columns the rule reads (sql/008_fault_attribution.sql). */
-#define FAULTS_TABLE_SQL \
-    "CREATE TABLE job_faults (id bigserial PRIMARY KEY, job_id bigint NOT NULL, epoch integer NOT NULL," \
-    " reporter_node bigint, suspect_node bigint, verdict text, culprit_node bigint)"
+/* $1 jobs: nodes 1..63 (a bit each) and jobs 1..$1 for the reports to name. */
+#define FLEET_SQL \
+    "WITH n AS (INSERT INTO nodes (name, token_hash, peer_address, tflops, cpu_cores)" \
+    "   SELECT 'n' || g, md5(g::text), '127.0.0.1:' || g, 1, 1 FROM generate_series(1, 63) g RETURNING id)" \
+    " INSERT INTO jobs (name, spec, stages, replicas, total_steps, peer_secret, model_costs)" \
+    " SELECT 'j' || g, '{}', 2, 2, 1, md5(g::text) || md5(g::text), '{}' FROM generate_series(1, $1::int) g"
 
 /* $1 job, $2 epoch, $3 reporter, $4 the neighbour it named: a report the
  * judge found both ends of answering. */
 #define LINK_REPORT_SQL \
-    "INSERT INTO job_faults (job_id, epoch, reporter_node, suspect_node, verdict)" \
-    " VALUES ($1::bigint, $2::int, $3::bigint, $4::bigint, 'link')"
+    "INSERT INTO job_faults (job_id, epoch, stage, replica, reporter_node, suspect_node, reason, verdict)" \
+    " VALUES ($1::bigint, $2::int, 0, 0, $3::bigint, $4::bigint, 'replayed', 'link')"
 
 /* $1 job, $2 the epoch being recovered from: the nodes left out of its
  * next plan, ascending. */
 #define EXCLUDED_SQL \
-    "SELECT coalesce(json_agg(x.node_id ORDER BY x.node_id), '[]') FROM " \
-    JOB_EXCLUDED_SQL("$1::bigint", "$2::int") " x"
+    "SELECT coalesce(json_agg(x.node_id ORDER BY x.node_id), '[]') FROM job_excluded_nodes($1, $2) x"
 
 #define REPORTS_MAX 16
 
@@ -124,9 +126,12 @@ static int db_up(void **state)
         return -1;
     }
     conn = PQconnectdb(conninfo);
-    PGresult *res = db_exec(conn, FAULTS_TABLE_SQL, 0, NULL, &e);
+    char p_jobs[24];
+    const char *params[] = { db_param_i64(p_jobs, (int64_t)N_SEQUENCES) };
+    int applied = 0;
+    PGresult *res = migrate_apply(conn, &applied, &e) == 0 ? db_exec(conn, FLEET_SQL, 1, params, &e) : NULL;
     if (!res) {
-        fprintf(stderr, "# cannot make the table: %s\n", e.message);
+        fprintf(stderr, "# cannot make the schema and its rows: %s\n", e.message);
         PQfinish(conn);
         conn = NULL;
         return -1;
