@@ -15,6 +15,7 @@
 
 #include "../../common/hex.h"
 #include "../../common/log.h"
+#include "../../common/ticker.h"
 #include "../../common/clock.h"
 
 #define HTTP_SPARE_CONNECTIONS 1024   /* connections beyond the long-polls, for ordinary requests */
@@ -53,18 +54,15 @@ struct http_conn {
 static struct {
     pthread_mutex_t mu;               /* guards the list and every fd in it: MHD closes a
                                        * socket only after telling http_conn_notify */
-    pthread_cond_t wake;
     struct http_conn *list;
     long long limit_ms;               /* the head deadline */
-    int stop;
-    int started;
-    pthread_t thread;
+    struct ticker *reaper;            /* http_conns_reap once a second; NULL: not started */
     /* admission (http_admit) */
     struct http_addr *by_addr[HTTP_ADDR_BUCKETS];
     unsigned held, limit, per_address;   /* connections held; --max-connections, per address (0: none) */
     atomic_ulong refused;
     double refused_logged;            /* monotonic s of the last "refused" line */
-} http_conns = { .mu = PTHREAD_MUTEX_INITIALIZER, .wake = PTHREAD_COND_INITIALIZER };
+} http_conns = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
 /* The client address as a key: IPv4 whole, IPv6 by its /64 (one host's
  * addresses), anything else as one key. */
@@ -187,22 +185,16 @@ static int http_conns_reap(void)
     return reaped;
 }
 
-static void *http_conns_main(void *arg)
+/* The deadline is kept to about a second. */
+static void http_conns_tick(struct ticker *t, void *arg)
 {
-    (void)arg;
+    (void)t, (void)arg;
     pthread_mutex_lock(&http_conns.mu);
-    while (!http_conns.stop) {
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += 1;   /* the deadline is kept to about a second */
-        pthread_cond_timedwait(&http_conns.wake, &http_conns.mu, &until);
-        int n = http_conns_reap();
-        if (n > 0)
-            log_warn("http closed %d connection(s) whose request head was still arriving after %lld s "
-                     "(--idle-timeout + --request-timeout)", n, http_conns.limit_ms / 1000);
-    }
+    int n = http_conns_reap();
     pthread_mutex_unlock(&http_conns.mu);
-    return NULL;
+    if (n > 0)
+        log_warn("http closed %d connection(s) whose request head was still arriving after %lld s "
+                 "(--idle-timeout + --request-timeout)", n, http_conns.limit_ms / 1000);
 }
 
 /* ---- admission
@@ -262,24 +254,14 @@ int http_conns_start(const struct config *cfg, struct shoal_err *err)
     http_conns.limit_ms = (cfg->idle_timeout_s + cfg->request_timeout_s) * 1000LL;
     http_conns.limit = http_connection_limit(cfg);
     http_conns.per_address = (unsigned)cfg->max_connections_per_address;
-    http_conns.stop = 0;
-    int rc = pthread_create(&http_conns.thread, NULL, http_conns_main, NULL);
-    if (rc != 0)
-        return err_set(err, 1, "thread", NULL, "cannot start the request-head deadline thread: %s", strerror(rc));
-    http_conns.started = 1;
-    return 0;
+    http_conns.reaper = ticker_start("the request-head deadline thread", 1.0, http_conns_tick, NULL, err);
+    return http_conns.reaper ? 0 : -1;
 }
 
 void http_conns_stop(void)
 {
-    if (!http_conns.started)
-        return;
-    pthread_mutex_lock(&http_conns.mu);
-    http_conns.stop = 1;
-    pthread_cond_signal(&http_conns.wake);
-    pthread_mutex_unlock(&http_conns.mu);
-    pthread_join(http_conns.thread, NULL);
-    http_conns.started = 0;
+    ticker_stop(http_conns.reaper);
+    http_conns.reaper = NULL;
 }
 
 /* ---- request framing */

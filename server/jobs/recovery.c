@@ -1,13 +1,13 @@
 /* recovery.c - the recovery thread (recovery.h). */
 #include "recovery.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "../../common/log.h"
+#include "../../common/ticker.h"
 #include "../store/db.h"
 #include "fault_judge.h"
 #include "../http/http.h"
@@ -20,11 +20,7 @@
 
 struct recovery {
     struct server *srv;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t wake;
-    int stop;                  /* under mu */
-    int woken;                 /* under mu: recovery_wake since the last sweep began */
+    struct ticker *ticker;     /* runs sweep every RECOVERY_TICK_S and when woken */
     double started;            /* monotonic s, for the start-up grace */
 };
 
@@ -42,12 +38,8 @@ static double heartbeats_heard_since(const struct recovery *r)
 
 void recovery_wake(struct recovery *r)
 {
-    if (!r)
-        return;
-    pthread_mutex_lock(&r->mu);
-    r->woken = 1;
-    pthread_cond_signal(&r->wake);
-    pthread_mutex_unlock(&r->mu);
+    if (r)
+        ticker_wake(r->ticker);
 }
 
 /* $1 --heartbeat-timeout s, $2 the database's clock when the sweep asked it
@@ -190,8 +182,9 @@ static int db_clock_at_once(struct server *srv, char *out, size_t n)
     return ok ? 0 : -1;
 }
 
-static void sweep(struct recovery *r)
+static void sweep(struct ticker *t, void *arg)
 {
+    struct recovery *r = arg;
     struct server *srv = r->srv;
     struct shoal_err e;
     char p_timeout[24], p_max[24], p_at[64];
@@ -207,36 +200,13 @@ static void sweep(struct recovery *r)
     size_t i;
     json_t *id;
     json_array_foreach(due, i, id) {
-        pthread_mutex_lock(&r->mu);
-        int stop = r->stop;
-        pthread_mutex_unlock(&r->mu);
-        if (stop)
+        if (ticker_stopping(t))
             break;
         replan(srv, json_integer_value(id));
     }
     if (!due && e.status != 503)
         log_warn("recovery: cannot list recovering jobs: %s", e.message);
     json_decref(due);
-}
-
-static void *recovery_main(void *arg)
-{
-    struct recovery *r = arg;
-    pthread_mutex_lock(&r->mu);
-    while (!r->stop) {
-        r->woken = 0;
-        pthread_mutex_unlock(&r->mu);
-        sweep(r);
-        pthread_mutex_lock(&r->mu);
-        if (r->stop || r->woken)
-            continue;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += (time_t)RECOVERY_TICK_S;
-        pthread_cond_timedwait(&r->wake, &r->mu, &ts);
-    }
-    pthread_mutex_unlock(&r->mu);
-    return NULL;
 }
 
 struct recovery *recovery_start(struct server *srv, struct shoal_err *err)
@@ -248,13 +218,9 @@ struct recovery *recovery_start(struct server *srv, struct shoal_err *err)
     }
     r->srv = srv;
     r->started = http_now();
-    pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->wake, NULL);
-    if (pthread_create(&r->thread, NULL, recovery_main, r) != 0) {
-        pthread_mutex_destroy(&r->mu);
-        pthread_cond_destroy(&r->wake);
+    r->ticker = ticker_start("the recovery thread", RECOVERY_TICK_S, sweep, r, err);
+    if (!r->ticker) {
         free(r);
-        err_set(err, 1, "thread", NULL, "cannot start the recovery thread");
         return NULL;
     }
     return r;
@@ -264,12 +230,6 @@ void recovery_stop(struct recovery *r)
 {
     if (!r)
         return;
-    pthread_mutex_lock(&r->mu);
-    r->stop = 1;
-    pthread_cond_signal(&r->wake);
-    pthread_mutex_unlock(&r->mu);
-    pthread_join(r->thread, NULL);
-    pthread_mutex_destroy(&r->mu);
-    pthread_cond_destroy(&r->wake);
+    ticker_stop(r->ticker);
     free(r);
 }

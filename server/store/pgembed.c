@@ -11,7 +11,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
-#include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -27,6 +26,7 @@
 #include <libpq-fe.h>
 
 #include "../../common/log.h"
+#include "../../common/ticker.h"
 
 #define PG_PORT "5432"
 #define PG_ROLE "shoal"
@@ -485,46 +485,26 @@ static int start_postmaster(const struct pgembed *pg, struct shoal_err *err)
 /* The supervisor: once every PGEMBED_WATCH_S, a postmaster that is gone
  * (killed, crashed, OOM-killed) is started again, after its orphaned
  * backends have exited (adopt_or_clear).  The pool reconnects by itself. */
-static void *watch_main(void *arg)
+static void watch(struct ticker *t, void *arg)
 {
     struct pgembed *pg = arg;
     struct shoal_err e;
-    pthread_mutex_lock(&pg->watch_mu);
-    while (!pg->watch_stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += PGEMBED_WATCH_S;
-        pthread_cond_timedwait(&pg->watch_wake, &pg->watch_mu, &ts);
-        if (pg->watch_stop)
-            break;
-        pthread_mutex_unlock(&pg->watch_mu);
-        int running = adopt_or_clear(pg, &e), started = -1;
-        if (running == 0) {
-            log_warn("embedded postgres: the postmaster is gone; starting it again pgdata=%s", pg->pgdata);
-            if ((started = start_postmaster(pg, &e)) == 0)
-                pg->restarts++;
-        }
-        if (running < 0 || (running == 0 && started != 0))
-            log_error("embedded postgres: cannot start it again (trying once more in %d s): %s", PGEMBED_WATCH_S,
-                      e.message);
-        pthread_mutex_lock(&pg->watch_mu);
+    (void)t;
+    int running = adopt_or_clear(pg, &e), started = -1;
+    if (running == 0) {
+        log_warn("embedded postgres: the postmaster is gone; starting it again pgdata=%s", pg->pgdata);
+        if ((started = start_postmaster(pg, &e)) == 0)
+            pg->restarts++;
     }
-    pthread_mutex_unlock(&pg->watch_mu);
-    return NULL;
+    if (running < 0 || (running == 0 && started != 0))
+        log_error("embedded postgres: cannot start it again (trying once more in %d s): %s", PGEMBED_WATCH_S,
+                  e.message);
 }
 
 int pgembed_supervise(struct pgembed *pg, struct shoal_err *err)
 {
-    pthread_mutex_init(&pg->watch_mu, NULL);
-    pthread_cond_init(&pg->watch_wake, NULL);
-    pg->watch_stop = 0;
-    if (pthread_create(&pg->watch, NULL, watch_main, pg) != 0) {
-        pthread_mutex_destroy(&pg->watch_mu);
-        pthread_cond_destroy(&pg->watch_wake);
-        return fail(err, "cannot start the embedded PostgreSQL's supervisor thread");
-    }
-    pg->watching = 1;
-    return 0;
+    pg->watch = ticker_start("the embedded PostgreSQL's supervisor thread", PGEMBED_WATCH_S, watch, pg, err);
+    return pg->watch ? 0 : -1;
 }
 
 int pgembed_start(struct pgembed *pg, const char *data_dir, const char *bin_dir,
@@ -602,15 +582,9 @@ out:
 void pgembed_stop(struct pgembed *pg)
 {
     char tool[PATH_MAX], log[PATH_MAX], pidfile[PATH_MAX];
-    if (pg && pg->watching) {   /* first, so it does not start what we stop */
-        pthread_mutex_lock(&pg->watch_mu);
-        pg->watch_stop = 1;
-        pthread_cond_signal(&pg->watch_wake);
-        pthread_mutex_unlock(&pg->watch_mu);
-        pthread_join(pg->watch, NULL);
-        pthread_mutex_destroy(&pg->watch_mu);
-        pthread_cond_destroy(&pg->watch_wake);
-        pg->watching = 0;
+    if (pg) {   /* first, so it does not start what we stop */
+        ticker_stop(pg->watch);
+        pg->watch = NULL;
     }
     if (!pg || !pg->we_started)
         return;

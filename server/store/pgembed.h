@@ -11,11 +11,12 @@
 #define SHOAL_PGEMBED_H
 
 #include <limits.h>
-#include <pthread.h>
 #include <stddef.h>
 #include <sys/types.h>
 
 #include "../../common/err.h"
+
+struct ticker;
 
 struct pgembed {
     char pgdata[PATH_MAX];      /* <data-dir>/pg */
@@ -25,11 +26,7 @@ struct pgembed {
     uid_t uid;                  /* that account's ids (only used when run_as[0]) */
     gid_t gid;
     int we_started;             /* 1 if pgembed_start started the postmaster */
-    /* the supervisor (pgembed_supervise) */
-    pthread_t watch;
-    pthread_mutex_t watch_mu;
-    pthread_cond_t watch_wake;
-    int watching, watch_stop;   /* watch_stop under watch_mu */
+    struct ticker *watch;       /* the supervisor (pgembed_supervise); NULL: none */
     int restarts;               /* postmasters it started again; its thread's only */
 };
 
