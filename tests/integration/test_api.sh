@@ -103,6 +103,14 @@ expect "create a job" 201 '.state + " " + .spec.parallelism.schedule + " " + (.s
 J1=$(printf '%s' "$BODY" | jq -r .id)
 req GET "$S/v1/jobs/$J1" "$ADMIN";     expect "get the job with plan and progress" 200 '[.name, .plan, .progress] | tostring' '["gpt-tiny",null,null]'
 req GET "$S/v1/jobs" "$ADMIN";         expect "list jobs" 200 '.jobs | length' 1
+# The documents are functions in the database (sql/016_read_models.sql):
+# psql shows the same answer.
+req GET "$S/v1/jobs/$J1" "$ADMIN"
+check "psql's job_detail_json is GET /v1/jobs/{id}'s answer" \
+    "$(sql a "SELECT job_detail_json($J1)" | jq -S -c .)" "$(printf '%s' "$BODY" | jq -S -c .)"
+req GET "$S/v1/jobs" "$ADMIN"
+check "and job_json GET /v1/jobs's" \
+    "$(sql a "SELECT json_agg(job_json(j) ORDER BY j.id) FROM jobs j" | jq -S -c .)" "$(printf '%s' "$BODY" | jq -S -c .jobs)"
 req GET "$S/v1/jobs/424242" "$ADMIN";  expect "unknown job is 404" 404 .error.code not_found
 
 jobs_before=$(sql a "SELECT count(*) FROM jobs")
