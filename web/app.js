@@ -723,7 +723,7 @@ function viewJob(root, id) {
       return Object.assign({}, a, { note, straggler: !!(t && t.straggler) });
     });
     // Stragglers: compute far slower than predicted next to the job's
-    // other tasklets (the server's rule, README.md Recovery).
+    // other tasklets (the server's rule, docs/recovery.md).
     const stragglers = job.stragglers.map((t) =>
       `stage ${t.stage} replica ${t.replica} on ${nodeName(t.node_id)} computes ${fmtNum(t.slowdown, 3)}× its predicted time`);
     fill(planBox, el('h2', {}, `Plan, epoch ${p.epoch}`),
@@ -799,7 +799,7 @@ function viewJob(root, id) {
       stackedBars(rows, names, 'stage-bars'), partsLegend(names));
   }
 
-  // Failure reports as the server judged them (README.md Recovery, "Who
+  // Failure reports as the server judged them (docs/recovery.md, "Who
   // failed"), and the nodes left out of the next plan because of them.
   function drawFaults(job) {
     const excluded = LIVE_JOB_STATES.includes(job.state) ? job.excluded_nodes : [];

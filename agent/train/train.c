@@ -192,7 +192,7 @@ static void take_queued(struct tasklet *k, uint64_t *queued)
 }
 
 /* Reports step t.  Its parts are disjoint stretches of iteration_s, each
- * timed where it happens, so they add up to at most iteration_s (README.md,
+ * timed where it happens, so they add up to at most iteration_s (docs/api.md,
  * the step parts under /metrics):
  *   compute_s    the kernels: forward, backward, gradient norm, optimizer;
  *   send_s       blocked on a full send queue to a pipeline neighbour;

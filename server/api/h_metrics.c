@@ -146,7 +146,7 @@ static int h_metrics_nodes(PGconn *c, struct buf *out, long heartbeat_timeout)
  *    compute_s, send_s, recv_wait_s, bubble_s, allreduce_s and the rest of
  *    its iteration_s (s): what no other part covers (validation, checkpoint
  *    hand-off, data loading), never below 0.  The agents measure the five
- *    as disjoint parts of the iteration (README.md, the step parts under
+ *    as disjoint parts of the iteration (docs/api.md, the step parts under
  *    /metrics), so the six add up to the mean iteration time of the step.  The complete step, not the
  *    latest: a step some stages have not reported yet would give a mean
  *    over whichever stages came first, and stages differ most in exactly
@@ -316,7 +316,7 @@ static int h_metrics_tasklet_rows(PGresult *r, struct buf *out)
     int n = PQntuples(r);
     if (prom_family(out, "shoal_job_stragglers", "gauge",
                     "Tasklets whose compute slowdown over the plan's prediction exceeds " STRAGGLER_FACTOR_TEXT
-                    " times their job's median slowdown (README.md, Recovery).") != 0)
+                    " times their job's median slowdown (docs/recovery.md).") != 0)
         return METRICS_FULL;
     int flagged = 0;
     for (int i = 0; i < n; i++) {

@@ -20,7 +20,7 @@
  * 503 database_busy.  /readyz and /metrics run on two probe workers with 3
  * s of database time.
  *
- * Limits (config.h, README "Limits"): connections in all and per client
+ * Limits (config.h, docs/operations.md, "Limits"): connections in all and per client
  * address, an idle timeout, a deadline for buffered bodies, memory per
  * connection for the request head, the body cap, and the failed-token
  * limiter (auth.h) in front of every route that needs a token. */

@@ -399,7 +399,7 @@ static double shoal_layers(const struct sched_ctx *cx, const int *node, int *lay
     return shortfall;
 }
 
-/* shoal: predicted iteration time of a complete plan (see README.md).
+/* shoal: predicted iteration time of a complete plan (see server/sched/README.md).
  * The server's straggler check repeats a tasklet's compute and AdamW terms
  * (with ctx_init's counts) in SQL, predicted_compute_s of
  * job_tasklets_measured in sql/016_read_models.sql: change both together

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench_train.sh - a 2x2 CPU training run on loopback: four real agents, a
 # real server; prints each tasklet's median step time split into the parts
-# the agents report (README.md, the step parts under /metrics): compute,
+# the agents report (docs/api.md, the step parts under /metrics): compute,
 # send, receive wait, bubble (the pipeline's fill and drain), all-reduce
 # and the rest
 # (checkpoint, data, codecs, bookkeeping; the median of each row's

@@ -107,10 +107,10 @@ export_model() {
     EXPORT_RC=$?
 }
 
-# The README's agent examples run as written in README_DIR, which holds
-# bin/shoal-agent and server s's admin.token (a suite adds the files an
-# example names).  readme_example NAME [VAR=VALUE...]: runs the README's
-# block NAME there with S and the given variables set; its stdout in
+# The documents' agent examples (README.md, docs/) run as written in
+# README_DIR, which holds bin/shoal-agent and server s's admin.token (a
+# suite adds the files an example names).  readme_example NAME
+# [VAR=VALUE...]: runs the block NAME there with S and the given variables set; its stdout in
 # README_DIR/NAME.out, its stderr in NAME.err, its exit status in EXAMPLE_RC.
 README_DIR=$WORK/readme
 readme_example() {
@@ -120,7 +120,7 @@ readme_example() {
         ln -s "$SHOAL_AGENT" "$README_DIR/bin/shoal-agent"
         cp "$WORK/s/admin.token" "$README_DIR/admin.token"
     fi
-    example_block "$(dirname "${BASH_SOURCE[0]}")/../../README.md" "$name" > "$README_DIR/$name.sh"
+    doc_example "$name" > "$README_DIR/$name.sh"
     (cd "$README_DIR" && env S="$S" "$@" bash -e "$name.sh" > "$name.out" 2> "$name.err")
     EXAMPLE_RC=$?
 }

@@ -176,6 +176,20 @@ example_block() {
     sed -n "/^<!-- example: $2 /,/^\`\`\`\$/p" "$1" | sed '1,2d;$d'
 }
 
+# doc_example NAME: example_block NAME of whichever document holds it:
+# README.md or a page of docs/.
+doc_example() {
+    local top f
+    top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+    for f in "$top/README.md" "$top"/docs/*.md; do
+        if grep -q "^<!-- example: $1 " "$f"; then
+            example_block "$f" "$1"
+            return
+        fi
+    done
+    echo "false # no document holds the example $1"
+}
+
 # sql NAME QUERY: runs QUERY on server NAME's embedded database, prints rows.
 sql() {
     psql -X -q -t -A "host=$WORK/$1/pg-socket dbname=shoal user=shoal" -c "$2"

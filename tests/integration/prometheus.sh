@@ -51,16 +51,16 @@ check_prometheus() {
     fi
     ok "prometheus scrapes the server: up{job=\"shoal-server\"} is 1"
     # The README's examples, as written but for the job's id.
-    for q in $(grep -o '`[^`]*job_id="2"[^`]*`' "$top/README.md" | tr -d '`' | sort -u | tr ' ' '~'); do
+    for q in $(cat "$top/README.md" "$top"/docs/*.md | grep -o '`[^`]*job_id="2"[^`]*`' | tr -d '`' | sort -u | tr ' ' '~'); do
         q=$(printf '%s' "$q" | tr '~' ' ' | sed "s/job_id=\"2\"/job_id=\"$job\"/")
         got=$(prom_query "$p" "$q")
         case $q in
             "shoal_job_step{"*) want=$(value "shoal_job_step{job_id=\"$job\"}") ;;
             "sum without(part) (shoal_job_step_part_seconds{"*)
                 want=$(grep "^shoal_job_step_part_seconds{job_id=\"$job\"," "$M" | awk '{ s += $2 } END { printf "%.12f", s }') ;;
-            *) fail "the README's query $q is known to this test"; continue ;;
+            *) fail "the documents' query $q is known to this test"; continue ;;
         esac
-        NEAR_ABS=1e-9 near "the README's query in Prometheus: $q" "$(printf '%s' "$got" | jq -r '.[0].value[1] // empty')" "$want"
+        NEAR_ABS=1e-9 near "the documents' query in Prometheus: $q" "$(printf '%s' "$got" | jq -r '.[0].value[1] // empty')" "$want"
     done
     check "its per-job series keep job_id beside Prometheus's job" \
           "$(prom_query "$p" "shoal_job_step{job_id=\"$job\"}" | jq -r '.[0].metric | "\(.job) \(.job_id) \(has("exported_job"))"')" \

@@ -118,7 +118,7 @@ job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/llama-resumed.losses"
 same_losses "llama: its losses equal the straight run's (a re-split of the checkpoint)" \
     "$WORK/llama-resumed.losses" "$WORK/llama.losses" 1e-5
 
-# ---- the step parts the agents report (README.md, the step parts under
+# ---- the step parts the agents report (docs/api.md, the step parts under
 # /metrics), on every step of the four layouts above: disjoint stretches of
 # the iteration, so none is negative and together they never exceed it
 check "step parts: none negative, on all $(sql s "SELECT count(*) FROM job_steps") reports" \

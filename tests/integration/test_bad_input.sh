@@ -8,7 +8,7 @@
 # Every answer must be a clean 4xx JSON error, or (where libmicrohttpd
 # answers by itself, or a limit cuts the client off) a 4xx or a closed
 # connection; after every case the server still answers /healthz and has
-# stored nothing.  The limits are set low (README "Limits") so that each is
+# stored nothing.  The limits are set low (docs/operations.md, "Limits") so that each is
 # reached in a second or two.  Other client addresses are 127.0.0.2 and
 # 127.0.0.3 (all of 127/8 is loopback on Linux).
 set -u

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# test_examples.sh - the example commands of README.md and deploy/README.md
+# test_examples.sh - the example commands of README.md, docs/*.md and deploy/README.md
 # run as written against a live server, and what they print compared with
 # the answers the documents show.
 #
-# The convention (README.md, "Examples"): a fenced sh block preceded by
+# The convention (docs/api.md, "Examples"): a fenced sh block preceded by
 # `<!-- example: NAME ... -->` is run, every block of a file in order and
 # in one shell, so a variable one block sets is there for the next.  A line
 # `# -> ANSWER` after a command (or at the end of its last line) is what
@@ -140,7 +140,8 @@ def main():
     top, outdir, me = sys.argv[1], sys.argv[2], sys.argv[3]
     n = 0
     index = []
-    for label in ("README.md", "deploy/README.md"):
+    docs = sorted("docs/" + f for f in os.listdir(os.path.join(top, "docs")) if f.endswith(".md"))
+    for label in ["README.md"] + docs + ["deploy/README.md"]:
         for b in extract(os.path.join(top, label), label):
             if b["lang"] not in ("sh", "bash", "shell"):
                 continue
@@ -249,12 +250,12 @@ PY
 
 mkdir -p "$WORK/units"
 if ! python3 "$WORK/examples.py" "$TOP" "$WORK/units" "$(basename "$0")" 2>"$WORK/extract.err"; then
-    fail "the examples of README.md and deploy/README.md parse" "$(tail -n 3 "$WORK/extract.err")"
+    fail "the examples of README.md, docs/ and deploy/README.md parse" "$(tail -n 3 "$WORK/extract.err")"
     exit 1
 fi
 
 # ---- the places the documents run in -----------------------------------------
-# README.md: a directory with the server's data directory as ./shoal-data.
+# README.md and docs/: a directory with the server's data directory as ./shoal-data.
 start_server ex || exit 1
 mkdir -p "$WORK/readme"
 ln -s "$WORK/ex" "$WORK/readme/shoal-data"
@@ -306,7 +307,7 @@ while IFS=$'\t' read -r kind where name id; do
         CUR_FILE=$file
         LAST_BLOCK=""
         case $file in
-            README.md) cd "$WORK/readme" || exit 1 ;;
+            README.md|docs/*.md) cd "$WORK/readme" || exit 1 ;;
             deploy/README.md) cd "$WORK/checkout" || exit 1 ;;
         esac
     fi
@@ -338,7 +339,7 @@ while IFS=$'\t' read -r kind where name id; do
 done < "$WORK/units/index"
 cd "$WORK" || exit 1
 
-check "README.md has examples to run" "$(grep -c $'^run\tREADME.md:' "$WORK/units/index" | awk '{print ($1 > 10)}')" 1
+check "docs/api.md has examples to run" "$(grep -c $'^run\tdocs/api.md:' "$WORK/units/index" | awk '{print ($1 > 10)}')" 1
 check "deploy/README.md has examples to run" "$(grep -c $'^run\tdeploy/README.md:' "$WORK/units/index" | awk '{print ($1 > 2)}')" 1
 check "some examples compare an answer" "$(grep -c '"json"' "$WORK"/units/*.answers | awk -F: '{n += $2} END {print (n > 5)}')" 1
 [ -n "$SKIPPED_DOCKER" ] && echo "# the docker commands are checked by test_deploy.sh (compose config) without an engine"

@@ -169,7 +169,7 @@ same_losses "its losses equal the uninterrupted run's" "$WORK/replanned" "$WORK/
 
 # ---- the README's example, as written
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
-example_block "$TOP/README.md" slow-links > "$WORK/example.sh"
+doc_example slow-links > "$WORK/example.sh"
 want=$(sed -n 's/^# -> //p' "$WORK/example.sh")
 got=$(S=$S ADMIN=$ADMIN bash "$WORK/example.sh" 2>&1)
 check "the README's slow-links example answers as it says" "$got" "$want"

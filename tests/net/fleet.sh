@@ -68,7 +68,7 @@ wait_until() {
 }
 
 fleet_corpus() {
-    cat "$FLEET_TOP"/README.md "$FLEET_TOP"/server/*.c "$FLEET_TOP"/agent/*.c "$FLEET_TOP"/kernels/*.c > "$1"
+    cat "$FLEET_TOP"/README.md "$FLEET_TOP"/server/*.c "$FLEET_TOP"/server/*/*.c "$FLEET_TOP"/agent/*.c "$FLEET_TOP"/agent/*/*.c "$FLEET_TOP"/kernels/*.c > "$1"
 }
 
 fleet_up() {
