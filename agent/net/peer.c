@@ -8,7 +8,6 @@
 
 #include "peer_internal.h"
 
-#include "../../common/aead.h"
 #include "../../common/crc32c.h"
 #include "../../common/hostport.h"
 #include "../../common/log.h"
@@ -111,12 +110,6 @@ int peer_random(void *buf, size_t n, struct shoal_err *err)
     return 0;
 }
 
-static int seal_err(struct peer_conn *c, struct shoal_err *err)
-{
-    return err_set(err, 500, "peer_io", NULL, "%s failed on the connection to peer %s",
-                   aead_name(), c->addr);
-}
-
 /* ---- the frame engine -------------------------------------------------- */
 
 /* Seals the next piece of t's payload into the scratch buffer and points
@@ -129,15 +122,15 @@ static int tx_seal_piece(struct peer_tx *t, struct shoal_err *err)
     size_t k = left < PEER_SEAL_PIECE ? (size_t)left : PEER_SEAL_PIECE;
     int n = t->first + t->iovcnt;
 
-    if (aead_update(s->tx, s->scratch, t->plain + t->plain_off, k) != 0)
-        return seal_err(t->c, err);
+    if (peer_seal_piece(t->c, s->scratch, t->plain + t->plain_off, k, err) != 0)
+        return -1;
     t->plain_off += k;
     t->iov[n].iov_base = s->scratch;
     t->iov[n].iov_len = k;
     t->iovcnt++;
     if (t->plain_off == t->plain_len) {
-        if (aead_seal_end(s->tx, t->tag) != 0)
-            return seal_err(t->c, err);
+        if (peer_seal_tag(t->c, t->tag, err) != 0)
+            return -1;
         t->iov[n + 1].iov_base = t->tag;
         t->iov[n + 1].iov_len = WIRE_TAG_BYTES;
         t->iovcnt++;
@@ -156,8 +149,8 @@ int peer_tx_init(struct peer_tx *t, struct peer_conn *c, struct wire_frame *f,
     t->done = 0;
     t->plain = NULL;
     if (c->seal) {
-        if (wire_seal_begin(c->seal->tx, c->seal->tx_frames++, f, t->hdr) != 0)
-            return seal_err(c, err);
+        if (peer_seal_header(c, f, t->hdr, err) != 0)
+            return -1;
         t->iov[0].iov_base = t->hdr;
         t->iov[0].iov_len = WIRE_SEALED_HEADER_BYTES;
         t->iovcnt = 1;
@@ -275,33 +268,14 @@ static int tx_step(struct peer_tx *t, struct shoal_err *err)
     return 1;
 }
 
-/* A sealed frame failed its tag: the connection is dead from here on. */
-static int auth_failed(struct peer_rx *r, const char *what, struct shoal_err *err)
-{
-    r->c->seal->rx_failed = 1;
-    return err_set(err, PEER_STATUS, "peer_auth", NULL,
-                   "peer %s sent an encrypted frame whose %s failed authentication (frame %llu "
-                   "of the connection: altered, replayed, reordered or not from the peer); "
-                   "the connection is dropped",
-                   r->c->addr, what, (unsigned long long)(r->c->seal->rx_frames - 1));
-}
-
 /* Checks the header: its tag on an encrypted connection (and begins the
  * payload's decryption), its CRC and fields otherwise. */
 static int rx_header_check(struct peer_rx *r, struct shoal_err *err)
 {
     char why[128];
     struct wire_frame *f = r->f;
-    if (r->sealed) {
-        int rc = wire_open_begin(r->c->seal->rx, r->c->seal->rx_frames++, r->hdr, r->payload_max,
-                                 f, why, sizeof why);
-        if (rc == WIRE_AUTH_FAILED)
-            return auth_failed(r, "header", err);
-        if (rc != 0)
-            return err_set(err, PEER_STATUS, "peer_protocol", NULL,
-                           "peer %s sent a bad frame header: %s", r->c->addr, why);
-        return 0;
-    }
+    if (r->sealed)
+        return peer_open_header(r->c, r->hdr, r->payload_max, f, err);
     if (wire_header_decode(r->hdr, r->payload_max, f, why, sizeof why) != 0)
         return err_set(err, PEER_STATUS, "peer_protocol", NULL,
                        "peer %s sent a bad frame header: %s", r->c->addr, why);
@@ -333,8 +307,8 @@ static int rx_payload_done(struct peer_rx *r, struct shoal_err *err)
 {
     const struct wire_frame *f = r->f;
     if (r->sealed) {
-        if (f->payload_len && aead_open_end(r->c->seal->rx, r->tag) != 0)
-            return auth_failed(r, "payload", err);
+        if (f->payload_len && peer_open_tag(r->c, r->tag, err) != 0)
+            return -1;
     } else if (r->crc != f->payload_crc)
         return err_set(err, PEER_STATUS, "peer_protocol", NULL,
                        "peer %s: payload CRC mismatch on frame kind %u step %llu micro-batch "
@@ -405,8 +379,8 @@ static int rx_step(struct peer_rx *r, struct shoal_err *err)
             r->tag_got += (size_t)k;
         } else if (r->sealed) {
             /* decrypted in place; not trusted until the tag is checked */
-            if (aead_update(r->c->seal->rx, dst, dst, (size_t)k) != 0)
-                return seal_err(r->c, err);
+            if (peer_open_piece(r->c, dst, (size_t)k, err) != 0)
+                return -1;
             r->got += (uint64_t)k;
         } else {
             r->crc = crc32c(r->crc, dst, (size_t)k);

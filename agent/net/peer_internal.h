@@ -139,6 +139,30 @@ int peer_seal_start(struct peer_conn *c, const struct peer_auth *a, const struct
                     const unsigned char dnonce[WIRE_NONCE_BYTES], const char *dialer_role,
                     const char *listener_role, int dialer, struct shoal_err *err);
 
+/* Sealing a frame on encrypted connection c, in this order: its header
+ * (job and epoch as f says; the frame numbered, the header's tag in head,
+ * WIRE_SEALED_HEADER_BYTES), its payload in pieces (dst may be src), then
+ * the payload's tag (none for an empty payload).  Each returns 0, or -1
+ * with err set ("peer_io"). */
+int peer_seal_header(struct peer_conn *c, struct wire_frame *f, unsigned char *head, struct shoal_err *err);
+int peer_seal_piece(struct peer_conn *c, unsigned char *dst, const unsigned char *src, size_t n,
+                    struct shoal_err *err);
+int peer_seal_tag(struct peer_conn *c, unsigned char tag[WIRE_TAG_BYTES], struct shoal_err *err);
+/* All three for a whole frame into buf (payload_len bytes): a stream's slot. */
+int peer_seal_frame(struct peer_conn *c, struct wire_frame *f, const void *payload, unsigned char *head,
+                    unsigned char *buf, unsigned char tag[WIRE_TAG_BYTES], struct shoal_err *err);
+
+/* Opening a frame the same way: the header (checked, the frame's fields
+ * into f; a payload over payload_max refused), the payload decrypted in
+ * place in pieces (not to be trusted before its tag), then the tag.  A
+ * header or payload that fails authentication is "peer_auth" and the
+ * connection reads nothing more (seal->rx_failed); a bad header is
+ * "peer_protocol".  Each returns 0, or -1 with err set. */
+int peer_open_header(struct peer_conn *c, const unsigned char *head, uint64_t payload_max, struct wire_frame *f,
+                     struct shoal_err *err);
+int peer_open_piece(struct peer_conn *c, unsigned char *buf, size_t n, struct shoal_err *err);
+int peer_open_tag(struct peer_conn *c, const unsigned char tag[WIRE_TAG_BYTES], struct shoal_err *err);
+
 /* Prepares a frame for sending: stamps the connection's job and epoch into
  * *f, computes the payload CRC unless crc_done, encodes the header; on an
  * encrypted connection seals the header instead and the payload as it goes
@@ -146,8 +170,7 @@ int peer_seal_start(struct peer_conn *c, const struct peer_auth *a, const struct
 int peer_tx_init(struct peer_tx *t, struct peer_conn *c, struct wire_frame *f,
                  const void *payload, int crc_done, struct shoal_err *err);
 
-/* Prepares a frame sealed beforehand (wire_seal_begin wrote head, the
- * payload was encrypted with aead_update and tag came from aead_seal_end). */
+/* Prepares a frame sealed beforehand (peer_seal_frame). */
 void peer_tx_init_sealed(struct peer_tx *t, struct peer_conn *c,
                          const unsigned char head[WIRE_SEALED_HEADER_BYTES],
                          const void *ciphertext, uint64_t len,

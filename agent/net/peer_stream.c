@@ -18,7 +18,6 @@
 
 #include "peer_internal.h"
 
-#include "../../common/aead.h"
 #include "../../common/crc32c.h"
 #include "../../common/log.h"
 
@@ -147,26 +146,10 @@ static uint32_t copy_crc(void *dst, const void *src, size_t n)
 static int seal_into(struct peer_stream *s, struct slot *sl, const struct wire_frame *f,
                      const void *payload, struct shoal_err *err)
 {
-    struct peer_seal *seal = s->c.seal;
-    const unsigned char *src = payload;
-    size_t len = (size_t)f->payload_len;
-
     sl->f = *f;
     sl->f.job_id = s->c.job_id;
     sl->f.epoch = s->c.epoch;
-    if (wire_seal_begin(seal->tx, seal->tx_frames++, &sl->f, sl->head) != 0)
-        goto fail;
-    for (size_t off = 0; off < len; off += COPY_PIECE) {
-        size_t k = len - off < COPY_PIECE ? len - off : COPY_PIECE;
-        if (aead_update(seal->tx, sl->buf + off, src + off, k) != 0)
-            goto fail;
-    }
-    if (len && aead_seal_end(seal->tx, sl->tag) != 0)
-        goto fail;
-    return 0;
-fail:
-    return err_set(err, 500, "peer_io", NULL, "%s failed sealing a frame to peer %s", aead_name(),
-                   s->c.addr);
+    return peer_seal_frame(&s->c, &sl->f, payload, sl->head, sl->buf, sl->tag, err);
 }
 
 static void *tx_main(void *arg)
