@@ -9,7 +9,9 @@ Prints "ok - ..." / "not ok - ..." lines (tests/run.sh counts them):
     common/ and kernels/), so the folders form no circle;
   - no two units include each other's headers across .c files (a circle
     of files such as a.c -> b.h, b.c -> a.h), except where a room's own
-    hub header gathers its parts (HUBS).
+    hub header gathers its parts (HUBS);
+  - a header kept to one place (ONLY) is included from nowhere else in
+    server/ and agent/: the cipher only where frames are sealed.
 With --graph, prints the folder graph instead (one "a -> b c" line each).
 """
 import os
@@ -29,6 +31,7 @@ ORDER = {
 # A tasklet's header gathers the parts of a step (sync, train's env), whose
 # .c files take the tasklet back: one room's hub, not a circle of rooms.
 HUBS = {'agent/train/tasklet'}
+ONLY = {'common/aead.h': {'agent/net/peer_seal.c'}}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 SOURCE = re.compile(r'\.(c|h|cu|cuh)$')
 
@@ -99,6 +102,11 @@ def main():
                 pairs.append(f'{unit(p)} <-> {unit(t)}')
     pairs = sorted(set(pairs))
     results.append((not pairs, 'no two files include each other across their .c files', '; '.join(pairs[:5])))
+    for header, allowed in ONLY.items():
+        strays = sorted(p for p, ts in includes.items()
+                        if header in ts and p.split('/')[0] in ('server', 'agent') and p not in allowed)
+        results.append((not strays, f'{header} is included in server/ and agent/ only by {", ".join(sorted(allowed))}',
+                        ' '.join(strays)))
     for ok, what, why in results:
         print(('ok - ' if ok else 'not ok - ') + what + ('' if ok else ': ' + why))
     return 0 if all(r[0] for r in results) else 1
