@@ -5,6 +5,7 @@
 --   SELECT job_detail_json(1);                    -- GET /v1/jobs/1
 --   SELECT node_view_json(n) FROM nodes n;        -- GET /v1/nodes
 --   SELECT * FROM job_tasklets_measured(1);       -- its stragglers
+--   SELECT links_matrix_json();                   -- GET /v1/links
 --
 -- Every function is STABLE and reads only; a later change to one is a new
 -- migration with CREATE OR REPLACE.  Applied once, in a transaction, by
@@ -46,6 +47,25 @@ CREATE OR REPLACE FUNCTION job_json(j jobs) RETURNS json LANGUAGE sql STABLE AS 
     'checkpoint_error', j.checkpoint_error,
     'dataset', json_build_object('data_sha256', j.data_sha256, 'validation_sha256', j.val_sha256),
     'latest_step', (SELECT max(ls.step) + 1 FROM job_steps ls WHERE ls.job_id = j.id))
+$$;
+
+-- The latest link matrix over every node in the fleet: row i is from
+-- nodes[i], column j to nodes[j]; null where never measured.  GET /v1/links
+-- answers with it, and the planner prices links from it.
+CREATE OR REPLACE FUNCTION links_matrix_json() RETURNS json LANGUAGE sql STABLE AS $$
+  WITH ids AS (SELECT id FROM nodes WHERE removed_at IS NULL),
+    ll AS MATERIALIZED (SELECT * FROM links_latest),
+    cells AS (SELECT a.id AS a, b.id AS b, ll.latency_ms, ll.bandwidth_gbps, ll.measured_at
+      FROM ids a CROSS JOIN ids b
+      LEFT JOIN ll ON ll.from_node = a.id AND ll.to_node = b.id),
+    rows AS (SELECT a, json_agg(latency_ms ORDER BY b) AS lat,
+        json_agg(bandwidth_gbps ORDER BY b) AS bw, json_agg(measured_at ORDER BY b) AS at
+      FROM cells GROUP BY a)
+  SELECT json_build_object(
+    'nodes', (SELECT coalesce(json_agg(id ORDER BY id), '[]') FROM ids),
+    'latency_ms', (SELECT coalesce(json_agg(lat ORDER BY a), '[]') FROM rows),
+    'bandwidth_gbps', (SELECT coalesce(json_agg(bw ORDER BY a), '[]') FROM rows),
+    'measured_at', (SELECT coalesce(json_agg(at ORDER BY a), '[]') FROM rows))
 $$;
 
 -- ---- the faults rule (server/jobs/fault_judge.h)

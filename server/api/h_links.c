@@ -51,7 +51,7 @@ out:
 void h_links_get(struct request *rq, struct response *rs)
 {
     struct shoal_err e;
-    json_t *m = db_query_json(rq->srv->db, LINKS_MATRIX_SQL, 0, NULL, "links", &e);
+    json_t *m = db_query_json(rq->srv->db, "SELECT links_matrix_json()", 0, NULL, "links", &e);
     if (!m)
         reply_error(rs, &e);
     else

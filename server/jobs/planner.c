@@ -280,7 +280,7 @@ int planner_prepare(struct server *srv, int64_t job_id, const struct plan_reques
     live = db_query_json(srv->db, LIVE_NODES_SQL, 2, params, "nodes", e);
     if (!live)
         goto out;
-    links = db_query_json(srv->db, LINKS_MATRIX_SQL, 0, NULL, "links", e);
+    links = db_query_json(srv->db, "SELECT links_matrix_json()", 0, NULL, "links", e);
     if (!links)
         goto out;
     avoided = db_query_json(srv->db, AVOIDED_LINKS_SQL, 1, params, what, e);

@@ -7,33 +7,13 @@
 
 /* Read models (the JSON documents the API answers with) are functions
  * in the database, sql/016_read_models.sql: node_json(nodes),
- * node_view_json(nodes), job_json(jobs), job_detail_json(id), and the
+ * node_view_json(nodes), job_json(jobs), job_detail_json(id),
+ * links_matrix_json() (GET /v1/links, the planner's links), and the
  * rules they show (job_excluded_nodes, job_avoided_links, job_val_losses,
  * job_traffic, job_tasklets_measured).  What stays here is SQL that
  * decides (recovery, progress, checkpoints) and is spliced into the
  * statements that act on it. */
 
-/* The latest link matrix over every node: row i is from nodes[i], column j
- * to nodes[j]; null where never measured.  GET /v1/links answers with it. */
-#define LINKS_MATRIX_SQL \
-    "WITH ids AS (SELECT id FROM nodes WHERE removed_at IS NULL)," \
-    " ll AS MATERIALIZED (SELECT * FROM links_latest)," \
-    " cells AS (SELECT a.id AS a, b.id AS b, ll.latency_ms, ll.bandwidth_gbps, ll.measured_at" \
-    "   FROM ids a CROSS JOIN ids b" \
-    "   LEFT JOIN ll ON ll.from_node = a.id AND ll.to_node = b.id)," \
-    " rows AS (SELECT a, json_agg(latency_ms ORDER BY b) AS lat," \
-    "   json_agg(bandwidth_gbps ORDER BY b) AS bw, json_agg(measured_at ORDER BY b) AS at" \
-    "   FROM cells GROUP BY a)" \
-    " SELECT json_build_object(" \
-    "  'nodes', (SELECT coalesce(json_agg(id ORDER BY id), '[]') FROM ids)," \
-    "  'latency_ms', (SELECT coalesce(json_agg(lat ORDER BY a), '[]') FROM rows)," \
-    "  'bandwidth_gbps', (SELECT coalesce(json_agg(bw ORDER BY a), '[]') FROM rows)," \
-    "  'measured_at', (SELECT coalesce(json_agg(at ORDER BY a), '[]') FROM rows))"
-
-/* True when step `step` of job `job` is whole: every tasklet of the epoch
- * that trained it (stages x that plan's replicas: a re-plan short of nodes
- * may train fewer, planner.h) reported it.  The arguments are SQL
- * expressions. */
 /* True when job `job` (an SQL expression not naming an alias j) has stored its final checkpoint
  * (step total_steps) whole: CKPT_FILES_AT_SQL files a stage.  A job
  * succeeds once this holds and every tasklet of its current epoch has
@@ -65,6 +45,10 @@
     "EXISTS (SELECT 1 FROM plans mp JOIN assignments ma ON ma.plan_id = mp.id" \
     " WHERE mp.job_id = " j ".id AND ma.node_id = " node ")"
 
+/* True when step `step` of job `job` is whole: every tasklet of the epoch
+ * that trained it (stages x that plan's replicas: a re-plan short of nodes
+ * may train fewer, planner.h) reported it.  The arguments are SQL
+ * expressions. */
 #define STEP_WHOLE_SQL(job, step) \
     "(SELECT count(*) >= coalesce(max(sj.stages * sp.replicas), 1) FROM job_steps ss" \
     " JOIN plans sp ON sp.job_id = ss.job_id AND sp.epoch = ss.epoch JOIN jobs sj ON sj.id = ss.job_id" \
