@@ -17,10 +17,11 @@ responses=$(mktemp)
 beside=$(mktemp -d)
 trap 'rm -rf "$log" "$responses" "$beside"' EXIT INT TERM
 
-# Suites that mostly wait (a database outage's timeouts: about 70 s of
-# which 8 s are CPU) run beside the others from the start, each with its
-# own log and response log, and are counted at the end.
-BESIDE="test_db_outage"
+# Suites that mostly wait run one after another beside the others from the
+# start, each with its own log and response log, and are counted at the
+# end: a database outage's timeouts (about 70 s, 8 s of them CPU) and bad
+# input's deadlines (about 40 s, 7 s of CPU).
+BESIDE="test_db_outage test_bad_input"
 
 # tally NAME RC [LOG]: counts the ok / not ok lines in LOG (default $log)
 # of a script that exited RC; non-zero without a "not ok" line is one failure.
@@ -47,10 +48,12 @@ integration() {
         SHOAL_RESPONSE_LOG="$3" bash "$top/tests/integration/$1.sh" >"$2" 2>&1
 }
 
-for name in $BESIDE; do
-    (began=$(date +%s); integration "$name" "$beside/$name.log" "$beside/$name.responses"
-     echo $? >"$beside/$name.rc"; echo $(($(date +%s) - began)) >"$beside/$name.took") &
-done
+(for name in $BESIDE; do
+     began=$(date +%s)
+     integration "$name" "$beside/$name.log" "$beside/$name.responses"
+     echo $? >"$beside/$name.rc"
+     echo $(($(date +%s) - began)) >"$beside/$name.took"
+ done) &
 
 for t in "$top/$build"/tests/test_*; do
     [ -x "$t" ] || continue
