@@ -13,6 +13,7 @@
 
 #include "../common/dirlock.h"
 #include "../common/log.h"
+#include "../common/utf8.h"
 #include "train/assign.h"
 #include "control/control.h"
 #include "hw.h"
@@ -296,9 +297,15 @@ static void probe_round(struct agent *ag, long generation)
         pthread_mutex_unlock(&ag->mu);
         if (moved || atomic_load(ag->stop))
             break;   /* an assignment came: training goes first */
-        struct probe_result r;
+        struct probe_result r = { 0 };
         if (!addr || to < 1 || probe_link(addr, PROBE_TIMEOUT_MS, &r, &e) != 0) {
             log_warn("probe of node=%lld failed: %s", (long long)to, addr ? e.message : "no address");
+            if (addr && to >= 1 && !r.connected) {   /* the server learns the link cannot be connected */
+                char why[sizeof e.message];
+                snprintf(why, sizeof why, "%s", e.message);
+                utf8_clip(why, PROBE_WHY_MAX);
+                json_array_append_new(samples, json_pack("{s:I, s:b, s:s}", "to", to, "reachable", 0, "why", why));
+            }
             continue;
         }
         log_info("probe to=%lld addr=%s latency_ms=%.3f bandwidth_gbps=%.3f bytes=%llu seconds=%.2f",

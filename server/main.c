@@ -1,7 +1,7 @@
 /* main.c - shoal-server: configuration, start-up order, and clean shutdown.
  *
  * Start: settings -> data dir -> tokens -> database (embedded or given) ->
- * migrations -> assignment listener -> recovery thread -> HTTP.  Stop on SIGINT/SIGTERM in the
+ * migrations -> assignment listener -> recovery and reachability threads -> HTTP.  Stop on SIGINT/SIGTERM in the
  * reverse order (waiting long-polls answered first), so the embedded
  * Postgres is shut down cleanly after the last request. */
 #include <errno.h>
@@ -19,6 +19,7 @@
 #include "jobs/longpoll.h"
 #include "store/migrate.h"
 #include "store/pgembed.h"
+#include "jobs/reach.h"
 #include "jobs/recovery.h"
 #include "api/routes.h"
 #include "store/db.h"
@@ -145,6 +146,9 @@ int main(int argc, char **argv)
     if (!recovery)
         goto fail;
     srv.recovery = recovery;
+    srv.reach = reach_start(&srv, &err);
+    if (!srv.reach)
+        goto fail;
     unsigned port = 0;
     auth_limit_init(srv.cfg.auth_failures, srv.cfg.auth_failure_window_s);
     httpd = http_start(&srv, &port, &err);
@@ -169,6 +173,7 @@ out:
     http_wait_suspended(&srv, 3000);    /* and lets their answers go out */
     http_stop(httpd);
     tls_free(&srv.tls);
+    reach_stop(srv.reach);
     recovery_stop(recovery);
     longpoll_free(srv.longpoll);
     db_pool_close(srv.db);

@@ -363,13 +363,23 @@ function viewFleet(root) {
         el('td', { class: 'num', dataset: { col: 'tflops' } }, fmtNum(n.hardware.tflops, 4)),
         el('td', { dataset: { col: 'heartbeat' }, title: fmtTime(n.last_heartbeat_at) }, fmtAgo(n.last_heartbeat_at)),
         roleCell(n.role),
-        el('td', { class: 'mono', dataset: { col: 'peer' } }, n.peer_address)));
+        peerCell(n)));
       fill(table, nodes.length
         ? el('table', { id: 'fleet-table' }, el('thead', {}, el('tr', {}, head.map((h) => el('th', {}, h)))),
           el('tbody', {}, rows))
         : el('p', { class: 'empty' }, 'No node has registered yet. Start shoal-agent with the join token.'));
     },
   };
+}
+
+// The peer address, marked when the server cannot reach it from outside:
+// such a node accepts no connections from agents beyond its network.
+function peerCell(n) {
+  const r = n.reachable || {};
+  const mark = r.from_server === false
+    ? el('span', { class: 'badge unreachable', title: r.why || '', dataset: { reachable: 'false' } }, 'unreachable')
+    : null;
+  return el('td', { class: 'mono', dataset: { col: 'peer' } }, n.peer_address, mark ? ' ' : null, mark);
 }
 
 function card(label, value, note) {

@@ -73,6 +73,7 @@ int probe_link(const char *addr, int timeout_ms, struct probe_result *out, struc
     }
     if (peer_dial(addr, NULL, NULL, timeout_ms, &c, err) != 0)
         goto out;
+    out->connected = 1;
     for (int i = 0; i < PROBE_PINGS; i++)
         if ((rtt[i] = ping(&c, (uint32_t)i, timeout_ms, err)) < 0)
             goto out;

@@ -140,18 +140,44 @@ int body_heartbeat_parse(const json_t *body, struct body_heartbeat *out, struct 
 
 struct link_sample {
     int64_t to;
-    double latency_ms;        /* round trip / 2 is the agent's business; this is what it measured, ms */
-    double bandwidth_gbps;    /* Gbit/s */
+    double latency_ms;        /* round trip / 2 is the agent's business; this is what it measured, ms; NAN: absent */
+    double bandwidth_gbps;    /* Gbit/s; NAN: absent */
+    int reachable;            /* 0: the caller could not connect at all (no measurements then) */
+    char why[BODY_LINK_WHY_MAX + 1];
 };
 
 #define S(f) offsetof(struct link_sample, f)
 static const struct jv_field sample_fields[] = {
     { "to", JV_INT, 1, 0, 1, 9e18, S(to), 0, NULL, NULL },
-    { "latency_ms", JV_NUM, 1, 0, 0, 600000, S(latency_ms), 0, NULL, NULL },
-    { "bandwidth_gbps", JV_NUM, 1, 0, 1e-9, 1e5, S(bandwidth_gbps), 0, NULL, NULL },
+    { "latency_ms", JV_NUM, 0, 0, 0, 600000, S(latency_ms), 0, NULL, NULL },
+    { "bandwidth_gbps", JV_NUM, 0, 0, 1e-9, 1e5, S(bandwidth_gbps), 0, NULL, NULL },
+    { "reachable", JV_BOOL, 0, 0, 0, 0, S(reachable), 0, NULL, NULL },
+    { "why", JV_STR, 0, 0, 0, BODY_LINK_WHY_MAX, S(why), sizeof ((struct link_sample *)0)->why, NULL, NULL },
     { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
 };
 #undef S
+
+/* Checks sample s (at `path`) is either measured or unreachable; an
+ * unreachable one goes onto out->unreachable. */
+static int sample_kind(const struct link_sample *s, const char *path, struct body_links *out, struct shoal_err *e)
+{
+    int measured = !isnan(s->latency_ms) || !isnan(s->bandwidth_gbps);
+    if (!s->reachable) {
+        if (measured)
+            return err_set(e, 422, "invalid_field", path, "%s says reachable false and gives measurements: "
+                           "a link is either measured or could not be connected", path);
+        if (json_array_append_new(out->unreachable, json_pack("{s:I, s:s?}", "to", (json_int_t)s->to, "why",
+                                                              s->why[0] ? s->why : NULL)) != 0)
+            return err_set(e, 500, "internal", NULL, "out of memory");
+        return 0;
+    }
+    if (s->why[0])
+        return err_set(e, 422, "invalid_field", path, "%s.why goes only with \"reachable\": false", path);
+    if (isnan(s->latency_ms) || isnan(s->bandwidth_gbps))
+        return err_set(e, 400, "missing_field", path, "%s needs latency_ms and bandwidth_gbps (or \"reachable\": "
+                       "false when the link could not be connected)", path);
+    return 0;
+}
 
 /* 1 if `id` is 1..BODY_LINKS_REPORT_ID_MAX of [A-Za-z0-9._-]. */
 static int report_id_valid(const char *id)
@@ -187,6 +213,9 @@ int body_links_parse(const json_t *body, int64_t self, struct body_links *out, s
     buf_init(&out->to, 1 << 20);
     buf_init(&out->latency_ms, 1 << 20);
     buf_init(&out->bandwidth_gbps, 1 << 20);
+    out->unreachable = json_array();
+    if (!out->unreachable)
+        return err_set(e, 500, "internal", NULL, "out of memory");
     json_object_foreach((json_t *)body, key, val) {
         if (strcmp(key, "samples") != 0 && strcmp(key, "from") != 0 && strcmp(key, "report_id") != 0)
             return unknown_member(e, "", key);
@@ -202,27 +231,33 @@ int body_links_parse(const json_t *body, int64_t self, struct body_links *out, s
     json_t *samples = json_object_get(body, "samples");
     if (!json_is_array(samples))
         return err_set(e, 400, samples ? "invalid_field" : "missing_field", "samples",
-                       "samples must be an array of {to, latency_ms, bandwidth_gbps}");
+                       "samples must be an array of {to, latency_ms, bandwidth_gbps} or {to, reachable: false}");
     size_t n = json_array_size(samples);
     if (n == 0 || n > BODY_LINKS_MAX_SAMPLES)
         return err_set(e, 422, "invalid_field", "samples", "samples must hold 1 to %d entries",
                        BODY_LINKS_MAX_SAMPLES);
+    size_t measured = 0;
     for (size_t i = 0; i < n; i++) {
-        struct link_sample s;
+        struct link_sample s = { .latency_ms = NAN, .bandwidth_gbps = NAN, .reachable = 1 };
         char path[32];
         snprintf(path, sizeof path, "samples[%zu]", i);
         if (jv_object(json_array_get(samples, i), sample_fields, path, &s, e) != 0)
             return -1;
         if (s.to == self)
             return err_set(e, 422, "invalid_field", path, "%s.to is the reporting node itself", path);
-        const char *sep = i ? "," : "{";
+        if (sample_kind(&s, path, out, e) != 0)
+            return -1;
+        if (!s.reachable)
+            continue;
+        const char *sep = measured++ ? "," : "{";
         if (buf_printf(&out->to, "%s%lld", sep, (long long)s.to) ||
             buf_printf(&out->latency_ms, "%s%.17g", sep, s.latency_ms) ||
             buf_printf(&out->bandwidth_gbps, "%s%.17g", sep, s.bandwidth_gbps))
             return err_set(e, 413, "body_too_large", "samples", "too many samples");
     }
-    if (buf_append(&out->to, "}", 1) || buf_append(&out->latency_ms, "}", 1) ||
-        buf_append(&out->bandwidth_gbps, "}", 1))
+    const char *end = measured ? "}" : "{}";
+    if (buf_append(&out->to, end, strlen(end)) || buf_append(&out->latency_ms, end, strlen(end)) ||
+        buf_append(&out->bandwidth_gbps, end, strlen(end)))
         return err_set(e, 413, "body_too_large", "samples", "too many samples");
     return 0;
 }
@@ -232,6 +267,8 @@ void body_links_free(struct body_links *out)
     buf_free(&out->to);
     buf_free(&out->latency_ms);
     buf_free(&out->bandwidth_gbps);
+    json_decref(out->unreachable);
+    out->unreachable = NULL;
     out->report_id = NULL;
 }
 

@@ -65,7 +65,9 @@ struct body_links {
     struct buf to;              /* node ids */
     struct buf latency_ms;      /* ms */
     struct buf bandwidth_gbps;  /* Gbit/s */
+    json_t *unreachable;        /* [{to, why}]: links the caller could not connect over at all */
 };
+#define BODY_LINK_WHY_MAX 200   /* bytes of a sample's "why" */
 /* `self` is the reporting node: "from", when given, must be it (403), and no
  * sample may be to it.  Free `out` with body_links_free, also on failure. */
 int body_links_parse(const json_t *body, int64_t self, struct body_links *out, struct shoal_err *e);

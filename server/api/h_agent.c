@@ -57,7 +57,8 @@ void h_probes(struct request *rq, struct response *rs)
                              db_param_i64(p_stale, rq->srv->cfg.link_stale_s),
                              db_param_i64(p_max, PROBES_MAX_TARGETS) };
     /* Live idle peers whose latest link from the caller is missing or older
-     * than link_stale_s; never measured first, then the oldest.  A busy peer
+     * than link_stale_s, and that the caller did not fail to connect to
+     * within link_stale_s; never measured first, then the oldest.  A busy peer
      * is training: a probe's bulk transfer would slow its steps and the
      * measurement would be wrong anyway, so it waits until the peer is idle. */
     json_t *res = db_query_json(rq->srv->db,
@@ -70,6 +71,8 @@ void h_probes(struct request *rq, struct response *rs)
         "   WHERE n.id <> $1 AND n.state = 'idle'"
         "     AND n.last_heartbeat_at > now() - make_interval(secs => $2::bigint)"
         "     AND (l.measured_at IS NULL OR l.measured_at < now() - make_interval(secs => $3::bigint))"
+        "     AND NOT EXISTS (SELECT 1 FROM link_reach r WHERE r.from_node = $1 AND r.to_node = n.id"
+        "       AND NOT r.reachable AND r.checked_at > now() - make_interval(secs => $3::bigint))"
         "   ORDER BY l.measured_at NULLS FIRST, n.id LIMIT $4) t",
         4, params, "probes", &e);
     if (res)

@@ -22,20 +22,35 @@ void h_links_put(struct request *rq, struct response *rs)
         reply_error(rs, &e);
         goto out;
     }
+    char *unreachable = json_dumps(links.unreachable, JSON_COMPACT);
+    if (!unreachable) {
+        reply_fail(rs, 500, "internal", NULL, "out of memory");
+        goto out;
+    }
     const char *params[] = { db_param_i64(p_self, rq->node_id), links.to.data, links.latency_ms.data,
-                             links.bandwidth_gbps.data, links.report_id };
+                             links.bandwidth_gbps.data, links.report_id, unreachable };
     /* A named report stores its samples only the first time its name
      * comes (a retry after a lost answer stores nothing); the node's names
-     * older than a day are pruned on the way. */
+     * older than a day are pruned on the way.  Each link tried is noted in
+     * link_reach (017_reachability.sql): connected (measured) or not. */
     res = db_query_json(rq->srv->db,
         "WITH k AS (INSERT INTO link_reports (node_id, report_id) SELECT $1, $5 WHERE $5::text IS NOT NULL"
         "   ON CONFLICT (node_id, report_id) DO NOTHING RETURNING 1),"
+        " fresh AS (SELECT $5::text IS NULL OR EXISTS (SELECT 1 FROM k) AS yes),"
         " ins AS (INSERT INTO link_samples (from_node, to_node, latency_ms, bandwidth_gbps)"
-        "   SELECT $1, t, l, b FROM unnest($2::bigint[], $3::float8[], $4::float8[]) AS s(t, l, b)"
-        "   WHERE $5::text IS NULL OR EXISTS (SELECT 1 FROM k) RETURNING 1),"
+        "   SELECT $1, t, l, b FROM unnest($2::bigint[], $3::float8[], $4::float8[]) AS s(t, l, b), fresh"
+        "   WHERE fresh.yes RETURNING 1),"
+        " un AS (SELECT (x->>'to')::bigint AS t, x->>'why' AS why FROM json_array_elements($6::json) x, fresh"
+        "   WHERE fresh.yes),"
+        " reach AS (INSERT INTO link_reach (from_node, to_node, reachable, why)"
+        "   SELECT DISTINCT ON (t) $1, t, r, w FROM (SELECT t, true AS r, NULL::text AS w FROM unnest($2::bigint[]) t,"
+        "     fresh WHERE fresh.yes UNION ALL SELECT t, false, why FROM un) s ORDER BY t, r DESC"
+        "   ON CONFLICT (from_node, to_node) DO UPDATE SET reachable = excluded.reachable, why = excluded.why,"
+        "     checked_at = now() RETURNING 1),"
         " old AS (DELETE FROM link_reports WHERE node_id = $1 AND received_at < now() - interval '1 day')"
-        " SELECT json_build_object('accepted', count(*),"
-        "   'duplicate', $5::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM k)) FROM ins", 5, params, "samples", &e);
+        " SELECT json_build_object('accepted', (SELECT count(*) FROM ins) + (SELECT count(*) FROM un),"
+        "   'duplicate', $5::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM k))", 6, params, "samples", &e);
+    free(unreachable);
     if (!res) {
         if (e.status == 409)   /* the foreign key on to_node */
             err_set(&e, 422, "invalid_field", "samples", "a sample's 'to' names a node that does not exist");

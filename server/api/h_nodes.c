@@ -7,6 +7,7 @@
 #include "bodies.h"
 #include "../http/http.h"
 #include "../store/queries.h"
+#include "../jobs/reach.h"
 #include "../jobs/recovery.h"
 #include "routes.h"
 #include "../store/db.h"
@@ -47,6 +48,7 @@ void h_register(struct request *rq, struct response *rs)
         reply_error(rs, &e);
         goto out;
     }
+    reach_wake(rq->srv->reach);   /* its peer port: reachable from outside? */
     reply_json(rs, 201, json_pack("{s:O, s:s, s:O}", "node_id", json_object_get(node, "id"),
                                   "token", token, "node", node));
 out:
@@ -139,6 +141,9 @@ void h_heartbeat(struct request *rq, struct response *rs)
         reply_error(rs, &e);
         goto out;
     }
+    /* a new address (a restarted agent) is checked at once */
+    if (json_is_null(json_object_get(json_object_get(node, "reachable"), "from_server")))
+        reach_wake(rq->srv->reach);
     reply_json(rs, 200, json_pack("{s:O, s:O, s:O}", "node_id", json_object_get(node, "id"),
                                   "state", json_object_get(node, "state"),
                                   "peer_address", json_object_get(node, "peer_address")));

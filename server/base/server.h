@@ -12,6 +12,7 @@
 struct db_pool;
 struct longpoll;
 struct metrics;
+struct reach;
 struct recovery;
 struct workq;
 
@@ -39,6 +40,7 @@ struct server {
     atomic_int suspended;       /* requests suspended by request_suspend and not yet completed */
     struct tls_files tls;       /* HTTPS certificate and key; cert_pem NULL: plain HTTP */
     struct recovery *recovery;  /* the recovery thread, woken by failure reports */
+    struct reach *reach;        /* the peer-port reachability thread, woken by registrations */
     struct workq *lanes[ROUTE_LANES];   /* the workers of each route lane (http.c); NULL: inline */
     const struct route *routes;         /* the route table (routes.c), which http.c serves */
     size_t routes_count;

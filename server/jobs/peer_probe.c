@@ -146,6 +146,12 @@ static void step(struct probe *p, int *ok, char *why)
 
 void peer_probe_all(const char *const *addrs, int n, int timeout_ms, int *ok, char (*why)[PEER_PROBE_WHY_MAX])
 {
+    peer_probe_all_until(addrs, n, timeout_ms, ok, why, NULL, NULL);
+}
+
+void peer_probe_all_until(const char *const *addrs, int n, int timeout_ms, int *ok, char (*why)[PEER_PROBE_WHY_MAX],
+                          int (*stop)(void *arg), void *arg)
+{
     struct probe *ps = calloc((size_t)(n > 0 ? n : 1), sizeof *ps);
     struct pollfd *fds = calloc((size_t)(n > 0 ? n : 1), sizeof *fds);
     int64_t deadline = mono_ms() + timeout_ms;
@@ -166,8 +172,10 @@ void peer_probe_all(const char *const *addrs, int n, int timeout_ms, int *ok, ch
             waiting += live;
         }
         int64_t left = deadline - mono_ms();
-        if (!waiting || left <= 0)
+        if (!waiting || left <= 0 || (stop && stop(arg)))
             break;
+        if (stop && left > PEER_PROBE_STOP_SLICE_MS)
+            left = PEER_PROBE_STOP_SLICE_MS;
         if (poll(fds, (nfds_t)n, (int)left) < 0 && errno != EINTR)
             break;
         for (int i = 0; i < n; i++)

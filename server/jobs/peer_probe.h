@@ -6,7 +6,8 @@
  * accepts) does not answer in time; one whose handshake slots are all
  * taken (a flood of silent connections) greets and says "busy", which is
  * an answer: it is alive.  recovery.c uses it to judge a failure report:
- * which node of the plan is at fault. */
+ * which node of the plan is at fault; reach.c to tell whether each node
+ * accepts connections from outside its network at all. */
 #ifndef SHOAL_PEER_PROBE_H
 #define SHOAL_PEER_PROBE_H
 
@@ -28,5 +29,11 @@
  * Blocks for up to timeout_ms (plus name resolution): for the recovery
  * thread, never an HTTP one. */
 void peer_probe_all(const char *const *addrs, int n, int timeout_ms, int *ok, char (*why)[PEER_PROBE_WHY_MAX]);
+
+/* peer_probe_all that also gives up (the probes still open SILENT) once
+ * stop(arg) returns non-zero, asked every PEER_PROBE_STOP_SLICE_MS. */
+#define PEER_PROBE_STOP_SLICE_MS 100
+void peer_probe_all_until(const char *const *addrs, int n, int timeout_ms, int *ok, char (*why)[PEER_PROBE_WHY_MAX],
+                          int (*stop)(void *arg), void *arg);
 
 #endif

@@ -41,9 +41,27 @@ check "a second agent on a running agent's --data-dir exits 1" "$?" 1
 check "and names the running one's pid" \
     "$(grep -c "another shoal-agent (pid $(cat "$WORK/agent-a0.pid")) is using the data directory" "$WORK/dup.err")" 1
 
+reached() { req GET "$S/v1/nodes" "$ADMIN"; [ "$(printf '%s' "$BODY" | jq '[.nodes[] | select(.reachable.from_server)] | length')" = 4 ]; }
+if wait_for 20 reached; then ok "the server reaches the four agents' peer ports from outside (reachable.from_server)"
+else fail "the server reaches the four agents' peer ports from outside" "$(printf '%s' "$BODY" | jq -c '[.nodes[].reachable]')"; fi
 links_up() { [ "$(sql s "SELECT count(*) FROM links_latest WHERE latency_ms > 0 AND bandwidth_gbps > 0")" = 12 ]; }
 if wait_for 120 links_up; then ok "the agents measure all twelve directed links"
 else fail "the agents measure all twelve directed links" "$(sql s "SELECT count(*) FROM links_latest")"; fi
+
+# A node whose peer port nothing answers: the idle agents cannot connect to
+# it and say so (reachable false in the matrix, why in link_reach); it is
+# drained then (a drained node is neither probed nor planned).
+req POST "$S/v1/agent/register" "$(cat "$WORK/s/join.token")" \
+    '{"name":"ghost","peer_address":"127.0.0.1:1","hardware":{"tflops":1,"cpu_cores":1}}'
+GHOST=$(printf '%s' "$BODY" | jq -r .node_id)
+ghost_seen() { [ "$(sql s "SELECT count(*) FROM link_reach WHERE to_node = $GHOST AND NOT reachable")" -ge 1 ]; }
+if wait_for 20 ghost_seen; then
+    ok "an agent reports a link it could not connect: $(sql s "SELECT why FROM link_reach WHERE to_node = $GHOST LIMIT 1")"
+else fail "an agent reports a link it could not connect" "$(grep 'node=$GHOST' "$WORK"/agent-a0.log | tail -n 2)"; fi
+req POST "$S/v1/nodes/$GHOST/drain" "$ADMIN"
+req GET "$S/v1/links" "$ADMIN"
+check "GET /v1/links shows it unreachable from that agent" \
+    "$(printf '%s' "$BODY" | jq --argjson g "$GHOST" '(.nodes | index($g)) as $j | [.reachable[][$j] | select(. == false)] | length > 0')" true
 
 # job NAME STAGES REPLICAS MICRO_BATCHES SCHEDULE STEPS CKPT [EXTRA_JSON]: a job body.
 # MODEL, when set, is the model object instead of the small GPT-2's.

@@ -44,6 +44,14 @@ req POST "$S/v1/agent/register" "$JOIN" '{"name":"cpu-b","peer_address":"[::1]:7
 expect "register a CPU node with an IPv6 peer address" 201 .node.hardware.gpu_count 0
 N2=$(printf '%s' "$BODY" | jq -r .node_id)
 T2=$(printf '%s' "$BODY" | jq -r .token)
+# The server probes each node's peer port from outside (jobs/reach.c): no
+# shoal agent answers at cpu-b's address, so it is not reachable, and says why.
+unreachable() { req GET "$S/v1/nodes/$N2" "$ADMIN"; [ "$(printf '%s' "$BODY" | jq -r .reachable.from_server)" = false ]; }
+if wait_for 15 unreachable; then
+    ok "a node whose peer port no agent answers shows reachable.from_server false ($(printf '%s' "$BODY" | jq -r .reachable.why))"
+else fail "a node whose peer port no agent answers shows reachable.from_server false" "$BODY"; fi
+check "and the server's log says so" \
+    "$(grep -c "node $N2 (cpu-b): the server cannot reach its peer port \[::1\]:7001" "$WORK/a.log")" 1
 
 nodes_before=$(sql a "SELECT count(*) FROM nodes")
 bad_register() {  # NAME STATUS CODE FIELD BODY
@@ -174,7 +182,25 @@ expect "one bad sample rejects the batch" 400 .error.field 'samples[1].latency_m
 req PUT "$S/v1/links" "$T1" "{\"samples\":[{\"to\":$N2,\"latency_ms\":1,\"bandwidth_gbps\":0}]}"
 expect "zero bandwidth is 422" 422 .error.field 'samples[0].bandwidth_gbps'
 req PUT "$S/v1/links" "$T1" '{"samples":[]}'; expect "empty batch is 422" 422 .error.field samples
-check "rejected samples change nothing" "$(sql a "SELECT count(*) FROM link_samples")" "$samples_before"
+req PUT "$S/v1/links" "$T1" "{\"samples\":[{\"to\":$N2,\"reachable\":false,\"latency_ms\":1}]}"
+expect "a sample both unreachable and measured is 422" 422 .error.field 'samples[0]'
+req PUT "$S/v1/links" "$T1" "{\"samples\":[{\"to\":$N2,\"latency_ms\":1}]}"
+expect "a measured sample without its bandwidth is 400" 400 .error.code missing_field
+req PUT "$S/v1/links" "$T1" "{\"samples\":[{\"to\":$N2,\"latency_ms\":1,\"bandwidth_gbps\":1,\"why\":\"x\"}]}"
+expect "why without reachable false is 422" 422 .error.field 'samples[0]'
+check "rejected samples change nothing" "$(sql a "SELECT count(*) FROM link_samples") $(sql a "SELECT count(*) FROM link_reach WHERE NOT reachable")" "$samples_before 0"
+# A link the agent could not connect at all (jobs need it both ways:
+# issue 37): reported as such, shown in the matrix, not measured.
+req GET "$S/v1/links" "$ADMIN";        expect "a measured link is reachable in the matrix" 200 '[.reachable[0][1], .reachable[1][0]] | tostring' '[true,null]'
+req GET "$S/v1/agent/probes" "$T2"
+check "before, the other node is a probe target" "$(printf '%s' "$BODY" | jq --argjson n "$N1" '[.targets[].node_id] | index($n) != null')" true
+req PUT "$S/v1/links" "$T2" "{\"samples\":[{\"to\":$N1,\"reachable\":false,\"why\":\"connect: Connection refused\"}]}"
+expect "a link that could not be connected is reported" 200 .accepted 1
+req GET "$S/v1/links" "$ADMIN"
+expect "the matrix says so, that direction only, with no measurement" 200 '[.reachable[1][0], .reachable[0][1], .latency_ms[1][0]] | tostring' '[false,true,null]'
+check "and why, in link_reach" "$(sql a "SELECT why FROM link_reach WHERE from_node = $N2 AND to_node = $N1")" "connect: Connection refused"
+req GET "$S/v1/agent/probes" "$T2"
+check "the reporter is not sent to probe it again until it is stale" "$(printf '%s' "$BODY" | jq --argjson n "$N1" '[.targets[].node_id] | index($n)')" null
 req PUT "$S/v1/links" "$ADMIN" '{"samples":[]}'; expect "links need a node token" 403
 
 # ---- drain, undrain, and a lost node's record removed
