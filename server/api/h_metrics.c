@@ -171,9 +171,9 @@ static int h_metrics_nodes(PGconn *c, struct buf *out, long heartbeat_timeout)
     "  (SELECT avg(s.loss) FROM job_steps s WHERE s.job_id = k.id AND s.stage = k.stages - 1" \
     "     AND s.step = (SELECT max(m.step) FROM job_steps m WHERE m.job_id = k.id" \
     "       AND m.stage = k.stages - 1 AND m.loss IS NOT NULL))," \
-    "  (SELECT v.val_loss FROM " "job_val_losses(k.id)" " v ORDER BY v.step DESC LIMIT 1)," \
+    "  (SELECT v.val_loss FROM job_val_losses(k.id) v ORDER BY v.step DESC LIMIT 1)," \
     "  b.compute, b.send, b.recv_wait, b.bubble, b.allreduce, b.other," \
-    "  (" "job_traffic(k.id)" ")->>'stage_link_bytes_per_step', (" "job_traffic(k.id)" ")->>'sync_bytes_per_step'," \
+    "  job_traffic(k.id)->>'stage_link_bytes_per_step', job_traffic(k.id)->>'sync_bytes_per_step'," \
     "  k.checkpoint_failures" \
     " FROM k LEFT JOIN LATERAL (SELECT avg(s.compute_s) AS compute, avg(s.send_s) AS send," \
     "   avg(s.recv_wait_s) AS recv_wait, avg(s.bubble_s) AS bubble, avg(s.allreduce_s) AS allreduce," \
@@ -304,7 +304,7 @@ static int h_metrics_jobs(PGconn *c, struct buf *out)
 #define STRAGGLER_FACTOR_TEXT "2.0"
 #define TASKLET_GAUGES_SQL \
     "SELECT j.id, w.stage, w.replica, w.node_id, w.slowdown, w.straggler" \
-    " FROM jobs j CROSS JOIN LATERAL " "job_tasklets_measured(j.id) w" \
+    " FROM jobs j CROSS JOIN LATERAL job_tasklets_measured(j.id) w" \
     " WHERE j.state IN ('running', 'recovering') ORDER BY j.id, w.stage, w.replica"
 
 /* Writes shoal_job_stragglers (per job with rows above, how many are

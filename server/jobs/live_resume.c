@@ -43,7 +43,7 @@
     "     AND x.node_id IS NULL AND NOT coalesce(n.held_at >= j.recovery_started_at, false) AS pending" \
     "   FROM j JOIN plans p ON p.job_id = j.id AND p.epoch = j.plan_epoch" \
     "   JOIN assignments a ON a.plan_id = p.id JOIN nodes n ON n.id = a.node_id" \
-    "   LEFT JOIN " "job_excluded_nodes(" "$1::bigint" ", " "(SELECT plan_epoch FROM jobs WHERE id = $1::bigint)" ")" " x" \
+    "   LEFT JOIN job_excluded_nodes($1::bigint, (SELECT plan_epoch FROM jobs WHERE id = $1::bigint)) x" \
     "     ON x.node_id = a.node_id)" \
     " SELECT json_build_object('sync', j.sync," \
     "   'replicas', (SELECT replicas FROM plans WHERE job_id = j.id AND epoch = j.plan_epoch)," \

@@ -45,7 +45,7 @@ struct plan_work {
     "SELECT json_build_object(" \
     " 'nodes', coalesce(json_agg(node_json(nodes) ORDER BY id) FILTER (WHERE x.node_id IS NULL), '[]')," \
     " 'excluded', coalesce(json_agg(node_json(nodes) ORDER BY x.epochs, id) FILTER (WHERE x.node_id IS NOT NULL), '[]'))" \
-    " FROM nodes LEFT JOIN " "job_excluded_nodes(" "$1" ", " CURRENT_EPOCH ")" " x ON x.node_id = nodes.id" \
+    " FROM nodes LEFT JOIN job_excluded_nodes($1, " CURRENT_EPOCH ") x ON x.node_id = nodes.id" \
     " WHERE state IN ('idle', 'busy')" \
     "   AND last_heartbeat_at > now() - make_interval(secs => $2::float8)" \
     "   AND (current_job_id IS NULL OR current_job_id = $1 OR NOT EXISTS (SELECT 1 FROM jobs cj" \
@@ -55,10 +55,14 @@ struct plan_work {
     "     WHERE a.node_id = nodes.id AND j.id <> $1" \
     "       AND j.state IN ('scheduled', 'running', 'recovering'))"
 
-/* $1 job: the links it avoids after failures, [[a, b]]. */
+/* $1 job: the links it avoids, [[a, b]] (a < b): blamed after failures,
+ * or that an agent could not connect in either direction when it last
+ * tried (link_reach, 017_reachability.sql: a plan needs the link dialled
+ * one way or the other). */
 #define AVOIDED_LINKS_SQL \
     "SELECT coalesce(json_agg(json_build_array(l.a, l.b) ORDER BY l.a, l.b), '[]')" \
-    " FROM " "job_avoided_links(" "$1" ", " CURRENT_EPOCH ")" " l"
+    " FROM (SELECT a, b FROM job_avoided_links($1, " CURRENT_EPOCH ")" \
+    "   UNION SELECT least(from_node, to_node), greatest(from_node, to_node) FROM link_reach WHERE NOT reachable) l"
 
 void planner_free(struct plan_work *w)
 {

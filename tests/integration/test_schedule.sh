@@ -118,5 +118,28 @@ check "the long searches finish with a plan" "$(jq -s -c 'map(.dry_run)' "$WORK/
 req DELETE "$S/v1/jobs/$J2" "$ADMIN"
 req POST "$S/v1/jobs/$J2/schedule" "$ADMIN" '{}';   expect "a cancelled job cannot be scheduled" 409 .error.code conflict
 
+# ---- a link an agent could not connect (PUT /v1/links, reachable false)
+# is avoided like a blamed one: with n0 -> n1 reported unreachable, n0 and
+# n1 are neither pipeline nor ring neighbours (in a 2x2 plan on four
+# nodes: diagonal).
+req DELETE "$S/v1/jobs/$J" "$ADMIN"
+req POST "$S/v1/nodes/$N5/drain" "$ADMIN"   # the four nodes of the two regions only
+req POST "$S/v1/nodes/${ID[0]}/undrain" "$ADMIN"
+req POST "$S/v1/jobs" "$ADMIN" "$JOB"; K=$(printf '%s' "$BODY" | jq -r .id)
+# apart PLAN: true when n0 and n1 share neither a stage nor a replica (or
+# one of them is not in the plan).
+apart() {
+    printf '%s' "$1" | jq --argjson a "${ID[0]}" --argjson b "${ID[1]}" \
+        '[.stages | to_entries[] | .key as $s | .value.nodes | to_entries[] | {s: $s, r: .key, n: .value}]
+         | (map(select(.n == $a))[0]) as $x | (map(select(.n == $b))[0]) as $y
+         | if $x == null or $y == null then true else ($x.s != $y.s and $x.r != $y.r) end'
+}
+req POST "$S/v1/jobs/$K/schedule" "$ADMIN" '{"dry_run":true,"seed":3,"budget_ms":300,"fill_missing_links":{"latency_ms":100,"bandwidth_gbps":0.01}}'
+expect "a dry run of a new 2x2 job" 200 .dry_run true
+check "with every link connected, the plan pairs n0 and n1 (their region's fast link)" "$(apart "$BODY")" false
+req PUT "$S/v1/links" "${TOK[0]}" "{\"samples\":[{\"to\":${ID[1]},\"reachable\":false,\"why\":\"connect: No route to host\"}]}"
+req POST "$S/v1/jobs/$K/schedule" "$ADMIN" '{"dry_run":true,"seed":3,"budget_ms":300,"fill_missing_links":{"latency_ms":100,"bandwidth_gbps":0.01}}'
+check "once n0 cannot connect to n1, the plan keeps them apart" "$(apart "$BODY")" true
+
 stop_server a
 [ "$FAILS" -eq 0 ]
