@@ -75,13 +75,15 @@ out:
  * silent node 'lost' by itself, so "up" is what tells a dead agent apart. */
 #define NODE_GAUGES_SQL \
     "SELECT id, name, state, greatest(0, extract(epoch FROM now() - last_heartbeat_at))," \
-    "  (state IN ('idle', 'busy') AND last_heartbeat_at > now() - make_interval(secs => $1::float8))::int" \
+    "  (state IN ('idle', 'busy') AND last_heartbeat_at > now() - make_interval(secs => $1::float8))::int," \
+    "  CASE WHEN peer_checked_address = peer_address THEN peer_reachable::int END" \
     " FROM nodes WHERE removed_at IS NULL AND last_heartbeat_at > now() - make_interval(secs => $2::float8)" \
     " ORDER BY id"
 
 /* Writes shoal_node_up, shoal_node_state (one-hot over every state, so a
- * node's state is one series per state that flips between 0 and 1) and
- * shoal_node_heartbeat_age_seconds from the rows of NODE_GAUGES_SQL.
+ * node's state is one series per state that flips between 0 and 1),
+ * shoal_node_heartbeat_age_seconds and shoal_node_reachable (nodes whose
+ * current address was checked) from the rows of NODE_GAUGES_SQL.
  * Returns 0 or METRICS_FULL. */
 static int h_metrics_node_rows(PGresult *r, struct buf *out)
 {
@@ -112,6 +114,17 @@ static int h_metrics_node_rows(PGresult *r, struct buf *out)
     for (int i = 0; i < n; i++) {
         const char *labels[] = { "node", PQgetvalue(r, i, 0), "name", PQgetvalue(r, i, 1), NULL };
         if (prom_sample(out, "shoal_node_heartbeat_age_seconds", labels, strtod(PQgetvalue(r, i, 3), NULL)) != 0)
+            return METRICS_FULL;
+    }
+    if (prom_family(out, "shoal_node_reachable", "gauge",
+                    "1 if the server reaches the node's peer port from outside, 0 if not (NAT, a firewall, a wrong "
+                    "--advertise); no series before its current address is checked.") != 0)
+        return METRICS_FULL;
+    for (int i = 0; i < n; i++) {
+        if (PQgetisnull(r, i, 5))
+            continue;
+        const char *labels[] = { "node", PQgetvalue(r, i, 0), "name", PQgetvalue(r, i, 1), NULL };
+        if (prom_sample(out, "shoal_node_reachable", labels, strtod(PQgetvalue(r, i, 5), NULL)) != 0)
             return METRICS_FULL;
     }
     return 0;

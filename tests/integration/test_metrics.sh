@@ -60,6 +60,10 @@ cmp_num "its heartbeat age grows with time (at least the 2 s slept)" "$(awk -v a
 req POST "$S/v1/agent/heartbeat" "${TOK[1]}" '{"state":"idle"}'; expect "a heartbeat" 200
 scrape
 cmp_num "a heartbeat brings it back down" "$(value "shoal_node_heartbeat_age_seconds{$(lab 1)}")" '<' "$age1"
+# nothing listens at their peer addresses: the server finds them unreachable
+unreachable0() { scrape; [ "$(value "shoal_node_reachable{$(lab 0)}")" = 0 ]; }
+if wait_for 15 unreachable0; then ok "shoal_node_reachable is 0 for a node whose peer port no agent answers"
+else fail "shoal_node_reachable is 0 for a node whose peer port no agent answers" "$(grep '^shoal_node_reachable' "$M")"; fi
 
 # ---- links: every ordered pair, in bytes/s and seconds (base units)
 # bw I J (Gbit/s) and lat I J (ms): distinct per direction, not round in binary.
@@ -248,7 +252,7 @@ check "every family has one HELP and one TYPE before its samples" "$(awk '
     END { for (f in help) if (help[f] != 1) bad[f] = 1; n = 0; for (f in bad) { print f; n++ } if (n == 0) print "all" }' "$M")" all
 check "counters end in _total, and only counters" \
       "$(awk '/^# TYPE / && (($4 == "counter") != ($3 ~ /_total$/)) { print $3 }' "$M" | tr '\n' ' ')" ""
-for f in shoal_node_up shoal_node_state shoal_node_heartbeat_age_seconds shoal_link_bandwidth_bytes_per_second \
+for f in shoal_node_up shoal_node_state shoal_node_heartbeat_age_seconds shoal_node_reachable shoal_link_bandwidth_bytes_per_second \
          shoal_link_latency_seconds shoal_job_step_part_seconds; do
     check "$f is a gauge with HELP" "$(grep -c "^# TYPE $f gauge$" "$M")$(grep -c "^# HELP $f " "$M")" 11
 done
