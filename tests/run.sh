@@ -15,7 +15,8 @@ failed=0
 log=$(mktemp)
 responses=$(mktemp)
 beside=$(mktemp -d)
-trap 'rm -rf "$log" "$responses" "$beside"' EXIT INT TERM
+trap 'rm -rf "$log" "$responses" "$beside"' EXIT
+trap 'exit 130' INT TERM   # (a trap that only cleaned up would let the loop go on)
 
 # Suites that mostly wait run one after another beside the others from the
 # start, each with its own log and response log, and are counted at the
