@@ -9,7 +9,7 @@
 #include "routes.h"
 #include "../store/db.h"
 
-/* The documents are functions in the database (sql/016_read_models.sql):
+/* The documents are functions in the database (sql/017_read_models.sql):
  * job_json(jobs) for a job as listed, job_detail_json(id) for one shown. */
 
 static const char *const job_states[] = { "pending", "scheduled", "running", "recovering",

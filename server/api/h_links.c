@@ -32,7 +32,7 @@ void h_links_put(struct request *rq, struct response *rs)
     /* A named report stores its samples only the first time its name
      * comes (a retry after a lost answer stores nothing); the node's names
      * older than a day are pruned on the way.  Each link tried is noted in
-     * link_reach (017_reachability.sql): connected (measured) or not. */
+     * link_reach (016_reachability.sql): connected (measured) or not. */
     res = db_query_json(rq->srv->db,
         "WITH k AS (INSERT INTO link_reports (node_id, report_id) SELECT $1, $5 WHERE $5::text IS NOT NULL"
         "   ON CONFLICT (node_id, report_id) DO NOTHING RETURNING 1),"

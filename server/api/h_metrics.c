@@ -21,7 +21,7 @@
  *   series it scrapes (the scrape job's name) and would rename ours to
  *   exported_job.
  * - per tasklet (job_id, stage, replica, node): the tasklets of live jobs whose
- *   slowdown is measured (job_tasklets_measured, sql/016_read_models.sql), so at most
+ *   slowdown is measured (job_tasklets_measured, sql/017_read_models.sql), so at most
  *   stages x replicas series a live job, as many as it has tasklets. */
 #include <stdlib.h>
 #include <string.h>
@@ -312,7 +312,7 @@ static int h_metrics_jobs(PGconn *c, struct buf *out)
 /* Per tasklet of a live job that reported in its current plan epoch: job,
  * stage, replica, node, slowdown (NULL until measured), straggler (t/f);
  * ordered by job.  The rule and its inputs: job_tasklets_measured
- * (sql/016_read_models.sql). */
+ * (sql/017_read_models.sql). */
 /* Its straggler factor, for the help text. */
 #define STRAGGLER_FACTOR_TEXT "2.0"
 #define TASKLET_GAUGES_SQL \

@@ -25,9 +25,9 @@
  * every later plan of the job once it was the culprit in two epochs; so is
  * the node the link verdicts of two epochs point to (cut off from its
  * peers, not from the server: job_link_suspect in
- * sql/016_read_models.sql).  A
+ * sql/017_read_models.sql).  A
  * blamed link is avoided (priced as unusable, so the search routes around
- * it where it can).  job_excluded_nodes (sql/016_read_models.sql) says which; the planner
+ * it where it can).  job_excluded_nodes (sql/017_read_models.sql) says which; the planner
  * takes an excluded node back when too few are left without it and its
  * peer port answers; the job detail shows the faults and the excluded
  * nodes. */

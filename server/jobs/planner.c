@@ -57,7 +57,7 @@ struct plan_work {
 
 /* $1 job: the links it avoids, [[a, b]] (a < b): blamed after failures,
  * or that an agent could not connect in either direction when it last
- * tried (link_reach, 017_reachability.sql: a plan needs the link dialled
+ * tried (link_reach, 016_reachability.sql: a plan needs the link dialled
  * one way or the other). */
 #define AVOIDED_LINKS_SQL \
     "SELECT coalesce(json_agg(json_build_array(l.a, l.b) ORDER BY l.a, l.b), '[]')" \

@@ -5,7 +5,7 @@
  * REACH_BATCH nodes of the fleet (not lost, not removed) whose current
  * address was never checked or not within REACH_RECHECK_S, the way a
  * neighbour would (peer_probe.h: connect, the listener's greeting, a
- * ping), and stores what it found (sql/017_reachability.sql): node_json's
+ * ping), and stores what it found (sql/016_reachability.sql): node_json's
  * "reachable" {from_server, why, checked_at}.  A node the server cannot
  * reach is behind NAT or a firewall, or advertises a wrong address: agents
  * outside its network cannot connect to it either.  Each change is

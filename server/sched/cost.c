@@ -402,7 +402,7 @@ static double shoal_layers(const struct sched_ctx *cx, const int *node, int *lay
 /* shoal: predicted iteration time of a complete plan (see server/sched/README.md).
  * The server's straggler check repeats a tasklet's compute and AdamW terms
  * (with ctx_init's counts) in SQL, predicted_compute_s of
- * job_tasklets_measured in sql/016_read_models.sql: change both together
+ * job_tasklets_measured in sql/017_read_models.sql: change both together
  * (a new migration). */
 /* What the search steers by besides the total: the sums behind its maxima
  * (the all-reduce of every stage, the pipeline time of every replica), and

@@ -6,7 +6,7 @@
 #include "checkpoints.h"   /* CKPT_FILES_AT_SQL */
 
 /* Read models (the JSON documents the API answers with) are functions
- * in the database, sql/016_read_models.sql: node_json(nodes),
+ * in the database, sql/017_read_models.sql: node_json(nodes),
  * node_view_json(nodes), job_json(jobs), job_detail_json(id),
  * links_matrix_json() (GET /v1/links, the planner's links), and the
  * rules they show (job_excluded_nodes, job_avoided_links, job_val_losses,

@@ -672,7 +672,7 @@ wait $p5
 within "and wakes a node without an assignment when it gets one" "$t0" 0 4
 check "with that assignment" "$(jq .assignment.job_id "$WORK/lp5")" "$J2"
 
-# ---- the node failed links point to (job_link_suspect, sql/016_read_models.sql), on judged reports
+# ---- the node failed links point to (job_link_suspect, sql/017_read_models.sql), on judged reports
 # written straight into job_faults: [epoch, reporter, neighbour named] over
 # nodes 1-5 of this server.  A cut node 3: in epoch 1 its neighbour 2 was
 # also reported by 5, which gave up after it; in epoch 2 the spare 5 was

@@ -111,7 +111,7 @@ expect "create a job" 201 '.state + " " + .spec.parallelism.schedule + " " + (.s
 J1=$(printf '%s' "$BODY" | jq -r .id)
 req GET "$S/v1/jobs/$J1" "$ADMIN";     expect "get the job with plan and progress" 200 '[.name, .plan, .progress] | tostring' '["gpt-tiny",null,null]'
 req GET "$S/v1/jobs" "$ADMIN";         expect "list jobs" 200 '.jobs | length' 1
-# The documents are functions in the database (sql/016_read_models.sql):
+# The documents are functions in the database (sql/017_read_models.sql):
 # psql shows the same answer.
 req GET "$S/v1/jobs/$J1" "$ADMIN"
 check "psql's job_detail_json is GET /v1/jobs/{id}'s answer" \

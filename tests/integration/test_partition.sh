@@ -4,7 +4,7 @@
 # a spare).  It keeps heartbeating, so nothing marks it lost: its neighbours
 # report it by node id, the server's probe finds every peer port answering
 # and blames the links, and the node those links point to in two epochs is
-# left out (job_link_suspect, sql/016_read_models.sql).  The job must end on the spare within two failures,
+# left out (job_link_suspect, sql/017_read_models.sql).  The job must end on the spare within two failures,
 # with every step once.  Skipped, saying so, where namespaces cannot be made.
 set -u
 . "$(dirname "$0")/lib.sh"

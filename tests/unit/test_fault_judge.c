@@ -1,5 +1,5 @@
 /* test_fault_judge.c - which node a job's failed links point to
- * (job_link_suspect and job_excluded_nodes, sql/016_read_models.sql), on
+ * (job_link_suspect and job_excluded_nodes, sql/017_read_models.sql), on
  * judged link reports replayed epoch by epoch into a private PostgreSQL
  * (server/store/pgembed.h, as the server's own, with the server's own
  * migrations; make test needs PostgreSQL).

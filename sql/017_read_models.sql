@@ -1,4 +1,4 @@
--- 016_read_models.sql: the JSON documents the API answers with, and the
+-- 017_read_models.sql: the JSON documents the API answers with, and the
 -- rules they show, as functions in the database, so that a handler runs
 -- one SELECT and an answer's shape can be tried in psql:
 --
@@ -12,13 +12,19 @@
 -- shoal-server at start-up.
 
 -- A node as the API shows it; the token hash never leaves the database.
+-- "reachable": {from_server (true, false, or null before its current
+-- address was checked: 016_reachability.sql), why (null unless false),
+-- checked_at}.
 CREATE OR REPLACE FUNCTION node_json(n nodes) RETURNS json LANGUAGE sql STABLE AS $$
   SELECT json_build_object('id', n.id, 'name', n.name, 'peer_address', n.peer_address, 'region', n.region,
     'state', n.state, 'hardware', json_build_object('gpu_model', n.gpu_model,
       'gpu_memory_bytes', n.gpu_memory_bytes, 'gpu_count', n.gpu_count, 'tflops', n.tflops,
       'cpu_cores', n.cpu_cores, 'ram_bytes', n.ram_bytes),
     'current_job_id', n.current_job_id, 'current_step', n.current_step,
-    'registered_at', n.registered_at, 'last_heartbeat_at', n.last_heartbeat_at)
+    'registered_at', n.registered_at, 'last_heartbeat_at', n.last_heartbeat_at,
+    'reachable', CASE WHEN n.peer_checked_address = n.peer_address THEN
+        json_build_object('from_server', n.peer_reachable, 'why', n.peer_reach_why, 'checked_at', n.peer_checked_at)
+      ELSE json_build_object('from_server', NULL, 'why', NULL, 'checked_at', NULL) END)
 $$;
 
 -- A node as operators list it: node_json plus its role, the tasklet it
@@ -50,22 +56,27 @@ CREATE OR REPLACE FUNCTION job_json(j jobs) RETURNS json LANGUAGE sql STABLE AS 
 $$;
 
 -- The latest link matrix over every node in the fleet: row i is from
--- nodes[i], column j to nodes[j]; null where never measured.  GET /v1/links
--- answers with it, and the planner prices links from it.
+-- nodes[i], column j to nodes[j]; null where never measured.  "reachable":
+-- whether i's agent could connect to j's peer port when it last tried
+-- (true, false, or null: never tried, or i = j).  GET /v1/links answers
+-- with it, and the planner prices links from it.
 CREATE OR REPLACE FUNCTION links_matrix_json() RETURNS json LANGUAGE sql STABLE AS $$
   WITH ids AS (SELECT id FROM nodes WHERE removed_at IS NULL),
     ll AS MATERIALIZED (SELECT * FROM links_latest),
-    cells AS (SELECT a.id AS a, b.id AS b, ll.latency_ms, ll.bandwidth_gbps, ll.measured_at
+    cells AS (SELECT a.id AS a, b.id AS b, ll.latency_ms, ll.bandwidth_gbps, ll.measured_at, r.reachable
       FROM ids a CROSS JOIN ids b
-      LEFT JOIN ll ON ll.from_node = a.id AND ll.to_node = b.id),
+      LEFT JOIN ll ON ll.from_node = a.id AND ll.to_node = b.id
+      LEFT JOIN link_reach r ON r.from_node = a.id AND r.to_node = b.id),
     rows AS (SELECT a, json_agg(latency_ms ORDER BY b) AS lat,
-        json_agg(bandwidth_gbps ORDER BY b) AS bw, json_agg(measured_at ORDER BY b) AS at
+        json_agg(bandwidth_gbps ORDER BY b) AS bw, json_agg(measured_at ORDER BY b) AS at,
+        json_agg(reachable ORDER BY b) AS reach
       FROM cells GROUP BY a)
   SELECT json_build_object(
     'nodes', (SELECT coalesce(json_agg(id ORDER BY id), '[]') FROM ids),
     'latency_ms', (SELECT coalesce(json_agg(lat ORDER BY a), '[]') FROM rows),
     'bandwidth_gbps', (SELECT coalesce(json_agg(bw ORDER BY a), '[]') FROM rows),
-    'measured_at', (SELECT coalesce(json_agg(at ORDER BY a), '[]') FROM rows))
+    'measured_at', (SELECT coalesce(json_agg(at ORDER BY a), '[]') FROM rows),
+    'reachable', (SELECT coalesce(json_agg(reach ORDER BY a), '[]') FROM rows))
 $$;
 
 -- ---- the faults rule (server/jobs/fault_judge.h)
