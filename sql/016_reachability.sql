@@ -24,3 +24,18 @@ CREATE TABLE link_reach (
     checked_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (from_node, to_node)
 );
+
+-- True when node a cannot connect to node b's peer port, as far as is
+-- known: its agent said so when it last tried (link_reach), or, never
+-- having tried, the server cannot reach b's port from outside either.
+CREATE OR REPLACE FUNCTION link_blocked(a bigint, b bigint) RETURNS boolean LANGUAGE sql STABLE AS $$
+  SELECT coalesce((SELECT NOT r.reachable FROM link_reach r WHERE r.from_node = a AND r.to_node = b),
+                  (SELECT n.peer_reachable = false AND n.peer_checked_address = n.peer_address
+                   FROM nodes n WHERE n.id = b), false)
+$$;
+
+-- Who dials a pipeline link: stage s dials stage s+1 of its replica
+-- (dials_next), unless s cannot connect to s+1 and s+1 can connect to s,
+-- when s+1 dials s instead.  Decided when the plan is stored (planner.c),
+-- so both ends read the same answer.
+ALTER TABLE assignments ADD COLUMN dials_next boolean NOT NULL DEFAULT true;

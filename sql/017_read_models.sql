@@ -241,7 +241,7 @@ CREATE OR REPLACE FUNCTION job_detail_json(p_job bigint) RETURNS json LANGUAGE s
         'replicas', p.replicas, 'micro_batches', p.micro_batches,
         'assignments', (SELECT coalesce(json_agg(json_build_object('stage', a.stage,
             'replica', a.replica, 'node_id', a.node_id, 'layer_start', a.layer_start,
-            'layer_end', a.layer_end) ORDER BY a.stage, a.replica), '[]')
+            'layer_end', a.layer_end, 'dials_next', a.dials_next) ORDER BY a.stage, a.replica), '[]')
           FROM assignments a WHERE a.plan_id = p.id))
       FROM plans p WHERE p.job_id = j.id ORDER BY p.epoch DESC LIMIT 1),
     'traffic', job_traffic(j.id),

@@ -216,6 +216,13 @@ int assign_parse(const json_t *a, struct assignment *o, struct shoal_err *err)
     if (stage < stages - 1 &&
         peer_at(pipeline, "stage", o->stage + 1, o->stage + 1, o->replica, &o->next_stage, err) != 0)
         return -1;
+    /* Stage s dials stage s+1 unless the plan says the link goes the other
+     * way ("dials_next" false: s cannot connect to s+1, which can connect
+     * to s); absent from a server from before it: s dials. */
+    o->next_stage.dial = !json_is_false(json_object_get(json_array_get(pipeline, (size_t)stage), "dials_next"));
+    o->prev_stage.dial = stage > 0 &&
+                         json_is_false(json_object_get(json_array_get(pipeline, (size_t)stage - 1), "dials_next"));
+    o->ring_next.dial = 1;
     /* A head tied to the embedding across stages: the first and the last
      * stage of the replica sum the two copies' gradients every step. */
     int other_end = o->stage == 0 ? stages - 1 : 0;

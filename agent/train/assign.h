@@ -31,6 +31,7 @@ enum assign_sync {
 /* A neighbour in the plan: the tasklet it runs and the node running it. */
 struct assign_peer {
     char addr[ASSIGN_ADDR_MAX];     /* host:port of its peer listener; "": no such neighbour */
+    int dial;                       /* 1: we open the connection; 0: it dials us (the plan says, per link) */
     int64_t node;
     int stage, replica;
     unsigned char key[WIRE_KEY_BYTES]; /* of our link to it (wire_link_key) */

@@ -57,24 +57,40 @@ static int take(struct tasklet *k, const struct assign_peer *p, struct peer_conn
 }
 
 /* Opens the pipeline streams and the ring connections. */
-static int connect_neighbours(struct tasklet *k, struct shoal_err *err)
+/* Opens the pipeline stream to neighbour p, dialling it or taking its
+ * dial as the plan says (p->dial), when `dialling` is that way; else
+ * nothing. */
+static int pipeline_link(struct tasklet *k, const struct assign_peer *p, int dialling, struct peer_stream **out,
+                         struct shoal_err *err)
 {
     const struct assignment *as = k->as;
     struct peer_conn c = { .fd = -1 };
-    int queue = as->micro_batches + 4, rc = -1;
-    size_t cap = k->btc * sizeof(float);
-    if (as->next_stage.addr[0]) {
-        if (dial_until(k, &as->next_stage, &c, err) != 0 ||
-            peer_stream_start(&c, cap, queue, &k->next, err) != 0)
-            goto out;
+    int rc = 0;
+    if (p->addr[0] && p->dial == dialling) {
+        rc = (dialling ? dial_until(k, p, &c, err) : take(k, p, &c, err)) != 0 ||
+                     peer_stream_start(&c, k->btc * sizeof(float), as->micro_batches + 4, out, err) != 0
+                 ? -1 : 0;
+        peer_close(&c);
     }
+    return rc;
+}
+
+/* Every connection this tasklet dials first, then every one it takes: a
+ * take waits only for a dial, and no tasklet takes before it has dialled,
+ * so whichever way the plan turns a pipeline link, nobody waits in a
+ * circle. */
+static int connect_neighbours(struct tasklet *k, struct shoal_err *err)
+{
+    const struct assignment *as = k->as;
+    int rc = -1;
+    if (pipeline_link(k, &as->next_stage, 1, &k->next, err) != 0 ||
+        pipeline_link(k, &as->prev_stage, 1, &k->prev, err) != 0)
+        goto out;
     if (as->ring_next.addr[0] && dial_until(k, &as->ring_next, &k->ring_next, err) != 0)
         goto out;
-    if (as->prev_stage.addr[0]) {
-        if (take(k, &as->prev_stage, &c, err) != 0 ||
-            peer_stream_start(&c, cap, queue, &k->prev, err) != 0)
-            goto out;
-    }
+    if (pipeline_link(k, &as->next_stage, 0, &k->next, err) != 0 ||
+        pipeline_link(k, &as->prev_stage, 0, &k->prev, err) != 0)
+        goto out;
     if (as->ring_prev.addr[0] && take(k, &as->ring_prev, &k->ring_prev, err) != 0)
         goto out;
     /* the tied head's ring of two: each end dials the other and takes the
@@ -85,7 +101,6 @@ static int connect_neighbours(struct tasklet *k, struct shoal_err *err)
         goto out;
     rc = 0;
 out:
-    peer_close(&c);
     return rc;
 }
 

@@ -13,7 +13,10 @@
 /* $1: node ids.  A node is in at most one live plan (the scheduler offers
  * no node that another live job's current plan holds); should two ever
  * claim it, the newer job wins.  "pipeline" is the node's replica across
- * all stages, "group" its stage across all replicas.  "allreduce" is how the
+ * all stages, "group" its stage across all replicas; a pipeline entry's
+ * "dials_next" says whether that stage dials the next one (true) or the
+ * next dials it (a link blocked one way: 016_reachability.sql, planner.c).
+ * "allreduce" is how the
  * group sums its gradients: "nccl" when every member registered a GPU (an
  * agent built with CUDA has NCCL) and the job syncs every step, else
  * "ring" (TCP, on host memory: diloco's outer steps always take the ring,
@@ -49,7 +52,8 @@
     "   'peer_secret', c.peer_secret, 'spec', c.spec," \
     "   'dataset', json_build_object('data', c.data_sha256, 'validation', c.val_sha256)," \
     "   'pipeline', (SELECT json_agg(json_build_object('stage', a.stage, 'node_id', a.node_id," \
-    "       'peer_address', n.peer_address, 'layer_start', a.layer_start, 'layer_end', a.layer_end)" \
+    "       'peer_address', n.peer_address, 'layer_start', a.layer_start, 'layer_end', a.layer_end," \
+    "       'dials_next', a.dials_next)" \
     "       ORDER BY a.stage)" \
     "     FROM assignments a JOIN nodes n ON n.id = a.node_id" \
     "     WHERE a.plan_id = c.plan_id AND a.replica = c.replica)," \

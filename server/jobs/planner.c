@@ -56,13 +56,13 @@ struct plan_work {
     "       AND j.state IN ('scheduled', 'running', 'recovering'))"
 
 /* $1 job: the links it avoids, [[a, b]] (a < b): blamed after failures,
- * or that an agent could not connect in either direction when it last
- * tried (link_reach, 016_reachability.sql: a plan needs the link dialled
- * one way or the other). */
+ * or blocked both ways (link_blocked, 016_reachability.sql: a pipeline link
+ * blocked one way only is dialled the other way, PLAN_STORE_SQL). */
 #define AVOIDED_LINKS_SQL \
     "SELECT coalesce(json_agg(json_build_array(l.a, l.b) ORDER BY l.a, l.b), '[]')" \
     " FROM (SELECT a, b FROM job_avoided_links($1, " CURRENT_EPOCH ")" \
-    "   UNION SELECT least(from_node, to_node), greatest(from_node, to_node) FROM link_reach WHERE NOT reachable) l"
+    "   UNION SELECT least(r.from_node, r.to_node), greatest(r.from_node, r.to_node) FROM link_reach r" \
+    "     WHERE NOT r.reachable AND link_blocked(r.to_node, r.from_node)) l"
 
 void planner_free(struct plan_work *w)
 {
@@ -369,9 +369,11 @@ static json_t *plan_stages_json(const struct sched_problem *pb, const struct sch
     "     replicas, micro_batches)" \
     "   SELECT id, plan_epoch, $2, $3, $4::jsonb, $11::bigint, $12::jsonb, $13::int, $14::int FROM j" \
     "   RETURNING id, epoch)," \
-    " a AS (INSERT INTO assignments (plan_id, stage, replica, node_id, layer_start, layer_end)" \
-    "   SELECT p.id, t.s, t.r, t.n, t.ls, t.le FROM p," \
-    "   unnest($5::int[], $6::int[], $7::bigint[], $8::int[], $9::int[]) AS t(s, r, n, ls, le) RETURNING 1)," \
+    " t AS (SELECT * FROM unnest($5::int[], $6::int[], $7::bigint[], $8::int[], $9::int[]) AS t(s, r, n, ls, le))," \
+    " a AS (INSERT INTO assignments (plan_id, stage, replica, node_id, layer_start, layer_end, dials_next)" \
+    "   SELECT p.id, t.s, t.r, t.n, t.ls, t.le," \
+    "     nx.n IS NULL OR NOT (link_blocked(t.n, nx.n) AND NOT link_blocked(nx.n, t.n))" \
+    "   FROM p, t LEFT JOIN t nx ON nx.s = t.s + 1 AND nx.r = t.r RETURNING 1)," \
     " d AS (DELETE FROM job_steps s USING j WHERE s.job_id = j.id AND s.step >= coalesce($11::bigint, 0)" \
     "   RETURNING 1)," \
     " si AS (INSERT INTO job_steps (job_id, step, stage, replica, epoch, node_id, loss, stand_in)" \

@@ -101,6 +101,32 @@ run_job "a 4x1 gpipe job" "$(job deep 4 1 4 gpipe 30 30)"
 DEEP=$J
 job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/deep.losses"
 same_losses "4x1 equals 1x1 to 1e-5" "$WORK/deep.losses" "$WORK/one.losses" 1e-5
+
+# ---- links dialled the other way (issue 37): the 4x1 job's nodes again,
+# stage by stage, with stage 0's and stage 2's nodes reported unable to
+# connect to the next stage's (a firewall, NAT) while the next stage can
+# connect back: the plan says the next stage dials (dials_next false), the
+# agents connect that way, and the job trains the same losses.
+req GET "$S/v1/jobs/$DEEP" "$ADMIN"
+read -r D0 D1 D2 D3 <<<"$(printf '%s' "$BODY" | jq -r '[.plan.assignments[] | .node_id] | @tsv')"
+node_token() { jq -r .token "$WORK/agent-$(sql s "SELECT name FROM nodes WHERE id = $1")/node.json"; }
+req PUT "$S/v1/links" "$(node_token "$D0")" "{\"samples\":[{\"to\":$D1,\"reachable\":false,\"why\":\"test: blocked\"}]}"
+req PUT "$S/v1/links" "$(node_token "$D2")" "{\"samples\":[{\"to\":$D3,\"reachable\":false,\"why\":\"test: blocked\"}]}"
+req POST "$S/v1/jobs" "$ADMIN" "$(job reversed 4 1 4 gpipe 30 30)"; REV=$(printf '%s' "$BODY" | jq -r .id)
+req POST "$S/v1/jobs/$REV/plan" "$ADMIN" "{\"stages\":[{\"nodes\":[$D0]},{\"nodes\":[$D1]},{\"nodes\":[$D2]},{\"nodes\":[$D3]}]}"
+expect "a plan on nodes whose links are blocked one way is stored" 201 .epoch 1
+req GET "$S/v1/jobs/$REV" "$ADMIN"
+check "it says who dials each link: stage 1 dials stage 0, stage 3 dials stage 2" \
+    "$(printf '%s' "$BODY" | jq -c '[.plan.assignments[] | .dials_next]')" "[false,true,false,true]"
+wait_for 400 finished "$REV"
+check "the job whose links go the other way succeeds" "$(job_state "$S" "$ADMIN" "$REV")" succeeded
+job_losses "$S" "$ADMIN" "$REV" | sort -k1,1 > "$WORK/reversed.losses"
+same_losses "with its links dialled the other way, 4x1 equals 1x1 to 1e-5" "$WORK/reversed.losses" "$WORK/one.losses" 1e-5
+# measured again: connected both ways (the later jobs plan as before)
+req PUT "$S/v1/links" "$(node_token "$D0")" "{\"samples\":[{\"to\":$D1,\"latency_ms\":0.1,\"bandwidth_gbps\":1}]}"
+req PUT "$S/v1/links" "$(node_token "$D2")" "{\"samples\":[{\"to\":$D3,\"latency_ms\":0.1,\"bandwidth_gbps\":1}]}"
+check "and the links are connected again" "$(sql s "SELECT count(*) FROM link_reach WHERE NOT reachable AND (from_node, to_node) IN (($D0, $D1), ($D2, $D3))")" 0
+
 run_job "a 1x4 job" "$(job wide 1 4 1 1f1b 30 30)"
 WIDE=$J
 job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/wide.losses"
