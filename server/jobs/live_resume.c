@@ -84,7 +84,8 @@ static int in_list(const json_t *ids, int64_t id)
 }
 
 /* The latest step every stage has a survivor holding and whose step
- * before is whole (in `whole`), later than `after`; -1: none. */
+ * before is whole (in `whole`; NULL: whether or not), later than `after`;
+ * -1: none. */
 static int64_t common_step(const struct grid *g, const json_t *whole, int64_t after, int64_t total)
 {
     int64_t best = -1;
@@ -92,7 +93,7 @@ static int64_t common_step(const struct grid *g, const json_t *whole, int64_t af
         int64_t s = g->held[c];
         if (s <= after || s > total || s <= best)   /* total: trained, its final checkpoint still to store */
             continue;
-        if (s > 0 && !in_list(whole, s - 1))
+        if (s > 0 && whole && !in_list(whole, s - 1))
             continue;
         int every = 1;
         for (int st = 0; st < g->S && every; st++) {
@@ -339,7 +340,7 @@ int live_resume_offer(struct server *srv, int64_t job, struct plan_work *w, char
         g.held[c] = g.node[c] >= 0 && json_is_integer(held) ? json_integer_value(held) : -1;
         pending += json_is_true(json_object_get(t, "pending"));
     }
-    if (pending > 0 && json_real_value(json_object_get(sv, "age_s")) < LIVE_WAIT_S) {
+    if (pending > 0 && json_number_value(json_object_get(sv, "age_s")) < LIVE_WAIT_S) {
         snprintf(waiting, len, "what its %d surviving tasklet%s hold%s for a live resume (at most %.0f s)", pending,
                  pending == 1 ? "" : "s", pending == 1 ? "s" : "", LIVE_WAIT_S);
         rc = 1;
@@ -347,6 +348,16 @@ int live_resume_offer(struct server *srv, int64_t job, struct plan_work *w, char
     }
     int64_t step = common_step(&g, json_object_get(sv, "whole"), planner_resume_step(w),
                                planner_total_steps(w));
+    /* The survivors say what they hold as soon as their tasklets stop, and
+     * their reports of the step before may still be on the way (another
+     * thread of the agent sends them): wait for those too. */
+    if (step < 0 && json_number_value(json_object_get(sv, "age_s")) < LIVE_WAIT_S &&
+        common_step(&g, NULL, planner_resume_step(w), planner_total_steps(w)) >= 0) {
+        snprintf(waiting, len, "the survivors' reports of the step before the one they hold, for a live resume "
+                 "(at most %.0f s)", LIVE_WAIT_S);
+        rc = 1;
+        goto out;
+    }
     if (step < 0) {
         rc = no_offer(job, "no step later than its checkpoint is held by a survivor of every stage and reported "
                       "by every tasklet");

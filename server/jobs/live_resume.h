@@ -27,7 +27,10 @@
  * No offer, and so a checkpoint resume as before, when: the job syncs by
  * diloco (replicas differ between outer steps); some stage has no
  * survivor at any common step (every replica of it is gone: a checkpoint
- * is needed); or the latest such step is no later than the checkpoint. */
+ * is needed); or the latest such step is no later than the checkpoint.
+ * A common step whose step before is not whole yet waits too, within
+ * LIVE_WAIT_S: the survivors' progress reports travel apart from the
+ * heartbeats that say what they hold. */
 #ifndef SHOAL_LIVE_RESUME_H
 #define SHOAL_LIVE_RESUME_H
 
