@@ -63,15 +63,16 @@ static int take(struct tasklet *k, const struct assign_peer *p, struct peer_conn
 static int pipeline_link(struct tasklet *k, const struct assign_peer *p, int dialling, struct peer_stream **out,
                          struct shoal_err *err)
 {
-    const struct assignment *as = k->as;
     struct peer_conn c = { .fd = -1 };
-    int rc = 0;
-    if (p->addr[0] && p->dial == dialling) {
-        rc = (dialling ? dial_until(k, p, &c, err) : take(k, p, &c, err)) != 0 ||
-                     peer_stream_start(&c, k->btc * sizeof(float), as->micro_batches + 4, out, err) != 0
-                 ? -1 : 0;
-        peer_close(&c);
-    }
+    int rc = -1;
+    if (!p->addr[0] || p->dial != dialling)
+        return 0;
+    if ((dialling ? dial_until(k, p, &c, err) : take(k, p, &c, err)) != 0 ||
+        peer_stream_start(&c, k->btc * sizeof(float), k->as->micro_batches + 4, out, err) != 0)
+        goto out;
+    rc = 0;
+out:
+    peer_close(&c);
     return rc;
 }
 

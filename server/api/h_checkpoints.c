@@ -35,7 +35,6 @@
 #include "../../kernels/kernels.h"
 #include "../store/checkpoints.h"
 #include "../http/http.h"
-#include "../store/queries.h"
 #include "routes.h"
 #include "../store/db.h"
 

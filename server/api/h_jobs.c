@@ -5,7 +5,6 @@
 
 #include "../http/http.h"
 #include "../jobs/jobspec.h"
-#include "../store/queries.h"
 #include "routes.h"
 #include "../store/db.h"
 

@@ -4,7 +4,6 @@
 
 #include "bodies.h"
 #include "../http/http.h"
-#include "../store/queries.h"
 #include "routes.h"
 #include "../store/db.h"
 

@@ -31,7 +31,6 @@
 #include "../http/http_limits.h"
 #include "../jobs/longpoll.h"
 #include "../http/prom.h"
-#include "../store/queries.h"
 #include "routes.h"
 #include "../http/workq.h"
 #include "../store/db.h"

@@ -69,27 +69,21 @@ static void check(struct ticker *t, void *arg)
     struct shoal_err e;
     char p_recheck[32], p_batch[24];
     const char *params[] = { db_param_f64(p_recheck, REACH_RECHECK_S), db_param_i64(p_batch, REACH_BATCH) };
+    const char *addrs[REACH_BATCH];
+    int ok[REACH_BATCH];
+    char why[REACH_BATCH][PEER_PROBE_WHY_MAX];
     json_t *due = db_query_json(r->srv->db, DUE_SQL, 2, params, "nodes", &e);
-    size_t n = json_array_size(due);
-    const char **addrs = calloc(n + 1, sizeof *addrs);
-    int *ok = calloc(n + 1, sizeof *ok);
-    char (*why)[PEER_PROBE_WHY_MAX] = calloc(n + 1, sizeof *why);
-    if (!due) {
-        if (e.status != 503)
-            log_warn("reach: cannot list the nodes to check: %s", e.message);
-        goto out;
-    }
-    if (n == 0 || !addrs || !ok || !why)
-        goto out;
+    size_t n = json_array_size(due);   /* at most REACH_BATCH: the query's LIMIT */
+    if (!due && e.status != 503)
+        log_warn("reach: cannot list the nodes to check: %s", e.message);
+    if (n > REACH_BATCH)
+        n = REACH_BATCH;
     for (size_t i = 0; i < n; i++)
         addrs[i] = json_string_value(json_object_get(json_array_get(due, i), "address"));
-    peer_probe_all_until(addrs, (int)n, PEER_PROBE_TIMEOUT_MS, ok, why, stopping, t);
+    if (n > 0)
+        peer_probe_all_until(addrs, (int)n, PEER_PROBE_TIMEOUT_MS, ok, why, stopping, t);
     for (size_t i = 0; i < n && !ticker_stopping(t); i++)
         store(r->srv, json_array_get(due, i), ok[i] == PEER_PROBE_ANSWERED, why[i]);
-out:
-    free(addrs);
-    free(ok);
-    free(why);
     json_decref(due);
 }
 
