@@ -1,6 +1,6 @@
 # shoal - one entry point: build, deps, test, demo.
 #
-#   make            build bin/shoal-server, bin/shoal-agent, bin/shoal-sched (release: -O2 -g)
+#   make            build bin/shoal-server, bin/shoal-agent, bin/shoal-sched, bin/shoal-relay (release: -O2 -g)
 #   make SAN=1      build with AddressSanitizer + UBSan into build/san/bin/
 #   make deps       install the Debian and npm packages the project needs (idempotent)
 #   make test       deps, then unit and integration tests under sanitizers
@@ -117,7 +117,7 @@ DEB_COMMANDS := npm
 NPM_DIRS     := tests/browser tests/api tests/tokenize
 
 .PHONY: all deps test test-gpu demo bench-sched bench-sched-long bench-kernels bench-gpu-pipeline bench-peer bench-load bench-wan bench-faults bench-finetune bench-tokenize testbed fuzz clean
-all: $(BINDIR)/shoal-server $(BINDIR)/shoal-sched $(BINDIR)/shoal-agent
+all: $(BINDIR)/shoal-server $(BINDIR)/shoal-sched $(BINDIR)/shoal-agent $(BINDIR)/shoal-relay
 
 $(BINDIR)/shoal-server: $(BUILD)/server/main.o $(SERVER_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(@D)
@@ -126,6 +126,11 @@ $(BINDIR)/shoal-server: $(BUILD)/server/main.o $(SERVER_OBJ) $(COMMON_OBJ)
 $(BINDIR)/shoal-agent: $(BUILD)/agent/main.o $(AGENT_OBJ) $(COMMON_OBJ) $(KERNELS_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcurl $(KERNELS_LIBS)
+
+# shoal-relay (relay/README.md): common/ and libc only.
+$(BINDIR)/shoal-relay: $(BUILD)/relay/main.o $(BUILD)/relay/relay.o $(COMMON_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BINDIR)/shoal-sched: $(BUILD)/server/shoal_sched.o $(BUILD)/server/jobs/jobspec.o $(SCHED_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(@D)
@@ -154,7 +159,7 @@ $(BUILD)/gen/embedded.c: server/store/embed.sh $(MIGRATIONS) $(STATIC)
 $(BUILD)/gen/embedded.o: $(BUILD)/gen/embedded.c
 	$(CC) $(CFLAGS) -Iserver/store -c -o $@ $<
 
-$(BUILD)/tests/%: tests/unit/%.c $(SERVER_OBJ) $(AGENT_OBJ) $(COMMON_OBJ) $(KERNELS_OBJ)
+$(BUILD)/tests/%: tests/unit/%.c $(SERVER_OBJ) $(AGENT_OBJ) $(BUILD)/relay/relay.o $(COMMON_OBJ) $(KERNELS_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS) -lcurl $(KERNELS_LIBS) -lcmocka
 
@@ -227,7 +232,7 @@ deps:
 # The release binaries and kernel tools are built too, so CI compiles the CUDA
 # backend and sees what -O2 alone warns about.
 test: deps
-	@$(MAKE) --no-print-directory SAN=1 build/san/bin/shoal-server build/san/bin/shoal-sched build/san/bin/shoal-agent $(UNIT_SRC:tests/unit/%.c=build/san/tests/%) \
+	@$(MAKE) --no-print-directory SAN=1 build/san/bin/shoal-server build/san/bin/shoal-sched build/san/bin/shoal-agent build/san/bin/shoal-relay $(UNIT_SRC:tests/unit/%.c=build/san/tests/%) \
 	    build/san/tests/gpu/test_kernels_host build/san/tests/gpu/test_nccl_host
 	@$(MAKE) --no-print-directory all build/rel/tests/gpu/test_kernels_gpu build/rel/bench/bench_kernels \
 	    build/rel/bench/bench_pipeline

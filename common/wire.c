@@ -193,6 +193,24 @@ void wire_link_key(const void *secret, size_t secret_len, int64_t job_id, uint32
     OPENSSL_cleanse(msg, sizeof msg);
 }
 
+void wire_relay_token(const void *link_key, size_t key_len, int64_t job_id, uint32_t epoch, unsigned channel,
+                      const char *dialer_role, const char *listener_role, unsigned char token[WIRE_MAC_BYTES])
+{
+    static const char label[] = "shoal-relay-v1";
+    unsigned char msg[sizeof label - 1 + 8 + 4 + 1 + 2 * WIRE_ROLE_MAX];
+    size_t n = 0, d_len = strnlen(dialer_role, WIRE_ROLE_MAX - 1), l_len = strnlen(listener_role, WIRE_ROLE_MAX - 1);
+    unsigned int token_len = WIRE_MAC_BYTES;
+
+    memcpy(msg + n, label, sizeof label - 1), n += sizeof label - 1;
+    n += put_le(msg + n, (uint64_t)job_id, 8);
+    n += put_le(msg + n, epoch, 4);
+    msg[n++] = (unsigned char)channel;
+    memcpy(msg + n, dialer_role, d_len), n += d_len;
+    msg[n++] = '\0';
+    memcpy(msg + n, listener_role, l_len), n += l_len;
+    HMAC(EVP_sha256(), link_key, (int)key_len, msg, n, token, &token_len);
+}
+
 void wire_hello_mac(const void *secret, size_t secret_len,
                     const unsigned char nonce[WIRE_NONCE_BYTES], int64_t job_id,
                     uint32_t epoch, unsigned flags, const char *role,
@@ -241,7 +259,8 @@ int wire_hello_decode(const void *in, size_t n, int with_nonce, struct wire_hell
     if (with_nonce)
         memcpy(h->nonce, p, WIRE_NONCE_BYTES), p += WIRE_NONCE_BYTES;
     h->flags = *p++;
-    if (h->flags & ~WIRE_HELLO_ENCRYPT)
+    unsigned known = WIRE_HELLO_ENCRYPT | (with_nonce ? WIRE_HELLO_CHANNEL(3) : 0);
+    if ((h->flags & ~known) || WIRE_HELLO_CHANNEL_OF(h->flags) >= WIRE_CHANNELS)
         return why_set(why, why_len, "unknown hello flags");
     if (!wire_role_ok(p, n - fixed))
         return why_set(why, why_len, "malformed role in hello");

@@ -19,8 +19,10 @@
  * fresh 32-byte nonce; the dialer answers with a HELLO (its job and epoch)
  *     mac(32) | dialer nonce(32) | flags(1) | dialer role
  * mac = wire_hello_mac(link key, listener nonce, job, epoch, flags, role),
- * flags WIRE_HELLO_ENCRYPT when the dialer asks for encryption; the
- * listener answers with a HELLO
+ * flags WIRE_HELLO_ENCRYPT when the dialer asks for encryption, and the
+ * connection's channel (WIRE_HELLO_CHANNEL: which of the pair's
+ * connections this is, so two tasklets may hold several, dialled either
+ * way); the listener answers with a HELLO
  *     mac(32) | flags(1) | listener role
  * mac = wire_hello_mac(link key, dialer nonce, job, epoch, flags, role), flags
  * WIRE_HELLO_ENCRYPT when the connection will be sealed (either end asked).
@@ -52,11 +54,13 @@
  * a connection proves which node it comes from.  5: WIRE_STATE frames (a
  * live resume).  6: WIRE_LOSS frames.  7: every link of a job has a key of
  * its own (wire_link_key), given only to its two ends; the job secret
- * stays on the server.  Agents of different
+ * stays on the server.  8: a dialer's hello names its channel, so a
+ * connection may be dialled from either end, or through a relay.  Agents
+ * of different
  * versions cannot talk: the first frame
  * (the listener's hello) fails with "peer speaks wire version N, this
  * agent V", so upgrade every agent of a job together. */
-#define WIRE_VERSION 7
+#define WIRE_VERSION 8
 #define WIRE_HEADER_BYTES 72
 #define WIRE_MAX_DIMS 4
 #define WIRE_NONCE_BYTES 32
@@ -71,6 +75,17 @@
 
 #define WIRE_FLAG_SEALED 1u    /* header flags: the frame is sealed */
 #define WIRE_HELLO_ENCRYPT 1u  /* hello flags: asks for / grants a sealed connection */
+/* A dialer's hello flags carry the connection's channel in bits 1..2: a
+ * pair of tasklets holds at most one connection of each, whoever dialled
+ * it.  A listener parks and hands out connections by (role, channel). */
+enum wire_channel {
+    WIRE_CHANNEL_STAGE = 0,      /* the pipeline link between neighbouring stages */
+    WIRE_CHANNEL_SENDS = 1,      /* a ring edge (or the tied head's) on which the dialer sends */
+    WIRE_CHANNEL_RECEIVES = 2,   /* one on which the dialer receives: dialled by the receiver */
+    WIRE_CHANNELS
+};
+#define WIRE_HELLO_CHANNEL(c) ((unsigned)(c) << 1)
+#define WIRE_HELLO_CHANNEL_OF(flags) (((flags) >> 1) & 3u)
 /* The largest hello payload: the dialer's with the longest role. */
 #define WIRE_HELLO_MAX (WIRE_MAC_BYTES + WIRE_NONCE_BYTES + 1 + WIRE_ROLE_MAX - 1)
 #define WIRE_AUTH_FAILED (-2)  /* wire_open_begin: the tag does not verify */
@@ -148,6 +163,13 @@ void wire_role(int stage, int replica, int64_t node, char out[WIRE_ROLE_MAX]);
 void wire_link_key(const void *secret, size_t secret_len, int64_t job_id, uint32_t epoch,
                    const char *role_a, const char *role_b, unsigned char key[WIRE_KEY_BYTES]);
 
+/* The token two ends of a relayed connection give shoal-relay to be paired
+ * (relay_proto.h): HMAC-SHA256(link key, "shoal-relay-v1" | job id(8) |
+ * epoch(4) | channel(1) | dialer role | NUL | listener role).  Only the
+ * link's ends can make it; it tells the relay nothing of the key. */
+void wire_relay_token(const void *link_key, size_t key_len, int64_t job_id, uint32_t epoch, unsigned channel,
+                      const char *dialer_role, const char *listener_role, unsigned char token[WIRE_MAC_BYTES]);
+
 /* The handshake MAC described above: HMAC-SHA256(link key, "shoal-hello-v2" |
  * nonce | job id(8) | epoch(4) | flags(1) | role); role names the sender's
  * tasklet, e.g. "stage=1 replica=0". */
@@ -164,7 +186,7 @@ int wire_mac_equal(const unsigned char a[WIRE_MAC_BYTES], const unsigned char b[
 struct wire_hello {
     unsigned char mac[WIRE_MAC_BYTES];
     unsigned char nonce[WIRE_NONCE_BYTES]; /* the dialer's; unused in an answer */
-    unsigned flags;                        /* WIRE_HELLO_ENCRYPT or 0 */
+    unsigned flags;                        /* WIRE_HELLO_ENCRYPT, | WIRE_HELLO_CHANNEL in a dialer's */
     char role[WIRE_ROLE_MAX];              /* NUL-terminated */
 };
 

@@ -93,6 +93,7 @@ struct peer_conn {
     int fd;                                 /* -1 when closed */
     char addr[64];                          /* remote host:port, for messages */
     char role[PEER_ROLE_MAX];               /* the remote's proven role; "" for probes */
+    unsigned channel;                       /* enum wire_channel, as the dialer's hello named it */
     int64_t job_id;
     uint32_t epoch;
     uint64_t bytes_sent, bytes_received;    /* payload, headers and tags */
@@ -115,6 +116,33 @@ const struct peer_link *peer_auth_find(const struct peer_auth *a, const char *ro
  * On success fills *out (caller closes it with peer_close). */
 int peer_dial(const char *addr, const struct peer_auth *auth, const char *want_role,
               int timeout_ms, struct peer_conn *out, struct shoal_err *err);
+
+/* peer_dial of the connection on `channel` (enum wire_channel) of the link
+ * to want_role; peer_dial dials WIRE_CHANNEL_STAGE. */
+int peer_dial_channel(const char *addr, const struct peer_auth *auth, const char *want_role, unsigned channel,
+                      int timeout_ms, struct peer_conn *out, struct shoal_err *err);
+
+/* The dialer's side on a socket `fd` already connected (to a relay that
+ * paired it with the other end, relay_dial.h): the listener's greeting, then
+ * the hello as peer_dial_channel.  Takes fd (closed on failure); `addr`
+ * names the far end in messages. */
+int peer_dial_fd(int fd, const char *addr, const struct peer_auth *auth, const char *want_role, unsigned channel,
+                 int timeout_ms, struct peer_conn *out, struct shoal_err *err);
+
+/* Connects to shoal-relay `relay` ("host:port") within timeout_ms and
+ * sends the request for a connection of job_id (side: enum relay_side,
+ * token: wire_relay_token; common/relay_proto.h).  Returns the socket, the
+ * relay's answer not yet read, or -1 with err set. */
+int peer_relay_open(const char *relay, int64_t job_id, int side, const unsigned char token[WIRE_MAC_BYTES],
+                    int timeout_ms, struct shoal_err *err);
+
+/* peer_dial_channel through shoal-relay `relay`, for a link neither end
+ * can connect to the other on: opens the dialer's side there, waits for
+ * the other end (within timeout_ms), then the hello, end to end, always
+ * asking for a sealed connection (the relay reads and alters nothing
+ * unnoticed). */
+int peer_dial_relayed(const char *relay, const struct peer_auth *auth, const char *want_role, unsigned channel,
+                      int timeout_ms, struct peer_conn *out, struct shoal_err *err);
 
 /* Closes the socket and frees the seal; the struct may be reused. */
 void peer_close(struct peer_conn *c);
@@ -176,15 +204,26 @@ void peer_listener_stop(struct peer_listener *l);
  * are closed.  auth NULL: accept no job connections (probe sessions still). */
 void peer_listener_expect(struct peer_listener *l, const struct peer_auth *auth);
 
+/* The listener's side of a relayed connection from `dialer_role` on
+ * `channel`, for the current expectation: opens it at shoal-relay `relay`
+ * (within timeout_ms) and returns; a handshake thread waits up to wait_ms
+ * for the relay to pair it, then greets, checks the hello as for an
+ * accepted connection and parks it for peer_listener_take_stop.  Returns
+ * 0 once the request is at the relay, else -1 with err set. */
+int peer_listener_relay(struct peer_listener *l, const char *relay, const char *dialer_role, unsigned channel,
+                        int timeout_ms, int wait_ms, struct shoal_err *err);
+
 /* Waits up to timeout_ms for a parked job connection from the peer whose
- * proven role is `role`, and moves it into *out. */
+ * proven role is `role`, on channel WIRE_CHANNEL_STAGE, and moves it into
+ * *out. */
 int peer_listener_take(struct peer_listener *l, const char *role, int timeout_ms,
                        struct peer_conn *out, struct shoal_err *err);
 
-/* peer_listener_take that gives up within PEER_STOP_SLICE_MS of `stop`
- * saying so (-1, code "peer_io"); stop NULL: peer_listener_take. */
-int peer_listener_take_stop(struct peer_listener *l, const char *role, int timeout_ms, const struct peer_stop *stop,
-                            struct peer_conn *out, struct shoal_err *err);
+/* peer_listener_take of the connection on `channel` (enum wire_channel)
+ * that gives up within PEER_STOP_SLICE_MS of `stop` saying so (-1, code
+ * "peer_io"); stop NULL: no stop. */
+int peer_listener_take_stop(struct peer_listener *l, const char *role, unsigned channel, int timeout_ms,
+                            const struct peer_stop *stop, struct peer_conn *out, struct shoal_err *err);
 
 /* on 1: every job connection this listener accepts is encrypted, whatever
  * the dialer asks (the agent's --peer-encryption).  Default 0. */

@@ -6,11 +6,13 @@
 #include "peer_internal.h"
 
 #include "../../common/log.h"
+#include "../../common/relay_proto.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <netdb.h>
+#include <openssl/crypto.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -98,11 +100,12 @@ const struct peer_link *peer_auth_find(const struct peer_auth *a, const char *ro
 /* The dialer's side of the hello (protocol in peer.h); c is connected and
  * has read the listener's nonce. */
 static int dial_hello(struct peer_conn *c, const unsigned char lnonce[WIRE_NONCE_BYTES],
-                      const struct peer_auth *auth, const char *want_role,
+                      const struct peer_auth *auth, const char *want_role, unsigned channel,
                       const struct peer_io *io, struct shoal_err *err)
 {
     unsigned char out[WIRE_HELLO_MAX], in[ERROR_TEXT_MAX], mac[WIRE_MAC_BYTES];
-    struct wire_hello hello = {.flags = auth->encrypt ? WIRE_HELLO_ENCRYPT : 0}, answer;
+    struct wire_hello hello = {.flags = (auth->encrypt ? WIRE_HELLO_ENCRYPT : 0) | WIRE_HELLO_CHANNEL(channel)},
+                      answer;
     size_t role_len = strnlen(auth->role, PEER_ROLE_MAX);
     char quoted[160], why[128];
     struct wire_frame f;
@@ -117,6 +120,7 @@ static int dial_hello(struct peer_conn *c, const unsigned char lnonce[WIRE_NONCE
                    hello.flags, auth->role, hello.mac);
     c->job_id = auth->job_id;
     c->epoch = auth->epoch;
+    c->channel = channel;
     f = (struct wire_frame){.kind = WIRE_HELLO, .dtype = WIRE_BYTES,
                             .payload_len = wire_hello_encode(&hello, 1, out)};
     if (peer_send_io(c, &f, out, 0, io, err) != 0)
@@ -164,13 +168,32 @@ static int dial_hello(struct peer_conn *c, const unsigned char lnonce[WIRE_NONCE
     return 0;
 }
 
-int peer_dial(const char *addr, const struct peer_auth *auth, const char *want_role,
-              int timeout_ms, struct peer_conn *out, struct shoal_err *err)
+/* The greeting and hello on c, connected; moves c into *out on success. */
+static int greeted(struct peer_conn *c, const struct peer_auth *auth, const char *want_role, unsigned channel,
+                   const struct peer_io *io, struct peer_conn *out, struct shoal_err *err)
 {
-    struct addrinfo *res = NULL;
-    struct peer_conn c = {.fd = -1};
     unsigned char lnonce[WIRE_NONCE_BYTES];
     struct wire_frame f;
+    /* The listener speaks first: HELLO, job 0, its nonce. */
+    if (peer_recv_io(c, &f, lnonce, sizeof lnonce, 1, io, err) != 0)
+        return -1;
+    if (f.kind != WIRE_HELLO || f.payload_len != WIRE_NONCE_BYTES)
+        return err_set(err, PEER_STATUS, "peer_protocol", NULL,
+                       "peer %s did not greet with a hello (kind %u, %llu bytes)", c->addr, f.kind,
+                       (unsigned long long)f.payload_len);
+    if (auth && dial_hello(c, lnonce, auth, want_role, channel, io, err) != 0)
+        return -1;
+    peer_conn_move(out, c);
+    return 0;
+}
+
+/* peer_dial_channel on a connected socket (fd >= 0) or a new connection to
+ * addr (fd -1). */
+static int dial(int fd, const char *addr, const struct peer_auth *auth, const char *want_role, unsigned channel,
+                int timeout_ms, struct peer_conn *out, struct shoal_err *err)
+{
+    struct addrinfo *res = NULL;
+    struct peer_conn c = {.fd = fd};
     struct shoal_err local;
     int rc = -1;
 
@@ -179,34 +202,21 @@ int peer_dial(const char *addr, const struct peer_auth *auth, const char *want_r
     memset(out, 0, sizeof *out);
     out->fd = -1;
     snprintf(c.addr, sizeof c.addr, "%s", addr);
-    if (auth && (!want_role || !peer_auth_find(auth, want_role))) {
-        err_set(err, 500, "peer_auth", NULL, "cannot dial %s as '%s': this tasklet has no link to that role",
-                addr, want_role ? want_role : "(no role)");
+    if (auth && (!want_role || !peer_auth_find(auth, want_role) || channel >= WIRE_CHANNELS)) {
+        err_set(err, 500, "peer_auth", NULL, "cannot dial %s as '%s' (channel %u): this tasklet has no link to that role (or no such channel)",
+                addr, want_role ? want_role : "(no role)", channel);
         goto out;
     }
     struct peer_io io = peer_io_make(timeout_ms, -1);
-    if (peer_resolve(addr, 0, &res, err) != 0)
+    if (c.fd < 0 && peer_resolve(addr, 0, &res, err) != 0)
         goto out;
     for (struct addrinfo *ai = res; ai && c.fd < 0; ai = ai->ai_next) {
         c.fd = connect_one(ai, addr, io.deadline_ms, timeout_ms, err);
         if (c.fd < 0 && strcmp(err->code, "peer_timeout") == 0)
             goto out;
     }
-    if (c.fd < 0)
+    if (c.fd < 0 || greeted(&c, auth, want_role, channel, &io, out, err) != 0)
         goto out;
-
-    /* The listener speaks first: HELLO, job 0, its nonce. */
-    if (peer_recv_io(&c, &f, lnonce, sizeof lnonce, 1, &io, err) != 0)
-        goto out;
-    if (f.kind != WIRE_HELLO || f.payload_len != WIRE_NONCE_BYTES) {
-        err_set(err, PEER_STATUS, "peer_protocol", NULL,
-                "peer %s did not greet with a hello (kind %u, %llu bytes)", addr, f.kind,
-                (unsigned long long)f.payload_len);
-        goto out;
-    }
-    if (auth && dial_hello(&c, lnonce, auth, want_role, &io, err) != 0)
-        goto out;
-    peer_conn_move(out, &c);
     rc = 0;
 out:
     if (rc != 0 && auth && strcmp(err->code, "peer_auth") == 0)
@@ -214,5 +224,83 @@ out:
     peer_close(&c);
     if (res)
         freeaddrinfo(res);
+    return rc;
+}
+
+int peer_dial(const char *addr, const struct peer_auth *auth, const char *want_role,
+              int timeout_ms, struct peer_conn *out, struct shoal_err *err)
+{
+    return dial(-1, addr, auth, want_role, WIRE_CHANNEL_STAGE, timeout_ms, out, err);
+}
+
+int peer_dial_channel(const char *addr, const struct peer_auth *auth, const char *want_role, unsigned channel,
+                      int timeout_ms, struct peer_conn *out, struct shoal_err *err)
+{
+    return dial(-1, addr, auth, want_role, channel, timeout_ms, out, err);
+}
+
+int peer_dial_fd(int fd, const char *addr, const struct peer_auth *auth, const char *want_role, unsigned channel,
+                 int timeout_ms, struct peer_conn *out, struct shoal_err *err)
+{
+    return dial(fd, addr, auth, want_role, channel, timeout_ms, out, err);
+}
+
+int peer_relay_open(const char *relay, int64_t job_id, int side, const unsigned char token[WIRE_MAC_BYTES],
+                    int timeout_ms, struct shoal_err *err)
+{
+    struct addrinfo *res = NULL;
+    struct relay_request rq = { .side = side, .job_id = job_id };
+    unsigned char out[RELAY_REQUEST_BYTES];
+    int fd = -1;
+    int64_t deadline = peer_deadline(timeout_ms);
+    memcpy(rq.token, token, RELAY_TOKEN_BYTES);
+    relay_request_encode(&rq, out);
+    if (peer_resolve(relay, 0, &res, err) != 0)
+        return -1;
+    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+        fd = connect_one(ai, relay, deadline, timeout_ms, err);
+        if (fd < 0 && strcmp(err->code, "peer_timeout") == 0)
+            break;
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return -1;
+    if (send(fd, out, sizeof out, MSG_NOSIGNAL) != (ssize_t)sizeof out) {
+        err_set(err, PEER_STATUS, "peer_io", NULL, "cannot send our request to relay %s: %s", relay,
+                strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+int peer_dial_relayed(const char *relay, const struct peer_auth *auth, const char *want_role, unsigned channel,
+                      int timeout_ms, struct peer_conn *out, struct shoal_err *err)
+{
+    unsigned char token[WIRE_MAC_BYTES];
+    const struct peer_link *link = peer_auth_find(auth, want_role);
+    char addr[sizeof out->addr];
+    memset(out, 0, sizeof *out);
+    out->fd = -1;
+    if (!link)
+        return err_set(err, 500, "peer_auth", NULL, "cannot dial '%s' through relay %s: this tasklet has no such "
+                       "link", want_role, relay);
+    wire_relay_token(link->key, link->key_len, auth->job_id, auth->epoch, channel, auth->role, want_role, token);
+    int64_t deadline = peer_deadline(timeout_ms);
+    int fd = peer_relay_open(relay, auth->job_id, RELAY_SIDE_DIALER, token, timeout_ms, err);
+    if (fd < 0)
+        return -1;
+    if (relay_wait_paired(fd, relay, (int)(deadline - peer_now_ms()), -1, err) != 0) {
+        close(fd);
+        return -1;
+    }
+    snprintf(addr, sizeof addr, "relay %s", relay);
+    int64_t left = deadline - peer_now_ms();
+    /* always sealed: the relay must learn nothing and change nothing unseen */
+    struct peer_auth sealed = *auth;
+    sealed.encrypt = 1;
+    int rc = peer_dial_fd(fd, addr, &sealed, want_role, channel, left < PEER_HANDSHAKE_MS ? PEER_HANDSHAKE_MS : (int)left,
+                          out, err);
+    OPENSSL_cleanse(&sealed, sizeof sealed);   /* the link keys */
     return rc;
 }

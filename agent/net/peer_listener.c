@@ -8,6 +8,7 @@
 
 #include "../../common/crc32c.h"
 #include "../../common/log.h"
+#include "../../common/relay_proto.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -43,10 +44,11 @@
 struct handshake {
     struct peer_listener *l;
     pthread_t thread;
-    int used, done;
+    int used, done, started;      /* claimed; its thread has ended; its thread was started */
     int fd;
     char addr[64];
     unsigned char host[16];       /* the client's address without its port (handshake_host) */
+    int relay_wait_ms;            /* > 0: a relayed connection we opened; wait this long for its pairing */
 };
 
 struct peer_listener {
@@ -80,10 +82,12 @@ static void parked_remove(struct peer_listener *l, int i)
 }
 
 /* Parks an authenticated connection, unless the expectation changed while
- * it shook hands. A newer connection from the same role replaces an older
- * one (the peer reconnected). Takes ownership of *c. */
-static void park(struct peer_listener *l, struct peer_conn *c)
+ * it shook hands. A newer connection from the same role on the same
+ * channel replaces an older one (the peer reconnected). Takes ownership of
+ * *c. */
+static int park(struct peer_listener *l, struct peer_conn *c)
 {
+    int rc = -1;
     pthread_mutex_lock(&l->mu);
     if (l->stop || !l->expecting || l->expect.job_id != c->job_id ||
         l->expect.epoch != c->epoch) {
@@ -92,9 +96,9 @@ static void park(struct peer_listener *l, struct peer_conn *c)
         goto out;
     }
     for (int i = 0; i < l->n_parked; i++) {
-        if (strcmp(l->parked[i].role, c->role) == 0) {
-            log_info("peer: %s (role '%s') reconnected; closing its older connection from %s",
-                     c->addr, c->role, l->parked[i].addr);
+        if (strcmp(l->parked[i].role, c->role) == 0 && l->parked[i].channel == c->channel) {
+            log_info("peer: %s (role '%s', channel %u) reconnected; closing its older connection from %s",
+                     c->addr, c->role, c->channel, l->parked[i].addr);
             peer_close(&l->parked[i]);
             parked_remove(l, i);
             break;
@@ -108,14 +112,17 @@ static void park(struct peer_listener *l, struct peer_conn *c)
     }
     peer_conn_move(&l->parked[l->n_parked++], c);
     pthread_cond_broadcast(&l->parked_cv);
+    rc = 0;
 out:
     pthread_mutex_unlock(&l->mu);
     peer_close(c);
+    return rc;
 }
 
 /* A dialer's HELLO (header f already read): check it against the current
- * expectation, prove our role, agree on encryption, park. */
-static void hello_job(struct peer_listener *l, struct peer_conn *c, struct wire_frame *f,
+ * expectation, prove our role, agree on encryption, park.  Returns 0 when
+ * it was parked. */
+static int hello_job(struct peer_listener *l, struct peer_conn *c, struct wire_frame *f,
                       const unsigned char lnonce[WIRE_NONCE_BYTES], const struct peer_io *io)
 {
     unsigned char in[WIRE_HELLO_MAX], out[WIRE_HELLO_MAX], mac[WIRE_MAC_BYTES];
@@ -126,7 +133,7 @@ static void hello_job(struct peer_listener *l, struct peer_conn *c, struct wire_
     struct shoal_err err;
     const char *reason = NULL;
     char why[128];
-    int expecting, encrypt;
+    int expecting, encrypt, rc = -1;
 
     pthread_mutex_lock(&l->mu);
     expecting = l->expecting;
@@ -177,6 +184,7 @@ static void hello_job(struct peer_listener *l, struct peer_conn *c, struct wire_
     c->job_id = a.job_id;
     c->epoch = a.epoch;
     snprintf(c->role, sizeof c->role, "%s", hello.role);
+    c->channel = WIRE_HELLO_CHANNEL_OF(hello.flags);
     struct wire_frame reply = {.kind = WIRE_HELLO, .dtype = WIRE_BYTES,
                                .payload_len = wire_hello_encode(&answer, 0, out)};
     if (peer_send_io(c, &reply, out, 0, io, &err) != 0) {
@@ -190,9 +198,9 @@ static void hello_job(struct peer_listener *l, struct peer_conn *c, struct wire_
         log_error("peer: dropped %s (role '%s'): %s", c->addr, hello.role, err.message);
         goto out;
     }
-    log_debug("peer: accepted %s as '%s' for job %lld epoch %u%s", c->addr, hello.role,
+    log_debug("peer: accepted %s as '%s' channel %u for job %lld epoch %u%s", c->addr, hello.role, c->channel,
               (long long)a.job_id, a.epoch, c->seal ? ", encrypted" : "");
-    park(l, c);
+    rc = park(l, c);
 out:
     if (reason) {
         log_warn("peer: refused %s (role '%s', job %lld epoch %u): %s", c->addr, hello.role,
@@ -202,6 +210,7 @@ out:
     if (c->fd >= 0)
         count_refused(l);
     OPENSSL_cleanse(&a, sizeof a); /* the link keys */
+    return rc;
 }
 
 /* A link-probe session, first header f already read (protocol in peer.h). */
@@ -281,6 +290,38 @@ out:
     free(scratch);
 }
 
+/* Greets connection c and reads the header of its first frame into *f
+ * within FIRST_FRAME_MS.  Returns 0, or -1 (logged). */
+static int greet(struct peer_conn *c, unsigned char nonce[WIRE_NONCE_BYTES], struct wire_frame *f,
+                 const struct peer_io *io)
+{
+    struct peer_rx r;
+    struct shoal_err err;
+    if (peer_random(nonce, WIRE_NONCE_BYTES, &err) != 0) {
+        log_error("peer: %s", err.message);
+        return -1;
+    }
+    *f = (struct wire_frame){.kind = WIRE_HELLO, .dtype = WIRE_BYTES, .payload_len = WIRE_NONCE_BYTES};
+    if (peer_send_io(c, f, nonce, 0, io, &err) != 0) {
+        log_warn("peer: dropped %s before its first frame: %s", c->addr, err.message);
+        return -1;
+    }
+    /* The first header decides what the session is; job hellos and pings
+     * are small, probes may announce up to the session's byte limit.  It
+     * comes at once or the connection goes (FIRST_FRAME_MS). */
+    peer_rx_init(&r, c, f, NULL, PEER_PROBE_MAX_BYTES, 0);
+    r.header_only = 1;
+    struct peer_io first = *io;
+    int64_t soon = peer_now_ms() + FIRST_FRAME_MS;
+    if (soon < first.deadline_ms)
+        first.deadline_ms = soon;
+    if (peer_exchange(NULL, &r, &first, &err) != 0) {
+        log_warn("peer: refused %s: %s", c->addr, err.message);
+        return -1;
+    }
+    return 0;
+}
+
 static void *handshake_main(void *arg)
 {
     struct handshake *h = arg;
@@ -288,42 +329,29 @@ static void *handshake_main(void *arg)
     struct peer_conn c = {.fd = h->fd};
     unsigned char nonce[WIRE_NONCE_BYTES];
     struct wire_frame f;
-    struct peer_rx r;
     struct shoal_err err;
     int refuse = 1;
 
     snprintf(c.addr, sizeof c.addr, "%s", h->addr);
+    if (h->relay_wait_ms > 0 && relay_wait_paired(c.fd, h->addr, h->relay_wait_ms, l->wake_fd, &err) != 0) {
+        log_warn("peer: %s", err.message);
+        goto out;
+    }
     struct peer_io io = peer_io_make(PEER_HANDSHAKE_MS, l->wake_fd);
-    if (peer_random(nonce, sizeof nonce, &err) != 0) {
-        log_error("peer: %s", err.message);
+    if (greet(&c, nonce, &f, &io) != 0)
         goto out;
-    }
-    f = (struct wire_frame){.kind = WIRE_HELLO, .dtype = WIRE_BYTES,
-                            .payload_len = WIRE_NONCE_BYTES};
-    if (peer_send_io(&c, &f, nonce, 0, &io, &err) != 0) {
-        log_warn("peer: dropped %s before its first frame: %s", c.addr, err.message);
-        goto out;
-    }
-    /* The first header decides what the session is; job hellos and pings
-     * are small, probes may announce up to the session's byte limit.  It
-     * comes at once or the connection goes (FIRST_FRAME_MS). */
-    peer_rx_init(&r, &c, &f, NULL, PEER_PROBE_MAX_BYTES, 0);
-    r.header_only = 1;
-    struct peer_io first = io;
-    int64_t soon = peer_now_ms() + FIRST_FRAME_MS;
-    if (soon < first.deadline_ms)
-        first.deadline_ms = soon;
-    if (peer_exchange(NULL, &r, &first, &err) != 0) {
-        log_warn("peer: refused %s: %s", c.addr, err.message);
-        goto out;
-    }
     refuse = 0;
     switch (f.kind) {
     case WIRE_HELLO:
-        hello_job(l, &c, &f, nonce, &io);
+        (void)hello_job(l, &c, &f, nonce, &io);
         break;
     case WIRE_PING:
     case WIRE_PROBE:
+        if (h->relay_wait_ms > 0) {   /* a relay carries job connections only */
+            log_warn("peer: refused %s: a probe session through a relay", c.addr);
+            refuse = 1;
+            break;
+        }
         probe_session(l, &c, &f, &io);
         break;
     default:
@@ -347,13 +375,16 @@ static void reap(struct peer_listener *l, int all)
     for (int i = 0; i < HANDSHAKE_THREADS; i++) {
         struct handshake *h = &l->hs[i];
         pthread_mutex_lock(&l->mu);
-        int ready = h->used && (h->done || all);
+        int ready = h->used && h->started && (h->done || all);
         pthread_mutex_unlock(&l->mu);
         if (!ready)
             continue;
         pthread_join(h->thread, NULL);
+        pthread_mutex_lock(&l->mu);
         h->used = 0;
         h->done = 0;
+        h->started = 0;
+        pthread_mutex_unlock(&l->mu);
     }
 }
 
@@ -387,6 +418,57 @@ static void refuse_busy(int fd, const char *why)
     close(fd);
 }
 
+/* Claims a free handshake slot (NULL: none), counting in *mine the
+ * running handshakes from `host`. */
+static struct handshake *claim(struct peer_listener *l, const unsigned char host[16], int *mine)
+{
+    struct handshake *h = NULL;
+    pthread_mutex_lock(&l->mu);
+    for (int i = 0; i < HANDSHAKE_THREADS; i++) {
+        if (!l->hs[i].used)
+            h = h ? h : &l->hs[i];
+        else if (!l->hs[i].done && memcmp(l->hs[i].host, host, 16) == 0)
+            (*mine)++;
+    }
+    if (h) {
+        h->used = 1;
+        h->done = 0;
+        h->started = 0;
+        memcpy(h->host, host, 16);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return h;
+}
+
+/* Gives a claimed slot back unused (NULL is ignored). */
+static void unclaim(struct peer_listener *l, struct handshake *h)
+{
+    if (!h)
+        return;
+    pthread_mutex_lock(&l->mu);
+    h->used = 0;
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* Starts claimed slot h's thread on fd (taken: closed on failure, and the
+ * slot given back).  Returns 0 or -1. */
+static int start_handshake(struct peer_listener *l, struct handshake *h, int fd, const char *addr, int relay_wait_ms)
+{
+    h->l = l;
+    h->fd = fd;
+    h->relay_wait_ms = relay_wait_ms;
+    snprintf(h->addr, sizeof h->addr, "%s", addr);
+    if (pthread_create(&h->thread, NULL, handshake_main, h) != 0) {
+        close(fd);
+        unclaim(l, h);
+        return -1;
+    }
+    pthread_mutex_lock(&l->mu);
+    h->started = 1;
+    pthread_mutex_unlock(&l->mu);
+    return 0;
+}
+
 static void accept_one(struct peer_listener *l)
 {
     struct sockaddr_storage ss;
@@ -404,17 +486,10 @@ static void accept_one(struct peer_listener *l)
     peer_socket_tune(fd);
     unsigned char host[16];
     handshake_host(&ss, host);
-    struct handshake *h = NULL;
     int mine = 0;   /* handshakes this address holds */
-    pthread_mutex_lock(&l->mu);
-    for (int i = 0; i < HANDSHAKE_THREADS; i++) {
-        if (!l->hs[i].used)
-            h = h ? h : &l->hs[i];
-        else if (!l->hs[i].done && memcmp(l->hs[i].host, host, sizeof host) == 0)
-            mine++;
-    }
-    pthread_mutex_unlock(&l->mu);
+    struct handshake *h = claim(l, host, &mine);
     if (!h || mine >= HANDSHAKES_PER_ADDRESS) {
+        unclaim(l, h);
         char why[96];
         if (!h)
             snprintf(why, sizeof why, "busy: all %d handshake slots are taken", HANDSHAKE_THREADS);
@@ -426,18 +501,46 @@ static void accept_one(struct peer_listener *l)
         refuse_busy(fd, why);
         return;
     }
-    h->l = l;
-    h->fd = fd;
-    h->done = 0;
-    memcpy(h->host, host, sizeof host);
-    snprintf(h->addr, sizeof h->addr, "%s", addr);
-    if (pthread_create(&h->thread, NULL, handshake_main, h) != 0) {
+    if (start_handshake(l, h, fd, addr, 0) != 0) {
         log_warn("peer: refused %s: cannot start a handshake thread", addr);
         count_refused(l);
-        close(fd);
-        return;
     }
-    h->used = 1;
+}
+
+int peer_listener_relay(struct peer_listener *l, const char *relay, const char *dialer_role, unsigned channel,
+                        int timeout_ms, int wait_ms, struct shoal_err *err)
+{
+    unsigned char token[WIRE_MAC_BYTES], none[16] = { 0 };
+    char addr[64];
+    int mine = 0, rc = -1;
+    int64_t job = 0;
+    pthread_mutex_lock(&l->mu);
+    const struct peer_link *link = l->expecting ? peer_auth_find(&l->expect, dialer_role) : NULL;
+    if (link) {
+        job = l->expect.job_id;
+        wire_relay_token(link->key, link->key_len, job, l->expect.epoch, channel, dialer_role, l->expect.role,
+                         token);
+    }
+    pthread_mutex_unlock(&l->mu);
+    if (!link)
+        return err_set(err, 500, "peer_auth", NULL, "cannot wait for '%s' at relay %s: no link to that role is "
+                       "expected", dialer_role, relay);
+    struct handshake *h = claim(l, none, &mine);
+    if (!h)
+        return err_set(err, 503, "peer_io", NULL, "cannot wait for '%s' at relay %s: all %d handshake slots are "
+                       "taken", dialer_role, relay, HANDSHAKE_THREADS);
+    int fd = peer_relay_open(relay, job, RELAY_SIDE_LISTENER, token, timeout_ms, err);
+    snprintf(addr, sizeof addr, "relay %s", relay);
+    if (fd < 0 || start_handshake(l, h, fd, addr, wait_ms) != 0) {
+        if (fd >= 0)
+            err_set(err, 500, "peer_io", NULL, "cannot start a handshake thread for relay %s", relay);
+        unclaim(l, h);
+        goto out;
+    }
+    rc = 0;
+out:
+    OPENSSL_cleanse(token, sizeof token);
+    return rc;
 }
 
 static void *accept_main(void *arg)
@@ -589,11 +692,11 @@ void peer_listener_expect(struct peer_listener *l, const struct peer_auth *auth)
 int peer_listener_take(struct peer_listener *l, const char *role, int timeout_ms,
                        struct peer_conn *out, struct shoal_err *err)
 {
-    return peer_listener_take_stop(l, role, timeout_ms, NULL, out, err);
+    return peer_listener_take_stop(l, role, WIRE_CHANNEL_STAGE, timeout_ms, NULL, out, err);
 }
 
-int peer_listener_take_stop(struct peer_listener *l, const char *role, int timeout_ms, const struct peer_stop *stop,
-                            struct peer_conn *out, struct shoal_err *err)
+int peer_listener_take_stop(struct peer_listener *l, const char *role, unsigned channel, int timeout_ms,
+                            const struct peer_stop *stop, struct peer_conn *out, struct shoal_err *err)
 {
     int64_t deadline = peer_deadline(timeout_ms);
     int rc = -1;
@@ -603,7 +706,7 @@ int peer_listener_take_stop(struct peer_listener *l, const char *role, int timeo
     pthread_mutex_lock(&l->mu);
     for (;;) {
         for (int i = 0; i < l->n_parked; i++) {
-            if (strcmp(l->parked[i].role, role) == 0) {
+            if (strcmp(l->parked[i].role, role) == 0 && l->parked[i].channel == channel) {
                 peer_conn_move(out, &l->parked[i]);
                 parked_remove(l, i);
                 rc = 0;

@@ -26,6 +26,32 @@ static int peer_at(const json_t *list, const char *key, int index, int stage, in
     return 0;
 }
 
+/* Our end of a connection from the plan's way for it, entry e's `key`
+ * ("dial", "reverse", "relay"; absent from an older server: "dial", or
+ * for "next_way" what "dials_next" said): we_send 1 when we are the end
+ * that dials unless the way is reversed (the lower stage, the ring edge's
+ * or the tied head's sender).  An edge (ring, tied head) is told from the
+ * pair's other connection by its channel; a pipeline link has one. */
+static int link_end(const json_t *e, const char *key, int we_send, int edge, const struct assignment *o,
+                    struct assign_peer *p, struct shoal_err *err)
+{
+    const json_t *v = json_object_get(e, key);
+    const char *way = json_string_value(v);
+    if (!v)
+        way = strcmp(key, "next_way") == 0 && json_is_false(json_object_get(e, "dials_next")) ? "reverse" : "dial";
+    int reverse = way && strcmp(way, "reverse") == 0, relay = way && strcmp(way, "relay") == 0;
+    if (!way || (!reverse && !relay && strcmp(way, "dial") != 0))
+        return err_set(err, 502, "bad_assignment", key, "the assignment's %s is not dial, reverse or relay", key);
+    if (relay && !o->relay[0])
+        return err_set(err, 502, "bad_assignment", "relay", "the assignment relays a link but names no relay");
+    if (relay)
+        p->way = we_send ? ASSIGN_RELAY_DIAL : ASSIGN_RELAY_TAKE;
+    else
+        p->way = we_send != reverse ? ASSIGN_DIAL : ASSIGN_TAKE;
+    p->channel = !edge ? WIRE_CHANNEL_STAGE : reverse ? WIRE_CHANNEL_RECEIVES : WIRE_CHANNEL_SENDS;
+    return 0;
+}
+
 /* This tasklet's own entry in `list`: no link, no key. */
 static int self_at(const json_t *list, const char *key, int index, int64_t *node, struct shoal_err *err)
 {
@@ -216,23 +242,35 @@ int assign_parse(const json_t *a, struct assignment *o, struct shoal_err *err)
     if (stage < stages - 1 &&
         peer_at(pipeline, "stage", o->stage + 1, o->stage + 1, o->replica, &o->next_stage, err) != 0)
         return -1;
-    /* Stage s dials stage s+1 unless the plan says the link goes the other
-     * way ("dials_next" false: s cannot connect to s+1, which can connect
-     * to s); absent from a server from before it: s dials. */
-    o->next_stage.dial = !json_is_false(json_object_get(json_array_get(pipeline, (size_t)stage), "dials_next"));
-    o->prev_stage.dial = stage > 0 &&
-                         json_is_false(json_object_get(json_array_get(pipeline, (size_t)stage - 1), "dials_next"));
-    o->ring_next.dial = 1;
+    /* How each connection is made: stage s's "next_way" for its link to
+     * s+1, a group entry's "up_way" for the ring edge from that replica to
+     * the next, a pipeline entry's "tie_way" for the tied head's edge from
+     * that stage to the other end. */
+    const char *relay = json_string_value(json_object_get(a, "relay"));
+    if (relay && (!relay[0] || strlen(relay) >= sizeof o->relay))
+        return err_set(err, 502, "bad_assignment", "relay", "the assignment's relay is malformed");
+    snprintf(o->relay, sizeof o->relay, "%s", relay ? relay : "");
+    const json_t *mine = json_array_get(pipeline, (size_t)stage), *below = json_array_get(pipeline, (size_t)stage - 1);
+    if (link_end(mine, "next_way", 1, 0, o, &o->next_stage, err) != 0 ||
+        (stage > 0 && link_end(below, "next_way", 0, 0, o, &o->prev_stage, err) != 0))
+        return -1;
     /* A head tied to the embedding across stages: the first and the last
      * stage of the replica sum the two copies' gradients every step. */
     int other_end = o->stage == 0 ? stages - 1 : 0;
     if (o->model.tied && stages > 1 && (o->stage == 0 || o->stage == stages - 1) &&
-        peer_at(pipeline, "stage", other_end, other_end, o->replica, &o->tie_peer, err) != 0)
+        (peer_at(pipeline, "stage", other_end, other_end, o->replica, &o->tie_peer, err) != 0 ||
+         link_end(mine, "tie_way", 1, 1, o, &o->tie_peer, err) != 0))
+        return -1;
+    o->tie_back = o->tie_peer;
+    if (o->tie_peer.addr[0] &&
+        link_end(json_array_get(pipeline, (size_t)other_end), "tie_way", 0, 1, o, &o->tie_back, err) != 0)
         return -1;
     int up = (o->replica + 1) % o->replicas, down = (o->replica + o->replicas - 1) % o->replicas;
     if (replicas > 1 && o->allreduce == ASSIGN_ALLREDUCE_RING &&
         (peer_at(group, "replica", up, o->stage, up, &o->ring_next, err) != 0 ||
-         peer_at(group, "replica", down, o->stage, down, &o->ring_prev, err) != 0))
+         peer_at(group, "replica", down, o->stage, down, &o->ring_prev, err) != 0 ||
+         link_end(json_array_get(group, (size_t)o->replica), "up_way", 1, 1, o, &o->ring_next, err) != 0 ||
+         link_end(json_array_get(group, (size_t)down), "up_way", 0, 1, o, &o->ring_prev, err) != 0))
         return -1;
     if (live && !json_is_null(live))
         return parse_live(live, o, err);

@@ -28,10 +28,20 @@ enum assign_sync {
     ASSIGN_SYNC_DILOCO,      /* inner_steps local steps, then an outer step */
 };
 
+/* How our connection to a neighbour is made, from our end (the plan's way,
+ * sql/018_link_ways.sql). */
+enum assign_way {
+    ASSIGN_DIAL,          /* we dial its peer port */
+    ASSIGN_TAKE,          /* it dials ours */
+    ASSIGN_RELAY_DIAL,    /* both dial the plan's relay; we speak the dialer's hello */
+    ASSIGN_RELAY_TAKE,    /* both dial the plan's relay; we answer as the listener */
+};
+
 /* A neighbour in the plan: the tasklet it runs and the node running it. */
 struct assign_peer {
     char addr[ASSIGN_ADDR_MAX];     /* host:port of its peer listener; "": no such neighbour */
-    int dial;                       /* 1: we open the connection; 0: it dials us (the plan says, per link) */
+    enum assign_way way;            /* of the connection (the plan says, per link) */
+    unsigned channel;               /* the connection's, enum wire_channel */
     int64_t node;
     int stage, replica;
     unsigned char key[WIRE_KEY_BYTES]; /* of our link to it (wire_link_key) */
@@ -79,7 +89,9 @@ struct assignment {
     struct assign_peer prev_stage, next_stage, ring_prev, ring_next;
     /* a tied model's other copy of the shared matrix: the last stage of this
      * replica for stage 0, stage 0 for the last; addr "" otherwise */
-    struct assign_peer tie_peer;
+    struct assign_peer tie_peer;    /* the connection we send on */
+    struct assign_peer tie_back;    /* the same peer: the connection we receive on */
+    char relay[ASSIGN_ADDR_MAX];    /* the plan's relay (host:port) for ways through it; "": none */
     /* start from this complete checkpoint; resume_job 0: from scratch */
     int64_t resume_job, resume_step;
     /* the layers [start, end) each of its stage files holds, by stage;

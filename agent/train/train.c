@@ -27,15 +27,20 @@ double train_lr(const struct assignment *as, int64_t t)
     return floor + 0.5 * (peak - floor) * (1.0 + cos(M_PI * progress));
 }
 
-/* Dials `addr` until its listener expects us (it may not have its
- * assignment yet) or the connect timeout passes. */
+/* Dials neighbour p (directly, or through the plan's relay) until its
+ * listener expects us (it may not have its assignment yet) or the connect
+ * timeout passes. */
 static int dial_until(struct tasklet *k, const struct assign_peer *p, struct peer_conn *out, struct shoal_err *err)
 {
     char want[PEER_ROLE_MAX];
     wire_role(p->stage, p->replica, p->node, want);
     double until = ctl_now() + k->env->connect_timeout_ms / 1e3;
     for (;;) {
-        if (peer_dial(p->addr, &k->auth, want, 5000, out, err) == 0)
+        int left_ms = (int)((until - ctl_now()) * 1e3);
+        if ((p->way == ASSIGN_RELAY_DIAL
+                 ? peer_dial_relayed(k->as->relay, &k->auth, want, p->channel, left_ms > 5000 ? left_ms : 5000, out,
+                                     err)
+                 : peer_dial_channel(p->addr, &k->auth, want, p->channel, 5000, out, err)) == 0)
             return 0;
         if (tasklet_stopping(k) || ctl_now() > until)
             return tasklet_peer_failed(k, p);
@@ -43,66 +48,76 @@ static int dial_until(struct tasklet *k, const struct assign_peer *p, struct pee
     }
 }
 
-/* Waits for neighbour p to dial us; a tasklet whose job was re-planned
- * meanwhile (a neighbour that died before it dialled) stops within a slice
- * instead of at --connect-timeout. */
+/* Waits for neighbour p's connection (dialled to us, or paired by the
+ * relay); a tasklet whose job was re-planned meanwhile (a neighbour that
+ * died before it dialled) stops within a slice instead of at
+ * --connect-timeout. */
 static int take(struct tasklet *k, const struct assign_peer *p, struct peer_conn *out, struct shoal_err *err)
 {
     char role[PEER_ROLE_MAX];
     struct peer_stop stop = tasklet_peer_stop(k);
     wire_role(p->stage, p->replica, p->node, role);
-    if (peer_listener_take_stop(k->env->listener, role, k->env->connect_timeout_ms, &stop, out, err) != 0)
+    if (peer_listener_take_stop(k->env->listener, role, p->channel, k->env->connect_timeout_ms, &stop, out, err) != 0)
         return tasklet_peer_failed(k, p);
     return 0;
 }
 
-/* Opens the pipeline streams and the ring connections. */
-/* Opens the pipeline stream to neighbour p, dialling it or taking its
- * dial as the plan says (p->dial), when `dialling` is that way; else
- * nothing. */
-static int pipeline_link(struct tasklet *k, const struct assign_peer *p, int dialling, struct peer_stream **out,
-                         struct shoal_err *err)
+/* The three passes of connect_neighbours. */
+enum link_pass { PASS_RELAY, PASS_DIAL, PASS_TAKE };
+
+/* Does pass `pass` of the connection to neighbour p: PASS_RELAY asks the
+ * relay for the relayed connections we answer (that never waits for
+ * anyone), PASS_DIAL dials (directly or through the relay), PASS_TAKE
+ * takes what was dialled to us or paired.  A pipeline link (stream non-NULL)
+ * becomes a stream; a ring or tied-head edge stays the connection *c. */
+static int link_pass(struct tasklet *k, const struct assign_peer *p, enum link_pass pass, struct peer_conn *c,
+                     struct peer_stream **stream, struct shoal_err *err)
 {
-    struct peer_conn c = { .fd = -1 };
-    int rc = -1;
-    if (!p->addr[0] || p->dial != dialling)
+    char role[PEER_ROLE_MAX];
+    int dials = p->way == ASSIGN_DIAL || p->way == ASSIGN_RELAY_DIAL, rc = -1;
+    if (!p->addr[0])
         return 0;
-    if ((dialling ? dial_until(k, p, &c, err) : take(k, p, &c, err)) != 0 ||
-        peer_stream_start(&c, k->btc * sizeof(float), k->as->micro_batches + 4, out, err) != 0)
+    if (pass == PASS_RELAY) {
+        if (p->way != ASSIGN_RELAY_TAKE)
+            return 0;
+        wire_role(p->stage, p->replica, p->node, role);
+        if (peer_listener_relay(k->env->listener, k->as->relay, role, p->channel, 5000, k->env->connect_timeout_ms,
+                                err) != 0)
+            return tasklet_peer_failed(k, p);
+        return 0;
+    }
+    if (dials != (pass == PASS_DIAL))
+        return 0;
+    if ((dials ? dial_until(k, p, c, err) : take(k, p, c, err)) != 0)
+        goto out;
+    if (stream && peer_stream_start(c, k->btc * sizeof(float), k->as->micro_batches + 4, stream, err) != 0)
         goto out;
     rc = 0;
 out:
-    peer_close(&c);
+    if (stream)
+        peer_close(c);
     return rc;
 }
 
-/* Every connection this tasklet dials first, then every one it takes: a
- * take waits only for a dial, and no tasklet takes before it has dialled,
- * so whichever way the plan turns a pipeline link, nobody waits in a
+/* Opens the pipeline streams, the ring's and the tied head's connections,
+ * in three passes: the relayed connections we answer are asked for first
+ * (at once), then every connection we dial, then every one we take.  A
+ * take waits only for a dial, and a dial only for the other end's first
+ * pass, so whichever way the plan turns each link, nobody waits in a
  * circle. */
 static int connect_neighbours(struct tasklet *k, struct shoal_err *err)
 {
     const struct assignment *as = k->as;
-    int rc = -1;
-    if (pipeline_link(k, &as->next_stage, 1, &k->next, err) != 0 ||
-        pipeline_link(k, &as->prev_stage, 1, &k->prev, err) != 0)
-        goto out;
-    if (as->ring_next.addr[0] && dial_until(k, &as->ring_next, &k->ring_next, err) != 0)
-        goto out;
-    if (pipeline_link(k, &as->next_stage, 0, &k->next, err) != 0 ||
-        pipeline_link(k, &as->prev_stage, 0, &k->prev, err) != 0)
-        goto out;
-    if (as->ring_prev.addr[0] && take(k, &as->ring_prev, &k->ring_prev, err) != 0)
-        goto out;
-    /* the tied head's ring of two: each end dials the other and takes the
-     * other's dial (after the pipeline's, so a neighbour's two connections
-     * arrive in the order they are taken) */
-    if (as->tie_peer.addr[0] && (dial_until(k, &as->tie_peer, &k->tie_next, err) != 0 ||
-                                 take(k, &as->tie_peer, &k->tie_prev, err) != 0))
-        goto out;
-    rc = 0;
-out:
-    return rc;
+    struct peer_conn next = { .fd = -1 }, prev = { .fd = -1 };
+    for (enum link_pass pass = PASS_RELAY; pass <= PASS_TAKE; pass++)
+        if (link_pass(k, &as->next_stage, pass, &next, &k->next, err) != 0 ||
+            link_pass(k, &as->prev_stage, pass, &prev, &k->prev, err) != 0 ||
+            link_pass(k, &as->ring_next, pass, &k->ring_next, NULL, err) != 0 ||
+            link_pass(k, &as->ring_prev, pass, &k->ring_prev, NULL, err) != 0 ||
+            link_pass(k, &as->tie_peer, pass, &k->tie_next, NULL, err) != 0 ||
+            link_pass(k, &as->tie_back, pass, &k->tie_prev, NULL, err) != 0)
+            return -1;
+    return 0;
 }
 
 static int forward(struct tasklet *k, uint64_t t, int m, struct shoal_err *err)

@@ -74,6 +74,10 @@ static const struct opt opts[] = {
       "complete checkpoints of each job kept, the newest; older ones are deleted once a newer one is complete" },
     { "--checkpoint-keep-every", "SHOAL_CHECKPOINT_KEEP_EVERY", LONG(checkpoint_keep_every, 0, 1L << 40), "0",
       "also keep every checkpoint whose step is a multiple of this; 0: none" },
+    { "--relay", "SHOAL_RELAY", STR(relay), "",
+      "host:port of a shoal-relay that every agent can reach: two nodes that cannot connect to each "
+      "other either way (behind NAT, closed firewalls) are joined through it; empty: such pairs are "
+      "avoided" },
     { "--link-stale", "SHOAL_LINK_STALE", LONG(link_stale_s, 1, 31536000), "600",
       "seconds after which a measured link is handed to its agent to probe again" },
     { "--tls-cert", "SHOAL_TLS_CERT", STR(tls_cert), "",

@@ -43,6 +43,7 @@ struct config {
     long link_stale_s;          /* s after which a measured link is offered for probing again */
     char tls_cert[PATH_MAX];    /* PEM certificate chain for HTTPS; "" = plain HTTP */
     char tls_key[PATH_MAX];     /* PEM private key of tls_cert */
+    char relay[256];            /* host:port of a shoal-relay for links blocked both ways; "" = none */
 };
 
 /* Fills `cfg` from defaults, the environment and argv.  Returns 0 to run,

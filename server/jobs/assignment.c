@@ -13,9 +13,13 @@
 /* $1: node ids.  A node is in at most one live plan (the scheduler offers
  * no node that another live job's current plan holds); should two ever
  * claim it, the newer job wins.  "pipeline" is the node's replica across
- * all stages, "group" its stage across all replicas; a pipeline entry's
- * "dials_next" says whether that stage dials the next one (true) or the
- * next dials it (a link blocked one way: 016_reachability.sql, planner.c).
+ * all stages, "group" its stage across all replicas.  How each
+ * connection is made (018_link_ways.sql, decided in planner.c): a pipeline
+ * entry's "next_way" for its link to the next stage ("dials_next": that
+ * stage opens it, directly or to the relay), "tie_way" for the tied
+ * head's edge from that stage to the other end; a group entry's "up_way"
+ * for the ring edge from that replica to the next; "relay" is the plan's
+ * relay (null: none).
  * "allreduce" is how the
  * group sums its gradients: "nccl" when every member registered a GPU (an
  * agent built with CUDA has NCCL) and the job syncs every step, else
@@ -34,7 +38,7 @@
 #define ASSIGNMENT_SQL \
     "WITH me AS (SELECT node_id, ord FROM unnest($1::bigint[]) WITH ORDINALITY AS t(node_id, ord))," \
     " cur AS (SELECT DISTINCT ON (a.node_id) a.node_id, j.id AS job_id, j.plan_epoch AS epoch, j.state," \
-    "   j.spec, j.peer_secret, j.stages, p.replicas, p.micro_batches, a.plan_id, p.resume_step, p.live," \
+    "   j.spec, j.peer_secret, j.stages, p.replicas, p.micro_batches, a.plan_id, p.resume_step, p.live, p.relay," \
     "   j.data_sha256, j.val_sha256," \
     "   a.stage, a.replica," \
     "   a.layer_start, a.layer_end" \
@@ -53,14 +57,15 @@
     "   'dataset', json_build_object('data', c.data_sha256, 'validation', c.val_sha256)," \
     "   'pipeline', (SELECT json_agg(json_build_object('stage', a.stage, 'node_id', a.node_id," \
     "       'peer_address', n.peer_address, 'layer_start', a.layer_start, 'layer_end', a.layer_end," \
-    "       'dials_next', a.dials_next)" \
+    "       'dials_next', a.dials_next, 'next_way', a.next_way, 'tie_way', a.tie_way)" \
     "       ORDER BY a.stage)" \
     "     FROM assignments a JOIN nodes n ON n.id = a.node_id" \
     "     WHERE a.plan_id = c.plan_id AND a.replica = c.replica)," \
     "   'group', (SELECT json_agg(json_build_object('replica', a.replica, 'node_id', a.node_id," \
-    "       'peer_address', n.peer_address) ORDER BY a.replica)" \
+    "       'peer_address', n.peer_address, 'up_way', a.up_way) ORDER BY a.replica)" \
     "     FROM assignments a JOIN nodes n ON n.id = a.node_id" \
     "     WHERE a.plan_id = c.plan_id AND a.stage = c.stage)," \
+    "   'relay', c.relay," \
     "   'allreduce', (SELECT CASE WHEN bool_and(n.gpu_count > 0)" \
     "       AND coalesce(c.spec->'communication'->>'sync', 'every_step') = 'every_step' THEN 'nccl' ELSE 'ring' END" \
     "     FROM assignments a JOIN nodes n ON n.id = a.node_id" \

@@ -55,14 +55,16 @@ struct plan_work {
     "     WHERE a.node_id = nodes.id AND j.id <> $1" \
     "       AND j.state IN ('scheduled', 'running', 'recovering'))"
 
-/* $1 job: the links it avoids, [[a, b]] (a < b): blamed after failures,
- * or blocked both ways (link_blocked, 016_reachability.sql: a pipeline link
- * blocked one way only is dialled the other way, PLAN_STORE_SQL). */
+/* $1 job, $2 the relay or NULL: the links it avoids, [[a, b]] (a < b):
+ * blamed after failures, or with no relay blocked both ways (link_blocked,
+ * 016_reachability.sql; a link blocked one way only is dialled the other
+ * way, and with a relay one blocked both ways goes through it,
+ * 018_link_ways.sql). */
 #define AVOIDED_LINKS_SQL \
     "SELECT coalesce(json_agg(json_build_array(l.a, l.b) ORDER BY l.a, l.b), '[]')" \
     " FROM (SELECT a, b FROM job_avoided_links($1, " CURRENT_EPOCH ")" \
     "   UNION SELECT least(r.from_node, r.to_node), greatest(r.from_node, r.to_node) FROM link_reach r" \
-    "     WHERE NOT r.reachable AND link_blocked(r.to_node, r.from_node)) l"
+    "     WHERE $2::text IS NULL AND NOT r.reachable AND link_blocked(r.to_node, r.from_node)) l"
 
 void planner_free(struct plan_work *w)
 {
@@ -284,10 +286,16 @@ int planner_prepare(struct server *srv, int64_t job_id, const struct plan_reques
     live = db_query_json(srv->db, LIVE_NODES_SQL, 2, params, "nodes", e);
     if (!live)
         goto out;
-    links = db_query_json(srv->db, "SELECT links_matrix_json()", 0, NULL, "links", e);
+    char p_avoid_lat[32], p_avoid_bw[32];
+    const char *links_params[] = { srv->cfg.relay[0] ? "true" : "false",
+                                   db_param_f64(p_avoid_lat, PLANNER_AVOIDED_LATENCY_MS),
+                                   db_param_f64(p_avoid_bw, PLANNER_AVOIDED_BANDWIDTH_GBPS) };
+    links = db_query_json(srv->db, "SELECT planning_links_json($1::boolean, $2::float8, $3::float8)", 3,
+                          links_params, "links", e);
     if (!links)
         goto out;
-    avoided = db_query_json(srv->db, AVOIDED_LINKS_SQL, 1, params, what, e);
+    const char *avoid_params[] = { p_id, srv->cfg.relay[0] ? srv->cfg.relay : NULL };
+    avoided = db_query_json(srv->db, AVOIDED_LINKS_SQL, 2, avoid_params, what, e);
     if (!avoided)
         goto out;
     json_t *nodes = json_object_get(live, "nodes");
@@ -351,7 +359,8 @@ static json_t *plan_stages_json(const struct sched_problem *pb, const struct sch
  * (stage, replica, node, layer_start, layer_end arrays), $10 the states it
  * may be stored from, $11 the resume step or NULL, $12 the live resume
  * ({step, roots}) or NULL, $13 replicas, $14 micro-batches per replica and
- * step.  One statement: the new
+ * step, $15 the relay (--relay) or NULL; each connection's way
+ * (018_link_ways.sql) is decided here.  One statement: the new
  * epoch, the plan, its assignments, and the steps that will be trained
  * again dropped from job_steps (with the count of finished tasklets: all
  * of them for a live resume at the last step, which trains nothing and
@@ -366,14 +375,19 @@ static json_t *plan_stages_json(const struct sched_problem *pb, const struct sch
     "   recover_after = NULL, recovery_waiting = NULL, schedule_refused = NULL, updated_at = now()" \
     "   WHERE id = $1 AND state = ANY ($10::text[]) RETURNING id, plan_epoch)," \
     " p AS (INSERT INTO plans (job_id, epoch, cost_model, predicted_iteration_s, detail, resume_step, live," \
-    "     replicas, micro_batches)" \
-    "   SELECT id, plan_epoch, $2, $3, $4::jsonb, $11::bigint, $12::jsonb, $13::int, $14::int FROM j" \
+    "     replicas, micro_batches, relay)" \
+    "   SELECT id, plan_epoch, $2, $3, $4::jsonb, $11::bigint, $12::jsonb, $13::int, $14::int, $15 FROM j" \
     "   RETURNING id, epoch)," \
     " t AS (SELECT * FROM unnest($5::int[], $6::int[], $7::bigint[], $8::int[], $9::int[]) AS t(s, r, n, ls, le))," \
-    " a AS (INSERT INTO assignments (plan_id, stage, replica, node_id, layer_start, layer_end, dials_next)" \
-    "   SELECT p.id, t.s, t.r, t.n, t.ls, t.le," \
-    "     nx.n IS NULL OR NOT (link_blocked(t.n, nx.n) AND NOT link_blocked(nx.n, t.n))" \
-    "   FROM p, t LEFT JOIN t nx ON nx.s = t.s + 1 AND nx.r = t.r RETURNING 1)," \
+    " a AS (INSERT INTO assignments (plan_id, stage, replica, node_id, layer_start, layer_end," \
+    "     next_way, up_way, tie_way)" \
+    "   SELECT p.id, t.s, t.r, t.n, t.ls, t.le, link_way(t.n, nx.n, $15::text IS NOT NULL)," \
+    "     link_way(t.n, up.n, $15::text IS NOT NULL), link_way(t.n, tie.n, $15::text IS NOT NULL)" \
+    "   FROM p, t LEFT JOIN t nx ON nx.s = t.s + 1 AND nx.r = t.r" \
+    "   LEFT JOIN t up ON up.s = t.s AND up.r = (t.r + 1) % $13::int AND up.r <> t.r" \
+    "   LEFT JOIN t tie ON tie.r = t.r AND tie.s <> t.s AND tie.s = CASE WHEN t.s = 0" \
+    "     THEN (SELECT max(s) FROM t) WHEN t.s = (SELECT max(s) FROM t) THEN 0 END" \
+    "   RETURNING 1)," \
     " d AS (DELETE FROM job_steps s USING j WHERE s.job_id = j.id AND s.step >= coalesce($11::bigint, 0)" \
     "   RETURNING 1)," \
     " si AS (INSERT INTO job_steps (job_id, step, stage, replica, epoch, node_id, loss, stand_in)" \
@@ -387,6 +401,46 @@ static json_t *plan_stages_json(const struct sched_problem *pb, const struct sch
     "   ON CONFLICT (job_id, step, stage, replica) DO NOTHING RETURNING 1)" \
     " SELECT json_build_object('epoch', p.epoch, 'assignments', (SELECT count(*) FROM a)," \
     "   'steps_dropped', (SELECT count(*) FROM d), 'stand_ins', (SELECT count(*) FROM si)) FROM p"
+
+/* $1-$3 the tasklets (stage, replica, node arrays), $4 replicas, $5 a tied
+ * head: the pairs of nodes the plan connects (pipeline neighbours, ring
+ * neighbours, a tied head's two ends) whose agents tried to connect to each
+ * other both ways and could not (link_reach; the server failing to reach
+ * both from outside says nothing about whether they reach each other, on
+ * one LAN say), "id (name) and id (name), ..."; "" when none. */
+#define UNREACHABLE_PAIRS_SQL \
+    "WITH t AS (SELECT * FROM unnest($1::int[], $2::int[], $3::bigint[]) AS t(s, r, n))" \
+    " SELECT coalesce(string_agg(DISTINCT format('%s (%s) and %s (%s)', x.id, x.name, y.id, y.name), ', '), '')" \
+    " FROM t a JOIN t b ON (b.r = a.r AND b.s = a.s + 1)" \
+    "   OR (b.s = a.s AND b.r = (a.r + 1) % $4::int AND b.r <> a.r)" \
+    "   OR ($5::boolean AND b.r = a.r AND a.s = 0 AND b.s > 0 AND b.s = (SELECT max(s) FROM t))" \
+    " JOIN nodes x ON x.id = least(a.n, b.n) JOIN nodes y ON y.id = greatest(a.n, b.n)" \
+    " WHERE EXISTS (SELECT 1 FROM link_reach r WHERE r.from_node = a.n AND r.to_node = b.n AND NOT r.reachable)" \
+    "   AND EXISTS (SELECT 1 FROM link_reach r WHERE r.from_node = b.n AND r.to_node = a.n AND NOT r.reachable)"
+
+/* With no relay (--relay), a plan that connects two nodes that cannot
+ * connect to each other either way is refused (422 "unreachable"), naming
+ * them, rather than stored to fail at its first dial. */
+static int check_reachable(struct server *srv, const struct plan_work *w, const struct sched_plan *plan, struct buf a[3],
+                           struct shoal_err *e)
+{
+    char p_replicas[24];
+    if (srv->cfg.relay[0])
+        return 0;
+    const char *params[] = { a[0].data, a[1].data, a[2].data, db_param_i64(p_replicas, plan->replicas),
+                             w->problem.model.tied ? "true" : "false" };
+    json_t *pairs = db_query_json(srv->db, "SELECT to_json((" UNREACHABLE_PAIRS_SQL "))", 5, params, "plan", e);
+    if (!pairs)
+        return -1;
+    int rc = 0;
+    if (json_string_length(pairs) > 0)
+        rc = err_set(e, 422, "unreachable", "plan", "nodes %s cannot connect to each other either way (their agents "
+                     "said so, or the server cannot reach their peer ports) and this server has no --relay: run "
+                     "shoal-relay where both can reach it and pass --relay, or plan without one of them",
+                     json_string_value(pairs));
+    json_decref(pairs);
+    return rc;
+}
 
 /* Stores the plan.  Returns the epoch, or -1 with `e` set (409 if the job
  * left a state it may be stored from meanwhile). */
@@ -413,14 +467,17 @@ static long planner_store(struct server *srv, const struct plan_work *w, const s
     }
     for (int k = 0; k < 5; k++)
         buf_append(&a[k], "}", 1);
+    if (check_reachable(srv, w, plan, a, e) != 0)
+        goto out;
     const char *params[] = { db_param_i64(p_id, w->job_id), w->req.cost_model,
                              db_param_f64(p_cost, plan->cost.total_s), detail_text,
                              a[0].data, a[1].data, a[2].data, a[3].data, a[4].data,
                              w->req.only_if_recovering ? "{recovering}" : "{pending,scheduled,running,recovering}",
                              w->resume_step >= 0 ? db_param_i64(p_resume, w->resume_step) : NULL, live_text,
                              db_param_i64(p_replicas, plan->replicas),
-                             db_param_i64(p_micro, w->problem.model.micro_batches) };
-    json_t *res = db_query_json(srv->db, PLAN_STORE_SQL, 14, params, "job", e);
+                             db_param_i64(p_micro, w->problem.model.micro_batches),
+                             srv->cfg.relay[0] ? srv->cfg.relay : NULL };
+    json_t *res = db_query_json(srv->db, PLAN_STORE_SQL, 15, params, "job", e);
     if (res) {
         epoch = (long)json_integer_value(json_object_get(res, "epoch"));
         log_info("plan stored job=%s epoch=%ld resume_step=%lld steps_dropped=%lld stand_ins=%lld", p_id, epoch,
@@ -430,6 +487,7 @@ static long planner_store(struct server *srv, const struct plan_work *w, const s
         err_set(e, 409, "conflict", "state", "job %s changed state while it was being scheduled", p_id);
     }
     json_decref(res);
+out:
     free(detail_text);
     free(live_text);
     for (int k = 0; k < 5; k++)

@@ -146,7 +146,9 @@ static void fuzz_hello(const uint8_t *data, size_t size, int with_nonce)
         return;
     }
     expect(wire_role_ok(h.role, strlen(h.role)), "an accepted hello has a valid role");
-    expect((h.flags & ~WIRE_HELLO_ENCRYPT) == 0, "an accepted hello has known flags");
+    unsigned known = WIRE_HELLO_ENCRYPT | (with_nonce ? WIRE_HELLO_CHANNEL(3) : 0);
+    expect((h.flags & ~known) == 0 && WIRE_HELLO_CHANNEL_OF(h.flags) < WIRE_CHANNELS,
+           "an accepted hello has known flags (a channel in a dialer's only)");
     size_t n = wire_hello_encode(&h, with_nonce, back);
     expect(n == size && memcmp(back, data, size) == 0, "an accepted hello encodes back");
     wire_hello_mac(FUZZ_KEY, sizeof FUZZ_KEY - 1, nonce, FUZZ_JOB, FUZZ_EPOCH, h.flags,

@@ -82,7 +82,13 @@ run_job() {
     wait_for 400 finished "$J"
     local st
     st=$(job_state "$S" "$ADMIN" "$J")
-    if [ "$st" = succeeded ]; then ok "$1 succeeds"
+    if [ "$st" = succeeded ]; then
+        ok "$1 succeeds"
+        # a recovery a job got over is no failure, but say it, with its faults
+        local rec
+        rec=$(curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$J" |
+              jq -c 'select(.recoveries > 0) | [.recoveries, .recovery_reason, [.faults[]? | .reason]]')
+        [ -z "$rec" ] || echo "# job $J recovered: $rec"
     else fail "$1 succeeds" "state $st: $(curl -s -H "Authorization: Bearer $ADMIN" "$S/v1/jobs/$J" |
                                           jq -c '[.failure_reason, .recovery_reason]')"; return 1; fi
 }

@@ -67,6 +67,25 @@ start_server() {
     return 1
 }
 
+# start_relay NAME [ARGS...]: starts shoal-relay (beside SHOAL_SERVER, or
+# SHOAL_RELAY) on a free port of 127.0.0.1; sets RELAY_<NAME> to its
+# host:port and leaves its log in $WORK/NAME.log.
+start_relay() {
+    local name=$1 port; shift
+    "${SHOAL_RELAY:-$(dirname "$SHOAL_SERVER")/shoal-relay}" --listen 127.0.0.1:0 "$@" >>"$WORK/$name.log" 2>&1 &
+    echo $! > "$WORK/$name.pid"
+    SERVERS="$SERVERS $WORK/$name.pid"
+    for _ in $(seq 1 100); do
+        port=$(sed -n 's/.*relay listening on .* (port \([0-9]*\)).*/\1/p' "$WORK/$name.log" | tail -n 1)
+        if [ -n "$port" ]; then eval "RELAY_$name=127.0.0.1:$port"; return 0; fi
+        kill -0 "$(cat "$WORK/$name.pid")" 2>/dev/null || break
+        sleep 0.1
+    done
+    echo "relay $name did not start; its log:" >&2
+    cat "$WORK/$name.log" >&2
+    return 1
+}
+
 # start_server_a [ARGS...]: start_server a, then S (its URL), ADMIN and JOIN
 # (its tokens) for the suite.
 start_server_a() {

@@ -143,6 +143,38 @@ check "blocked one way, the link is still used (dialled the other way)" "$(apart
 req PUT "$S/v1/links" "${TOK[1]}" "{\"samples\":[{\"to\":${ID[0]},\"reachable\":false,\"why\":\"connect: No route to host\"}]}"
 req POST "$S/v1/jobs/$K/schedule" "$ADMIN" '{"dry_run":true,"seed":3,"budget_ms":300,"fill_missing_links":{"latency_ms":100,"bandwidth_gbps":0.01}}'
 check "blocked both ways, the plan keeps n0 and n1 apart" "$(apart "$BODY")" true
+# a plan that makes them neighbours anyway, on a server with no --relay: refused, naming them
+req POST "$S/v1/jobs/$K/plan" "$ADMIN" "{\"stages\":[{\"nodes\":[${ID[0]},${ID[2]}]},{\"nodes\":[${ID[1]},${ID[3]}]}]}"
+expect "a plan joining two nodes blocked both ways, with no relay, is refused" 422 .error.code unreachable
+check "the refusal names both nodes and the way out" \
+    "$(printf '%s' "$BODY" | jq -r '.error.message' | grep -c "nodes ${ID[0]} (n0) and ${ID[1]} (n1) cannot connect to each other either way.*--relay")" 1
+check "and stores nothing" "$(sql a "SELECT plan_epoch FROM jobs WHERE id = $K")" 0
+
+# ---- two nodes behind NAT (home0, home1): they connect out to the four
+# others, which cannot connect to them, nor can they to each other, so
+# those directions are never measured.  A turned direction is priced as the
+# one measured back; the pair blocked both ways as unusable (no relay): the
+# planner needs no fill values, and keeps home0 and home1 apart.
+for h in 0 1; do
+    req POST "$S/v1/agent/register" "$JOIN" "{\"name\":\"home$h\",\"peer_address\":\"192.168.1.$h:7000\",\"hardware\":{\"tflops\":10,\"cpu_cores\":8,\"gpu_memory_bytes\":8000000000}}"
+    HT[$h]=$(printf '%s' "$BODY" | jq -r .token); HID[$h]=$(printf '%s' "$BODY" | jq -r .node_id)
+done
+for h in 0 1; do
+    out=""
+    for i in 0 1 2 3; do out="$out{\"to\":${ID[$i]},\"latency_ms\":20,\"bandwidth_gbps\":0.5},"; done
+    req PUT "$S/v1/links" "${HT[$h]}" "{\"samples\":[$out{\"to\":${HID[$((1 - h))]},\"reachable\":false,\"why\":\"test: NAT\"}]}"
+    for i in 0 1 2 3; do
+        req PUT "$S/v1/links" "${TOK[$i]}" "{\"samples\":[{\"to\":${HID[$h]},\"reachable\":false,\"why\":\"test: NAT\"}]}"
+    done
+done
+req POST "$S/v1/nodes/${ID[0]}/drain" "$ADMIN"   # so the 2x2 plan must take a home node
+req POST "$S/v1/jobs/$K/schedule" "$ADMIN" '{"dry_run":true,"seed":3,"budget_ms":300}'
+expect "with directions nobody could measure (NAT), a plan is found without fill values" 200 .dry_run true
+check "it keeps the two home nodes, blocked both ways, apart" \
+    "$(printf '%s' "$BODY" | jq --argjson a "${HID[0]}" --argjson b "${HID[1]}" \
+        '[.stages | to_entries[] | .key as $s | .value.nodes | to_entries[] | {s: $s, r: .key, n: .value}]
+         | (map(select(.n == $a))[0]) as $x | (map(select(.n == $b))[0]) as $y
+         | if $x == null or $y == null then true else ($x.s != $y.s and $x.r != $y.r) end')" true
 
 stop_server a
 [ "$FAILS" -eq 0 ]

@@ -98,6 +98,52 @@ static void test_older_server_means_ring(void **state)
     json_decref(a);
 }
 
+/* Each connection's way, from this end (stage 1, replica 1 of 3): the
+ * plan's "dial" has the sender dial, "reverse" the receiver, "relay" both
+ * dial the plan's relay; a ring edge's channel says who sends on it.  An
+ * older server's "dials_next": false reverses the pipeline link; no way at
+ * all: the sender dials; an unknown way, or a relay with none named, is
+ * refused. */
+static void test_link_ways(void **state)
+{
+    (void)state;
+    struct assignment o;
+    struct shoal_err err;
+    json_t *a = assignment("ring");
+    assert_int_equal(assign_parse(a, &o, &err), 0);
+    assert_int_equal(o.prev_stage.way, ASSIGN_TAKE);             /* stage 0 dials us */
+    assert_int_equal(o.prev_stage.channel, WIRE_CHANNEL_STAGE);
+    assert_int_equal(o.ring_next.way, ASSIGN_DIAL);
+    assert_int_equal(o.ring_next.channel, WIRE_CHANNEL_SENDS);
+    assert_int_equal(o.ring_prev.way, ASSIGN_TAKE);
+    assert_int_equal(o.ring_prev.channel, WIRE_CHANNEL_SENDS);
+    json_t *pipeline = json_object_get(a, "pipeline"), *group = json_object_get(a, "group");
+    json_object_set_new(json_array_get(pipeline, 0), "dials_next", json_false());
+    json_object_set_new(json_array_get(group, 1), "up_way", json_string("reverse"));
+    json_object_set_new(json_array_get(group, 0), "up_way", json_string("reverse"));
+    assert_int_equal(assign_parse(a, &o, &err), 0);
+    assert_int_equal(o.prev_stage.way, ASSIGN_DIAL);             /* we dial stage 0 */
+    assert_int_equal(o.ring_next.way, ASSIGN_TAKE);              /* replica 2 dials us to receive */
+    assert_int_equal(o.ring_next.channel, WIRE_CHANNEL_RECEIVES);
+    assert_int_equal(o.ring_prev.way, ASSIGN_DIAL);              /* we dial replica 0 to receive */
+    assert_int_equal(o.ring_prev.channel, WIRE_CHANNEL_RECEIVES);
+    json_object_set_new(json_array_get(pipeline, 0), "next_way", json_string("relay"));
+    json_object_set_new(json_array_get(group, 1), "up_way", json_string("relay"));
+    assert_int_equal(assign_parse(a, &o, &err), -1);
+    assert_string_equal(err.code, "bad_assignment");
+    assert_non_null(strstr(err.message, "names no relay"));
+    json_object_set_new(a, "relay", json_string("relay.example:7946"));
+    assert_int_equal(assign_parse(a, &o, &err), 0);
+    assert_string_equal(o.relay, "relay.example:7946");
+    assert_int_equal(o.prev_stage.way, ASSIGN_RELAY_TAKE);
+    assert_int_equal(o.ring_next.way, ASSIGN_RELAY_DIAL);
+    assert_int_equal(o.ring_next.channel, WIRE_CHANNEL_SENDS);
+    json_object_set_new(json_array_get(group, 0), "up_way", json_string("sideways"));
+    assert_int_equal(assign_parse(a, &o, &err), -1);
+    assert_non_null(strstr(err.message, "up_way is not dial, reverse or relay"));
+    json_decref(a);
+}
+
 /* The epoch's micro-batches win over the spec's (a re-plan short of nodes
  * trains fewer replicas, each more); absent (an older server): the spec's;
  * not a positive integer: refused. */
@@ -206,6 +252,7 @@ int main(void)
         cmocka_unit_test(test_ring_group),
         cmocka_unit_test(test_nccl_group_has_no_ring),
         cmocka_unit_test(test_older_server_means_ring),
+        cmocka_unit_test(test_link_ways),
         cmocka_unit_test(test_epoch_micro_batches),
         cmocka_unit_test(test_live_root),
         cmocka_unit_test(test_refused),

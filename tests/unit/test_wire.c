@@ -108,7 +108,7 @@ static void test_bad_headers(void **state)
     } bad[] = {
         {"magic", 0, 0x12345678, 4, 1, "bad magic"},
         {"version 1", 4, 1, 2, 1, "version"},
-        {"version 8", 4, 8, 2, 1, "version 8, this agent 7"},
+        {"version 9", 4, 9, 2, 1, "version 9, this agent 8"},
         {"header crc", 8, 43, 1, 0, "CRC"},
         {"kind 0", 6, 0, 2, 1, "kind"},
         {"kind 99", 6, 99, 2, 1, "kind"},
@@ -274,9 +274,16 @@ static void test_hello_payloads(void **state)
         assert_non_null(strstr(why, "length"));
         assert_int_equal(wire_hello_decode(buf, fixed + 1, with_nonce, &g, why, sizeof why), 0);
         assert_string_equal(g.role, "s");
-        buf[fixed - 1] = 2;
+        buf[fixed - 1] = 8;
         assert_int_equal(wire_hello_decode(buf, n, with_nonce, &g, why, sizeof why), -1);
         assert_non_null(strstr(why, "flags"));
+        /* a channel: in a dialer's hello only, and only the known ones */
+        buf[fixed - 1] = 1 | WIRE_HELLO_CHANNEL(WIRE_CHANNEL_RECEIVES);
+        assert_int_equal(wire_hello_decode(buf, n, with_nonce, &g, why, sizeof why), with_nonce ? 0 : -1);
+        if (with_nonce)
+            assert_int_equal(WIRE_HELLO_CHANNEL_OF(g.flags), WIRE_CHANNEL_RECEIVES);
+        buf[fixed - 1] = 1 | WIRE_HELLO_CHANNEL(WIRE_CHANNELS);
+        assert_int_equal(wire_hello_decode(buf, n, with_nonce, &g, why, sizeof why), -1);
         buf[fixed - 1] = 1;
         buf[fixed + 3] = '\n';
         assert_int_equal(wire_hello_decode(buf, n, with_nonce, &g, why, sizeof why), -1);
