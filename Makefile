@@ -104,8 +104,9 @@ DEB_PACKAGES := build-essential pkg-config libmicrohttpd-dev libjansson-dev \
                 libcurl4-openssl-dev libpq-dev libssl-dev libcmocka-dev \
                 postgresql curl jq procps bc libopenblas-openmp-dev nodejs chromium \
                 fortunes docker-compose clang libclang-rt-dev wrk openssl \
-                prometheus python3 libpcre2-dev libutf8proc-dev
+                prometheus python3 libpcre2-dev libutf8proc-dev nftables
 # python3: test_examples.sh extracts and compares the documents' examples.
+# nftables: test_nat.sh's hosts behind NAT (a stateful firewall in each).
 # prometheus: for promtool (the tests lint /metrics, prometheus.yml and the
 # Grafana dashboard's queries); deploy/deps.sh keeps its daemon stopped.
 

@@ -80,10 +80,15 @@ static int link_pass(struct tasklet *k, const struct assign_peer *p, enum link_p
     if (pass == PASS_RELAY) {
         if (p->way != ASSIGN_RELAY_TAKE)
             return 0;
+        /* the relay may be starting again (a restart is a recovery) */
         wire_role(p->stage, p->replica, p->node, role);
-        if (peer_listener_relay(k->env->listener, k->as->relay, role, p->channel, 5000, k->env->connect_timeout_ms,
-                                err) != 0)
-            return tasklet_peer_failed(k, p);
+        double until = ctl_now() + k->env->connect_timeout_ms / 1e3;
+        while (peer_listener_relay(k->env->listener, k->as->relay, role, p->channel, 5000,
+                                   k->env->connect_timeout_ms, err) != 0) {
+            if (tasklet_stopping(k) || ctl_now() > until)
+                return tasklet_peer_failed(k, p);
+            ctl_sleep(k->env->ctl, 0.2);
+        }
         return 0;
     }
     if (dials != (pass == PASS_DIAL))

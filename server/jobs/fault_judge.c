@@ -20,7 +20,8 @@
     " 'faults', (SELECT coalesce(json_agg(json_build_object('id', f.id, 'reporter', f.reporter_node," \
     "   'suspect', f.suspect_node) ORDER BY f.id), '[]') FROM job_faults f" \
     "   WHERE f.job_id = $1::bigint AND f.epoch = e.epoch AND f.judged_at IS NULL)," \
-    " 'nodes', (SELECT coalesce(json_agg(json_build_object('id', n.id, 'peer_address', n.peer_address)" \
+    " 'nodes', (SELECT coalesce(json_agg(json_build_object('id', n.id, 'peer_address', n.peer_address," \
+    "     'unreachable', coalesce(n.peer_reachable = false AND n.peer_checked_address = n.peer_address, false))" \
     "   ORDER BY n.id), '[]') FROM plans p JOIN assignments a ON a.plan_id = p.id JOIN nodes n ON n.id = a.node_id" \
     "   WHERE p.job_id = $1::bigint AND p.epoch = e.epoch))" \
     " FROM e WHERE e.epoch IS NOT NULL"
@@ -50,7 +51,11 @@
     "UPDATE job_faults SET verdict = $2, culprit_node = $3::bigint, judgement = $4, judged_at = now()" \
     " WHERE id = $1::bigint AND judged_at IS NULL RETURNING id"
 
-/* The probe results of the plan's nodes. */
+/* A node whose peer port the server already knew it cannot reach (behind
+ * NAT or a closed firewall: reach.c): its probe is not counted either way. */
+#define PROBE_UNSEEN 2
+
+/* The probe results of the plan's nodes (PEER_PROBE_* or PROBE_UNSEEN). */
 struct probed {
     int n, answered;          /* nodes, and how many answered */
     int64_t *id;
@@ -73,7 +78,8 @@ static int probed_at(const struct probed *p, int64_t id)
 static int silent(const struct probed *p, int64_t id)
 {
     int i = probed_at(p, id);
-    return i >= 0 && (p->ok[i] == PEER_PROBE_REFUSED || (p->answered > 0 && p->ok[i] != PEER_PROBE_ANSWERED));
+    return i >= 0 && p->ok[i] != PROBE_UNSEEN &&
+           (p->ok[i] == PEER_PROBE_REFUSED || (p->answered > 0 && p->ok[i] != PEER_PROBE_ANSWERED));
 }
 
 /* Judges one report (fault_judge.h's rules) into verdict, culprit (0:
@@ -135,8 +141,14 @@ static int probe_plan(const json_t *nodes, struct probed *p)
         p->addr[i] = addr ? addr : "";
     }
     peer_probe_all(p->addr, p->n, PEER_PROBE_TIMEOUT_MS, p->ok, p->why);
-    for (int i = 0; i < p->n; i++)
+    for (int i = 0; i < p->n; i++) {
+        if (json_is_true(json_object_get(json_array_get(nodes, (size_t)i), "unreachable")) &&
+            p->ok[i] != PEER_PROBE_ANSWERED) {
+            p->ok[i] = PROBE_UNSEEN;
+            snprintf(p->why[i], PEER_PROBE_WHY_MAX, "the server cannot reach it from outside (NAT, a firewall)");
+        }
         p->answered += p->ok[i] == PEER_PROBE_ANSWERED;
+    }
     return 0;
 }
 

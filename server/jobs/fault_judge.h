@@ -18,8 +18,10 @@
  * in a fault of its own when no report blamed it (two agents killed at
  * once, every report naming the same one).  When no node of the plan answers, the server cannot see the peer
  * network at all (agents behind NAT): only a refused probe blames a node,
- * and a report naming a neighbour blames the link.  A node the server
- * cannot reach but its peers can is blamed only when it is named.
+ * and a report naming a neighbour blames the link.  A node whose peer
+ * port the server knew it could not reach before (behind NAT or a closed
+ * firewall, reach.c) is not judged by its probe at all, neither silent nor
+ * refused: a report naming it blames the link.
  *
  * A culprit is left out of the re-plan of the epoch it failed, and out of
  * every later plan of the job once it was the culprit in two epochs; so is

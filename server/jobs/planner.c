@@ -359,7 +359,8 @@ static json_t *plan_stages_json(const struct sched_problem *pb, const struct sch
  * (stage, replica, node, layer_start, layer_end arrays), $10 the states it
  * may be stored from, $11 the resume step or NULL, $12 the live resume
  * ({step, roots}) or NULL, $13 replicas, $14 micro-batches per replica and
- * step, $15 the relay (--relay) or NULL; each connection's way
+ * step, $15 the relay (--relay) or NULL, $16 whether the head is tied
+ * across stages (its two ends connect); each connection's way
  * (018_link_ways.sql) is decided here.  One statement: the new
  * epoch, the plan, its assignments, and the steps that will be trained
  * again dropped from job_steps (with the count of finished tasklets: all
@@ -385,7 +386,7 @@ static json_t *plan_stages_json(const struct sched_problem *pb, const struct sch
     "     link_way(t.n, up.n, $15::text IS NOT NULL), link_way(t.n, tie.n, $15::text IS NOT NULL)" \
     "   FROM p, t LEFT JOIN t nx ON nx.s = t.s + 1 AND nx.r = t.r" \
     "   LEFT JOIN t up ON up.s = t.s AND up.r = (t.r + 1) % $13::int AND up.r <> t.r" \
-    "   LEFT JOIN t tie ON tie.r = t.r AND tie.s <> t.s AND tie.s = CASE WHEN t.s = 0" \
+    "   LEFT JOIN t tie ON $16::boolean AND tie.r = t.r AND tie.s <> t.s AND tie.s = CASE WHEN t.s = 0" \
     "     THEN (SELECT max(s) FROM t) WHEN t.s = (SELECT max(s) FROM t) THEN 0 END" \
     "   RETURNING 1)," \
     " d AS (DELETE FROM job_steps s USING j WHERE s.job_id = j.id AND s.step >= coalesce($11::bigint, 0)" \
@@ -476,8 +477,9 @@ static long planner_store(struct server *srv, const struct plan_work *w, const s
                              w->resume_step >= 0 ? db_param_i64(p_resume, w->resume_step) : NULL, live_text,
                              db_param_i64(p_replicas, plan->replicas),
                              db_param_i64(p_micro, w->problem.model.micro_batches),
-                             srv->cfg.relay[0] ? srv->cfg.relay : NULL };
-    json_t *res = db_query_json(srv->db, PLAN_STORE_SQL, 15, params, "job", e);
+                             srv->cfg.relay[0] ? srv->cfg.relay : NULL,
+                             w->problem.model.tied ? "true" : "false" };
+    json_t *res = db_query_json(srv->db, PLAN_STORE_SQL, 16, params, "job", e);
     if (res) {
         epoch = (long)json_integer_value(json_object_get(res, "epoch"));
         log_info("plan stored job=%s epoch=%ld resume_step=%lld steps_dropped=%lld stand_ins=%lld", p_id, epoch,

@@ -68,15 +68,17 @@ start_server() {
 }
 
 # start_relay NAME [ARGS...]: starts shoal-relay (beside SHOAL_SERVER, or
-# SHOAL_RELAY) on a free port of 127.0.0.1; sets RELAY_<NAME> to its
-# host:port and leaves its log in $WORK/NAME.log.
+# SHOAL_RELAY) on RELAY_HOST (127.0.0.1) and a free port (or RELAY_PORT);
+# sets RELAY_<NAME> to 127.0.0.1:port and leaves its log in $WORK/NAME.log.
 start_relay() {
-    local name=$1 port; shift
-    "${SHOAL_RELAY:-$(dirname "$SHOAL_SERVER")/shoal-relay}" --listen 127.0.0.1:0 "$@" >>"$WORK/$name.log" 2>&1 &
+    local name=$1 port before; shift
+    before=$(cat "$WORK/$name.log" 2>/dev/null | wc -l)
+    "${SHOAL_RELAY:-$(dirname "$SHOAL_SERVER")/shoal-relay}" --listen "${RELAY_HOST:-127.0.0.1}:${RELAY_PORT:-0}" "$@" \
+        >>"$WORK/$name.log" 2>&1 &
     echo $! > "$WORK/$name.pid"
     SERVERS="$SERVERS $WORK/$name.pid"
     for _ in $(seq 1 100); do
-        port=$(sed -n 's/.*relay listening on .* (port \([0-9]*\)).*/\1/p' "$WORK/$name.log" | tail -n 1)
+        port=$(sed -n 's/.*relay listening on .* (port \([0-9]*\)).*/\1/p' <(tail -n +$((before + 1)) "$WORK/$name.log") | tail -n 1)
         if [ -n "$port" ]; then eval "RELAY_$name=127.0.0.1:$port"; return 0; fi
         kill -0 "$(cat "$WORK/$name.pid")" 2>/dev/null || break
         sleep 0.1

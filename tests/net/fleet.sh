@@ -19,7 +19,9 @@
 # Agents run with one BLAS thread, a CPU share as the config says, 1 s
 # heartbeats and --link-stale 86400 on the server: links are measured once,
 # so no probe traffic crosses them during the runs.  FLEET_AGENT_OPTS
-# replaces their "--measure-ms 2000 --peer-timeout 120 --connect-timeout 120".
+# replaces their "--measure-ms 2000 --peer-timeout 120 --connect-timeout 120";
+# FLEET_SERVER_OPTS adds options to the server's.  A link whose agent could
+# not connect at all (a host behind NAT) counts as measured: it never will be.
 
 FLEET_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 FLEET_SERVER=${FLEET_SERVER:-$FLEET_TOP/bin/shoal-server}
@@ -79,7 +81,7 @@ fleet_up() {
     net_up "$config" || { echo "fleet: could not build the network" >&2; return 1; }
     [ -n "$NET_CG_ROOT" ] || echo "   (no cpu cgroup here: the hosts share the cores without quotas)"
     "$FLEET_SERVER" --data-dir "$FLEET_DIR/server" --listen "$NET_GW" --port 0 --heartbeat-timeout 30 \
-        --link-stale 86400 > "$FLEET_DIR/server.log" 2>&1 &
+        --link-stale 86400 ${FLEET_SERVER_OPTS:-} > "$FLEET_DIR/server.log" 2>&1 &
     FLEET_PID=$!
     wait_until 60 test -s "$FLEET_DIR/server/server.port" || { echo "fleet: the server did not start" >&2; return 1; }
     port=$(cat "$FLEET_DIR/server/server.port")
@@ -99,7 +101,10 @@ fleet_up() {
     wait_until 120 fleet_registered || { echo "fleet: not every agent registered" >&2; return 1; }
     nodes=$(api GET /v1/nodes)
     FLEET_IDS=$(jq -c --argjson nodes "$nodes" '[.nodes[].name as $h | $nodes.nodes[] | select(.name == $h) | .id]' "$config")
-    fleet_measured() { [ "$(api GET /v1/links | jq '[.bandwidth_gbps[][] | select(. == null)] | length')" = "$n" ]; }
+    fleet_measured() {
+        [ "$(api GET /v1/links | jq '[.bandwidth_gbps as $b | .reachable as $r | range($b | length) as $i
+              | range($b | length) as $j | select($i != $j and $b[$i][$j] == null and $r[$i][$j] != false)] | length')" = 0 ]
+    }
     wait_until $((60 + 20 * n)) fleet_measured || { echo "fleet: the link matrix did not fill" >&2; return 1; }
 }
 

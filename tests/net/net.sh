@@ -16,6 +16,9 @@
 #                     NET_GW, NET_IP[i], NET_NS[i], NET_CG[i]
 #   net_run I CMD...  runs CMD in host I (its namespace and cgroup), in the
 #                     background; sets NET_PID
+#   net_nat I         host I takes no inbound connections, as behind a NAT
+#                     router (config: "nat": true); what it opens goes out
+#                     and back as usual
 #   net_cut I         cuts host I off from every other host (its links both
 #                     ways shaped to 8 bit/s: packets queue, nothing gets
 #                     through in time); the gateway still reaches it, as a
@@ -85,6 +88,7 @@ net_up() {
             tc -n "$ns" filter add dev eth0 parent 1: protocol ip prio 1 u32 \
                 match ip dst "$NET_PREFIX.$((10 + j))/32" flowid "1:$((100 + j))" || return 1
         done
+        if [ "$(jq -r ".nodes[$i].nat // false" "$config")" = true ]; then net_nat "$i" || return 1; fi
         NET_CG[$i]=""
         share=$(jq -r ".nodes[$i].cpu // empty" "$config")
         if [ -n "$share" ] && [ -n "$NET_CG_ROOT" ]; then
@@ -102,6 +106,20 @@ net_run() {
         _ "${NET_CG[$i]}" "${NET_NS[$i]}" "$@" &
     NET_PID=$!
     disown "$NET_PID"   # net_down ends it; no job notices
+}
+
+# A stateful firewall in the host (nftables): a new TCP connection to it
+# is refused, every packet of one it opened comes back.  A home router
+# drops such connections silently (the dialer times out); the reset makes
+# the test's probes fail at once instead, and shoal tells the two apart
+# only by how long a failed dial takes.
+net_nat() {
+    printf '%s\n' 'table inet shoal_nat {' \
+        '    chain input {' \
+        '        type filter hook input priority 0; policy accept;' \
+        '        ct state established,related accept' \
+        '        tcp flags & (syn | ack) == syn reject with tcp reset' \
+        '    }' '}' | ip netns exec "${NET_NS[$1]}" nft -f -
 }
 
 # net_shape I J RATE: host I's link to host J at RATE (tc's units).
