@@ -14,6 +14,7 @@
 #   make bench-gpu-pipeline  two CUDA agents train a GPT-2-124M-sized job as 2 stages on one GPU
 #                     per stage-link type: step time and tokens/s beside the kernels-only time
 #   make bench-peer   peer frames vs plain TCP, ring all-reduce, a 2x2 step's time split
+#   make bench-relay  a sealed job connection direct and through shoal-relay: throughput, relay CPU
 #   make bench-load   simulated agents in steps (heartbeats, long-polls, progress) + wrk: latency, knee
 #   make testbed      hosts in network namespaces on shaped links: measured links and four
 #                     plans' predicted vs measured iteration times (needs root)
@@ -117,7 +118,7 @@ DEB_COMMANDS := npm
 # tokenizer oracles of tests/tokenize (tiktoken, @huggingface/tokenizers).
 NPM_DIRS     := tests/browser tests/api tests/tokenize
 
-.PHONY: all deps test test-gpu demo bench-sched bench-sched-long bench-kernels bench-gpu-pipeline bench-peer bench-load bench-wan bench-faults bench-finetune bench-tokenize testbed fuzz clean
+.PHONY: all deps test test-gpu demo bench-sched bench-sched-long bench-kernels bench-gpu-pipeline bench-peer bench-relay bench-load bench-wan bench-faults bench-finetune bench-tokenize testbed fuzz clean
 all: $(BINDIR)/shoal-server $(BINDIR)/shoal-sched $(BINDIR)/shoal-agent $(BINDIR)/shoal-relay
 
 $(BINDIR)/shoal-server: $(BUILD)/server/main.o $(SERVER_OBJ) $(COMMON_OBJ)
@@ -173,6 +174,10 @@ $(BUILD)/tests/gpu/test_kernels_gpu: $(wildcard tests/gpu/*.c) $(KERNELS_OBJ)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(KERNELS_LIBS)
 
 $(BUILD)/bench/bench_peer: tests/bench/bench_peer.c $(filter $(BUILD)/agent/net/peer% $(BUILD)/agent/net/ring.o,$(AGENT_OBJ)) $(COMMON_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS)
+
+$(BUILD)/bench/bench_relay: tests/bench/bench_relay.c $(filter $(BUILD)/agent/net/peer%,$(AGENT_OBJ)) $(COMMON_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS)
 
@@ -259,6 +264,13 @@ bench-gpu-pipeline: deps
 # Benchmarks print a table and JSON lines; they are not tests.
 # bench-peer: activation frames against plain TCP on loopback, the ring
 # all-reduce, then a 2x2 CPU training run's step time split.
+# bench-relay: a sealed job connection direct and through shoal-relay on
+# shaped links in network namespaces (root), then through a relay on
+# loopback: throughput against the link, the relay's CPU per Gbit/s.
+bench-relay: deps all
+	@$(MAKE) --no-print-directory build/rel/bench/bench_relay
+	@bash tests/bench/bench_relay.sh bin/shoal-relay build/rel/bench/bench_relay $(RELAY_ARGS)
+
 bench-peer: deps all
 	@$(MAKE) --no-print-directory build/rel/bench/bench_peer
 	build/rel/bench/bench_peer $(BENCH_ARGS)

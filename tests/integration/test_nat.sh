@@ -14,30 +14,15 @@ set -u
 . "$(dirname "$0")/lib.sh"
 : "${SHOAL_AGENT:?set SHOAL_AGENT to the shoal-agent binary}"
 top=$(cd "$(dirname "$0")/../.." && pwd)
-. "$top/tests/net/net.sh"
 . "$top/tests/net/fleet.sh"
-FLEET_SERVER=$SHOAL_SERVER
-FLEET_AGENT=$SHOAL_AGENT
 FLEET_AGENT_OPTS="--measure-ms 200 --peer-timeout 10 --connect-timeout 10"
-
-why=$( (fleet_check nat) 2>&1 ); rc=$?
-if [ "$rc" = 0 ] && ! command -v nft >/dev/null; then rc=77; why="nat: skipped: needs nft (nftables)"; fi
-if [ "$rc" = 77 ]; then echo "ok - nat # SKIP $why"; exit 0; fi
-[ "$rc" = 0 ] || { fail "the network can be built" "$why"; exit 1; }
-trap 'fleet_down; cleanup' EXIT
-net_sweep
+fleet_suite nat nft
 
 # the relay, in the root namespace: the hosts reach it at the gateway
 RELAY_HOST=0.0.0.0 start_relay r || exit 1
 RELAY=$NET_GW:${RELAY_r##*:}
 FLEET_SERVER_OPTS="--relay $RELAY"
-CORPUS=$WORK/corpus.txt
-fleet_corpus "$CORPUS"
-if fleet_up "$top/tests/net/nat.json" "$WORK/fleet" > "$WORK/fleet.log" 2>&1; then
-    ok "four hosts register and measure what they can"
-else
-    fail "four hosts register and measure what they can" "$(tail -n 3 "$WORK/fleet.log")"; exit 1
-fi
+fleet_suite_up "$top/tests/net/nat.json" "four hosts register and measure what they can"
 id_of() { fleet_sql "SELECT id FROM nodes WHERE name = '$1'"; }
 P=$(id_of pub-0); H0=$(id_of home-0); H1=$(id_of home-1); H2=$(id_of home-2)
 

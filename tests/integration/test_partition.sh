@@ -10,26 +10,12 @@ set -u
 . "$(dirname "$0")/lib.sh"
 : "${SHOAL_AGENT:?set SHOAL_AGENT to the shoal-agent binary}"
 top=$(cd "$(dirname "$0")/../.." && pwd)
-. "$top/tests/net/net.sh"
 . "$top/tests/net/fleet.sh"
-FLEET_SERVER=$SHOAL_SERVER
-FLEET_AGENT=$SHOAL_AGENT
 # Seconds-scale detection: a stalled peer or connect gives up after 5 s.
 FLEET_AGENT_OPTS="--measure-ms 200 --peer-timeout 5 --connect-timeout 5"
+fleet_suite partition
 
-why=$( (fleet_check partition) 2>&1 ); rc=$?
-if [ "$rc" = 77 ]; then echo "ok - partition # SKIP $why"; exit 0; fi
-[ "$rc" = 0 ] || { fail "the network can be built" "$why"; exit 1; }
-trap 'fleet_down; cleanup' EXIT
-net_sweep
-
-CORPUS=$WORK/corpus.txt
-fleet_corpus "$CORPUS"
-if fleet_up "$top/tests/net/partition.json" "$WORK/fleet" > "$WORK/fleet.log" 2>&1; then
-    ok "five hosts register and measure their links"
-else
-    fail "five hosts register and measure their links" "$(tail -n 3 "$WORK/fleet.log")"; exit 1
-fi
+fleet_suite_up "$top/tests/net/partition.json" "five hosts register and measure their links"
 name_of() { fleet_sql "SELECT name FROM nodes WHERE id = $1"; }
 host_of() { local n; n=$(name_of "$1"); echo "${n#p-}"; }
 

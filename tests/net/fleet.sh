@@ -1,9 +1,18 @@
 # fleet.sh - a server and one agent per host on the testbed's network
-# (net.sh), for the benches that train on shaped links (testbed.sh,
-# wan.sh); source it after net.sh.
+# (net.sh, which it sources when it is not yet), for the benches and suites
+# that train on shaped links (testbed.sh, wan.sh, test_partition.sh,
+# test_nat.sh).
 #
-#   fleet_check             exits 77 saying why when this machine cannot build
-#                           the network (not root, no namespaces, a tool missing)
+#   fleet_check WHAT [CMD...]  exits 77 saying why when this machine cannot build
+#                           the network (not root, no namespaces, a tool or a CMD
+#                           missing)
+#   fleet_suite NAME [CMD...]  for an integration suite (lib.sh sourced): the
+#                           fleet runs the suite's binaries; where fleet_check
+#                           fails, prints "ok - NAME # SKIP why" and ends the
+#                           suite; else removes the hosts at exit
+#   fleet_suite_up CONFIG WHAT  then: the corpus in $CORPUS, fleet_up CONFIG
+#                           in $WORK/fleet, and the check WHAT (a failure ends
+#                           the suite)
 #   fleet_up CONFIG DIR     builds CONFIG's hosts, starts the server (in the root
 #                           namespace, on the bridge) and an agent per host, and
 #                           waits until every agent registered and measured its
@@ -24,22 +33,45 @@
 # not connect at all (a host behind NAT) counts as measured: it never will be.
 
 FLEET_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+declare -F net_up > /dev/null || . "$FLEET_TOP/tests/net/net.sh"
 FLEET_SERVER=${FLEET_SERVER:-$FLEET_TOP/bin/shoal-server}
 FLEET_AGENT=${FLEET_AGENT:-$FLEET_TOP/bin/shoal-agent}
 FLEET_PID=""
 
 fleet_check() {
     local what=$1 b c
+    shift
     for b in "$FLEET_SERVER" "$FLEET_AGENT"; do
         [ -x "$b" ] || { echo "$what: $b is not built (make)" >&2; exit 2; }
     done
     [ "$(id -u)" = 0 ] || { echo "$what: skipped: needs root for network namespaces, tc and cgroups"; exit 77; }
-    for c in ip tc jq curl awk psql; do
+    for c in ip tc jq curl awk psql "$@"; do
         command -v "$c" >/dev/null || { echo "$what: skipped: needs $c"; exit 77; }
     done
     ip netns add "stb$$-probe" 2>/dev/null ||
         { echo "$what: skipped: this machine does not allow network namespaces (ip netns add failed)"; exit 77; }
     ip netns del "stb$$-probe"
+}
+
+fleet_suite() {
+    local why rc
+    FLEET_SERVER=$SHOAL_SERVER
+    FLEET_AGENT=$SHOAL_AGENT
+    why=$( (fleet_check "$@") 2>&1 ); rc=$?
+    if [ "$rc" = 77 ]; then echo "ok - $1 # SKIP $why"; exit 0; fi
+    [ "$rc" = 0 ] || { fail "the network can be built" "$why"; exit 1; }
+    trap 'fleet_down; cleanup' EXIT
+    net_sweep
+}
+
+fleet_suite_up() {
+    CORPUS=$WORK/corpus.txt
+    fleet_corpus "$CORPUS"
+    if fleet_up "$1" "$WORK/fleet" > "$WORK/fleet.log" 2>&1; then
+        ok "$2"
+    else
+        fail "$2" "$(tail -n 3 "$WORK/fleet.log")"; exit 1
+    fi
 }
 
 emit() {
