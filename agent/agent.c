@@ -313,13 +313,28 @@ static void probe_round(struct agent *ag, long generation)
         json_array_append_new(samples, json_pack("{s:I, s:f, s:f}", "to", to, "latency_ms", r.latency_ms,
                                                  "bandwidth_gbps", r.bandwidth_gbps));
     }
-    if (json_array_size(samples) == 0)
+    /* the server's relay, while this node's link to it is not measured */
+    json_t *relay_link = NULL;
+    const char *relay = json_string_value(json_object_get(ans, "relay"));
+    struct probe_result r = { 0 };
+    if (relay && !atomic_load(ag->stop)) {
+        if (probe_relay(relay, PROBE_TIMEOUT_MS, &r, &e) == 0) {
+            log_info("probe relay=%s latency_ms=%.3f bandwidth_gbps=%.3f bytes=%llu seconds=%.2f", relay,
+                     r.latency_ms, r.bandwidth_gbps, r.bytes, r.seconds);
+            relay_link = json_pack("{s:s, s:f, s:f}", "address", relay, "latency_ms", r.latency_ms,
+                                   "bandwidth_gbps", r.bandwidth_gbps);
+        } else {
+            log_warn("probe of relay %s failed: %s", relay, e.message);
+        }
+    }
+    if (json_array_size(samples) == 0 && !relay_link)
         goto out;
     /* Named, so that a retry after a lost answer stores nothing twice. */
     char report_id[TOKEN_MAX];
     if (token_generate("links-", report_id, sizeof report_id) != 0)
         report_id[0] = '\0';
-    body = json_pack("{s:O, s:s?}", "samples", samples, "report_id", report_id[0] ? report_id : NULL);
+    body = json_pack("{s:O, s:s?, s:o?}", "samples", samples, "report_id", report_id[0] ? report_id : NULL,
+                     "relay", relay_link);
     if (ctl_call_retry(&ag->ctl, "PUT", "/v1/links", body, 10, 30, NULL, &e) != 0)
         log_warn("cannot report link samples: %s", e.message);
 out:

@@ -37,13 +37,13 @@ int relay_request_decode(const unsigned char in[RELAY_REQUEST_BYTES], struct rel
         snprintf(why, why_len, "relay protocol version %u, this relay speaks %d", in[8], RELAY_VERSION);
         return -1;
     }
-    if (in[9] != RELAY_SIDE_DIALER && in[9] != RELAY_SIDE_LISTENER) {
+    if (in[9] != RELAY_SIDE_DIALER && in[9] != RELAY_SIDE_LISTENER && in[9] != RELAY_SIDE_PROBE) {
         snprintf(why, why_len, "unknown side %u", in[9]);
         return -1;
     }
     for (int i = 0; i < 8; i++)
         job |= (uint64_t)in[16 + i] << (8 * i);
-    if (job < 1 || job > INT64_MAX) {
+    if ((job < 1 && in[9] != RELAY_SIDE_PROBE) || job > INT64_MAX) {
         snprintf(why, why_len, "job id out of range");
         return -1;
     }

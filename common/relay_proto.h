@@ -6,7 +6,10 @@
  *     magic "SHOALRLY"(8) | version(1) | side(1) | zero(6) | job id(8, LE)
  *     | token(32)
  * side RELAY_SIDE_DIALER for the end that will speak the dialer's hello,
- * RELAY_SIDE_LISTENER for the one that answers it.  The token is the link's
+ * RELAY_SIDE_LISTENER for the one that answers it, RELAY_SIDE_PROBE for an
+ * agent measuring its link to the relay (job 0, token unused): answered at
+ * once, then every byte it sends comes back, up to RELAY_PROBE_MAX_BYTES
+ * within RELAY_PROBE_MAX_S.  The token is the link's
  * (wire_relay_token): both ends derive it from their link key, and the relay
  * learns nothing else.  The relay pairs a dialer and a listener with the
  * same token, then answers each with RELAY_REPLY_BYTES:
@@ -28,7 +31,9 @@
 #define RELAY_REQUEST_BYTES 56
 #define RELAY_REPLY_BYTES 64
 
-enum relay_side { RELAY_SIDE_DIALER = 0, RELAY_SIDE_LISTENER = 1 };
+enum relay_side { RELAY_SIDE_DIALER = 0, RELAY_SIDE_LISTENER = 1, RELAY_SIDE_PROBE = 2 };
+#define RELAY_PROBE_MAX_BYTES (64u << 20)   /* echoed per probe connection */
+#define RELAY_PROBE_MAX_S 30
 
 struct relay_request {
     int side;                               /* enum relay_side */

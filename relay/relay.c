@@ -159,6 +159,27 @@ out:
     shutdown(c->partner->fd, SHUT_RDWR);
 }
 
+/* A probe: every byte back, up to RELAY_PROBE_MAX_BYTES within
+ * RELAY_PROBE_MAX_S (the agent times its echoes). */
+static void echo(struct conn *c)
+{
+    char *buf = malloc(FORWARD_BYTES);
+    uint64_t total = 0;
+    int64_t end = mono_ms() + RELAY_PROBE_MAX_S * 1000;
+    reply(c->fd, 'P', "probe");
+    while (buf && total < RELAY_PROBE_MAX_BYTES) {
+        struct pollfd p[2] = { { .fd = c->fd, .events = POLLIN }, { .fd = c->r->wake_fd, .events = POLLIN } };
+        int64_t left = end - mono_ms();
+        if (left <= 0 || poll(p, 2, (int)left) <= 0 || (p[1].revents & POLLIN))
+            break;
+        ssize_t n = read(c->fd, buf, FORWARD_BYTES);
+        if (n <= 0 || send(c->fd, buf, (size_t)n, MSG_NOSIGNAL) != n)
+            break;
+        total += (uint64_t)n;
+    }
+    free(buf);
+}
+
 /* The connection's request: pairs it with a waiting partner, or waits for
  * one.  Returns 0 when joined (both replies sent), else -1 (refused, the
  * reason sent). */
@@ -304,7 +325,9 @@ static void *conn_main(void *arg)
         reply(c->fd, 'E', why);
         goto out;
     }
-    if (pair(c) == 0)
+    if (c->rq.side == RELAY_SIDE_PROBE)
+        echo(c);
+    else if (pair(c) == 0)
         forward(c);
 out:
     pthread_mutex_lock(&r->mu);

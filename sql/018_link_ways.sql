@@ -34,28 +34,46 @@ CREATE OR REPLACE FUNCTION link_way(a bigint, b bigint, relay boolean) RETURNS t
               ELSE 'dial' END
 $$;
 
+-- Each node's link to a relay, as its agent measured it (echoes through
+-- the relay: GET /v1/agent/probes names the relay while the node's
+-- measurement is missing or stale, PUT /v1/links "relay" reports it).
+CREATE TABLE relay_links (
+    node_id         bigint NOT NULL REFERENCES nodes (id) ON DELETE CASCADE,
+    relay           text NOT NULL,                    -- host:port, as the server's --relay names it
+    latency_ms      double precision NOT NULL,        -- ms, the round trip's half
+    bandwidth_gbps  double precision NOT NULL,        -- Gbit/s, echoed: what goes both ways at once
+    measured_at     timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (node_id, relay)
+);
+
 -- The links as the planner prices them: links_matrix_json's latency_ms and
 -- bandwidth_gbps (null: not measured), with the cells a turned or relayed
 -- connection fills.  A direction a to b that a cannot connect (so never
 -- measured) while b can connect to a is priced as b to a measured: the
 -- connection is dialled from b and carries both ways.  With a relay, a
--- pair blocked both ways is priced as two hops: latency the sum of each
--- end's lowest measured latency, bandwidth the lesser of each end's
--- highest measured bandwidth (what its access link has shown it can do),
--- until agents measure the relay itself.  With no relay, a pair blocked
--- both ways is priced as unusable (avoided_latency_ms, avoided_bandwidth_gbps:
--- the planner's, as for a link blamed for failures), so that the search
--- keeps them apart where it can.
-CREATE OR REPLACE FUNCTION planning_links_json(relay boolean, avoided_latency_ms float8,
+-- pair blocked both ways is priced as its two hops through the relay:
+-- latency the sum of a's and b's measured links to it, bandwidth the lesser
+-- (relay_links); where one end has not measured it yet, each end's lowest
+-- measured latency to any peer and highest bandwidth stand in (what its
+-- own access link has shown).  With no relay, a pair blocked both ways is
+-- priced as unusable (avoided_latency_ms, avoided_bandwidth_gbps: the
+-- planner's, as for a link blamed for failures), so that the search keeps
+-- them apart where it can.
+CREATE OR REPLACE FUNCTION planning_links_json(relay text, avoided_latency_ms float8,
                                                avoided_bandwidth_gbps float8) RETURNS json LANGUAGE sql STABLE AS $$
   WITH ids AS (SELECT id FROM nodes WHERE removed_at IS NULL),
     ll AS MATERIALIZED (SELECT * FROM links_latest),
-    best AS (SELECT n, max(bandwidth_gbps) AS bw, min(latency_ms) AS lat
-      FROM (SELECT from_node AS n, bandwidth_gbps, latency_ms FROM ll
-            UNION ALL SELECT to_node, bandwidth_gbps, latency_ms FROM ll) x GROUP BY n),
+    best AS (SELECT i.id AS n, coalesce(rl.bandwidth_gbps, x.bw) AS bw, coalesce(rl.latency_ms, x.lat) AS lat,
+        rl.node_id IS NOT NULL AS measured
+      FROM ids i
+      LEFT JOIN relay_links rl ON rl.node_id = i.id AND rl.relay = planning_links_json.relay
+      LEFT JOIN (SELECT n, max(bandwidth_gbps) AS bw, min(latency_ms) AS lat
+        FROM (SELECT from_node AS n, bandwidth_gbps, latency_ms FROM ll
+              UNION ALL SELECT to_node, bandwidth_gbps, latency_ms FROM ll) y GROUP BY n) x ON x.n = i.id),
     cells AS (SELECT a.id AS a, b.id AS b, f.latency_ms AS f_lat, f.bandwidth_gbps AS f_bw,
         CASE WHEN f.from_node IS NULL AND a.id <> b.id AND link_blocked(a.id, b.id) THEN
-          CASE WHEN NOT link_blocked(b.id, a.id) THEN 'turned' WHEN relay THEN 'relayed' ELSE 'blocked' END END AS way,
+          CASE WHEN NOT link_blocked(b.id, a.id) THEN 'turned' WHEN relay IS NOT NULL THEN 'relayed'
+               ELSE 'blocked' END END AS way,
         r.latency_ms AS r_lat, r.bandwidth_gbps AS r_bw, ba.lat + bb.lat AS h_lat, least(ba.bw, bb.bw) AS h_bw
       FROM ids a CROSS JOIN ids b
       LEFT JOIN ll f ON f.from_node = a.id AND f.to_node = b.id

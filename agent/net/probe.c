@@ -1,10 +1,15 @@
 /* probe.c - link measurement against a peer's probe session (probe.h). */
 #include "probe.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include "../../common/relay_proto.h"
 #include "../control/control.h"
 #include "peer.h"
 
@@ -18,6 +23,24 @@ static double median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The bursts' size from the warm-up's t seconds: about
+ * PROBE_BURST_TARGET_S each, within PROBE_BURST_MIN..MAX bytes. */
+static uint64_t burst_size(double t, double round_trip)
+{
+    double guess = PROBE_BURST_MIN / (t > round_trip ? t - round_trip : t);   /* bytes/s */
+    double want = guess * PROBE_BURST_TARGET_S;
+    return want < PROBE_BURST_MIN ? PROBE_BURST_MIN : want > PROBE_BURST_MAX ? PROBE_BURST_MAX : (uint64_t)want;
+}
+
+/* Gbit/s of a burst of `size` bytes that took t seconds with its answer:
+ * the answer's way back is in t; a burst so short that the round trip
+ * dominates falls back to the plain time. */
+static double burst_gbps(uint64_t size, double t, double round_trip)
+{
+    double wire = t > 1.5 * round_trip ? t - round_trip : t;
+    return (double)size * 8.0 / wire / 1e9;
 }
 
 /* One echo; returns the round trip in seconds, or -1. */
@@ -83,18 +106,12 @@ int probe_link(const char *addr, int timeout_ms, struct probe_result *out, struc
     if (t < 0)
         goto out;
     out->bytes = PROBE_BURST_MIN;
-    double guess = PROBE_BURST_MIN / (t > round_trip ? t - round_trip : t);   /* bytes/s */
-    double want = guess * PROBE_BURST_TARGET_S;
-    uint64_t size = want < PROBE_BURST_MIN ? PROBE_BURST_MIN : want > PROBE_BURST_MAX ? PROBE_BURST_MAX
-                                                                                     : (uint64_t)want;
+    uint64_t size = burst_size(t, round_trip);
     for (int i = 0; i < PROBE_BURSTS; i++) {
         if ((t = burst(&c, junk, size, timeout_ms, err)) < 0)
             goto out;
         out->bytes += size;
-        /* The PONG's way back is in t; a burst so short that the round trip
-         * dominates falls back to the plain time. */
-        double wire = t > 1.5 * round_trip ? t - round_trip : t;
-        bw[i] = (double)size * 8.0 / wire / 1e9;
+        bw[i] = burst_gbps(size, t, round_trip);
     }
     out->latency_ms = round_trip / 2.0 * 1e3;
     out->bandwidth_gbps = median(bw, PROBE_BURSTS);
@@ -103,5 +120,78 @@ int probe_link(const char *addr, int timeout_ms, struct probe_result *out, struc
 out:
     peer_close(&c);
     free(junk);
+    return rc;
+}
+
+/* Sends `bytes` to the relay's echo while reading them back; returns the
+ * seconds until the last came back, or -1. */
+static double echo(int fd, char *buf, uint64_t bytes, int timeout_ms, const char *relay, struct shoal_err *err)
+{
+    uint64_t sent = 0, got = 0;
+    double t0 = ctl_now(), end = t0 + timeout_ms / 1e3;
+    while (got < bytes) {
+        struct pollfd p = { .fd = fd, .events = POLLIN | (sent < bytes ? POLLOUT : 0) };
+        double left = end - ctl_now();
+        if (left <= 0)
+            return err_set(err, 504, "peer_timeout", NULL, "relay %s echoed %llu of %llu bytes within %d ms", relay,
+                           (unsigned long long)got, (unsigned long long)bytes, timeout_ms), -1;
+        if (poll(&p, 1, (int)(left * 1e3) + 1) < 0 && errno != EINTR)
+            return err_set(err, 502, "peer_io", NULL, "relay %s: poll: %s", relay, strerror(errno)), -1;
+        if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
+            ssize_t n = read(fd, buf, PROBE_FRAME_BYTES);
+            if (n <= 0)
+                return err_set(err, 502, "peer_io", NULL, "relay %s closed the probe after %llu bytes", relay,
+                               (unsigned long long)got), -1;
+            got += (uint64_t)n;
+        }
+        if (sent < bytes && (p.revents & POLLOUT)) {
+            size_t want = bytes - sent < PROBE_FRAME_BYTES ? (size_t)(bytes - sent) : PROBE_FRAME_BYTES;
+            ssize_t n = send(fd, buf, want, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n < 0 && errno != EAGAIN && errno != EINTR)
+                return err_set(err, 502, "peer_io", NULL, "relay %s: %s", relay, strerror(errno)), -1;
+            sent += n > 0 ? (uint64_t)n : 0;
+        }
+    }
+    return ctl_now() - t0;
+}
+
+int probe_relay(const char *relay, int timeout_ms, struct probe_result *out, struct shoal_err *err)
+{
+    unsigned char token[RELAY_TOKEN_BYTES] = { 0 };
+    double rtt[PROBE_PINGS], bw[PROBE_BURSTS], start = ctl_now();
+    char *buf = calloc(1, PROBE_FRAME_BYTES);
+    int fd = -1, rc = -1;
+    memset(out, 0, sizeof *out);
+    if (!buf) {
+        err_set(err, 500, "internal", NULL, "out of memory");
+        goto out;
+    }
+    if ((fd = peer_relay_open(relay, 0, RELAY_SIDE_PROBE, token, timeout_ms, err)) < 0 ||
+        relay_wait_paired(fd, relay, timeout_ms, -1, err) != 0)
+        goto out;
+    out->connected = 1;
+    for (int i = 0; i < PROBE_PINGS; i++)
+        if ((rtt[i] = echo(fd, buf, 64, timeout_ms, relay, err)) < 0)
+            goto out;
+    double round_trip = median(rtt, PROBE_PINGS);
+    double t = echo(fd, buf, PROBE_BURST_MIN, timeout_ms, relay, err);
+    if (t < 0)
+        goto out;
+    out->bytes = PROBE_BURST_MIN;
+    uint64_t size = burst_size(t, round_trip);
+    for (int i = 0; i < PROBE_BURSTS; i++) {
+        if ((t = echo(fd, buf, size, timeout_ms, relay, err)) < 0)
+            goto out;
+        out->bytes += size;
+        bw[i] = burst_gbps(size, t, round_trip);
+    }
+    out->latency_ms = round_trip / 2.0 * 1e3;
+    out->bandwidth_gbps = median(bw, PROBE_BURSTS);
+    out->seconds = ctl_now() - start;
+    rc = 0;
+out:
+    if (fd >= 0)
+        close(fd);
+    free(buf);
     return rc;
 }

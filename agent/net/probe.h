@@ -30,4 +30,10 @@ struct probe_result {
  * link could not be connected at all: nothing listens, a firewall, NAT). */
 int probe_link(const char *addr, int timeout_ms, struct probe_result *out, struct shoal_err *err);
 
+/* Measures this host's link to shoal-relay `relay` ("host:port") the same
+ * way over its echo (common/relay_proto.h, RELAY_SIDE_PROBE): latency from
+ * small echoes, bandwidth from bursts that go there and back at once (what
+ * a relayed connection can carry both ways).  Same bounds and result. */
+int probe_relay(const char *relay, int timeout_ms, struct probe_result *out, struct shoal_err *err);
+
 #endif

@@ -157,6 +157,15 @@ static const struct jv_field sample_fields[] = {
 };
 #undef S
 
+#define R(f) offsetof(struct body_links, relay.f)
+static const struct jv_field relay_link_fields[] = {
+    { "address", JV_STR, 1, 0, 3, 261, R(address), sizeof ((struct body_links *)0)->relay.address, NULL, NULL },
+    { "latency_ms", JV_NUM, 1, 0, 0, 600000, R(latency_ms), 0, NULL, NULL },
+    { "bandwidth_gbps", JV_NUM, 1, 0, 1e-9, 1e5, R(bandwidth_gbps), 0, NULL, NULL },
+    { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
+};
+#undef R
+
 /* Checks sample s (at `path`) is either measured or unreachable; an
  * unreachable one goes onto out->unreachable. */
 static int sample_kind(const struct link_sample *s, const char *path, struct body_links *out, struct shoal_err *e)
@@ -217,7 +226,8 @@ int body_links_parse(const json_t *body, int64_t self, struct body_links *out, s
     if (!out->unreachable)
         return err_set(e, 500, "internal", NULL, "out of memory");
     json_object_foreach((json_t *)body, key, val) {
-        if (strcmp(key, "samples") != 0 && strcmp(key, "from") != 0 && strcmp(key, "report_id") != 0)
+        if (strcmp(key, "samples") != 0 && strcmp(key, "from") != 0 && strcmp(key, "report_id") != 0 &&
+            strcmp(key, "relay") != 0)
             return unknown_member(e, "", key);
     }
     if (links_report_id(body, &out->report_id, e) != 0)
@@ -228,13 +238,17 @@ int body_links_parse(const json_t *body, int64_t self, struct body_links *out, s
     if (from && json_integer_value(from) != self)
         return err_set(e, 403, "forbidden", "from", "a node may only report its own links (from = %lld)",
                        (long long)self);
+    json_t *relay = json_object_get(body, "relay");
+    if (relay && !json_is_null(relay) && jv_object(relay, relay_link_fields, "relay", out, e) != 0)
+        return -1;
+    int has_relay = out->relay.address[0] != '\0';
     json_t *samples = json_object_get(body, "samples");
-    if (!json_is_array(samples))
+    if (!json_is_array(samples) && (samples || !has_relay))
         return err_set(e, 400, samples ? "invalid_field" : "missing_field", "samples",
                        "samples must be an array of {to, latency_ms, bandwidth_gbps} or {to, reachable: false}");
     size_t n = json_array_size(samples);
-    if (n == 0 || n > BODY_LINKS_MAX_SAMPLES)
-        return err_set(e, 422, "invalid_field", "samples", "samples must hold 1 to %d entries",
+    if ((n == 0 && !has_relay) || n > BODY_LINKS_MAX_SAMPLES)
+        return err_set(e, 422, "invalid_field", "samples", "samples must hold 1 to %d entries (0 with a relay)",
                        BODY_LINKS_MAX_SAMPLES);
     size_t measured = 0;
     for (size_t i = 0; i < n; i++) {

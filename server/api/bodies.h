@@ -66,10 +66,17 @@ struct body_links {
     struct buf latency_ms;      /* ms */
     struct buf bandwidth_gbps;  /* Gbit/s */
     json_t *unreachable;        /* [{to, why}]: links the caller could not connect over at all */
+    /* "relay": the caller's link to that relay, echoed through it; address "" when absent */
+    struct {
+        char address[262];      /* host:port */
+        double latency_ms;      /* ms */
+        double bandwidth_gbps;  /* Gbit/s */
+    } relay;
 };
 #define BODY_LINK_WHY_MAX 200   /* bytes of a sample's "why" */
 /* `self` is the reporting node: "from", when given, must be it (403), and no
- * sample may be to it.  Free `out` with body_links_free, also on failure. */
+ * sample may be to it; "samples" may be left out (or empty) when "relay" is
+ * given.  Free `out` with body_links_free, also on failure. */
 int body_links_parse(const json_t *body, int64_t self, struct body_links *out, struct shoal_err *e);
 void body_links_free(struct body_links *out);
 

@@ -55,16 +55,21 @@ void h_probes(struct request *rq, struct response *rs)
     const char *params[] = { db_param_i64(p_self, rq->node_id),
                              db_param_i64(p_timeout, rq->srv->cfg.heartbeat_timeout),
                              db_param_i64(p_stale, rq->srv->cfg.link_stale_s),
-                             db_param_i64(p_max, PROBES_MAX_TARGETS) };
+                             db_param_i64(p_max, PROBES_MAX_TARGETS),
+                             rq->srv->cfg.relay[0] ? rq->srv->cfg.relay : NULL };
     /* Live idle peers whose latest link from the caller is missing or older
      * than link_stale_s, and that the caller did not fail to connect to
      * within link_stale_s; never measured first, then the oldest.  A busy peer
      * is training: a probe's bulk transfer would slow its steps and the
-     * measurement would be wrong anyway, so it waits until the peer is idle. */
+     * measurement would be wrong anyway, so it waits until the peer is idle.
+     * "relay": the server's relay while the caller's link to it is not
+     * measured or older than link_stale_s, else null. */
     json_t *res = db_query_json(rq->srv->db,
         "SELECT json_build_object('targets', coalesce(json_agg(json_build_object('node_id', t.id,"
         "   'peer_address', t.peer_address) ORDER BY t.measured_at NULLS FIRST, t.id), '[]'),"
-        "  'stale_after_s', $3::bigint)"
+        "  'stale_after_s', $3::bigint,"
+        "  'relay', (SELECT $5::text WHERE $5::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM relay_links r"
+        "    WHERE r.node_id = $1 AND r.relay = $5 AND r.measured_at > now() - make_interval(secs => $3::bigint))))"
         " FROM (SELECT n.id, n.peer_address, l.measured_at FROM nodes n"
         "   LEFT JOIN LATERAL (SELECT s.measured_at FROM link_samples s"
         "     WHERE s.from_node = $1 AND s.to_node = n.id ORDER BY s.measured_at DESC, s.id DESC LIMIT 1) l ON true"
@@ -74,7 +79,7 @@ void h_probes(struct request *rq, struct response *rs)
         "     AND NOT EXISTS (SELECT 1 FROM link_reach r WHERE r.from_node = $1 AND r.to_node = n.id"
         "       AND NOT r.reachable AND r.checked_at > now() - make_interval(secs => $3::bigint))"
         "   ORDER BY l.measured_at NULLS FIRST, n.id LIMIT $4) t",
-        4, params, "probes", &e);
+        5, params, "probes", &e);
     if (res)
         reply_json(rs, 200, res);
     else

@@ -26,12 +26,18 @@ void h_links_put(struct request *rq, struct response *rs)
         reply_fail(rs, 500, "internal", NULL, "out of memory");
         goto out;
     }
+    char p_rlat[32], p_rbw[32];
+    int relay = links.relay.address[0] != '\0';
     const char *params[] = { db_param_i64(p_self, rq->node_id), links.to.data, links.latency_ms.data,
-                             links.bandwidth_gbps.data, links.report_id, unreachable };
+                             links.bandwidth_gbps.data, links.report_id, unreachable,
+                             relay ? links.relay.address : NULL,
+                             relay ? db_param_f64(p_rlat, links.relay.latency_ms) : NULL,
+                             relay ? db_param_f64(p_rbw, links.relay.bandwidth_gbps) : NULL };
     /* A named report stores its samples only the first time its name
      * comes (a retry after a lost answer stores nothing); the node's names
      * older than a day are pruned on the way.  Each link tried is noted in
-     * link_reach (016_reachability.sql): connected (measured) or not. */
+     * link_reach (016_reachability.sql): connected (measured) or not; the
+     * link to a relay goes to relay_links (018_link_ways.sql). */
     res = db_query_json(rq->srv->db,
         "WITH k AS (INSERT INTO link_reports (node_id, report_id) SELECT $1, $5 WHERE $5::text IS NOT NULL"
         "   ON CONFLICT (node_id, report_id) DO NOTHING RETURNING 1),"
@@ -46,9 +52,14 @@ void h_links_put(struct request *rq, struct response *rs)
         "     fresh WHERE fresh.yes UNION ALL SELECT t, false, why FROM un) s ORDER BY t, r DESC"
         "   ON CONFLICT (from_node, to_node) DO UPDATE SET reachable = excluded.reachable, why = excluded.why,"
         "     checked_at = now() RETURNING 1),"
+        " rl AS (INSERT INTO relay_links (node_id, relay, latency_ms, bandwidth_gbps)"
+        "   SELECT $1, $7, $8::float8, $9::float8 FROM fresh WHERE fresh.yes AND $7::text IS NOT NULL"
+        "   ON CONFLICT (node_id, relay) DO UPDATE SET latency_ms = excluded.latency_ms,"
+        "     bandwidth_gbps = excluded.bandwidth_gbps, measured_at = now() RETURNING 1),"
         " old AS (DELETE FROM link_reports WHERE node_id = $1 AND received_at < now() - interval '1 day')"
-        " SELECT json_build_object('accepted', (SELECT count(*) FROM ins) + (SELECT count(*) FROM un),"
-        "   'duplicate', $5::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM k))", 6, params, "samples", &e);
+        " SELECT json_build_object('accepted', (SELECT count(*) FROM ins) + (SELECT count(*) FROM un)"
+        "   + (SELECT count(*) FROM rl),"
+        "   'duplicate', $5::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM k))", 9, params, "samples", &e);
     free(unreachable);
     if (!res) {
         if (e.status == 409)   /* the foreign key on to_node */

@@ -11,9 +11,14 @@
 #include "peer_probe.h"
 #include "../base/server.h"
 
+/* s: a node the server cannot reach from outside that heartbeated this
+ * recently is alive, whatever its probe says (fault_judge.h). */
+#define JUDGE_HEARD_S "10"
+
 /* $1 job: the unjudged reports of its oldest epoch that has some, and the
- * nodes of that epoch's plan with their peer addresses; no row when
- * every report is judged. */
+ * nodes of that epoch's plan with their peer addresses, and whether the
+ * probe of each is no evidence ("unseen"); no row when every report is
+ * judged. */
 #define UNJUDGED_SQL \
     "WITH e AS (SELECT min(epoch) AS epoch FROM job_faults WHERE job_id = $1::bigint AND judged_at IS NULL)" \
     " SELECT json_build_object('epoch', e.epoch," \
@@ -21,7 +26,8 @@
     "   'suspect', f.suspect_node) ORDER BY f.id), '[]') FROM job_faults f" \
     "   WHERE f.job_id = $1::bigint AND f.epoch = e.epoch AND f.judged_at IS NULL)," \
     " 'nodes', (SELECT coalesce(json_agg(json_build_object('id', n.id, 'peer_address', n.peer_address," \
-    "     'unreachable', coalesce(n.peer_reachable = false AND n.peer_checked_address = n.peer_address, false))" \
+    "     'unseen', coalesce(n.peer_reachable = false AND n.peer_checked_address = n.peer_address" \
+    "       AND n.last_heartbeat_at > now() - make_interval(secs => " JUDGE_HEARD_S "), false))" \
     "   ORDER BY n.id), '[]') FROM plans p JOIN assignments a ON a.plan_id = p.id JOIN nodes n ON n.id = a.node_id" \
     "   WHERE p.job_id = $1::bigint AND p.epoch = e.epoch))" \
     " FROM e WHERE e.epoch IS NOT NULL"
@@ -52,7 +58,8 @@
     " WHERE id = $1::bigint AND judged_at IS NULL RETURNING id"
 
 /* A node whose peer port the server already knew it cannot reach (behind
- * NAT or a closed firewall: reach.c): its probe is not counted either way. */
+ * NAT or a closed firewall: reach.c) and that still heartbeats: its probe
+ * is not counted either way. */
 #define PROBE_UNSEEN 2
 
 /* The probe results of the plan's nodes (PEER_PROBE_* or PROBE_UNSEEN). */
@@ -142,10 +149,11 @@ static int probe_plan(const json_t *nodes, struct probed *p)
     }
     peer_probe_all(p->addr, p->n, PEER_PROBE_TIMEOUT_MS, p->ok, p->why);
     for (int i = 0; i < p->n; i++) {
-        if (json_is_true(json_object_get(json_array_get(nodes, (size_t)i), "unreachable")) &&
+        if (json_is_true(json_object_get(json_array_get(nodes, (size_t)i), "unseen")) &&
             p->ok[i] != PEER_PROBE_ANSWERED) {
             p->ok[i] = PROBE_UNSEEN;
-            snprintf(p->why[i], PEER_PROBE_WHY_MAX, "the server cannot reach it from outside (NAT, a firewall)");
+            snprintf(p->why[i], PEER_PROBE_WHY_MAX, "the server cannot reach it from outside (NAT, a firewall), "
+                     "and it heartbeats");
         }
         p->answered += p->ok[i] == PEER_PROBE_ANSWERED;
     }

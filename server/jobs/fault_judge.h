@@ -20,8 +20,10 @@
  * network at all (agents behind NAT): only a refused probe blames a node,
  * and a report naming a neighbour blames the link.  A node whose peer
  * port the server knew it could not reach before (behind NAT or a closed
- * firewall, reach.c) is not judged by its probe at all, neither silent nor
- * refused: a report naming it blames the link.
+ * firewall, reach.c) is judged by its heartbeats instead: while they come
+ * (the last within 10 s) its probe, silent or refused, is no evidence and
+ * a report naming it blames the link; once they stop, its probe counts as
+ * any other's.
  *
  * A culprit is left out of the re-plan of the epoch it failed, and out of
  * every later plan of the job once it was the culprit in two epochs; so is

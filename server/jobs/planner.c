@@ -287,10 +287,10 @@ int planner_prepare(struct server *srv, int64_t job_id, const struct plan_reques
     if (!live)
         goto out;
     char p_avoid_lat[32], p_avoid_bw[32];
-    const char *links_params[] = { srv->cfg.relay[0] ? "true" : "false",
+    const char *links_params[] = { srv->cfg.relay[0] ? srv->cfg.relay : NULL,
                                    db_param_f64(p_avoid_lat, PLANNER_AVOIDED_LATENCY_MS),
                                    db_param_f64(p_avoid_bw, PLANNER_AVOIDED_BANDWIDTH_GBPS) };
-    links = db_query_json(srv->db, "SELECT planning_links_json($1::boolean, $2::float8, $3::float8)", 3,
+    links = db_query_json(srv->db, "SELECT planning_links_json($1::text, $2::float8, $3::float8)", 3,
                           links_params, "links", e);
     if (!links)
         goto out;

@@ -40,6 +40,18 @@ req GET "$S/v1/agent/probes" "${TOK[0]}"
 expect "with no links a node is asked to probe every other live node" 200 \
        '[(.targets | map(.node_id)), .stale_after_s] | tostring' "[[${ID[1]},${ID[2]},${ID[3]}],600]"
 check "each target carries its peer address" "$(printf '%s' "$BODY" | jq -r '.targets[0].peer_address')" 127.0.0.1:7001
+check "with no --relay there is no relay to measure" "$(printf '%s' "$BODY" | jq -c '.relay')" null
+# a node's link to a relay (measured through its echo): stored per relay, samples optional
+req PUT "$S/v1/links" "${TOK[0]}" '{"relay":{"address":"relay.example.org:7946","latency_ms":12.5,"bandwidth_gbps":0.8}}'
+expect "a link to a relay alone is a report" 200 .accepted 1
+check "it is stored for that relay" "$(sql a "SELECT relay, latency_ms, bandwidth_gbps FROM relay_links WHERE node_id = ${ID[0]}")" \
+    "relay.example.org:7946|12.5|0.8"
+req PUT "$S/v1/links" "${TOK[0]}" '{"relay":{"address":"relay.example.org:7946","latency_ms":12.5}}'
+expect "a relay link without its bandwidth is 400" 400 .error.field relay.bandwidth_gbps
+req PUT "$S/v1/links" "${TOK[0]}" '{"relay":{"address":"relay.example.org:7946","latency_ms":-1,"bandwidth_gbps":1}}'
+expect "nor with a negative latency" 422 .error.field relay.latency_ms
+req PUT "$S/v1/links" "${TOK[0]}" '{}'
+expect "a report with neither samples nor a relay is 400" 400 .error.field samples
 for i in 0 1 2 3; do
     s=""
     for j in 0 1 2 3; do
@@ -549,6 +561,11 @@ req POST "$S/v1/agent/failure" "$KT" "$(fail_body 1 0 '"bad address"')"; expect 
 req POST "$S/v1/agent/failure" "$KT" '{"job_id":1}';             expect "a failure without its fields is 400" 400 .error.code missing_field
 req POST "$S/v1/agent/failure" "$KT" "$(printf '%s' "$(fail_body 1 0 null)" | jq -c --arg r "$(printf '%1001s' x)" '.reason = $r')"
 expect "a reason over 1000 bytes is 422" 422 .error.field reason
+# These nodes are no agents: nothing heartbeats them, and the server never
+# reached their peer ports.  A node it cannot reach is judged by its
+# heartbeats while they come (fault_judge.h): a minute old, their probes
+# count.
+sql a "UPDATE nodes SET last_heartbeat_at = now() - interval '1 minute'" >/dev/null
 bg_get "$S/v1/agent/assignment?wait=20&job=$K&epoch=1" "$KT1" "$WORK/lp4"; p4=$BG
 sleep 1
 t0=$(now)

@@ -27,6 +27,17 @@ id_of() { fleet_sql "SELECT id FROM nodes WHERE name = '$1'"; }
 P=$(id_of pub-0); H0=$(id_of home-0); H1=$(id_of home-1); H2=$(id_of home-2)
 
 # ---- what the server and the agents found
+relay_measured() { [ "$(fleet_sql "SELECT count(*) FROM relay_links WHERE relay = '$RELAY' AND bandwidth_gbps > 0")" = 4 ]; }
+wait_for 90 relay_measured
+check "every agent measured its link to the relay (through its echo)" \
+    "$(fleet_sql "SELECT count(*) FROM relay_links WHERE relay = '$RELAY' AND bandwidth_gbps > 0 AND latency_ms > 0")" 4
+check "a pair blocked both ways is priced as its two hops through the relay" \
+    "$(fleet_sql "SELECT abs((planning_links_json('$RELAY', 600000, 1e-9)->'latency_ms'->i->>j)::float8
+                    - (SELECT sum(latency_ms) FROM relay_links WHERE node_id IN ($H0, $H1))) < 1e-9
+                  AND abs((planning_links_json('$RELAY', 600000, 1e-9)->'bandwidth_gbps'->i->>j)::float8
+                    - (SELECT min(bandwidth_gbps) FROM relay_links WHERE node_id IN ($H0, $H1))) < 1e-9
+                  FROM (SELECT (SELECT count(*) FROM nodes WHERE id < $H0)::int AS i,
+                               (SELECT count(*) FROM nodes WHERE id < $H1)::int AS j) x")" t
 checked() { [ "$(api GET /v1/nodes | jq '[.nodes[] | select(.reachable.from_server == null)] | length')" = 0 ]; }
 wait_for 90 checked
 check "the server reaches the public host's peer port and none of the three behind NAT" \

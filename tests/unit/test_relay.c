@@ -5,8 +5,9 @@
  * pair of tasklets are told apart by their channel; an end with another
  * key is never paired; a job over its link limit is refused with the
  * reason; /metrics counts what was carried; a relay that stops fails the
- * connection; and a relay of this test's own that flips one bit is caught
- * with "peer_auth", in the hello and in a sealed frame. */
+ * connection; an agent measures its link to the relay through its echo; and
+ * a relay of this test's own that flips one bit is caught with "peer_auth",
+ * in the hello and in a sealed frame. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -24,6 +25,7 @@
 #include <unistd.h>
 
 #include "../../agent/net/peer.h"
+#include "../../agent/net/probe.h"
 #include "../../common/log.h"
 #include "../../common/relay_proto.h"
 #include "../../relay/relay.h"
@@ -276,6 +278,28 @@ static void test_relay_stop_fails_the_link(void **state)
     peer_close(&a), peer_close(&b);
 }
 
+/* An agent measures its link to the relay through the relay's echo: a
+ * latency and a bandwidth, no pair joined. */
+static void test_probe_relay(void **state)
+{
+    struct fixture *fx = *state;
+    struct shoal_err err;
+    struct probe_result r;
+    if (probe_relay(fx->relay_addr, TIMEOUT_MS, &r, &err) != 0)
+        fail_msg("probe_relay: %s", err.message);
+    assert_true(r.connected);
+    assert_true(r.latency_ms > 0 && r.latency_ms < 1000);
+    assert_true(r.bandwidth_gbps > 0);
+    assert_true(r.bytes >= 2 * PROBE_BURST_MIN);
+    struct relay_counts k;
+    relay_counts(fx->relay, &k);
+    assert_int_equal(k.pairs_total, 0);
+    assert_int_equal(k.refused_total, 0);
+    /* nothing listens there: not connected */
+    assert_int_equal(probe_relay("127.0.0.1:1", 1000, &r, &err), -1);
+    assert_false(r.connected);
+}
+
 /* ---- a relay of the test's own that flips one bit ----------------------- */
 
 struct flipper {
@@ -412,6 +436,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_job_over_its_link_limit_is_refused, setup_one_link, teardown),
         cmocka_unit_test_setup_teardown(test_metrics, setup, teardown),
         cmocka_unit_test_setup_teardown(test_relay_stop_fails_the_link, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_probe_relay, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flipped_hello_is_peer_auth, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flipped_sealed_frame_is_peer_auth, setup, teardown),
     };
