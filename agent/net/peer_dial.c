@@ -263,8 +263,12 @@ int peer_relay_open(const char *relay, int64_t job_id, int side, const unsigned 
             break;
     }
     freeaddrinfo(res);
-    if (fd < 0)
+    if (fd < 0) {
+        char why[sizeof err->message];
+        snprintf(why, sizeof why, "%s", err->message);
+        err_set(err, err->status, err->code, NULL, "cannot reach relay %s: %s", relay, why);
         return -1;
+    }
     if (send(fd, out, sizeof out, MSG_NOSIGNAL) != (ssize_t)sizeof out) {
         err_set(err, PEER_STATUS, "peer_io", NULL, "cannot send our request to relay %s: %s", relay,
                 strerror(errno));

@@ -1,4 +1,4 @@
-/* probe.c - link measurement against a peer's probe session (probe.h). */
+/* probe.c - link measurement against a peer's probe session or a relay's echo (probe.h). */
 #include "probe.h"
 
 #include <errno.h>
@@ -23,24 +23,6 @@ static double median(double *v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* The bursts' size from the warm-up's t seconds: about
- * PROBE_BURST_TARGET_S each, within PROBE_BURST_MIN..MAX bytes. */
-static uint64_t burst_size(double t, double round_trip)
-{
-    double guess = PROBE_BURST_MIN / (t > round_trip ? t - round_trip : t);   /* bytes/s */
-    double want = guess * PROBE_BURST_TARGET_S;
-    return want < PROBE_BURST_MIN ? PROBE_BURST_MIN : want > PROBE_BURST_MAX ? PROBE_BURST_MAX : (uint64_t)want;
-}
-
-/* Gbit/s of a burst of `size` bytes that took t seconds with its answer:
- * the answer's way back is in t; a burst so short that the round trip
- * dominates falls back to the plain time. */
-static double burst_gbps(uint64_t size, double t, double round_trip)
-{
-    double wire = t > 1.5 * round_trip ? t - round_trip : t;
-    return (double)size * 8.0 / wire / 1e9;
 }
 
 /* One echo; returns the round trip in seconds, or -1. */
@@ -82,47 +64,6 @@ static double burst(struct peer_conn *c, const void *junk, uint64_t bytes, int t
     return ctl_now() - t0;
 }
 
-int probe_link(const char *addr, int timeout_ms, struct probe_result *out, struct shoal_err *err)
-{
-    struct peer_conn c = { .fd = -1 };
-    double rtt[PROBE_PINGS], bw[PROBE_BURSTS];
-    int rc = -1;
-    double start = ctl_now();
-    void *junk = calloc(1, PROBE_FRAME_BYTES);
-    memset(out, 0, sizeof *out);
-    if (!junk) {
-        err_set(err, 500, "internal", NULL, "out of memory");
-        goto out;
-    }
-    if (peer_dial(addr, NULL, NULL, timeout_ms, &c, err) != 0)
-        goto out;
-    out->connected = 1;
-    for (int i = 0; i < PROBE_PINGS; i++)
-        if ((rtt[i] = ping(&c, (uint32_t)i, timeout_ms, err)) < 0)
-            goto out;
-    double round_trip = median(rtt, PROBE_PINGS);
-    /* The warm-up opens TCP's window and sizes the bursts. */
-    double t = burst(&c, junk, PROBE_BURST_MIN, timeout_ms, err);
-    if (t < 0)
-        goto out;
-    out->bytes = PROBE_BURST_MIN;
-    uint64_t size = burst_size(t, round_trip);
-    for (int i = 0; i < PROBE_BURSTS; i++) {
-        if ((t = burst(&c, junk, size, timeout_ms, err)) < 0)
-            goto out;
-        out->bytes += size;
-        bw[i] = burst_gbps(size, t, round_trip);
-    }
-    out->latency_ms = round_trip / 2.0 * 1e3;
-    out->bandwidth_gbps = median(bw, PROBE_BURSTS);
-    out->seconds = ctl_now() - start;
-    rc = 0;
-out:
-    peer_close(&c);
-    free(junk);
-    return rc;
-}
-
 /* Sends `bytes` to the relay's echo while reading them back; returns the
  * seconds until the last came back, or -1. */
 static double echo(int fd, char *buf, uint64_t bytes, int timeout_ms, const char *relay, struct shoal_err *err)
@@ -155,43 +96,90 @@ static double echo(int fd, char *buf, uint64_t bytes, int timeout_ms, const char
     return ctl_now() - t0;
 }
 
-int probe_relay(const char *relay, int timeout_ms, struct probe_result *out, struct shoal_err *err)
+/* A link being measured: a peer's probe session (c) or a relay's echo
+ * (fd), with PROBE_FRAME_BYTES of filler. */
+struct probed_link {
+    struct peer_conn *c;      /* NULL: the relay's echo */
+    int fd;
+    const char *relay;
+    void *buf;
+    int timeout_ms;
+};
+
+/* Ping number i (bytes 0), or a timed burst of `bytes`: seconds, or -1. */
+static double timed(struct probed_link *l, uint32_t i, uint64_t bytes, struct shoal_err *err)
 {
-    unsigned char token[RELAY_TOKEN_BYTES] = { 0 };
-    double rtt[PROBE_PINGS], bw[PROBE_BURSTS], start = ctl_now();
-    char *buf = calloc(1, PROBE_FRAME_BYTES);
-    int fd = -1, rc = -1;
-    memset(out, 0, sizeof *out);
-    if (!buf) {
-        err_set(err, 500, "internal", NULL, "out of memory");
-        goto out;
-    }
-    if ((fd = peer_relay_open(relay, 0, RELAY_SIDE_PROBE, token, timeout_ms, err)) < 0 ||
-        relay_wait_paired(fd, relay, timeout_ms, -1, err) != 0)
-        goto out;
-    out->connected = 1;
+    if (l->c)
+        return bytes ? burst(l->c, l->buf, bytes, l->timeout_ms, err) : ping(l->c, i, l->timeout_ms, err);
+    return echo(l->fd, l->buf, bytes ? bytes : 64, l->timeout_ms, l->relay, err);
+}
+
+/* The pings, then a warm-up burst that opens TCP's window and sizes the
+ * PROBE_BURSTS bursts (about PROBE_BURST_TARGET_S each), into out. */
+static int measure(struct probed_link *l, double start, struct probe_result *out, struct shoal_err *err)
+{
+    double rtt[PROBE_PINGS], bw[PROBE_BURSTS];
+    int rc = -1;
+    if (!(l->buf = calloc(1, PROBE_FRAME_BYTES)))
+        return err_set(err, 500, "internal", NULL, "out of memory");
     for (int i = 0; i < PROBE_PINGS; i++)
-        if ((rtt[i] = echo(fd, buf, 64, timeout_ms, relay, err)) < 0)
+        if ((rtt[i] = timed(l, (uint32_t)i, 0, err)) < 0)
             goto out;
     double round_trip = median(rtt, PROBE_PINGS);
-    double t = echo(fd, buf, PROBE_BURST_MIN, timeout_ms, relay, err);
+    double t = timed(l, 0, PROBE_BURST_MIN, err);
     if (t < 0)
         goto out;
     out->bytes = PROBE_BURST_MIN;
-    uint64_t size = burst_size(t, round_trip);
+    double want = PROBE_BURST_MIN / (t > round_trip ? t - round_trip : t) * PROBE_BURST_TARGET_S;   /* bytes */
+    uint64_t size = want < PROBE_BURST_MIN ? PROBE_BURST_MIN : want > PROBE_BURST_MAX ? PROBE_BURST_MAX
+                                                                                     : (uint64_t)want;
     for (int i = 0; i < PROBE_BURSTS; i++) {
-        if ((t = echo(fd, buf, size, timeout_ms, relay, err)) < 0)
+        if ((t = timed(l, 0, size, err)) < 0)
             goto out;
         out->bytes += size;
-        bw[i] = burst_gbps(size, t, round_trip);
+        /* The answer's way back is in t; a burst so short that the round
+         * trip dominates falls back to the plain time. */
+        double wire = t > 1.5 * round_trip ? t - round_trip : t;
+        bw[i] = (double)size * 8.0 / wire / 1e9;
     }
     out->latency_ms = round_trip / 2.0 * 1e3;
     out->bandwidth_gbps = median(bw, PROBE_BURSTS);
     out->seconds = ctl_now() - start;
     rc = 0;
 out:
-    if (fd >= 0)
-        close(fd);
-    free(buf);
+    free(l->buf);
+    l->buf = NULL;
+    return rc;
+}
+
+int probe_link(const char *addr, int timeout_ms, struct probe_result *out, struct shoal_err *err)
+{
+    struct peer_conn c = { .fd = -1 };
+    struct probed_link l = { .c = &c, .timeout_ms = timeout_ms };
+    double start = ctl_now();
+    int rc = -1;
+    memset(out, 0, sizeof *out);
+    if (peer_dial(addr, NULL, NULL, timeout_ms, &c, err) == 0) {
+        out->connected = 1;
+        rc = measure(&l, start, out, err);
+    }
+    peer_close(&c);
+    return rc;
+}
+
+int probe_relay(const char *relay, int timeout_ms, struct probe_result *out, struct shoal_err *err)
+{
+    unsigned char token[RELAY_TOKEN_BYTES] = { 0 };
+    struct probed_link l = { .fd = -1, .relay = relay, .timeout_ms = timeout_ms };
+    double start = ctl_now();
+    int rc = -1;
+    memset(out, 0, sizeof *out);
+    l.fd = peer_relay_open(relay, 0, RELAY_SIDE_PROBE, token, timeout_ms, err);
+    if (l.fd >= 0 && relay_wait_paired(l.fd, relay, timeout_ms, -1, err) == 0) {
+        out->connected = 1;
+        rc = measure(&l, start, out, err);
+    }
+    if (l.fd >= 0)
+        close(l.fd);
     return rc;
 }

@@ -107,6 +107,19 @@ check "the relay joined the new epoch's links" \
     "$(curl -s "http://$RELAY_r/metrics" | awk '$1 == "shoal_relay_pairs_total" { print ($2 >= 3) }')" 1
 echo "# recoveries: $(jq -c '[.plan.epoch, [.faults[] | [.epoch, .reporter_node, .suspect_node, .verdict]]]' <<< "$D")"
 
+# ---- no relay to reach: the job says so
+RELAY_PID=$(cat "$WORK/r.pid")
+kill -TERM "$RELAY_PID"
+wait "$RELAY_PID" 2>/dev/null
+NR=$(api POST /v1/jobs "$(job no-relay 2 1)" | jq -r .id)
+api POST "/v1/jobs/$NR/plan" "{\"stages\":[{\"nodes\":[$H0]},{\"nodes\":[$H1]}]}" > /dev/null
+told() { api GET "/v1/jobs/$NR" | jq -e '.recoveries >= 1 or .state == "failed"' > /dev/null; }
+wait_for 120 told
+check "with the relay gone, a job across two hosts behind NAT says it cannot reach the relay" \
+    "$(api GET "/v1/jobs/$NR" | jq -r '[.recovery_reason, .failure_reason, (.faults[]?.reason)] | map(select(. != null)) | join(" / ")' |
+       grep -c "cannot reach relay $RELAY")" 1
+api DELETE "/v1/jobs/$NR" > /dev/null
+
 check "no sanitizer reports in the server's, relay's and agents' logs" \
     "$(cat "$WORK"/fleet/*.log "$WORK"/r.log | grep -c 'ERROR: AddressSanitizer\|runtime error:\|ERROR: LeakSanitizer')" 0
 [ "$FAILS" -eq 0 ]
