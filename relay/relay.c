@@ -203,6 +203,11 @@ static int pair(struct conn *c)
         if (o->state != CONN_WAITING || o->rq.side == c->rq.side || o->rq.job_id != c->rq.job_id ||
             memcmp(o->rq.token, c->rq.token, RELAY_TOKEN_BYTES) != 0)
             continue;
+        /* one whose end gave up (a dialer that retried) waits out its
+         * time unpaired; a newer one of the same link is on the list */
+        struct pollfd hup = { .fd = o->fd, .events = POLLRDHUP };
+        if (poll(&hup, 1, 0) > 0 && (hup.revents & (POLLRDHUP | POLLHUP | POLLERR)))
+            continue;
         o->partner = c, c->partner = o;
         o->state = c->state = CONN_JOINED;
         r->counts.waiting--;

@@ -193,6 +193,37 @@ static void test_channels_direct(void **state)
     (void)fx;
 }
 
+/* A dialer that gave up (closed while it waited) is not paired: the
+ * listener's end waits for the dialer's next try instead. */
+static void test_gone_end_is_not_paired(void **state)
+{
+    struct fixture *fx = *state;
+    struct shoal_err err;
+    struct peer_conn a, b;
+    struct peer_auth d = auth_make(ROLE_D, SECRET, 0);
+    const struct peer_link *link = peer_auth_find(&d, ROLE_L);
+    struct relay_request rq = {.side = RELAY_SIDE_DIALER, .job_id = JOB};
+    unsigned char out[RELAY_REQUEST_BYTES];
+    wire_relay_token(link->key, link->key_len, JOB, EPOCH, WIRE_CHANNEL_STAGE, ROLE_D, ROLE_L, rq.token);
+    relay_request_encode(&rq, out);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(strchr(fx->relay_addr, ':') + 1))};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(send(fd, out, sizeof out, 0), (ssize_t)sizeof out);
+    struct relay_counts k = {0};
+    for (int i = 0; i < 100 && k.waiting == 0; i++) {   /* until the relay has it waiting */
+        usleep(10000);
+        relay_counts(fx->relay, &k);
+    }
+    assert_int_equal(k.waiting, 1);
+    close(fd);
+    if (relayed(fx, fx->relay_addr, &d, WIRE_CHANNEL_STAGE, &a, &b, &err) != 0)
+        fail_msg("relayed after a dialer gave up: %s", err.message);
+    talk(&a, &b, "the live dialer");
+    peer_close(&a), peer_close(&b);
+}
+
 /* An end with another key makes another token: the relay never pairs it,
  * and says so when its wait is over. */
 static void test_other_key_is_never_paired(void **state)
@@ -432,6 +463,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_relay_pairs_and_forwards, setup, teardown),
         cmocka_unit_test_setup_teardown(test_channels_keep_connections_apart, setup, teardown),
         cmocka_unit_test_setup_teardown(test_channels_direct, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_gone_end_is_not_paired, setup, teardown),
         cmocka_unit_test_setup_teardown(test_other_key_is_never_paired, setup, teardown),
         cmocka_unit_test_setup_teardown(test_job_over_its_link_limit_is_refused, setup_one_link, teardown),
         cmocka_unit_test_setup_teardown(test_metrics, setup, teardown),
