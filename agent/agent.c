@@ -52,6 +52,7 @@ struct agent {
     atomic_int beat_now;            /* raised when a tasklet ends: heartbeat at once */
     struct live_held held;          /* the stage an unfinished tasklet left (live.h) */
     int dir_lock;                   /* the data directory's lock (common/dirlock.h); -1: none */
+    double relay_retry_at;          /* ctl_now(); a relay that failed its probe is not tried before */
 };
 
 /* (job, epoch) of an "assignment" value; job 0 for null. */
@@ -317,14 +318,17 @@ static void probe_round(struct agent *ag, long generation)
     json_t *relay_link = NULL;
     const char *relay = json_string_value(json_object_get(ans, "relay"));
     struct probe_result r = { 0 };
-    if (relay && !atomic_load(ag->stop)) {
+    if (relay && !atomic_load(ag->stop) && ctl_now() >= ag->relay_retry_at) {
         if (probe_relay(relay, PROBE_TIMEOUT_MS, &r, &e) == 0) {
             log_info("probe relay=%s latency_ms=%.3f bandwidth_gbps=%.3f bytes=%llu seconds=%.2f", relay,
                      r.latency_ms, r.bandwidth_gbps, r.bytes, r.seconds);
             relay_link = json_pack("{s:s, s:f, s:f}", "address", relay, "latency_ms", r.latency_ms,
                                    "bandwidth_gbps", r.bandwidth_gbps);
         } else {
-            log_warn("probe of relay %s failed: %s", relay, e.message);
+            /* like a peer it could not connect to: not again until the link would be stale */
+            double wait = (double)json_integer_value(json_object_get(ans, "stale_after_s"));
+            ag->relay_retry_at = ctl_now() + wait;
+            log_warn("probe of relay %s failed (tried again in %.0f s): %s", relay, wait, e.message);
         }
     }
     if (json_array_size(samples) == 0 && !relay_link)

@@ -62,8 +62,13 @@ start_server() {
         kill -0 "$(cat "$WORK/$name.pid")" 2>/dev/null || break
         sleep 0.2
     done
-    echo "server $name did not start; its log:" >&2
-    cat "$WORK/$name.log" >&2
+    not_started server "$name"
+}
+
+# not_started KIND NAME: says KIND NAME did not start, with its log; fails.
+not_started() {
+    echo "$1 $2 did not start; its log:" >&2
+    cat "$WORK/$2.log" >&2
     return 1
 }
 
@@ -83,9 +88,7 @@ start_relay() {
         kill -0 "$(cat "$WORK/$name.pid")" 2>/dev/null || break
         sleep 0.1
     done
-    echo "relay $name did not start; its log:" >&2
-    cat "$WORK/$name.log" >&2
-    return 1
+    not_started relay "$name"
 }
 
 # start_server_a [ARGS...]: start_server a, then S (its URL), ADMIN and JOIN

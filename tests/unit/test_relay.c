@@ -40,6 +40,7 @@
 
 struct fixture {
     struct relay *relay;
+    unsigned relay_port;
     char relay_addr[32];
     struct peer_listener *l;
 };
@@ -61,6 +62,7 @@ static int start(void **state, long links_per_job)
                                .pair_wait_s = 2};
     assert_non_null(fx);
     assert_int_equal(relay_start(&cfg, &fx->relay, &port, &err), 0);
+    fx->relay_port = port;
     snprintf(fx->relay_addr, sizeof fx->relay_addr, "127.0.0.1:%u", port);
     assert_int_equal(peer_listener_start("127.0.0.1:0", &fx->l, &lport, &err), 0);
     struct peer_auth a = auth_make(ROLE_L, SECRET, 0);
@@ -86,6 +88,17 @@ static int teardown(void **state)
     relay_stop(fx->relay);
     free(fx);
     return 0;
+}
+
+/* A plain TCP connection to the fixture's relay. */
+static int relay_socket(const struct fixture *fx)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)fx->relay_port)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    assert_true(fd >= 0);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    return fd;
 }
 
 /* A frame from a to b and one back, checked byte for byte. */
@@ -206,10 +219,7 @@ static void test_gone_end_is_not_paired(void **state)
     unsigned char out[RELAY_REQUEST_BYTES];
     wire_relay_token(link->key, link->key_len, JOB, EPOCH, WIRE_CHANNEL_STAGE, ROLE_D, ROLE_L, rq.token);
     relay_request_encode(&rq, out);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(strchr(fx->relay_addr, ':') + 1))};
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    int fd = relay_socket(fx);
     assert_int_equal(send(fd, out, sizeof out, 0), (ssize_t)sizeof out);
     struct relay_counts k = {0};
     for (int i = 0; i < 100 && k.waiting == 0; i++) {   /* until the relay has it waiting */
@@ -267,10 +277,7 @@ static void test_metrics(void **state)
     if (relayed(fx, fx->relay_addr, &d, WIRE_CHANNEL_STAGE, &a, &b, &err) != 0)
         fail_msg("relayed: %s", err.message);
     talk(&a, &b, "counted");
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(strchr(fx->relay_addr, ':') + 1))};
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    int fd = relay_socket(fx);
     const char *req = "GET /metrics HTTP/1.1\r\nHost: relay\r\n\r\n";
     assert_int_equal(send(fd, req, strlen(req), 0), (ssize_t)strlen(req));
     char text[8192];

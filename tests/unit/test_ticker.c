@@ -54,14 +54,23 @@ static int runs_reach(struct counter *c, int n)
     return 0;
 }
 
+/* A ticker of `period` s running job on c, c holding its runs when `hold`;
+ * its first run has begun. */
+static struct ticker *started(struct counter *c, double period, int hold)
+{
+    struct shoal_err e;
+    atomic_store(&c->hold, hold);
+    struct ticker *t = ticker_start("a test ticker", period, job, c, &e);
+    assert_non_null(t);
+    assert_int_equal(runs_reach(c, 1), 0);
+    return t;
+}
+
 static void test_runs_at_once_and_when_woken(void **state)
 {
     (void)state;
     struct counter c = { 0 };
-    struct shoal_err e;
-    struct ticker *t = ticker_start("a test ticker", LONG_PERIOD_S, job, &c, &e);
-    assert_non_null(t);
-    assert_int_equal(runs_reach(&c, 1), 0);
+    struct ticker *t = started(&c, LONG_PERIOD_S, 0);
     ticker_wake(t);
     assert_int_equal(runs_reach(&c, 2), 0);
     ticker_wake(t);
@@ -75,11 +84,7 @@ static void test_wake_during_a_run_is_kept(void **state)
 {
     (void)state;
     struct counter c = { 0 };
-    struct shoal_err e;
-    atomic_store(&c.hold, 1);
-    struct ticker *t = ticker_start("a test ticker", LONG_PERIOD_S, job, &c, &e);
-    assert_non_null(t);
-    assert_int_equal(runs_reach(&c, 1), 0);   /* the first run holds */
+    struct ticker *t = started(&c, LONG_PERIOD_S, 1);   /* the first run holds */
     ticker_wake(t);
     atomic_store(&c.hold, 0);
     assert_int_equal(runs_reach(&c, 2), 0);   /* the wake it got while running */
@@ -90,9 +95,7 @@ static void test_runs_every_period(void **state)
 {
     (void)state;
     struct counter c = { 0 };
-    struct shoal_err e;
-    struct ticker *t = ticker_start("a test ticker", 0.02, job, &c, &e);
-    assert_non_null(t);
+    struct ticker *t = started(&c, 0.02, 0);
     assert_int_equal(runs_reach(&c, 4), 0);
     ticker_stop(t);
 }
@@ -101,11 +104,7 @@ static void test_stop_ends_a_long_job(void **state)
 {
     (void)state;
     struct counter c = { 0 };
-    struct shoal_err e;
-    atomic_store(&c.hold, 1);
-    struct ticker *t = ticker_start("a test ticker", LONG_PERIOD_S, job, &c, &e);
-    assert_non_null(t);
-    assert_int_equal(runs_reach(&c, 1), 0);
+    struct ticker *t = started(&c, LONG_PERIOD_S, 1);
     ticker_stop(t);   /* returns: the job saw it and ended */
     assert_int_equal(atomic_load(&c.stopped_early), 1);
     assert_int_equal(atomic_load(&c.runs), 1);
