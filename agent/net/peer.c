@@ -569,9 +569,18 @@ void peer_close(struct peer_conn *c)
 int peer_resolve(const char *addr, int passive, struct addrinfo **out, struct shoal_err *err)
 {
     *out = NULL;
-    char host[256], port[8];
+    char host[256], port[8], why[HOSTPORT_WHY_MAX];
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_NUMERICSERV | (passive ? AI_PASSIVE : 0)};
+    if (!passive) {   /* someone else's word: every address it resolves to is checked (hostport.h) */
+        enum hostport_verdict v = hostport_resolve(addr, out, why, sizeof why);
+        if (v == HOSTPORT_REFUSED)
+            return err_set(err, 422, "address_refused", NULL, "will not connect to peer: %s", why);
+        if (v != HOSTPORT_OK)
+            return err_set(err, v == HOSTPORT_MALFORMED ? 400 : PEER_STATUS, "peer_io", NULL,
+                           "cannot connect to peer: %s", why);
+        return 0;
+    }
     if (hostport_split(addr, host, sizeof host, port, sizeof port) != 0)
         return err_set(err, 400, "peer_io", NULL,
                        "bad peer address '%s': expected host:port with a numeric port", addr);

@@ -107,6 +107,8 @@ void peer_socket_tune(int fd);
 
 struct addrinfo;
 /* Resolves "host:port" / "[v6]:port" (host "" or "*" with passive: any).
+ * An address to connect to (!passive) is checked as it resolves
+ * (hostport_resolve): one of a refused class is "address_refused" (422).
  * Free *out with freeaddrinfo. */
 int peer_resolve(const char *addr, int passive, struct addrinfo **out, struct shoal_err *err);
 

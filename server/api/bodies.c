@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../common/hostport.h"
 #include "../../common/jsonv.h"
 #include "../../common/utf8.h"
 #include "../sched/input.h"
@@ -24,41 +25,35 @@ static int unknown_member(struct shoal_err *e, const char *path, const char *key
     return err_set(e, 400, "unknown_field", path[0] ? path : sub, "unknown field %s", sub);
 }
 
-/* 1 when host (an IP literal, IPv6 without its brackets) is an address no
- * peer listens on and the server must not be sent to probe: unspecified,
- * link-local (the cloud metadata service is 169.254.169.254), multicast or
- * broadcast.  A host name is not resolved here. */
-static int body_host_unusable(const char *host)
+int body_peer_address_check(const char *a, char *why, size_t why_len)
 {
-    unsigned char b[16];
-    if (inet_pton(AF_INET, host, b) == 1)
-        return b[0] == 0 || (b[0] == 169 && b[1] == 254) || b[0] >= 224;
-    if (inet_pton(AF_INET6, host, b) == 1) {
-        static const unsigned char zero[16] = { 0 };
-        return memcmp(b, zero, 16) == 0 || (b[0] == 0xfe && (b[1] & 0xc0) == 0x80) || b[0] == 0xff;
+    const char *colon = strrchr(a, ':');
+    struct addrinfo *ai = NULL;
+    if (!colon || colon == a || strchr(a, ' ') || (a[0] == '[' && colon[-1] != ']')) {
+        snprintf(why, why_len, "must be host:port with a port from 1 to 65535");
+        return -1;
     }
-    return 0;
+    enum hostport_verdict v = hostport_resolve(a, &ai, why, why_len);
+    if (ai)
+        freeaddrinfo(ai);
+    if (v == HOSTPORT_MALFORMED)
+        snprintf(why, why_len, "must be host:port with a port from 1 to 65535");
+    return v == HOSTPORT_OK || v == HOSTPORT_UNRESOLVED ? 0 : -1;
 }
 
 int body_peer_address_valid(const char *a)
 {
-    const char *colon = strrchr(a, ':');
-    if (!colon || colon == a || strchr(a, ' '))
+    char why[HOSTPORT_WHY_MAX];
+    return body_peer_address_check(a, why, sizeof why) == 0;
+}
+
+/* A node's peer address, checked (body_peer_address_check) into an error on `field`. */
+static int peer_address_field(const char *a, const char *field, struct shoal_err *e)
+{
+    char why[HOSTPORT_WHY_MAX];
+    if (body_peer_address_check(a, why, sizeof why) == 0)
         return 0;
-    if (a[0] == '[' && colon[-1] != ']')
-        return 0;
-    char host[262];
-    size_t n = (size_t)(colon - a);
-    if (a[0] == '[')   /* [v6]:port */
-        a++, n -= 2;
-    if (n == 0 || n >= sizeof host)
-        return 0;
-    memcpy(host, a, n);
-    host[n] = '\0';
-    char *end;
-    errno = 0;
-    long port = strtol(colon + 1, &end, 10);
-    return !errno && end != colon + 1 && *end == '\0' && port >= 1 && port <= 65535 && !body_host_unusable(host);
+    return err_set(e, 422, "invalid_field", field, "%s %s", field, why);
 }
 
 /* ---- nodes ---- */
@@ -92,11 +87,7 @@ int body_registration_parse(const json_t *body, struct body_registration *out, s
     memset(out, 0, sizeof *out);
     if (jv_object(body, registration_fields, "", out, e) != 0)
         return -1;
-    if (!body_peer_address_valid(out->peer_address))
-        return err_set(e, 422, "invalid_field", "peer_address",
-                       "peer_address must be host:port with a port from 1 to 65535, not an unspecified, "
-                       "link-local, multicast or broadcast address");
-    return 0;
+    return peer_address_field(out->peer_address, "peer_address", e);
 }
 
 #define H(f) offsetof(struct body_heartbeat, f)
@@ -125,10 +116,8 @@ int body_heartbeat_parse(const json_t *body, struct body_heartbeat *out, struct 
     out->step = -1;
     if (jv_object(body, heartbeat_fields, "", out, e) != 0)
         return -1;
-    if (out->peer_address[0] && !body_peer_address_valid(out->peer_address))
-        return err_set(e, 422, "invalid_field", "peer_address",
-                       "peer_address must be host:port with a port from 1 to 65535, not an unspecified, "
-                       "link-local, multicast or broadcast address");
+    if (out->peer_address[0] && peer_address_field(out->peer_address, "peer_address", e) != 0)
+        return -1;
     if (out->held_job_id && out->held_layer_end <= out->held_layer_start)
         return err_set(e, 422, "invalid_field", "held.layer_end", "held.layer_end must be above held.layer_start");
     if (out->held_job_id && strcmp(out->state, "idle") != 0)

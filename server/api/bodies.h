@@ -23,10 +23,16 @@
 #include "../../common/err.h"
 #include "../jobs/planner.h"
 
-/* 1 if `a` is "host:port": a non-empty host without spaces ("[v6]" with
- * brackets) and a port 1..65535, the host not an IP address no peer
- * listens on (unspecified, link-local such as the metadata service's
- * 169.254.169.254, multicast, broadcast); else 0. */
+/* 0 if `a` is "host:port": a non-empty host without spaces ("[v6]" with
+ * brackets) and a port 1..65535, whose host does not resolve to an
+ * address shoal never connects to (common/hostport.h: unspecified,
+ * link-local such as the metadata service's 169.254.169.254, multicast,
+ * broadcast, reserved, in any spelling).  A name that does not resolve
+ * here is taken (it may resolve where the peers are); every connect
+ * checks again.  Else -1 with the reason in why (HOSTPORT_WHY_MAX). */
+int body_peer_address_check(const char *a, char *why, size_t why_len);
+
+/* 1 when body_peer_address_check takes `a`, else 0. */
 int body_peer_address_valid(const char *a);
 
 /* POST /v1/nodes: an agent registers. */

@@ -48,15 +48,16 @@ static void connect_failed(struct probe *p, int *ok, char *why, int e)
     finish(p, ok, why, e == ECONNREFUSED ? PEER_PROBE_REFUSED : PEER_PROBE_SILENT, reason);
 }
 
-/* Starts a non-blocking connect to addr. */
+/* Starts a non-blocking connect to addr, resolved and checked now
+ * (hostport_resolve: a name may resolve elsewhere than at registration). */
 static void start(struct probe *p, const char *addr, int *ok, char *why)
 {
-    char host[256], port[8];
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *ai = NULL;
+    char reason[HOSTPORT_WHY_MAX];
+    struct addrinfo *ai = NULL;
     p->fd = -1;
-    if (hostport_split(addr, host, sizeof host, port, sizeof port) != 0 ||
-        getaddrinfo(host, port, &hints, &ai) != 0 || !ai) {
-        finish(p, ok, why, PEER_PROBE_SILENT, "its peer address does not resolve");
+    enum hostport_verdict v = hostport_resolve(addr, &ai, reason, sizeof reason);
+    if (v != HOSTPORT_OK) {
+        finish(p, ok, why, PEER_PROBE_SILENT, v == HOSTPORT_REFUSED ? reason : "its peer address does not resolve");
         goto out;
     }
     p->fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

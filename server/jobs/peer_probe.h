@@ -16,7 +16,7 @@
  * 0.3 s, and a busy agent's handshake thread still answers in well under a
  * second. */
 #define PEER_PROBE_TIMEOUT_MS 3000
-#define PEER_PROBE_WHY_MAX 96
+#define PEER_PROBE_WHY_MAX 256   /* HOSTPORT_WHY_MAX: a refused address says why */
 
 /* What a probe found. */
 #define PEER_PROBE_ANSWERED 1

@@ -56,11 +56,20 @@ static void test_registration(void **state)
                                                  /* no peer listens there; the server would probe it */
                                                  "169.254.169.254:80", "0.0.0.0:7070", "224.0.0.1:7070",
                                                  "255.255.255.255:7070", "[fe80::1]:7070", "[::]:7070",
-                                                 "[ff02::1]:7070" };
+                                                 "[ff02::1]:7070",
+                                                 /* the same, spelled otherwise: resolved, then checked */
+                                                 "0:7070", "0x0:7070", "2852039166:7070", "0251.0376.0251.0376:7070",
+                                                 "0xa9.0xfe.0xa9.0xfe:7070", "[::ffff:169.254.169.254]:7070",
+                                                 "[::ffff:a9fe:a9fe]:7070", "[::ffff:0.0.0.0]:7070",
+                                                 "[64:ff9b::a9fe:a9fe]:7070", "[fe80::1%lo]:7070", "3758096385:7070" };
     for (size_t i = 0; i < sizeof bad_addresses / sizeof bad_addresses[0]; i++)
         if (body_peer_address_valid(bad_addresses[i]))
             fail_msg("%s taken as a peer address", bad_addresses[i]);
     assert_true(body_peer_address_valid("[::1]:7000") && body_peer_address_valid("10.0.0.1:65535"));
+    j = body("{\"name\":\"x\",\"peer_address\":\"0xa9.0xfe.0xa9.0xfe:80\",\"hardware\":{\"tflops\":1,\"cpu_cores\":8}}");
+    assert_int_equal(body_registration_parse(j, &reg, &err), -1);
+    expect_error(&err, 422, "invalid_field", "peer_address", "resolves to 169.254.169.254 (link-local");
+    json_decref(j);
     assert_true(body_peer_address_valid("127.0.0.1:7070") && body_peer_address_valid("gpu-7.lab:7070") &&
                 body_peer_address_valid("[2001:db8::5]:7070") && body_peer_address_valid("169.253.1.1:7070"));
 }

@@ -51,24 +51,30 @@ static void test_probe_tells_who_answers(void **state)
     pthread_t t;
     pthread_create(&t, NULL, stranger_main, &stranger);
 
-    char a[5][64];
+    char a[7][64];
     snprintf(a[0], sizeof a[0], "127.0.0.1:%u", agent_port);
     snprintf(a[1], sizeof a[1], "127.0.0.1:%u", closed_port);
     snprintf(a[2], sizeof a[2], "127.0.0.1:%u", mute_port);
     snprintf(a[3], sizeof a[3], "127.0.0.1:%u", stranger_port);
     snprintf(a[4], sizeof a[4], "no port here");
-    const char *addrs[] = { a[0], a[1], a[2], a[3], a[4] };
-    int ok[5];
-    char why[5][PEER_PROBE_WHY_MAX];
-    peer_probe_all(addrs, 5, 1000, ok, why);
+    /* the agent's own port spelled as addresses never connected to (0.0.0.0
+     * would reach it): refused before any connect, whatever the text */
+    snprintf(a[5], sizeof a[5], "0x0:%u", agent_port);
+    snprintf(a[6], sizeof a[6], "[::ffff:0.0.0.0]:%u", agent_port);
+    const char *addrs[] = { a[0], a[1], a[2], a[3], a[4], a[5], a[6] };
+    int ok[7];
+    char why[7][PEER_PROBE_WHY_MAX];
+    peer_probe_all(addrs, 7, 1000, ok, why);
     assert_int_equal(ok[0], PEER_PROBE_ANSWERED);
-    const struct { int found; const char *why; } want[5] = {
+    const struct { int found; const char *why; } want[7] = {
         [1] = { PEER_PROBE_REFUSED, "refused" },                     /* closed port */
         [2] = { PEER_PROBE_SILENT, "no answer within 1000 ms" },     /* mute port */
         [3] = { PEER_PROBE_SILENT, "not a shoal peer hello" },       /* stranger */
         [4] = { PEER_PROBE_SILENT, "does not resolve" },             /* bad address */
+        [5] = { PEER_PROBE_SILENT, "resolves to 0.0.0.0 (unspecified" },
+        [6] = { PEER_PROBE_SILENT, "inside an IPv4-mapped IPv6 address" },
     };
-    for (int i = 1; i < 5; i++) {
+    for (int i = 1; i < 7; i++) {
         assert_int_equal(ok[i], want[i].found);
         if (!strstr(why[i], want[i].why))
             fail_msg("%s: %s", addrs[i], why[i]);
