@@ -15,6 +15,7 @@
 #include "../common/log.h"
 #include "../common/utf8.h"
 #include "train/assign.h"
+#include "train/roots.h"
 #include "control/control.h"
 #include "hw.h"
 #include "train/live.h"
@@ -53,6 +54,7 @@ struct agent {
     struct live_held held;          /* the stage an unfinished tasklet left (live.h) */
     int dir_lock;                   /* the data directory's lock (common/dirlock.h); -1: none */
     double relay_retry_at;          /* ctl_now(); a relay that failed its probe is not tried before */
+    struct data_roots roots;        /* the owner's --data-roots, open (train/roots.h) */
 };
 
 /* (job, epoch) of an "assignment" value; job 0 for null. */
@@ -107,6 +109,19 @@ static int join_token(const struct agent_config *cfg, char out[TOKEN_MAX], struc
                           "--join-token-file (the server's <data-dir>/join.token)", out, err);
 }
 
+/* The site owner's policy as the server keeps it (GET /v1/nodes "policy";
+ * the planner caps the node's memory and cores by it and plans no job
+ * whose data lies outside its roots): new reference, or NULL. */
+static json_t *policy_json(const struct agent *ag)
+{
+    json_t *roots = json_array();
+    for (int i = 0; roots && i < ag->roots.n; i++)
+        json_array_append_new(roots, json_string(ag->roots.root[i].path));
+    return json_pack("{s:o, s:o, s:o}", "data_roots", roots ? roots : json_null(), "max_memory_bytes",
+                     ag->cfg->max_memory_bytes > 0 ? json_integer(ag->cfg->max_memory_bytes) : json_null(),
+                     "threads", ag->cfg->threads > 0 ? json_integer(ag->cfg->threads) : json_null());
+}
+
 static int agent_register(struct agent *ag, struct shoal_err *err)
 {
     char host[64];
@@ -117,8 +132,9 @@ static int agent_register(struct agent *ag, struct shoal_err *err)
     if (!ag->cfg->name[0] && gethostname(host, sizeof host) != 0)
         snprintf(host, sizeof host, "agent");
     host[sizeof host - 1] = '\0';
-    json_t *body = json_pack("{s:s, s:s, s:s, s:o}", "name", ag->cfg->name[0] ? ag->cfg->name : host,
-                             "peer_address", ag->advertise, "region", ag->cfg->region, "hardware", hw_json(&ag->hw));
+    json_t *body = json_pack("{s:s, s:s, s:s, s:o, s:o}", "name", ag->cfg->name[0] ? ag->cfg->name : host,
+                             "peer_address", ag->advertise, "region", ag->cfg->region, "hardware", hw_json(&ag->hw),
+                             "policy", policy_json(ag));
     if (ctl_call_retry(&ag->ctl, "POST", "/v1/agent/register", body, 30, 0, &ans, err) != 0)
         goto out;
     const char *token = json_string_value(json_object_get(ans, "token"));
@@ -154,7 +170,7 @@ static int agent_identify(struct agent *ag, struct shoal_err *err)
     }
     snprintf(ag->ctl.token, sizeof ag->ctl.token, "%s", token);
     ag->node_id = json_integer_value(json_object_get(doc, "node_id"));
-    body = json_pack("{s:s, s:s}", "state", "idle", "peer_address", ag->advertise);
+    body = json_pack("{s:s, s:s, s:o}", "state", "idle", "peer_address", ag->advertise, "policy", policy_json(ag));
     rc = ctl_call_retry(&ag->ctl, "POST", "/v1/agent/heartbeat", body, 30, 0, NULL, err);
     if (rc != 0 && (err->status == 401 || err->status == 404)) {   /* 404: an operator removed the node */
         log_info("the server does not know node=%lld any more; registering again", (long long)ag->node_id);
@@ -357,9 +373,10 @@ static void report_failure(struct agent *ag, const struct assignment *as, const 
     for (char *c = reason; *c; c++)
         if ((unsigned char)*c < 0x20 || *c == 0x7f)
             *c = ' ';
-    /* A dataset that is missing or not what the job says stays so: the
-     * server fails the job at once instead of re-planning it. */
-    int dataset = strcmp(why->code, "invalid_dataset") == 0;
+    /* A dataset that is missing, not what the job says, or outside this
+     * agent's data roots stays so: the server fails the job at once
+     * instead of re-planning it. */
+    int dataset = strcmp(why->code, "invalid_dataset") == 0 || strcmp(why->code, "path_refused") == 0;
     json_t *body = json_pack("{s:I, s:I, s:i, s:i, s:s, s:s?, s:s?}", "job_id", (json_int_t)as->job_id,
                              "epoch", (json_int_t)as->epoch, "stage", as->stage, "replica", as->replica,
                              "reason", reason, "peer", peer->addr[0] ? peer->addr : NULL,
@@ -415,7 +432,8 @@ static void run_tasklet(struct agent *ag, const json_t *a)
     log_info("tasklet start job=%lld epoch=%u stage=%d/%d replica=%d/%d layers=%d..%d", (long long)as.job_id,
              as.epoch, as.stage, as.stages, as.replica, as.replicas, as.layer_start, as.layer_end);
     struct train_env env = { .ctl = &ag->ctl, .reporter = ag->reporter, .listener = ag->listener, .dev = ag->dev,
-                             .data_dir = ag->cfg->data_dir, .peer_timeout_ms = (int)ag->cfg->peer_timeout * 1000,
+                             .data_dir = ag->cfg->data_dir, .roots = &ag->roots,
+                             .max_memory_bytes = ag->cfg->max_memory_bytes, .peer_timeout_ms = (int)ag->cfg->peer_timeout * 1000,
                              .connect_timeout_ms = (int)ag->cfg->connect_timeout * 1000, .abort = &ag->abort,
                              .step = &ag->step, .held = &ag->held };
     enum train_result res = train_run(&env, &as, &peer, &e);
@@ -527,6 +545,9 @@ int agent_run(const struct agent_config *cfg, atomic_int *stop, struct shoal_err
     /* two agents on one directory would be one node with two addresses */
     if ((ag->dir_lock = dirlock_take(cfg->data_dir, "agent.lock", "shoal-agent", "--data-dir", err)) < 0)
         goto out;
+    if (roots_init(&ag->roots, cfg->data_roots, cfg->data_dir, err) != 0)
+        goto out;
+    kern_set_threads((int)cfg->threads);   /* this thread trains: OpenMP keeps the count per thread */
     if (kern_device_parse(cfg->device, &ag->dev, &ke) != 0) {
         err_set(err, 2, "invalid_config", "--device", "%s", ke.msg);
         goto out;
@@ -544,8 +565,11 @@ int agent_run(const struct agent_config *cfg, atomic_int *stop, struct shoal_err
         goto out;
     }
     ag->poll_started = 1;
-    log_info("agent ready node=%lld peer_address=%s device=%s peer_encryption=%s", (long long)ag->node_id, ag->advertise,
-             cfg->device, cfg->peer_encryption);
+    char roots[1024];
+    roots_text(&ag->roots, roots, sizeof roots);
+    log_info("agent ready node=%lld peer_address=%s device=%s peer_encryption=%s data_roots=%s max_memory=%s "
+             "threads=%ld", (long long)ag->node_id, ag->advertise, cfg->device, cfg->peer_encryption, roots,
+             cfg->max_memory, cfg->threads);
     work_loop(ag);
     rc = 0;
 out:
@@ -563,6 +587,7 @@ out:
     pthread_cond_destroy(&ag->changed);
     if (ag->dir_lock >= 0)
         close(ag->dir_lock);
+    roots_free(&ag->roots);
     free(ag);
     return rc;
 }

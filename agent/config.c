@@ -3,6 +3,9 @@
 
 #include "../common/opts.h"
 
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define S(f) OPT_STR_FIELD(struct agent_config, f)
@@ -28,6 +31,17 @@ static const struct opt agent_opts[] = {
     { "--device", "SHOAL_DEVICE", S(device), "cpu", "cpu, cuda or cuda:N" },
     { "--data-dir", "SHOAL_AGENT_DATA_DIR", S(data_dir), "./shoal-agent-data",
       "node identity (node.json) and temporary checkpoint files" },
+    { "--data-roots", "SHOAL_DATA_ROOTS", S(data_roots), "",
+      "directories a job may read its data from, separated by ':'; every path a job names (data, validation, "
+      "manifests, shards, globs) must lie beneath one, symlinks and '..' resolved; empty: <data-dir>/datasets "
+      "only (created), so a job reads nothing its owner did not put there" },
+    { "--max-memory", "SHOAL_MAX_MEMORY", S(max_memory), "0",
+      "the most memory a job's stage may use here (the GPU's on cuda, else RAM), e.g. 16G; the planner "
+      "sees it as the node's memory and the agent refuses a stage whose weights, gradients and AdamW "
+      "moments exceed it; 0: the device's" },
+    { "--threads", "SHOAL_THREADS", L(threads, 0, 4096), "0",
+      "compute threads (OpenMP, OpenBLAS) a job may use here; the node registers as that many cores; "
+      "0: every core" },
     { "--log-level", "SHOAL_LOG_LEVEL", S(log_level), "info", "debug, info, warn or error" },
     { "--heartbeat-interval", "SHOAL_HEARTBEAT_INTERVAL", L(heartbeat_interval, 1, 3600), "2",
       "seconds between heartbeats" },
@@ -40,6 +54,28 @@ static const struct opt agent_opts[] = {
     { "--measure-ms", "SHOAL_MEASURE_MS", L(measure_ms, 0, 60000), "500",
       "how long to time the kernels at start for the reported TFLOP/s, ms" },
 };
+
+/* "16G" -> bytes (K, M, G, T: powers of 1024; none: bytes). */
+static int parse_size(const char *text, long *out)
+{
+    static const char units[] = "KMGT";
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    int shift = 0;
+    if (errno || end == text || v < 0)
+        return -1;
+    if (*end) {
+        const char *u = strchr(units, *end);
+        if (!u || end[1])
+            return -1;
+        shift = 10 * (int)(u - units + 1);
+    }
+    if (v > (LONG_MAX >> shift))
+        return -1;
+    *out = (long)(v << shift);
+    return 0;
+}
 
 #define N_AGENT_OPTS (sizeof agent_opts / sizeof agent_opts[0])
 
@@ -62,5 +98,9 @@ int agent_config_load(struct agent_config *cfg, int argc, char **argv, int first
     if (rc == 0 && strcmp(cfg->peer_encryption, "off") != 0 && strcmp(cfg->peer_encryption, "on") != 0)
         return err_set(err, 2, "invalid_config", "--peer-encryption",
                        "--peer-encryption must be off or on, not '%s'", cfg->peer_encryption);
+    if (rc == 0 && parse_size(cfg->max_memory, &cfg->max_memory_bytes) != 0)
+        return err_set(err, 2, "invalid_config", "--max-memory",
+                       "--max-memory must be a size such as 0, 512M, 16G or 1T (bytes without a suffix), not '%s'",
+                       cfg->max_memory);
     return rc;
 }

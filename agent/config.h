@@ -21,6 +21,11 @@ struct agent_config {
     char peer_encryption[8];    /* "off" or "on": encrypt job connections between agents */
     char device[32];            /* cpu, cuda, cuda:N */
     char data_dir[PATH_MAX];    /* node identity, temporary checkpoint files */
+    /* the site owner's policy (docs/operations.md, What a site owner controls) */
+    char data_roots[4096];      /* directories a job may read data from, ':'-separated; "" = <data-dir>/datasets */
+    char max_memory[32];        /* "" or "0": the machine's; else bytes with K, M, G or T (powers of 1024) */
+    long max_memory_bytes;      /* parsed: 0 = no cap */
+    long threads;               /* compute threads; 0 = every core */
     char log_level[16];
     long heartbeat_interval;    /* s */
     long peer_timeout;          /* s a neighbour may stay silent mid-step */

@@ -26,6 +26,7 @@ fortunes=/usr/share/games/fortunes
 
 dir=$(mktemp -d /tmp/shoal-demo.XXXXXX)
 chmod 711 "$dir"     # the embedded Postgres runs as 'postgres' under root
+mkdir "$dir/data"    # what the agents may read (--data-roots): the corpus
 pids=""              # agents first, the server last
 server_pid=""
 
@@ -96,7 +97,8 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 for i in 0 1 2 3; do
     region=$([ "$i" -lt 2 ] && echo lab || echo campus)
     "$bin/shoal-agent" --server "$S" --join-token-file "$dir/server/join.token" --name "demo-$i" \
-        --region "$region" --listen 127.0.0.1:0 --data-dir "$dir/agent-$i" --heartbeat-interval 2 \
+        --region "$region" --listen 127.0.0.1:0 --data-dir "$dir/agent-$i" --data-roots "$dir/data" \
+        --heartbeat-interval 2 \
         --probe-interval 1 --measure-ms 200 >"$dir/agent-$i.log" 2>&1 &
     pids="$pids $!"
 done
@@ -113,7 +115,7 @@ api GET /v1/links | jq -r '.nodes as $n | .bandwidth_gbps | to_entries[] | .key 
 
 # ---- the corpus and the job
 say "training a GPT on Debian's fortune cookies"
-corpus=$dir/fortunes.txt
+corpus=$dir/data/fortunes.txt   # beneath the agents' --data-roots
 for f in "$fortunes"/*; do
     case $f in *.dat|*.u8|*/art|*/ascii-art) continue;; esac
     [ -f "$f" ] && cat "$f"

@@ -80,6 +80,12 @@ int kern_device_describe(const struct kern_device *dev, char *name, size_t name_
 /* 1 when this build contains the CUDA backend. */
 int kern_cuda_built(void);
 
+/* Caps the CPU kernels' threads (OpenMP, and OpenBLAS through it) at n
+ * for kernels called from the calling thread (OpenMP keeps the count per
+ * thread: call it from the thread that runs the stages); n < 1 changes
+ * nothing. */
+void kern_set_threads(int n);
+
 /* One parameter tensor of a stage, in the order of the flat buffers. */
 struct kern_tensor {
     char name[32];  /* "wte", "wpe", "h3.qkvw", "lnfw", "head", ... */

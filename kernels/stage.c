@@ -5,12 +5,19 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 int kern_cuda_built(void)
 {
     return kern_cuda_ops != NULL;
+}
+
+void kern_set_threads(int n)
+{
+    if (n >= 1)
+        omp_set_num_threads(n);   /* OpenBLAS's OpenMP build reads the same count */
 }
 
 int kern_device_parse(const char *name, struct kern_device *out, struct kern_err *err)

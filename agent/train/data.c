@@ -7,7 +7,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <glob.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,10 +81,7 @@ static int shard_ready(const struct data_source *src, struct data_shard *sh, str
     }
     if (sh->sha256[0]) {
         char got[SHA256_HEX];
-        struct stat sb;
-        if (stat(sh->path, &sb) != 0)
-            return err_set(err, 503, "dataset_io", "data.path", "dataset '%s': %s", sh->path, strerror(errno));
-        digest_of(src->digests, sh->path, &sb, sh->map, sh->map_len, got);
+        digest_of(src->digests, sh->path, &sh->st, sh->map, sh->map_len, got);
         if (strcmp(got, sh->sha256) != 0)
             return err_set(err, 422, "invalid_dataset", "data.path",
                            "shard '%s' is not the one its manifest lists: its SHA-256 is %s, the manifest's %s",
@@ -95,38 +91,35 @@ static int shard_ready(const struct data_source *src, struct data_shard *sh, str
     return 0;
 }
 
-static int shard_map(struct data_shard *sh, struct shoal_err *err)
+/* Maps shard sh, opened beneath the source's data roots (roots.h). */
+static int shard_map(const struct data_source *src, struct data_shard *sh, struct shoal_err *err)
 {
-    struct stat sb;
-    int fd = open(sh->path, O_RDONLY | O_CLOEXEC), rc = -1;
-    if (fd < 0 || fstat(fd, &sb) != 0) {
-        int why = errno;
-        if (why == ENOENT || why == ENOTDIR || why == EACCES || why == ELOOP || why == ENAMETOOLONG)
-            bad_data(err, sh->path, strerror(why));
-        else   /* EIO, ENOMEM, a stale mount, ...: perhaps not for long */
-            err_set(err, 503, "dataset_io", "data.path", "dataset '%s': %s", sh->path, strerror(why));
+    int fd = roots_open(src->roots, sh->path, 0, "data.path", err), rc = -1;
+    if (fd < 0)
+        return -1;
+    if (fstat(fd, &sh->st) != 0) {
+        err_set(err, 503, "dataset_io", "data.path", "dataset '%s': %s", sh->path, strerror(errno));
         goto out;
     }
-    if (!S_ISREG(sb.st_mode)) {
+    if (!S_ISREG(sh->st.st_mode)) {
         bad_data(err, sh->path, "not a regular file");
         goto out;
     }
-    if (sb.st_size == 0) {   /* mmap takes no empty mapping */
+    if (sh->st.st_size == 0) {   /* mmap takes no empty mapping */
         bad_data(err, sh->path, "the file is empty");
         goto out;
     }
-    void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *map = mmap(NULL, (size_t)sh->st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (map == MAP_FAILED) {
         err_set(err, 503, "dataset_io", "data.path", "dataset '%s': %s", sh->path, strerror(errno));
         goto out;
     }
     sh->map = map;
-    sh->map_len = (size_t)sb.st_size;
+    sh->map_len = (size_t)sh->st.st_size;
     sh->mapped = 1;
     rc = 0;
 out:
-    if (fd >= 0)
-        close(fd);
+    close(fd);
     return rc;
 }
 
@@ -156,13 +149,13 @@ static int by_name(const void *a, const void *b)
  * split's by name where any file is named for a split. */
 static int list_dir(struct data_source *src, const char *dir, const char *split, struct shoal_err *err)
 {
-    DIR *d = opendir(dir);
+    DIR *d = roots_opendir(src->roots, dir, "data.path", err);
     char **names = NULL;
     size_t n = 0, cap = 0;
     int rc = -1, named = 0;
     struct dirent *e;
     if (!d)
-        return bad_data(err, dir, strerror(errno));
+        return -1;
     while ((e = readdir(d))) {
         size_t len = strlen(e->d_name);
         if (e->d_name[0] == '.' || (src->format == DATA_LLMC && (len < 4 || strcmp(e->d_name + len - 4, ".bin"))))
@@ -225,17 +218,35 @@ static int list_manifest(struct data_source *src, const char *file, const char *
     struct stat sb;
     json_error_t je;
     json_t *m = NULL;
-    int rc = -1;
+    unsigned char *bytes = NULL;
+    int rc = -1, fd = roots_open(src->roots, file, 0, "data.path", err);
     char dir[PATH_MAX], why[PATH_MAX + 200];
-    if (stat(file, &sb) != 0)
-        return bad_data(err, file, strerror(errno));
-    if (!S_ISREG(sb.st_mode) || (size_t)sb.st_size > DATA_MANIFEST_MAX)
-        return bad_data(err, file, "not a manifest file of at most 64 MiB");
-    if (sha256_file_hex(file, src->identity, err) != 0)
+    if (fd < 0)
         return -1;
-    if (!(m = json_load_file(file, JSON_REJECT_DUPLICATES, &je))) {
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || (size_t)sb.st_size > DATA_MANIFEST_MAX) {
+        bad_data(err, file, "not a manifest file of at most 64 MiB");
+        goto out;
+    }
+    if (!(bytes = malloc((size_t)sb.st_size + 1))) {
+        err_set(err, 500, "internal", NULL, "out of memory");
+        goto out;
+    }
+    for (size_t got = 0; got < (size_t)sb.st_size;) {
+        ssize_t r = read(fd, bytes + got, (size_t)sb.st_size - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            err_set(err, 503, "dataset_io", "data.path", "dataset '%s': %s", file, r < 0 ? strerror(errno) :
+                    "the file shrank while read");
+            goto out;
+        }
+        got += (size_t)r;
+    }
+    sha256_hex(bytes, (size_t)sb.st_size, src->identity);
+    if (!(m = json_loadb((const char *)bytes, (size_t)sb.st_size, JSON_REJECT_DUPLICATES, &je))) {
         snprintf(why, sizeof why, "the manifest is not JSON (line %d: %s)", je.line, je.text);
-        return bad_data(err, file, why);
+        bad_data(err, file, why);
+        goto out;
     }
     const char *format = json_string_value(json_object_get(m, "format"));
     const char *type = json_string_value(json_object_get(m, "token_type"));
@@ -295,23 +306,31 @@ static int list_manifest(struct data_source *src, const char *file, const char *
     rc = 0;
 out:
     json_decref(m);
+    free(bytes);
+    close(fd);
     return rc;
 }
 
+struct glob_into {
+    struct data_source *src;
+    struct shoal_err *err;
+};
+
+static int glob_shard(void *arg, const char *path)
+{
+    struct glob_into *g = arg;
+    return shard_add(g->src, path, g->err);
+}
+
+/* A glob's files, found beneath the data roots (roots_glob), by name. */
 static int list_glob(struct data_source *src, const char *pattern, struct shoal_err *err)
 {
-    glob_t g;
-    int rc = glob(pattern, GLOB_ERR, NULL, &g);
-    if (rc != 0) {
-        if (rc != GLOB_NOMATCH)
-            globfree(&g);
-        return bad_data(err, pattern, rc == GLOB_NOMATCH ? "the pattern matches no file" : "cannot read the "
-                        "pattern's directories");
-    }
-    for (size_t i = 0; i < g.gl_pathc && rc == 0; i++)   /* glob sorts by name */
-        rc = shard_add(src, g.gl_pathv[i], err);
-    globfree(&g);
-    return rc;
+    int found = 0;
+    struct glob_into g = { src, err };
+    int rc = roots_glob(src->roots, pattern, "data.path", &found, glob_shard, &g, err);
+    if (rc == 0 && found == 0)
+        return bad_data(err, pattern, "the pattern matches no file");
+    return rc == 0 ? 0 : -1;
 }
 
 /* ---- the source --------------------------------------------------------- */
@@ -357,11 +376,23 @@ int data_check(const unsigned char *bytes, size_t len, enum data_format format, 
     return rc;
 }
 
-int data_open(const char *path, const char *format, const char *split, int vocab, int seq_len,
-              const char *cache_dir, struct data_source *out, struct shoal_err *err)
+/* Whether path (beneath the roots) is a directory: 1, 0, or -1 with err. */
+static int is_dir(const struct data_source *src, const char *path, struct shoal_err *err)
 {
     struct stat sb;
+    int fd = roots_open(src->roots, path, O_PATH, "data.path", err);
+    if (fd < 0)
+        return -1;
+    int dir = fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode);
+    close(fd);
+    return dir;
+}
+
+int data_open(const struct data_roots *roots, const char *path, const char *format, const char *split, int vocab,
+              int seq_len, const char *cache_dir, struct data_source *out, struct shoal_err *err)
+{
     char manifest[PATH_MAX + 16];
+    struct shoal_err quiet;
     memset(out, 0, sizeof *out);
     if (strcmp(format, "text") == 0)
         out->format = DATA_TEXT;
@@ -372,25 +403,31 @@ int data_open(const char *path, const char *format, const char *split, int vocab
                        format);
     out->vocab = vocab;
     out->owner = 1;
+    out->roots = roots;
     if (!(out->digests = calloc(1, sizeof *out->digests)))
         return err_set(err, 500, "internal", NULL, "out of memory");
     if (cache_dir && cache_dir[0])
         snprintf(out->digests->file, sizeof out->digests->file, "%s/dataset-digests", cache_dir);
-    int rc;
+    int rc, dir = 0;
     size_t len = strlen(path);
     snprintf(manifest, sizeof manifest, "%s/dataset.json", path);
     if (strpbrk(path, "*?["))
         rc = list_glob(out, path, err);
-    else if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-        rc = access(manifest, F_OK) == 0 ? list_manifest(out, manifest, split, err) : list_dir(out, path, split, err);
-    else if (len > 5 && strcmp(path + len - 5, ".json") == 0)
+    else if ((dir = is_dir(out, path, err)) < 0)
+        rc = -1;
+    else if (dir) {
+        int m = roots_open(roots, manifest, O_PATH, "data.path", &quiet);
+        if (m >= 0)
+            close(m);
+        rc = m >= 0 ? list_manifest(out, manifest, split, err) : list_dir(out, path, split, err);
+    } else if (len > 5 && strcmp(path + len - 5, ".json") == 0)
         rc = list_manifest(out, path, split, err);
     else
         rc = shard_add(out, path, err);
     for (int i = 0; rc == 0 && i < out->n_shards; i++) {
         struct data_shard *sh = &out->shards[i];
         uint64_t listed = sh->n_tokens;
-        rc = shard_map(sh, err) != 0 || shard_header(sh, out->format, err) != 0 ? -1 : 0;
+        rc = shard_map(out, sh, err) != 0 || shard_header(sh, out->format, err) != 0 ? -1 : 0;
         if (rc == 0 && out->identity[0] && sh->n_tokens != listed) {
             char why[200];
             snprintf(why, sizeof why, "%llu tokens, but its manifest lists %llu", (unsigned long long)sh->n_tokens,

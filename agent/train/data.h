@@ -33,10 +33,12 @@
 #include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "../../common/err.h"
 #include "../../common/sha256.h"
 #include "digests.h"
+#include "roots.h"
 
 #define DATA_LLMC_MAGIC 20240520
 #define DATA_LLMC_VERSION 1
@@ -59,6 +61,7 @@ struct data_shard {
     int token_bytes;             /* 1 text, 2 or 4 llmc */
     uint64_t first;              /* the source's index of its first token */
     char sha256[SHA256_HEX];     /* the manifest's, "" when there is none */
+    struct stat st;              /* when mapped: size and mtime for the digest cache */
     int ready;                   /* its tokens and digest are checked */
 };
 
@@ -71,17 +74,21 @@ struct data_source {
     int vocab;
     char identity[SHA256_HEX];   /* the manifest's SHA-256; "" for other sources */
     struct digest_cache *digests;   /* shared by the views; the owner frees it */
+    const struct data_roots *roots; /* where its files are opened (data_open's caller keeps it) */
 };
 
 /* Opens the dataset at `path` (see above) for `split` ("train" or "val";
  * which a manifest's or llm.c directory's shards are read) and checks the
- * first shard.  `cache_dir` holds the digest cache ("" for none).  A
+ * first shard.  Every file and directory is opened beneath `roots`
+ * (roots.h; the caller keeps them open while the source lives): a path
+ * outside them is 422 "path_refused" and nothing outside is read.
+ * `cache_dir` holds the digest cache ("" for none).  A
  * missing, empty, short or damaged shard, a manifest that does not parse,
  * or a shard that is not what the manifest says is an error that names the
  * file and what is wrong (err->status 422, code "invalid_dataset", field
  * "data.path"; an I/O fault that may pass is a 503). */
-int data_open(const char *path, const char *format, const char *split, int vocab, int seq_len,
-              const char *cache_dir, struct data_source *out, struct shoal_err *err);
+int data_open(const struct data_roots *roots, const char *path, const char *format, const char *split, int vocab,
+              int seq_len, const char *cache_dir, struct data_source *out, struct shoal_err *err);
 void data_close(struct data_source *src);
 
 /* data_open's checks on `len` bytes already in memory (`name` for the

@@ -396,45 +396,80 @@ fail:
     return -1;
 }
 
+#define TRAIN_CLAIM_POLL_S 0.25   /* between asking whether every member has said what it holds */
+
+/* Says which copy of `source` this node opened (its manifest's SHA-256,
+ * or null: none) and waits for the job's answer (h_dataset.c): the job's
+ * own digest, or the one its members agreed on, into job_sha ("" when
+ * that is "no manifest").  The wait ends when every member of the epoch
+ * has spoken, within --connect-timeout. */
+static int claim_dataset(struct tasklet *k, const char *source, const struct data_source *src,
+                         char job_sha[SHA256_HEX], struct shoal_err *err)
+{
+    const struct assignment *as = k->as;
+    double deadline = ctl_now() + k->env->connect_timeout_ms / 1000.0;
+    int rc = -1;
+    json_t *body = json_pack("{s:I, s:I, s:s, s:s?}", "job_id", (json_int_t)as->job_id, "epoch",
+                             (json_int_t)as->epoch, "source", source, "sha256",
+                             src->identity[0] ? src->identity : NULL);
+    if (!body)
+        return err_set(err, 500, "internal", NULL, "out of memory");
+    for (;;) {
+        long status = 0;
+        json_t *ans = NULL;
+        if (ctl_call(k->env->ctl, "POST", "/v1/agent/dataset", body, 10, &status, &ans, err) == 0 && status == 200) {
+            const char *got = json_string_value(json_object_get(ans, "sha256"));
+            snprintf(job_sha, SHA256_HEX, "%s", got ? got : "");
+            json_decref(ans);
+            rc = 0;
+            break;
+        }
+        json_decref(ans);
+        if (status >= 400 && status < 500 && status != 429)
+            break;   /* err holds the server's reason: a disagreement fails the job there */
+        if (tasklet_stopping(k)) {
+            err_set(err, 503, "aborted", NULL, "the assignment changed while waiting for the dataset's members");
+            break;
+        }
+        if (ctl_now() > deadline) {
+            err_set(err, 504, "peer_timeout", NULL, "not every node of job %lld that reads its %s said which copy "
+                    "it holds within %d s (--connect-timeout)", (long long)as->job_id, source,
+                    k->env->connect_timeout_ms / 1000);
+            break;
+        }
+        ctl_sleep(k->env->ctl, TRAIN_CLAIM_POLL_S);   /* 202: others still to speak; or no answer yet */
+    }
+    json_decref(body);
+    return rc;
+}
+
 /* Proves that this node's copy of a dataset is the job's: its manifest's
- * SHA-256 against the one the job recorded, or (none yet) recorded now
- * by the server, first come.  A dataset the job names by a manifest must
- * be opened through one.  A mismatch is "invalid_dataset": the job fails
- * at once (agent.c), the message naming the node, the dataset and both
- * digests. */
-static int prove_dataset(struct tasklet *k, const char *source, const char *path, const struct data_source *src,
-                         const char *recorded, struct shoal_err *err)
+ * SHA-256 (none: "") against the job's (data.sha256 or validation.sha256,
+ * or what its members agreed on), which the assignment carries once it is
+ * known and claim_dataset asks for before.  A text source has no
+ * manifest: nothing to prove.  A mismatch is "invalid_dataset": the job
+ * fails at once (agent.c), the message naming the node, the dataset and
+ * both digests. */
+static int prove_dataset(struct tasklet *k, const char *source, const char *path, const char *format,
+                         const struct data_source *src, const char *recorded, struct shoal_err *err)
 {
     const struct assignment *as = k->as;
     const char *field = strcmp(source, "data") == 0 ? "data.path" : "validation.path";
     char job_sha[SHA256_HEX];
-    json_t *ans = NULL;
     snprintf(job_sha, sizeof job_sha, "%s", recorded);
-    if (!src->identity[0]) {
-        if (!job_sha[0])
-            return 0;   /* no manifest on either side: nothing to prove */
+    if (!job_sha[0] && strcmp(format, "text") == 0)
+        return 0;
+    if (!job_sha[0] && claim_dataset(k, source, src, job_sha, err) != 0)
+        return -1;
+    if (strcmp(job_sha, src->identity) == 0)
+        return 0;
+    if (!src->identity[0])
         return err_set(err, 422, "invalid_dataset", field, "node %lld opened %s '%s' without a manifest, but "
                        "job %lld names it by its manifest's SHA-256 %s", (long long)as->node_id, source, path,
                        (long long)as->job_id, job_sha);
-    }
-    if (!job_sha[0]) {
-        json_t *body = json_pack("{s:I, s:I, s:s, s:s}", "job_id", (json_int_t)as->job_id, "epoch",
-                                 (json_int_t)as->epoch, "source", source, "sha256", src->identity);
-        int rc = body ? ctl_call_retry(k->env->ctl, "POST", "/v1/agent/dataset", body, 10, 60, &ans, err) : -1;
-        json_decref(body);
-        if (rc != 0) {
-            json_decref(ans);
-            return -1;
-        }
-        const char *got = json_string_value(json_object_get(ans, "sha256"));
-        snprintf(job_sha, sizeof job_sha, "%s", got ? got : "");
-        json_decref(ans);
-    }
-    if (strcmp(job_sha, src->identity) != 0)
-        return err_set(err, 422, "invalid_dataset", field, "node %lld's copy of %s '%s' is not job %lld's: its "
-                       "manifest's SHA-256 is %s, the job's %s", (long long)as->node_id, source, path,
-                       (long long)as->job_id, src->identity, job_sha[0] ? job_sha : "(none recorded)");
-    return 0;
+    return err_set(err, 422, "invalid_dataset", field, "node %lld's copy of %s '%s' is not job %lld's: its "
+                   "manifest's SHA-256 is %s, the job's %s", (long long)as->node_id, source, path,
+                   (long long)as->job_id, src->identity, job_sha[0] ? job_sha : "none (no manifest)");
 }
 
 /* Maps the training data (first and last stages) and finds the
@@ -445,13 +480,13 @@ static int open_data(struct tasklet *k, struct shoal_err *err)
     int T = as->model.context;
     if (as->stage != 0 && as->stage != as->stages - 1)
         return 0;
-    if (data_open(as->data_path, as->data_format, "train", as->model.vocab, T, k->env->data_dir, &k->file,
+    if (data_open(k->env->roots, as->data_path, as->data_format, "train", as->model.vocab, T, k->env->data_dir, &k->file,
                   err) != 0)
         return -1;
     k->data = k->file;
     k->data.owner = 0;   /* a view: k->file is closed */
     k->have_data = 1;
-    if (prove_dataset(k, "data", as->data_path, &k->file, as->data_sha256, err) != 0)
+    if (prove_dataset(k, "data", as->data_path, as->data_format, &k->file, as->data_sha256, err) != 0)
         return -1;
     if (!as->has_validation)
         return 0;
@@ -459,14 +494,14 @@ static int open_data(struct tasklet *k, struct shoal_err *err)
         if (data_holdout(&k->file, as->val_holdout, T, &k->data, &k->val, err) != 0)
             return -1;
     } else {
-        if (data_open(as->val_path, as->val_format, "val", as->model.vocab, T, k->env->data_dir, &k->val_file,
+        if (data_open(k->env->roots, as->val_path, as->val_format, "val", as->model.vocab, T, k->env->data_dir, &k->val_file,
                       err) != 0) {
             snprintf(err->field, sizeof err->field, "validation.path");
             return -1;
         }
         k->val = k->val_file;
         k->val.owner = 0;
-        if (prove_dataset(k, "validation", as->val_path, &k->val_file, as->val_sha256, err) != 0)
+        if (prove_dataset(k, "validation", as->val_path, as->val_format, &k->val_file, as->val_sha256, err) != 0)
             return -1;
     }
     k->have_val = 1;
@@ -485,6 +520,15 @@ static int tasklet_open(struct tasklet *k, struct shoal_err *err)
                                   .last = last, .micro_batch = B, .seq_len = T,
                                   .in_flight = pipe_schedule(as->schedule, as->stage, as->stages, M, k->ops),
                                   .seed = as->seed, .link = as->stage_link };
+    /* the owner's cap, checked before anything is allocated: f32 weights,
+     * gradients and AdamW's two moments, 16 bytes a parameter (as the
+     * planner counts them), activations besides */
+    uint64_t state = 16 * model_stage_params(&as->model, as->layer_start, as->layer_end, first, last);
+    if (k->env->max_memory_bytes > 0 && state > (uint64_t)k->env->max_memory_bytes)
+        return err_set(err, 422, "over_memory_cap", NULL, "stage %d (layers %d..%d) needs %.2f GiB for its weights, "
+                       "gradients and AdamW moments alone, more than this agent's --max-memory of %.2f GiB",
+                       as->stage, as->layer_start, as->layer_end, (double)state / (1 << 30),
+                       (double)k->env->max_memory_bytes / (1 << 30));
     if (live_stage(k->env->held, &k->env->dev, as, &sp, &k->st, err) != 0)
         return -1;
     k->btc = (size_t)B * T * (size_t)as->model.d_model;

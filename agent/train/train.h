@@ -35,6 +35,7 @@
 #define TRAIN_ADAM_EPS 1e-8
 
 struct live_held;
+struct data_roots;
 
 struct train_env {
     const struct ctl *ctl;
@@ -42,6 +43,8 @@ struct train_env {
     struct peer_listener *listener;
     struct kern_device dev;
     const char *data_dir;          /* temporary checkpoint files */
+    const struct data_roots *roots;   /* where a job's data may be read (roots.h) */
+    int64_t max_memory_bytes;      /* --max-memory: a stage's state must fit; 0: no cap */
     int peer_timeout_ms;           /* a neighbour silent this long fails the step */
     int connect_timeout_ms;        /* every neighbour must connect within this */
     const atomic_int *abort;       /* non-zero: the assignment changed; stop at the next step */

@@ -77,15 +77,70 @@ static const struct jv_field registration_fields[] = {
     { "peer_address", JV_STR, 1, 0, 3, 261, R(peer_address), RS(peer_address), NULL, NULL },
     { "region", JV_STR, 0, 0, 0, 63, R(region), RS(region), NULL, NULL },
     { "hardware", JV_OBJ, 1, 0, 0, 0, 0, 0, NULL, hardware_fields },
+    { "policy", JV_OBJ, 0, 1, 0, 0, 0, 0, NULL, NULL },   /* policy_parse */
     { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
 };
 #undef R
 #undef RS
 
+/* The site owner's policy (agent/config.c: --data-roots, --max-memory,
+ * --threads) as the node's row keeps it: compact JSON into out ("" when
+ * absent or null). */
+#define P(f) offsetof(struct body_policy, f)
+struct body_policy {
+    int64_t max_memory_bytes, threads;
+};
+static const struct jv_field policy_fields[] = {
+    { "max_memory_bytes", JV_INT, 0, 1, 1, 1e15, P(max_memory_bytes), 0, NULL, NULL },
+    { "threads", JV_INT, 0, 1, 1, 4096, P(threads), 0, NULL, NULL },
+    { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
+};
+#undef P
+
+static int policy_parse(const json_t *policy, char *out, size_t len, struct shoal_err *e)
+{
+    struct body_policy p = { 0, 0 };
+    json_t *roots = json_object_get(policy, "data_roots"), *root;
+    size_t i;
+    out[0] = '\0';
+    if (!policy || json_is_null(policy))
+        return 0;
+    json_t *rest = json_deep_copy(policy);   /* the scalars, checked by the table; data_roots below */
+    if (!rest)
+        return err_set(e, 500, "internal", NULL, "out of memory");
+    json_object_del(rest, "data_roots");
+    int rc = jv_object(rest, policy_fields, "policy", &p, e);
+    json_decref(rest);
+    if (rc != 0)
+        return -1;
+    if (roots && (!json_is_array(roots) || json_array_size(roots) < 1 || json_array_size(roots) > BODY_ROOTS_MAX))
+        return err_set(e, 422, "invalid_field", "policy.data_roots", "policy.data_roots must be an array of 1 to %d "
+                       "absolute paths", BODY_ROOTS_MAX);
+    json_array_foreach(roots, i, root) {
+        const char *r = json_string_value(root);
+        if (!r || r[0] != '/' || json_string_length(root) > BODY_ROOT_MAX || strlen(r) != json_string_length(root))
+            return err_set(e, 422, "invalid_field", "policy.data_roots", "policy.data_roots[%zu] must be an "
+                           "absolute path of at most %d bytes", i, BODY_ROOT_MAX);
+    }
+    json_t *norm = json_pack("{s:O?, s:o, s:o}", "data_roots", roots, "max_memory_bytes",
+                             p.max_memory_bytes ? json_integer(p.max_memory_bytes) : json_null(), "threads",
+                             p.threads ? json_integer(p.threads) : json_null());
+    char *text = norm ? json_dumps(norm, JSON_COMPACT) : NULL;
+    json_decref(norm);
+    if (!text)
+        return err_set(e, 500, "internal", NULL, "out of memory");
+    rc = strlen(text) < len ? 0 : err_set(e, 422, "invalid_field", "policy", "policy is over %zu bytes", len - 1);
+    if (rc == 0)
+        memcpy(out, text, strlen(text) + 1);
+    free(text);
+    return rc;
+}
+
 int body_registration_parse(const json_t *body, struct body_registration *out, struct shoal_err *e)
 {
     memset(out, 0, sizeof *out);
-    if (jv_object(body, registration_fields, "", out, e) != 0)
+    if (jv_object(body, registration_fields, "", out, e) != 0 ||
+        policy_parse(json_object_get(body, "policy"), out->policy, sizeof out->policy, e) != 0)
         return -1;
     return peer_address_field(out->peer_address, "peer_address", e);
 }
@@ -105,6 +160,7 @@ static const struct jv_field heartbeat_fields[] = {
     { "step", JV_INT, 0, 1, 0, 9e18, H(step), 0, NULL, NULL },
     { "peer_address", JV_STR, 0, 1, 3, 261, H(peer_address), HS(peer_address), NULL, NULL },
     { "held", JV_OBJ, 0, 1, 0, 0, 0, 0, NULL, held_fields },
+    { "policy", JV_OBJ, 0, 1, 0, 0, 0, 0, NULL, NULL },   /* policy_parse */
     { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
 };
 #undef H
@@ -114,7 +170,8 @@ int body_heartbeat_parse(const json_t *body, struct body_heartbeat *out, struct 
 {
     memset(out, 0, sizeof *out);
     out->step = -1;
-    if (jv_object(body, heartbeat_fields, "", out, e) != 0)
+    if (jv_object(body, heartbeat_fields, "", out, e) != 0 ||
+        policy_parse(json_object_get(body, "policy"), out->policy, sizeof out->policy, e) != 0)
         return -1;
     if (out->peer_address[0] && peer_address_field(out->peer_address, "peer_address", e) != 0)
         return -1;
@@ -389,7 +446,7 @@ static const struct jv_field dataset_fields[] = {
     { "job_id", JV_INT, 1, 0, 1, 9e18, D(job_id), 0, NULL, NULL },
     { "epoch", JV_INT, 1, 0, 0, 2147483647, D(epoch), 0, NULL, NULL },
     { "source", JV_STR, 1, 0, 1, 15, D(source), sizeof(((struct body_dataset *)0)->source), dataset_sources, NULL },
-    { "sha256", JV_STR, 1, 0, 64, 64, D(sha256), sizeof(((struct body_dataset *)0)->sha256), NULL, NULL },
+    { "sha256", JV_STR, 0, 1, 64, 64, D(sha256), sizeof(((struct body_dataset *)0)->sha256), NULL, NULL },
     { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
 };
 #undef D
@@ -399,8 +456,8 @@ int body_dataset_parse(const json_t *body, struct body_dataset *out, struct shoa
     memset(out, 0, sizeof *out);
     if (jv_object(body, dataset_fields, "", out, e) != 0)
         return -1;
-    if (nccl_hex_lower(out->sha256) != 0)
-        return err_set(e, 422, "invalid_field", "sha256", "sha256 must be 64 hex digits");
+    if (out->sha256[0] && nccl_hex_lower(out->sha256) != 0)
+        return err_set(e, 422, "invalid_field", "sha256", "sha256 must be 64 hex digits, or null (no manifest)");
     return 0;
 }
 

@@ -35,6 +35,14 @@ int body_peer_address_check(const char *a, char *why, size_t why_len);
 /* 1 when body_peer_address_check takes `a`, else 0. */
 int body_peer_address_valid(const char *a);
 
+/* A node's policy ("policy" in its registration and heartbeats): the
+ * site owner's data roots (1..BODY_ROOTS_MAX absolute paths of at most
+ * BODY_ROOT_MAX bytes), max_memory_bytes and threads (integers or null),
+ * nothing else. */
+#define BODY_ROOTS_MAX 16
+#define BODY_ROOT_MAX 1023
+#define BODY_POLICY_MAX 8192
+
 /* POST /v1/nodes: an agent registers. */
 struct body_registration {
     char name[64];
@@ -46,6 +54,7 @@ struct body_registration {
     double tflops;              /* measured, dense */
     int64_t cpu_cores;
     int64_t ram_bytes;          /* 0: not reported */
+    char policy[BODY_POLICY_MAX];   /* the owner's policy, compact JSON; "": not given (an older agent) */
 };
 int body_registration_parse(const json_t *body, struct body_registration *out, struct shoal_err *e);
 
@@ -58,6 +67,7 @@ struct body_heartbeat {
     /* "held" (an idle agent): the stage its last unfinished tasklet left,
      * for a live resume (agent/train/live.h); held_job_id 0: none */
     int64_t held_job_id, held_step, held_layer_start, held_layer_end;   /* JV_INT fields are int64 */
+    char policy[BODY_POLICY_MAX];   /* "": unchanged (a restarted agent sends its owner's policy again) */
 };
 int body_heartbeat_parse(const json_t *body, struct body_heartbeat *out, struct shoal_err *e);
 
@@ -124,7 +134,7 @@ int body_failure_parse(const json_t *body, struct body_failure *out, struct shoa
 struct body_dataset {
     int64_t job_id, epoch;
     char source[16];             /* "data" or "validation" */
-    char sha256[65];             /* lowercased */
+    char sha256[65];             /* lowercased; "": null or absent, opened without a manifest */
 };
 int body_dataset_parse(const json_t *body, struct body_dataset *out, struct shoal_err *e);
 

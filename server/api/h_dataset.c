@@ -1,36 +1,24 @@
-/* h_dataset.c - the dataset a job trains on, proven (sql/013).
+/* h_dataset.c - the dataset a job trains on, proven by its members
+ * (sql/013, sql/019).
  *
- * An agent that opens a dataset by its manifest sends the manifest's
- * SHA-256; the first one sent for a job is recorded, unless the job was
- * created with one (data.sha256, validation.sha256).  The answer is the
- * recorded digest: the agent compares it with its own and fails the job
- * when they differ (agent/train/train.c).  One statement: the checks and the
- * write. */
+ * Every agent that reads the job's data (the nodes of its first and last
+ * stages) says what it opened: its manifest's SHA-256, or null for a
+ * source without one.  The job's own digest (data.sha256,
+ * validation.sha256) is the answer when it was given; else one that every
+ * member of an earlier epoch agreed on; else the answer waits (202) until
+ * every member of this epoch has spoken, and is theirs when they all said
+ * the same.  When they differ the job fails, the reason naming the nodes
+ * on each side and blaming none: one member cannot make the others look
+ * wrong.  The agent compares the answer with its own copy
+ * (agent/train/train.c).  One call: dataset_claim() does the checks and
+ * the writes under the job's row lock. */
 #include <stdio.h>
 #include <string.h>
 
 #include "bodies.h"
 #include "../http/http.h"
-#include "../store/queries.h"
 #include "routes.h"
 #include "../store/db.h"
-
-/* $1 job, $2 epoch, $3 node, $4 source, $5 sha256: recorded where none
- * is, under the row lock, so two agents racing record one of theirs. */
-#define DATASET_SQL \
-    "WITH v AS (SELECT j.id, j.state, j.plan_epoch, CASE" \
-    "   WHEN $2::int <> j.plan_epoch THEN 'stale_epoch'" \
-    "   WHEN NOT EXISTS (SELECT 1 FROM assignments a JOIN plans p ON p.id = a.plan_id" \
-    "     WHERE p.job_id = j.id AND p.epoch = $2::int AND a.node_id = $3::bigint) THEN 'not_assigned'" \
-    "   WHEN j.state NOT IN ('scheduled', 'running', 'recovering') THEN 'not_running'" \
-    "   ELSE 'ok' END AS verdict FROM jobs j WHERE j.id = $1::bigint AND " JOB_MEMBER_SQL("j", "$3::bigint") ")," \
-    " u AS (UPDATE jobs SET" \
-    "   data_sha256 = CASE WHEN $4 = 'data' THEN coalesce(jobs.data_sha256, $5) ELSE jobs.data_sha256 END," \
-    "   val_sha256 = CASE WHEN $4 = 'validation' THEN coalesce(jobs.val_sha256, $5) ELSE jobs.val_sha256 END" \
-    "   FROM v WHERE jobs.id = v.id AND v.verdict = 'ok'" \
-    "   RETURNING CASE WHEN $4 = 'data' THEN jobs.data_sha256 ELSE jobs.val_sha256 END AS recorded)" \
-    " SELECT json_build_object('verdict', v.verdict, 'state', v.state, 'plan_epoch', v.plan_epoch," \
-    "   'recorded', (SELECT recorded FROM u)) FROM v"
 
 void h_dataset(struct request *rq, struct response *rs)
 {
@@ -46,26 +34,43 @@ void h_dataset(struct request *rq, struct response *rs)
         goto out;
     }
     const char *params[] = { db_param_i64(v[0], p.job_id), db_param_i64(v[1], p.epoch),
-                             db_param_i64(v[2], rq->node_id), p.source, p.sha256 };
+                             db_param_i64(v[2], rq->node_id), p.source, p.sha256[0] ? p.sha256 : NULL };
     snprintf(what, sizeof what, "job %lld", (long long)p.job_id);
-    if (!(res = db_query_json(rq->srv->db, DATASET_SQL, 5, params, what, &e))) {
+    if (!(res = db_query_json(rq->srv->db, "SELECT dataset_claim($1::bigint, $2::int, $3::bigint, $4, $5)", 5,
+                              params, what, &e))) {
         reply_error(rs, &e);
         goto out;
     }
     const char *verdict = json_string_value(json_object_get(res, "verdict"));
-    const char *state = json_string_value(json_object_get(res, "state"));
-    if (verdict && strcmp(verdict, "stale_epoch") == 0)
+    const char *field = strcmp(p.source, "data") == 0 ? "data.path" : "validation.path";
+    if (!verdict || strcmp(verdict, "not_found") == 0)
+        reply_fail(rs, 404, "not_found", NULL, "job %lld does not exist", (long long)p.job_id);   /* to a stranger */
+    else if (strcmp(verdict, "stale_epoch") == 0)
         reply_fail(rs, 409, "stale_epoch", "epoch", "epoch %lld is not job %lld's current plan epoch (%lld)",
                    (long long)p.epoch, (long long)p.job_id,
                    (long long)json_integer_value(json_object_get(res, "plan_epoch")));
-    else if (verdict && strcmp(verdict, "not_assigned") == 0)
+    else if (strcmp(verdict, "not_assigned") == 0)
         reply_fail(rs, 403, "forbidden", NULL, "node %lld holds no tasklet of job %lld in epoch %lld",
                    (long long)rq->node_id, (long long)p.job_id, (long long)p.epoch);
-    else if (verdict && strcmp(verdict, "not_running") == 0)
-        reply_fail(rs, 409, "conflict", "state", "job %lld is %s", (long long)p.job_id, state ? state : "?");
+    else if (strcmp(verdict, "not_running") == 0)
+        reply_fail(rs, 409, "conflict", "state", "job %lld is %s", (long long)p.job_id,
+                   json_string_value(json_object_get(res, "state")));
+    else if (strcmp(verdict, "no_split") == 0)
+        reply_fail(rs, 422, "invalid_field", "source", "job %lld has no validation.path (no validation, or a "
+                   "holdout of data.path): there is no validation dataset to claim", (long long)p.job_id);
+    else if (strcmp(verdict, "no_manifest") == 0)
+        reply_fail(rs, 422, "invalid_field", "sha256", "job %lld reads %s as text, which has no manifest: claim "
+                   "null", (long long)p.job_id, field);
+    else if (strcmp(verdict, "disagree") == 0)
+        reply_fail(rs, 409, "dataset_disagreement", field, "job %lld failed: %s", (long long)p.job_id,
+                   json_string_value(json_object_get(res, "reason")));
+    else if (strcmp(verdict, "waiting") == 0)
+        reply_json(rs, 202, json_pack("{s:I, s:s, s:O, s:O}", "job_id", (json_int_t)p.job_id, "source", p.source,
+                                      "claimed", json_object_get(res, "claimed"), "members",
+                                      json_object_get(res, "members")));
     else
-        reply_json(rs, 200, json_pack("{s:I, s:s, s:O}", "job_id", (json_int_t)p.job_id, "source", p.source,
-                                      "sha256", json_object_get(res, "recorded")));
+        reply_json(rs, 200, json_pack("{s:I, s:s, s:O, s:O}", "job_id", (json_int_t)p.job_id, "source", p.source,
+                                      "sha256", json_object_get(res, "sha256"), "by", json_object_get(res, "by")));
 out:
     json_decref(res);
     json_decref(body);

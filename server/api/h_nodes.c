@@ -37,13 +37,13 @@ void h_register(struct request *rq, struct response *rs)
         reg.name, hash, reg.peer_address, reg.region, reg.gpu_model,
         db_param_i64(p_mem, reg.gpu_memory_bytes), db_param_i64(p_cnt, reg.gpu_count),
         db_param_f64(p_tf, reg.tflops), db_param_i64(p_cores, reg.cpu_cores),
-        db_param_i64(p_ram, reg.ram_bytes),
+        db_param_i64(p_ram, reg.ram_bytes), reg.policy[0] ? reg.policy : NULL,
     };
     node = db_query_json(rq->srv->db,
         "INSERT INTO nodes (name, token_hash, peer_address, region, gpu_model,"
-        " gpu_memory_bytes, gpu_count, tflops, cpu_cores, ram_bytes)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING node_json(nodes)",
-        10, params, "node", &e);
+        " gpu_memory_bytes, gpu_count, tflops, cpu_cores, ram_bytes, policy)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb) RETURNING node_json(nodes)",
+        11, params, "node", &e);
     if (!node) {
         reply_error(rs, &e);
         goto out;
@@ -78,6 +78,7 @@ void h_heartbeat(struct request *rq, struct response *rs)
         hb.held_job_id ? db_param_i64(p_hls, hb.held_layer_start) : NULL,
         hb.held_job_id ? db_param_i64(p_hle, hb.held_layer_end) : NULL,
         hb.held_job_id ? db_param_i64(p_hstep, hb.held_step) : NULL,
+        hb.policy[0] ? hb.policy : NULL,
     };
     /* A draining node keeps draining whatever it reports: the operator said
      * so.  The commit does not wait for the WAL flush (synchronous_commit
@@ -105,13 +106,13 @@ void h_heartbeat(struct request *rq, struct response *rs)
         " state = CASE WHEN state = 'draining' THEN 'draining' ELSE $2 END,"
         " current_job_id = $3, current_step = $4, peer_address = coalesce($5, peer_address),"
         " held_job_id = $6::bigint, held_layer_start = $7::int, held_layer_end = $8::int, held_step = $9::bigint,"
-        " held_at = CASE WHEN $2 = 'idle' THEN now() ELSE held_at END"
+        " held_at = CASE WHEN $2 = 'idle' THEN now() ELSE held_at END, policy = coalesce($10::jsonb, policy)"
         " FROM async, claim WHERE id = $1 AND removed_at IS NULL AND claim.ok RETURNING node_json(nodes) AS node,"
         "   EXISTS (SELECT 1 FROM jobs j WHERE j.id = $6::bigint AND j.state = 'recovering') AS wake)"
         " SELECT json_build_object('job_ok', claim.job_ok, 'held_ok', claim.held_ok, 'addr_ok', claim.addr_ok,"
         "   'node', (SELECT node FROM u),"
         "   'wake', (SELECT wake FROM u)) FROM claim",
-        9, params, "node", &e);
+        10, params, "node", &e);
     int job_ok = !res || json_is_true(json_object_get(res, "job_ok"));
     if (res && job_ok && json_is_false(json_object_get(res, "addr_ok"))) {
         json_decref(res);

@@ -38,14 +38,20 @@ struct plan_work {
 
 /* Live nodes: registered, heartbeat within the timeout, idle or busy in
  * this job (or in a job that has finished, whose agents have not said so
- * yet), and not in the current plan of another live job: {nodes, excluded},
- * the second those left out of this job after failures (fault_judge.h),
- * fewest failed epochs first. */
+ * yet), and not in the current plan of another live job: {nodes, excluded,
+ * unreadable}, the second those left out of this job after failures
+ * (fault_judge.h), fewest failed epochs first, the third those whose
+ * owners' data roots do not hold the job's data (policy_reads_job,
+ * 019_site_policy.sql), which no plan of the job gets. */
 #define LIVE_NODES_SQL \
     "SELECT json_build_object(" \
-    " 'nodes', coalesce(json_agg(node_json(nodes) ORDER BY id) FILTER (WHERE x.node_id IS NULL), '[]')," \
-    " 'excluded', coalesce(json_agg(node_json(nodes) ORDER BY x.epochs, id) FILTER (WHERE x.node_id IS NOT NULL), '[]'))" \
-    " FROM nodes LEFT JOIN job_excluded_nodes($1, " CURRENT_EPOCH ") x ON x.node_id = nodes.id" \
+    " 'nodes', coalesce(json_agg(node_json(nodes) ORDER BY id) FILTER (WHERE x.node_id IS NULL AND r.reads), '[]')," \
+    " 'excluded', coalesce(json_agg(node_json(nodes) ORDER BY x.epochs, id)" \
+    "   FILTER (WHERE x.node_id IS NOT NULL AND r.reads), '[]')," \
+    " 'unreadable', coalesce(json_agg(json_build_object('id', id, 'name', name, 'data_roots', policy -> 'data_roots')" \
+    "   ORDER BY id) FILTER (WHERE NOT r.reads), '[]'))" \
+    " FROM nodes LEFT JOIN job_excluded_nodes($1, " CURRENT_EPOCH ") x ON x.node_id = nodes.id," \
+    "   LATERAL (SELECT coalesce(policy_reads_job(nodes.policy, $1), true) AS reads) r" \
     " WHERE state IN ('idle', 'busy')" \
     "   AND last_heartbeat_at > now() - make_interval(secs => $2::float8)" \
     "   AND (current_job_id IS NULL OR current_job_id = $1 OR NOT EXISTS (SELECT 1 FROM jobs cj" \
@@ -239,6 +245,29 @@ out:
     free(why);
 }
 
+/* "; not allowed to read the job's data (their owners' --data-roots): node
+ * 3 (a3) beneath /srv/x, ..." of `nodes` (LIVE_NODES_SQL's unreadable), or "". */
+static void name_unreadable(const json_t *nodes, char *out, size_t len)
+{
+    size_t i, at = 0;
+    json_t *node;
+    out[0] = '\0';
+    json_array_foreach(nodes, i, node) {
+        json_t *roots = json_object_get(node, "data_roots");
+        int w = snprintf(out + at, len - at, "%s node %lld (%s) beneath %s",
+                         at ? "," : "; not allowed to read its data by their owners' --data-roots:",
+                         (long long)json_integer_value(json_object_get(node, "id")),
+                         json_string_value(json_object_get(node, "name")),
+                         json_string_value(json_array_get(roots, 0)) ? json_string_value(json_array_get(roots, 0))
+                                                                       : "?");
+        if (w < 0 || (size_t)w >= len - at) {
+            out[at] = '\0';
+            break;
+        }
+        at += (size_t)w;
+    }
+}
+
 /* Prices each link of `pairs` ([[a, b]] node ids, EXCLUDED_SQL's) as
  * unusable both ways, so that the search routes around it where it can. */
 static void avoid_links(struct scenario *net, const json_t *pairs)
@@ -299,9 +328,10 @@ int planner_prepare(struct server *srv, int64_t job_id, const struct plan_reques
     if (!avoided)
         goto out;
     json_t *nodes = json_object_get(live, "nodes");
-    char left_out[200];
+    char left_out[200], unreadable[300];
     readmit_excluded(nodes, json_object_get(live, "excluded"), spec.stages * spec.replicas, left_out,
                      sizeof left_out);
+    name_unreadable(json_object_get(live, "unreadable"), unreadable, sizeof unreadable);
     doc = json_pack("{s:O}", "nodes", nodes);
     w->available = (int)json_array_size(nodes);
     int64_t replicas = w->req.fewer_replicas && strcmp(spec.sync, "every_step") == 0
@@ -309,10 +339,10 @@ int planner_prepare(struct server *srv, int64_t job_id, const struct plan_reques
     if (spec.stages * replicas > w->available) {
         err_set(e, 409, "not_enough_nodes", "parallelism",
                 "job %s needs %lld nodes (%lld stages x %lld replicas%s) and %d are available "
-                "(idle or in this job, heartbeat within %ld s, not draining, not planned for another job%s)",
+                "(idle or in this job, heartbeat within %ld s, not draining, not planned for another job%s%s)",
                 p_id, (long long)(spec.stages * replicas), (long long)spec.stages, (long long)replicas,
                 replicas < spec.replicas ? ", the fewest that keep its global batch" : "", w->available,
-                srv->cfg.heartbeat_timeout, left_out);
+                srv->cfg.heartbeat_timeout, left_out, unreadable);
         goto out;
     }
     if (input_network(doc, links, w->req.fill_latency_ms, w->req.fill_bandwidth_gbps, &w->net, e) != 0)

@@ -57,6 +57,7 @@ else
     MODEL='"vocab_size":50257,"context_length":%d,"d_model":768,"heads":12,"layers":12'
 fi
 DATA=${GPT2_DATA:-$WORK/shard.bin}
+export SHOAL_DATA_ROOTS=$SHOAL_DATA_ROOTS:$(dirname "$(realpath -m "$DATA")")   # the agents may read it
 [ -n "${GPT2_DATA:-}" ] || [ "$VOCAB" -gt 65536 ] || python3 -c '
 import random, struct, sys
 n = 200000

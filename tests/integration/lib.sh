@@ -38,6 +38,12 @@ fail() { echo "not ok - $1${2:+: $2}"; FAILS=$((FAILS + 1)); }
 # suite that tests losing nodes passes --heartbeat-timeout itself.
 export SHOAL_HEARTBEAT_TIMEOUT=${SHOAL_HEARTBEAT_TIMEOUT:-60}
 
+# The data a suite's jobs read lies in $WORK, or is a text of the system's
+# (/usr/share/common-licenses) or of this tree: its agents' owner allows
+# those (shoal-agent --data-roots; the default, <data-dir>/datasets, holds
+# nothing); a suite that tests the roots passes --data-roots itself.
+export SHOAL_DATA_ROOTS=$WORK:/usr/share/common-licenses:$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+
 # start_server NAME [ARGS...]: starts a server with data dir $WORK/NAME, on a
 # free port, and waits until /readyz answers 200.  Sets URL_<NAME> and leaves
 # its log in $WORK/NAME.log.  Extra args go to shoal-server.

@@ -679,6 +679,56 @@ for _ in $(seq 1 20); do
     sleep 0.5
 done
 check "server b's listener reconnects after Postgres restarts" "$(printf '%s\n' "$BODY" | grep '^shoal_assignment_listener_up ')" "shoal_assignment_listener_up 1"
+# ---- datasets: every member says what it opened, no one member decides (sql/019_site_policy.sql)
+claim() {   # claim TOKEN JOB SOURCE SHA|null
+    req POST "$S/v1/agent/dataset" "$1" "$(printf '{"job_id":%s,"epoch":1,"source":"%s","sha256":%s}' "$2" "$3" "$4")"
+}
+X=$(printf '%064d' 1); Y=$(printf '%064d' 2)
+LLMC=$(printf '%s' "$JOB" | jq -c '.data = {"path": "/data/shards", "format": "llmc"}')
+# schedule_llmc JQ-EDIT: a 2x2 job (llmc unless the edit says otherwise) on
+# the four nodes, scheduled (epoch 1); JD its id.
+schedule_llmc() {
+    req POST "$S/v1/jobs" "$ADMIN" "$(printf '%s' "$LLMC" | jq -c "$1")"; JD=$(printf '%s' "$BODY" | jq -r .id)
+    req POST "$S/v1/jobs/$JD/schedule" "$ADMIN" '{"budget_ms":100}'
+}
+for i in 0 1 2 3; do req POST "$S/v1/agent/heartbeat" "${TOK[$i]}" '{"state":"idle"}'; done
+schedule_llmc '.data.format = "text"'
+claim "${TOK[0]}" "$JD" data "\"$X\""
+expect "a digest for a text job's data is 422: text has no manifest" 422 .error.field sha256
+claim "${TOK[0]}" "$JD" validation null
+expect "a claim about validation on a job without validation.path is 422" 422 .error.field source
+req DELETE "$S/v1/jobs/$JD" "$ADMIN"
+schedule_llmc .
+for i in 0 1 2; do
+    claim "${TOK[$i]}" "$JD" data "\"$X\""
+    expect "member $i's claim waits for the others (every node of the first and last stage reads the data)" 202 \
+        '[.claimed, .members] | tostring' "[$((i + 1)),4]"
+done
+claim "${TOK[3]}" "$JD" data "\"$Y\""
+expect "one member that says otherwise: the job fails (409), nobody blamed" 409 .error.code dataset_disagreement
+req GET "$S/v1/jobs/$JD" "$ADMIN"
+check "the job failed, its reason naming every node on each side and blaming none" \
+    "$(printf '%s' "$BODY" | jq -r '[.state, (.failure_reason | test("manifest '"$X"' at nodes '"${ID[0]}, ${ID[1]}, ${ID[2]}"'; manifest '"$Y"' at node '"${ID[3]}"'")), (.failure_reason | test("no node is blamed")), .dataset.data_sha256] | tostring')" \
+    '["failed",true,true,null]'
+schedule_llmc .
+for i in 0 1 2 3; do claim "${TOK[$i]}" "$JD" data "\"$X\""; done
+expect "when every member says the same, the last one hears it" 200 '[.sha256, .by] | tostring' "[\"$X\",\"members\"]"
+claim "${TOK[3]}" "$JD" data "\"$Y\""
+expect "after that the agreed digest is the answer (a member that says otherwise fails by itself)" 200 \
+    '[.sha256, .by] | tostring' "[\"$X\",\"agreed\"]"
+req GET "$S/v1/jobs/$JD" "$ADMIN"; check "the job records it" "$(printf '%s' "$BODY" | jq -r .dataset.data_sha256)" "$X"
+req DELETE "$S/v1/jobs/$JD" "$ADMIN"
+schedule_llmc ".data.sha256 = \"$X\""
+claim "${TOK[0]}" "$JD" data "\"$Y\""
+expect "the job's own data.sha256 is the answer at once" 200 '[.sha256, .by] | tostring' "[\"$X\",\"job\"]"
+claim "${TOK[0]}" "$JD" data null
+expect "also to a node that opened no manifest" 200 .sha256 "$X"
+req DELETE "$S/v1/jobs/$JD" "$ADMIN"
+schedule_llmc .
+for i in 0 1 2 3; do claim "${TOK[$i]}" "$JD" data null; done
+expect "no manifest anywhere: every member agrees on none" 200 '[.sha256, .by] | tostring' '[null,"members"]'
+req DELETE "$S/v1/jobs/$JD" "$ADMIN"
+
 req POST "$S/v1/jobs" "$ADMIN" "$JOB"; J2=$(printf '%s' "$BODY" | jq -r .id)
 for i in 0 1 2 3; do req POST "$S/v1/agent/heartbeat" "${TOK[$i]}" '{"state":"idle"}'; done
 bg_get "$B/v1/agent/assignment?wait=20" "${TOK[0]}" "$WORK/lp5"; p5=$BG

@@ -73,7 +73,9 @@ check "a job whose data.sha256 is not the copy's fails, naming the node, the dat
     "failed 1"
 
 # two sites, two copies at the same path: agent c sees another dataset
-# there (a mount namespace); the job fails at the second agent to open it
+# there (a mount namespace); every member says which copy it opened, and
+# when they differ the job fails naming each node's copy, blaming none
+# (one member cannot make the others look wrong)
 python3 -c '
 import json
 for i in range(100):
@@ -94,12 +96,56 @@ if unshare -m --propagation private "$WORK/wrap.sh" cmp -s "$WORK/data-other/dat
     REASON=$(fetch "$S/v1/jobs/$J" "$ADMIN" | jq -r .failure_reason)
     OTHER_SHA=$(sha256sum "$WORK/data-other/dataset.json" | cut -d' ' -f1)
     RECORDED=$(fetch "$S/v1/jobs/$J" "$ADMIN" | jq -r .dataset.data_sha256)
-    check "two copies that differ: the job fails, the second agent naming both digests" \
-        "$(job_state "$S" "$ADMIN" "$J") $(printf '%s' "$REASON" | grep -c "is not job $J's: its manifest's SHA-256 is") $(printf '%s' "$REASON" | grep -c "$MANIFEST_SHA") $(printf '%s' "$REASON" | grep -c "$OTHER_SHA") $([ "$RECORDED" = "$MANIFEST_SHA" ] || [ "$RECORDED" = "$OTHER_SHA" ] && echo recorded)" \
-        "failed 1 1 1 recorded"
+    A_ID=$(sql s "SELECT id FROM nodes WHERE name = 'a'"); C_ID=$(sql s "SELECT id FROM nodes WHERE name = 'c'")
+    check "two copies that differ: the job fails, naming each node's copy and blaming none; nothing recorded" \
+        "$(job_state "$S" "$ADMIN" "$J") $(printf '%s' "$REASON" | grep -c "no node is blamed") $(printf '%s' "$REASON" | grep -c "manifest $MANIFEST_SHA at node $A_ID") $(printf '%s' "$REASON" | grep -c "manifest $OTHER_SHA at node $C_ID") $RECORDED" \
+        "failed 1 1 1 null"
 else
     ok "two copies at one path # SKIP no mount namespaces here (unshare -m)"
 fi
+
+# ---- what a job may make an agent read: beneath its owner's --data-roots
+# only.  Agent d's owner lends $WORK/site, 96 MiB and one thread; the key
+# beside it is what a job must never reach.  The others are drained: d alone is planned.
+stop_all_agents
+for n in a c; do
+    id=$(sql s "SELECT id FROM nodes WHERE name = '$n'"); [ -n "$id" ] && req POST "$S/v1/nodes/$id/drain" "$ADMIN"
+done
+mkdir -p "$WORK/site" "$WORK/keys"
+head -c 20000 "$WORK/corpus/fortunes.txt" > "$WORK/site/ok.txt"
+for _ in $(seq 1 400); do echo "-----BEGIN PRIVATE KEY----- MIIEvQIBADANBgkqhkiG9w0BAQEFAASC"; done > "$WORK/keys/id.pem"
+ln -s "$WORK/keys/id.pem" "$WORK/site/leak.txt"
+start_agent d s --data-roots "$WORK/site" --max-memory 96M --threads 1
+d_up() { [ "$(sql s "SELECT count(*) FROM nodes WHERE name = 'd' AND policy IS NOT NULL")" = 1 ]; }
+wait_for 60 d_up || fail "agent d registers"
+D_ID=$(sql s "SELECT id FROM nodes WHERE name = 'd'")
+req GET "$S/v1/nodes/$D_ID" "$ADMIN"
+expect "the node shows its owner's policy, and offers the planner its memory and cores within it" 200 \
+    '[.policy.data_roots, .policy.max_memory_bytes, .policy.threads, .hardware.ram_bytes, .hardware.cpu_cores] | tostring' \
+    "[[\"$WORK/site\"],100663296,1,100663296,1]"
+# text_job NAME PATH [MODEL-EDIT]: a 1x1 job on PATH as bytes
+text_job() {
+    printf '{"name":"%s","model":{"vocab_size":256,"context_length":32,"d_model":32,"heads":2,"layers":2},' "$1"
+    printf '"parallelism":{"stages":1,"replicas":1,"micro_batches":1,"micro_batch_size":2},'
+    printf '"training":{"steps":3,"learning_rate":0.001},"checkpoint_interval":0,"data":{"path":"%s","format":"text"}}' "$2"
+}
+req POST "$S/v1/jobs" "$ADMIN" "$(text_job outside "$WORK/keys/id.pem")"; J=$(printf '%s' "$BODY" | jq -r .id)
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":200}'
+expect "a job on a file outside every node's data roots is not planned, the node and its roots named" 409 \
+    '.error.message | test("node '"$D_ID"' [(]d[)] beneath '"$WORK"'/site")' true
+req POST "$S/v1/jobs" "$ADMIN" "$(text_job big "$WORK/site/ok.txt" | jq -c '.model.d_model = 256 | .model.layers = 8')"
+J=$(printf '%s' "$BODY" | jq -r .id)
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":200}'
+expect "a model whose state exceeds the owner's --max-memory is not planned there" 422 .error.code infeasible
+req DELETE "$S/v1/jobs/$J" "$ADMIN"
+run_job "a job beneath the roots trains" "$(text_job inside "$WORK/site/ok.txt")"
+req POST "$S/v1/jobs" "$ADMIN" "$(text_job leak "$WORK/site/leak.txt")"; J=$(printf '%s' "$BODY" | jq -r .id)
+req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":200}'
+wait_for 60 finished "$J"
+req GET "$S/v1/jobs/$J" "$ADMIN"
+check "a path beneath a root whose link leads out: the job fails at once, naming the path and the flag" \
+    "$(printf '%s' "$BODY" | jq -c '[.state, .recoveries, (.failure_reason | test("leak.txt. leads out of its data root.*--data-roots")), .latest_step]')" \
+    '["failed",0,true,null]'
 
 check_no_secrets s
 stop_all_agents

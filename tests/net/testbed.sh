@@ -49,6 +49,7 @@ fleet_check testbed
 work=${keep:-$(mktemp -d /tmp/shoal-testbed.XXXXXX)}
 mkdir -p "$work"
 chmod 711 "$work"
+export SHOAL_DATA_ROOTS=$work   # the agents read the corpus from here (--data-roots)
 finish() {
     fleet_down
     [ -z "$keep" ] && rm -rf "$work"

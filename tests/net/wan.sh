@@ -53,6 +53,7 @@ fleet_check bench-wan
 work=${keep:-$(mktemp -d /tmp/shoal-wan.XXXXXX)}
 mkdir -p "$work"
 chmod 711 "$work"
+export SHOAL_DATA_ROOTS=$work   # the agents read the corpus from here (--data-roots)
 trap 'fleet_down; [ -z "$keep" ] && rm -rf "$work"' EXIT
 trap 'exit 130' INT TERM
 net_sweep

@@ -74,6 +74,46 @@ static void test_registration(void **state)
                 body_peer_address_valid("[2001:db8::5]:7070") && body_peer_address_valid("169.253.1.1:7070"));
 }
 
+/* The owner's policy: checked, kept as compact JSON, nothing else taken. */
+static void test_registration_policy(void **state)
+{
+    (void)state;
+    struct body_registration reg;
+    struct shoal_err err;
+    static const char head[] = "{\"name\":\"x\",\"peer_address\":\"10.0.0.1:7070\",\"hardware\":{\"tflops\":1,"
+                               "\"cpu_cores\":8},\"policy\":";
+    char text[512];
+    snprintf(text, sizeof text, "%s{\"threads\":2,\"data_roots\":[\"/srv/data\",\"/mnt/b\"],\"max_memory_bytes\":null}}",
+             head);
+    json_t *j = body(text);
+    assert_int_equal(body_registration_parse(j, &reg, &err), 0);
+    assert_string_equal(reg.policy, "{\"data_roots\":[\"/srv/data\",\"/mnt/b\"],\"max_memory_bytes\":null,\"threads\":2}");
+    json_decref(j);
+    snprintf(text, sizeof text, "%snull}", head);
+    j = body(text);
+    assert_int_equal(body_registration_parse(j, &reg, &err), 0);
+    assert_string_equal(reg.policy, "");
+    json_decref(j);
+    static const struct { const char *policy; int status; const char *field; } bad[] = {
+        { "{\"data_roots\":[\"srv/data\"]}", 422, "policy.data_roots" },
+        { "{\"data_roots\":[]}", 422, "policy.data_roots" },
+        { "{\"data_roots\":\"/srv\"}", 422, "policy.data_roots" },
+        { "{\"data_roots\":[7]}", 422, "policy.data_roots" },
+        { "{\"threads\":0}", 422, "policy.threads" },
+        { "{\"max_memory_bytes\":-1}", 422, "policy.max_memory_bytes" },
+        { "{\"gpus\":1}", 400, "policy.gpus" },
+        { "[1]", 400, "policy" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(text, sizeof text, "%s%s}", head, bad[i].policy);
+        j = body(text);
+        if (body_registration_parse(j, &reg, &err) != -1 || err.status != bad[i].status ||
+            strcmp(err.field, bad[i].field) != 0)
+            fail_msg("%s: got %d on %s (%s)", bad[i].policy, err.status, err.field, err.message);
+        json_decref(j);
+    }
+}
+
 static void test_heartbeat_and_progress_defaults(void **state)
 {
     (void)state;
@@ -275,6 +315,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_registration),
+        cmocka_unit_test(test_registration_policy),
         cmocka_unit_test(test_heartbeat_and_progress_defaults),
         cmocka_unit_test(test_failure_and_nccl),
         cmocka_unit_test(test_links),

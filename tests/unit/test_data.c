@@ -17,6 +17,7 @@
 #include "../../agent/train/data.h"
 
 static char dir[] = "/tmp/shoal-data-test.XXXXXX";
+static struct data_roots roots;   /* dir: every file the tests name lies beneath it */
 
 static const char *write_file(const char *name, const void *data, size_t n)
 {
@@ -38,7 +39,7 @@ static void test_text_batches(void **state)
     struct shoal_err err;
     enum { T = 8, N = 6 };
     const char *path = write_file("a.txt", text, sizeof text - 1);
-    assert_int_equal(data_open(path, "text", "train", 256, T, "", &src, &err), 0);
+    assert_int_equal(data_open(&roots, path, "text", "train", 256, T, "", &src, &err), 0);
     assert_int_equal(src.n_tokens, sizeof text - 1);
 
     int32_t tok[N * T], tgt[N * T], tok2[N * T], tgt2[N * T];
@@ -87,7 +88,7 @@ static void test_llmc_shard(void **state)
     struct data_source src;
     struct shoal_err err;
     const char *path = write_file("ok.bin", raw, bytes);
-    assert_int_equal(data_open(path, "llmc", "train", 50, 16, "", &src, &err), 0);
+    assert_int_equal(data_open(&roots, path, "llmc", "train", 50, 16, "", &src, &err), 0);
     assert_int_equal(src.n_tokens, NTOK);
     int32_t tok[16], tgt[16];
     assert_int_equal(data_batch(&src, 3, 0, 0, 1, 16, tok, tgt, &err), 0);
@@ -113,7 +114,7 @@ static void test_llmc_shard(void **state)
         int32_t h[3] = {bad[i].magic, DATA_LLMC_VERSION, bad[i].count};
         memcpy(raw, h, sizeof h);
         path = write_file("bad.bin", raw, bad[i].len);
-        if (data_open(path, "llmc", "train", bad[i].vocab, bad[i].seq, "", &src, &err) != -1 ||
+        if (data_open(&roots, path, "llmc", "train", bad[i].vocab, bad[i].seq, "", &src, &err) != -1 ||
             !strstr(err.message, bad[i].msg) || strcmp(err.field, "data.path"))
             fail_msg("%s: got '%s'", bad[i].why, err.message);
         assert_null(src.shards);
@@ -128,24 +129,24 @@ static void test_bad_files(void **state)
     struct shoal_err err;
     char missing[300];
     snprintf(missing, sizeof missing, "%s/nope.txt", dir);
-    assert_int_equal(data_open(missing, "text", "train", 256, 8, "", &src, &err), -1);
+    assert_int_equal(data_open(&roots, missing, "text", "train", 256, 8, "", &src, &err), -1);
     assert_non_null(strstr(err.message, "nope.txt"));
     assert_non_null(strstr(err.message, "No such file"));
     assert_int_equal(err.status, 422);
     char sub[300];
     snprintf(sub, sizeof sub, "%s/empty-dir", dir);
     assert_int_equal(mkdir(sub, 0755), 0);
-    assert_int_equal(data_open(sub, "text", "train", 256, 8, "", &src, &err), -1);
+    assert_int_equal(data_open(&roots, sub, "text", "train", 256, 8, "", &src, &err), -1);
     assert_non_null(strstr(err.message, "holds no files"));
     const char *empty = write_file("empty.txt", "", 0);
-    assert_int_equal(data_open(empty, "text", "train", 256, 8, "", &src, &err), -1);
+    assert_int_equal(data_open(&roots, empty, "text", "train", 256, 8, "", &src, &err), -1);
     assert_non_null(strstr(err.message, "empty"));
     const char *path = write_file("b.txt", text, sizeof text - 1);
-    assert_int_equal(data_open(path, "csv", "train", 256, 8, "", &src, &err), -1);
+    assert_int_equal(data_open(&roots, path, "csv", "train", 256, 8, "", &src, &err), -1);
     assert_string_equal(err.field, "data.format");
-    assert_int_equal(data_open(path, "text", "train", 100, 8, "", &src, &err), -1);
+    assert_int_equal(data_open(&roots, path, "text", "train", 100, 8, "", &src, &err), -1);
     assert_non_null(strstr(err.message, "outside the vocabulary of 100"));
-    assert_int_equal(data_open(path, "text", "train", 256, 1000, "", &src, &err), -1);
+    assert_int_equal(data_open(&roots, path, "text", "train", 256, 1000, "", &src, &err), -1);
     assert_non_null(strstr(err.message, "fewer than one sequence"));
 }
 
@@ -244,14 +245,14 @@ static void test_shards_read_as_one(void **state)
     struct data_source one, many;
     struct shoal_err err;
     snprintf(path, sizeof path, "%s/one.bin", dir);
-    assert_int_equal(data_open(path, "llmc", "train", 1000, T, "", &one, &err), 0);
+    assert_int_equal(data_open(&roots, path, "llmc", "train", 1000, T, "", &one, &err), 0);
     int32_t a[N * T], at[N * T], b[N * T], bt[N * T];
     char where[3][400];
     snprintf(where[0], sizeof where[0], "%s/dataset.json", sub);   /* the manifest */
     snprintf(where[1], sizeof where[1], "%s/d_train_*.bin", sub);  /* a glob */
     snprintf(where[2], sizeof where[2], "%s", sub);                /* the directory (its manifest) */
     for (int w = 0; w < 3; w++) {
-        assert_int_equal(data_open(where[w], "llmc", "train", 1000, T, dir, &many, &err), 0);
+        assert_int_equal(data_open(&roots, where[w], "llmc", "train", 1000, T, dir, &many, &err), 0);
         assert_int_equal(many.n_tokens, NTOK);
         assert_int_equal(many.n_shards, 4);
         assert_true((many.identity[0] != 0) == (w != 1));   /* a manifest's SHA-256, not a glob's */
@@ -280,10 +281,10 @@ static void test_shards_read_as_one(void **state)
     char moved[400];
     snprintf(moved, sizeof moved, "%s/manifest.json", dir);
     assert_int_equal(rename(path, moved), 0);
-    assert_int_equal(data_open(sub, "llmc", "train", 1000, T, "", &many, &err), 0);
+    assert_int_equal(data_open(&roots, sub, "llmc", "train", 1000, T, "", &many, &err), 0);
     assert_int_equal(many.n_tokens, NTOK);
     data_close(&many);
-    assert_int_equal(data_open(sub, "llmc", "val", 1000, T, "", &many, &err), 0);
+    assert_int_equal(data_open(&roots, sub, "llmc", "val", 1000, T, "", &many, &err), 0);
     assert_int_equal(many.n_tokens, 100);
     data_close(&many);
     assert_int_equal(rename(moved, path), 0);
@@ -296,7 +297,7 @@ static void test_shards_read_as_one(void **state)
     fseek(f, 1024 + 2 * 10, SEEK_SET);
     fputc(7, f);
     fclose(f);
-    assert_int_equal(data_open(sub, "llmc", "train", 1000, T, dir, &many, &err), 0);   /* shard 0 is fine */
+    assert_int_equal(data_open(&roots, sub, "llmc", "train", 1000, T, dir, &many, &err), 0);   /* shard 0 is fine */
     int failed = 0;
     for (uint64_t step = 0; step < 50 && !failed; step++)
         failed = data_batch(&many, 5, step, 0, N, T, b, bt, &err) != 0;
@@ -307,10 +308,10 @@ static void test_shards_read_as_one(void **state)
     data_close(&many);
     /* a token count that is not the manifest's: at open */
     write_shard("shards/d_train_000001.bin", tok, 35, 2);
-    assert_int_equal(data_open(sub, "llmc", "train", 1000, T, "", &many, &err), -1);
+    assert_int_equal(data_open(&roots, sub, "llmc", "train", 1000, T, "", &many, &err), -1);
     assert_non_null(strstr(err.message, "35 tokens, but its manifest lists 36"));
     /* a manifest whose tokenizer is larger than the model's vocabulary */
-    assert_int_equal(data_open(sub, "llmc", "train", 999, T, "", &many, &err), -1);
+    assert_int_equal(data_open(&roots, sub, "llmc", "train", 999, T, "", &many, &err), -1);
     assert_non_null(strstr(err.message, "1000 tokens, more than model.vocab_size 999"));
     data_close(&one);
 }
@@ -326,13 +327,13 @@ static void test_uint32_shard(void **state)
     const char *path = write_shard("l3.bin", tok, NTOK, 4);
     struct data_source src;
     struct shoal_err err;
-    assert_int_equal(data_open(path, "llmc", "train", 128256, T, "", &src, &err), 0);
+    assert_int_equal(data_open(&roots, path, "llmc", "train", 128256, T, "", &src, &err), 0);
     int32_t a[T], at[T];
     assert_int_equal(data_batch(&src, 1, 0, 0, 1, T, a, at, &err), 0);
     for (int t = 0; t < T; t++)
         assert_true(a[t] >= 128000 && a[t] < 128256);
     data_close(&src);
-    assert_int_equal(data_open(path, "llmc", "train", 128000, T, "", &src, &err), -1);
+    assert_int_equal(data_open(&roots, path, "llmc", "train", 128000, T, "", &src, &err), -1);
     assert_non_null(strstr(err.message, "token 128000 at index 0 is outside the vocabulary of 128000"));
 }
 
@@ -363,7 +364,7 @@ static void test_past_four_billion(void **state)
     }
     struct data_source src, train, val;
     struct shoal_err err;
-    assert_int_equal(data_open(sub, "llmc", "train", 50257, T, "", &src, &err), 0);
+    assert_int_equal(data_open(&roots, sub, "llmc", "train", 50257, T, "", &src, &err), 0);
     assert_true(src.n_tokens == (uint64_t)SHARDS * per && src.n_tokens > (1ull << 32));
     /* a view of the last 1000 tokens; its last sequence ends at the last token */
     double fraction = 1000.0 / (double)src.n_tokens;
@@ -380,13 +381,15 @@ static void test_past_four_billion(void **state)
 static int setup(void **state)
 {
     (void)state;
-    return mkdtemp(dir) ? 0 : -1;
+    struct shoal_err err;
+    return mkdtemp(dir) && roots_init(&roots, dir, dir, &err) == 0 ? 0 : -1;
 }
 
 static int teardown(void **state)
 {
     (void)state;
     char cmd[300];
+    roots_free(&roots);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     return system(cmd) == 0 ? 0 : -1;
 }
