@@ -15,7 +15,7 @@ set -u
 
 # a relay (shoal-relay) for the links blocked both ways below
 start_relay r || exit 1
-start_server_s --relay "$RELAY_r" || exit 1
+start_server_s --relay "$RELAY_r" --relay-secret-file "$WORK/relay.secret" || exit 1
 
 # a1 and a3 ask for encrypted peer connections (--peer-encryption on): every
 # connection that touches them is sealed, the others stay plain, so the jobs
@@ -167,6 +167,8 @@ check "the relay joined its five links: stage 1's ring edges, replica 1's pipeli
     "$(curl -s "http://$RELAY_r/metrics" | awk '$1 == "shoal_relay_pairs_total" { print $2 }')" 5
 check "and forwarded the job's bytes" \
     "$(curl -s "http://$RELAY_r/metrics" | awk -v j="shoal_relay_job_bytes_total{job=\"$TURNED\"}" '$1 == j { print ($2 > 100000) }')" 1
+check "every end it paired came with the server's ticket for it, and none was refused for one" \
+    "$(curl -s "http://$RELAY_r/metrics" | awk '$1 == "shoal_relay_bad_tickets_total" { print $2 }')" 0
 # measured again: connected both ways (the later jobs plan as before)
 for pair in "$NA $NC" "$NA $NB" "$NC $ND" "$ND $NC" "$ND $NB" "$NB $ND"; do
     set -- $pair
