@@ -1,11 +1,11 @@
 #include "auth.h"
 
 #include <errno.h>
-#include <limits.h>
-#include <openssl/crypto.h>
 #include <fcntl.h>
 #include <arpa/inet.h>
+#include <limits.h>
 #include <netinet/in.h>
+#include <openssl/crypto.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>

@@ -131,16 +131,14 @@ static int relay_tickets(json_t *as, const struct assignment_tickets *tk)
         json_t *e = json_array_get(pipeline, (size_t)i);
         int other = i == 0 ? P - 1 : i == P - 1 ? 0 : i;
         t.dialer = (struct relay_end){ i, replica, entry_node(pipeline, i) };
-        if (i + 1 < P && (stage == i || stage == i + 1) &&
-            relayed(e, "next_way")) {
+        if (i + 1 < P && (stage == i || stage == i + 1) && relayed(e, "next_way")) {
             t.side = stage == i ? RELAY_SIDE_DIALER : RELAY_SIDE_LISTENER;
             t.channel = WIRE_CHANNEL_STAGE;
             t.listener = (struct relay_end){ i + 1, replica, entry_node(pipeline, i + 1) };
             if (ticket_set(e, "next_ticket", tk, &t) != 0)
                 return -1;
         }
-        if (other != i && (stage == i || stage == other) &&
-            relayed(e, "tie_way")) {
+        if (other != i && (stage == i || stage == other) && relayed(e, "tie_way")) {
             t.side = stage == i ? RELAY_SIDE_DIALER : RELAY_SIDE_LISTENER;
             t.channel = WIRE_CHANNEL_SENDS;
             t.listener = (struct relay_end){ other, replica, entry_node(pipeline, other) };
