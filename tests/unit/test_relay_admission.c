@@ -6,10 +6,11 @@
  * a flood of connect-send-close connections holds nothing; one address at
  * its limit leaves another served; an idle pair is closed; per-job metric
  * series expire and are capped, the overflow counted; a relay without the
- * server's secret does not start. */
+ * server's secret does not start; addresses count by host, IPv6 by /64. */
 #include "../relay_fixture.h"
 
 #include "../../common/log.h"
+#include "../../relay/relay_books.h"
 
 static int setup_one_link(void **state)
 {
@@ -342,6 +343,32 @@ static void test_no_secret_no_relay(void **state)
     assert_int_equal(relay_secret_set("too_short", &cfg.secret, &err), -1);
 }
 
+/* An address counts as its IPv4 address (an IPv4-mapped IPv6 one the
+ * same), an IPv6 one as its /64: one site's hosts share one share. */
+static void test_addresses_count_by_host_or_64(void **state)
+{
+    (void)state;
+    struct sockaddr_storage a = {0}, b = {0};
+    unsigned char ka[16], kb[16];
+    struct sockaddr_in *v4 = (struct sockaddr_in *)&a;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&b;
+    v4->sin_family = AF_INET;
+    inet_pton(AF_INET, "192.0.2.7", &v4->sin_addr);
+    v6->sin6_family = AF_INET6;
+    inet_pton(AF_INET6, "::ffff:192.0.2.7", &v6->sin6_addr);
+    assert_int_equal(books_addr_key(&a, ka), 0);
+    assert_int_equal(books_addr_key(&b, kb), 0);
+    assert_memory_equal(ka, kb, 16);
+    inet_pton(AF_INET6, "2001:db8:1:2::1", &v6->sin6_addr);
+    assert_int_equal(books_addr_key(&b, ka), 0);
+    inet_pton(AF_INET6, "2001:db8:1:2:ffff:ffff:ffff:ffff", &v6->sin6_addr);
+    assert_int_equal(books_addr_key(&b, kb), 0);
+    assert_memory_equal(ka, kb, 16);   /* one /64 */
+    inet_pton(AF_INET6, "2001:db8:1:3::1", &v6->sin6_addr);
+    assert_int_equal(books_addr_key(&b, kb), 0);
+    assert_memory_not_equal(ka, kb, 16);   /* the next /64 */
+}
+
 int main(void)
 {
     log_threshold = getenv("TEST_LOG") ? LOG_LEVEL_DEBUG : LOG_LEVEL_ERROR;
@@ -355,6 +382,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_idle_pair_is_closed, setup_idle, teardown),
         cmocka_unit_test_setup_teardown(test_job_series_expire_and_are_capped, setup_series, teardown),
         cmocka_unit_test(test_no_secret_no_relay),
+        cmocka_unit_test(test_addresses_count_by_host_or_64),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
