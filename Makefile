@@ -100,6 +100,7 @@ SERVER_OBJ  := $(SERVER_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/embedded.o $(SCHED_OB
 # and common/model.c).
 SERVER_OBJ  += $(BUILD)/kernels/stage_file.o
 UNIT_BIN    := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+RELAY_OBJ   := $(BUILD)/relay/relay.o $(BUILD)/relay/relay_books.o
 
 DEB_PACKAGES := build-essential pkg-config libmicrohttpd-dev libjansson-dev \
                 libcurl4-openssl-dev libpq-dev libssl-dev libcmocka-dev \
@@ -130,7 +131,7 @@ $(BINDIR)/shoal-agent: $(BUILD)/agent/main.o $(AGENT_OBJ) $(COMMON_OBJ) $(KERNEL
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcurl $(KERNELS_LIBS)
 
 # shoal-relay (relay/README.md): common/ and libc only.
-$(BINDIR)/shoal-relay: $(BUILD)/relay/main.o $(BUILD)/relay/relay.o $(COMMON_OBJ)
+$(BINDIR)/shoal-relay: $(BUILD)/relay/main.o $(RELAY_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -161,7 +162,7 @@ $(BUILD)/gen/embedded.c: server/store/embed.sh $(MIGRATIONS) $(STATIC)
 $(BUILD)/gen/embedded.o: $(BUILD)/gen/embedded.c
 	$(CC) $(CFLAGS) -Iserver/store -c -o $@ $<
 
-$(BUILD)/tests/%: tests/unit/%.c $(SERVER_OBJ) $(AGENT_OBJ) $(BUILD)/relay/relay.o $(COMMON_OBJ) $(KERNELS_OBJ)
+$(BUILD)/tests/%: tests/unit/%.c $(SERVER_OBJ) $(AGENT_OBJ) $(RELAY_OBJ) $(COMMON_OBJ) $(KERNELS_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS) -lcurl $(KERNELS_LIBS) -lcmocka
 

@@ -334,8 +334,15 @@ static void probe_round(struct agent *ag, long generation)
     json_t *relay_link = NULL;
     const char *relay = json_string_value(json_object_get(ans, "relay"));
     struct probe_result r = { 0 };
+    struct relay_ticket ticket;
+    char why[96];
     if (relay && !atomic_load(ag->stop) && ctl_now() >= ag->relay_retry_at) {
-        if (probe_relay(relay, PROBE_TIMEOUT_MS, &r, &e) == 0) {
+        int ticketed = relay_ticket_from_hex(json_string_value(json_object_get(ans, "relay_ticket")), &ticket, why,
+                                             sizeof why) == 0;
+        if (!ticketed)
+            err_set(&e, 502, "bad_answer", NULL, "the server gave no valid ticket for it (%s): a server from "
+                    "before relay tickets? upgrade it", why);
+        if (ticketed && probe_relay(relay, &ticket, PROBE_TIMEOUT_MS, &r, &e) == 0) {
             log_info("probe relay=%s latency_ms=%.3f bandwidth_gbps=%.3f bytes=%llu seconds=%.2f", relay,
                      r.latency_ms, r.bandwidth_gbps, r.bytes, r.seconds);
             relay_link = json_pack("{s:s, s:f, s:f}", "address", relay, "latency_ms", r.latency_ms,

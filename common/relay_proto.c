@@ -10,46 +10,57 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "relay_ticket.h"
 
 static const char magic[8] = { 'S', 'H', 'O', 'A', 'L', 'R', 'L', 'Y' };
 
 void relay_request_encode(const struct relay_request *r, unsigned char out[RELAY_REQUEST_BYTES])
 {
-    uint64_t job = (uint64_t)r->job_id;
     memset(out, 0, RELAY_REQUEST_BYTES);
     memcpy(out, magic, sizeof magic);
     out[8] = RELAY_VERSION;
     out[9] = (unsigned char)r->side;
-    for (int i = 0; i < 8; i++)
-        out[16 + i] = (unsigned char)(job >> (8 * i));
-    memcpy(out + 24, r->token, RELAY_TOKEN_BYTES);
+    relay_ticket_encode(&r->ticket, out + RELAY_HEADER_BYTES);
+    memcpy(out + RELAY_HEADER_BYTES + RELAY_TICKET_BYTES, r->token, RELAY_TOKEN_BYTES);
 }
 
-int relay_request_decode(const unsigned char in[RELAY_REQUEST_BYTES], struct relay_request *r, char *why,
-                         size_t why_len)
+int relay_request_header(const unsigned char in[RELAY_HEADER_BYTES], char *why, size_t why_len)
 {
-    uint64_t job = 0;
+    static const unsigned char zero[6] = { 0 };
     if (memcmp(in, magic, sizeof magic) != 0) {
         snprintf(why, why_len, "not a relay request");
         return -1;
     }
     if (in[8] != RELAY_VERSION) {
-        snprintf(why, why_len, "relay protocol version %u, this relay speaks %d", in[8], RELAY_VERSION);
+        snprintf(why, why_len, "relay protocol version %u, this relay speaks %d: run agents and relay of one "
+                 "release", in[8], RELAY_VERSION);
         return -1;
     }
     if (in[9] != RELAY_SIDE_DIALER && in[9] != RELAY_SIDE_LISTENER && in[9] != RELAY_SIDE_PROBE) {
         snprintf(why, why_len, "unknown side %u", in[9]);
         return -1;
     }
-    for (int i = 0; i < 8; i++)
-        job |= (uint64_t)in[16 + i] << (8 * i);
-    if ((job < 1 && in[9] != RELAY_SIDE_PROBE) || job > INT64_MAX) {
-        snprintf(why, why_len, "job id out of range");
+    if (memcmp(in + 10, zero, sizeof zero) != 0) {
+        snprintf(why, why_len, "reserved bytes are not zero");
         return -1;
     }
+    return 0;
+}
+
+int relay_request_decode(const unsigned char in[RELAY_REQUEST_BYTES], struct relay_request *r, char *why,
+                         size_t why_len)
+{
+    memset(r, 0, sizeof *r);
+    if (relay_request_header(in, why, why_len) != 0 ||
+        relay_ticket_decode(in + RELAY_HEADER_BYTES, &r->ticket, why, why_len) != 0)
+        return -1;
     r->side = in[9];
-    r->job_id = (int64_t)job;
-    memcpy(r->token, in + 24, RELAY_TOKEN_BYTES);
+    if (r->ticket.side != r->side) {
+        snprintf(why, why_len, "wrong side: the ticket admits the %s's end, the request is the %s's",
+                 relay_side_name(r->ticket.side), relay_side_name(r->side));
+        return -1;
+    }
+    memcpy(r->token, in + RELAY_HEADER_BYTES + RELAY_TICKET_BYTES, RELAY_TOKEN_BYTES);
     return 0;
 }
 

@@ -1,6 +1,6 @@
 /* main.c - shoal-server: configuration, start-up order, and clean shutdown.
  *
- * Start: settings -> data dir -> tokens -> database (embedded or given) ->
+ * Start: settings -> data dir -> tokens (and the relay's secret) -> database (embedded or given) ->
  * migrations -> assignment listener -> recovery and reachability threads -> HTTP.  Stop on SIGINT/SIGTERM in the
  * reverse order (waiting long-polls answered first), so the embedded
  * Postgres is shut down cleanly after the last request. */
@@ -117,6 +117,7 @@ int main(int argc, char **argv)
     if (make_dirs(srv.cfg.data_dir, &err) != 0 ||
         (dir_lock = dirlock_take(srv.cfg.data_dir, "server.lock", "shoal-server", "--data-dir", &err)) < 0 ||
         make_dirs(srv.cfg.checkpoint_dir, &err) != 0 || auth_load_tokens(&srv, &err) != 0 ||
+        auth_load_relay_secret(&srv, &err) != 0 ||
         tls_load(srv.cfg.tls_cert, srv.cfg.tls_key, &srv.tls, &err) != 0)
         goto fail;
     srv.metrics = metrics_new(routes_count);
@@ -139,7 +140,10 @@ int main(int argc, char **argv)
     }
     if (run_migrations(srv.db, &err) != 0)
         goto fail;
-    srv.longpoll = longpoll_start(conninfo, srv.cfg.max_long_polls, &err);
+    srv.longpoll = longpoll_start(conninfo, srv.cfg.max_long_polls,
+                                  &(struct assignment_tickets){ .secret = srv.relay_secret,
+                                                                .ttl_s = srv.cfg.relay_ticket_ttl_s },
+                                  &err);
     if (!srv.longpoll)
         goto fail;
     recovery = recovery_start(&srv, &err);

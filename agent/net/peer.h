@@ -54,6 +54,7 @@
 #include <stdint.h>
 
 #include "../../common/err.h"
+#include "../../common/relay_ticket.h"
 #include "../../common/wire.h"
 
 #define PEER_ROLE_MAX WIRE_ROLE_MAX         /* bytes, with the terminating NUL */
@@ -130,19 +131,22 @@ int peer_dial_fd(int fd, const char *addr, const struct peer_auth *auth, const c
                  int timeout_ms, struct peer_conn *out, struct shoal_err *err);
 
 /* Connects to shoal-relay `relay` ("host:port") within timeout_ms and
- * sends the request for a connection of job_id (side: enum relay_side,
- * token: wire_relay_token; common/relay_proto.h).  Returns the socket, the
- * relay's answer not yet read, or -1 with err set. */
-int peer_relay_open(const char *relay, int64_t job_id, int side, const unsigned char token[WIRE_MAC_BYTES],
+ * sends the request for the end `ticket` admits (the server's ticket: its
+ * side is the request's; token: wire_relay_token, zeros for a probe;
+ * common/relay_proto.h).  Returns the socket, the relay's answer not yet
+ * read, or -1 with err set. */
+int peer_relay_open(const char *relay, const struct relay_ticket *ticket, const unsigned char token[WIRE_MAC_BYTES],
                     int timeout_ms, struct shoal_err *err);
 
 /* peer_dial_channel through shoal-relay `relay`, for a link neither end
- * can connect to the other on: opens the dialer's side there, waits for
- * the other end (within timeout_ms), then the hello, end to end, always
- * asking for a sealed connection (the relay reads and alters nothing
- * unnoticed). */
-int peer_dial_relayed(const char *relay, const struct peer_auth *auth, const char *want_role, unsigned channel,
-                      int timeout_ms, struct peer_conn *out, struct shoal_err *err);
+ * can connect to the other on: opens the dialer's side there with the
+ * server's `ticket` for it (a dialer's, on `channel`: else 500
+ * "bad_assignment"), waits for the other end (within timeout_ms), then the
+ * hello, end to end, always asking for a sealed connection (the relay
+ * reads and alters nothing unnoticed). */
+int peer_dial_relayed(const char *relay, const struct relay_ticket *ticket, const struct peer_auth *auth,
+                      const char *want_role, unsigned channel, int timeout_ms, struct peer_conn *out,
+                      struct shoal_err *err);
 
 /* Closes the socket and frees the seal; the struct may be reused. */
 void peer_close(struct peer_conn *c);
@@ -206,12 +210,14 @@ void peer_listener_expect(struct peer_listener *l, const struct peer_auth *auth)
 
 /* The listener's side of a relayed connection from `dialer_role` on
  * `channel`, for the current expectation: opens it at shoal-relay `relay`
- * (within timeout_ms) and returns; a handshake thread waits up to wait_ms
- * for the relay to pair it, then greets, checks the hello as for an
- * accepted connection and parks it for peer_listener_take_stop.  Returns
- * 0 once the request is at the relay, else -1 with err set. */
-int peer_listener_relay(struct peer_listener *l, const char *relay, const char *dialer_role, unsigned channel,
-                        int timeout_ms, int wait_ms, struct shoal_err *err);
+ * (within timeout_ms) with the server's `ticket` for it (a listener's, on
+ * `channel`: else 500 "bad_assignment") and returns; a handshake thread
+ * waits up to wait_ms for the relay to pair it, then greets, checks the
+ * hello as for an accepted connection and parks it for
+ * peer_listener_take_stop.  Returns 0 once the request is at the relay,
+ * else -1 with err set. */
+int peer_listener_relay(struct peer_listener *l, const char *relay, const struct relay_ticket *ticket,
+                        const char *dialer_role, unsigned channel, int timeout_ms, int wait_ms, struct shoal_err *err);
 
 /* Waits up to timeout_ms for a parked job connection from the peer whose
  * proven role is `role`, on channel WIRE_CHANNEL_STAGE, and moves it into

@@ -245,11 +245,11 @@ int peer_dial_fd(int fd, const char *addr, const struct peer_auth *auth, const c
     return dial(fd, addr, auth, want_role, channel, timeout_ms, out, err);
 }
 
-int peer_relay_open(const char *relay, int64_t job_id, int side, const unsigned char token[WIRE_MAC_BYTES],
+int peer_relay_open(const char *relay, const struct relay_ticket *ticket, const unsigned char token[WIRE_MAC_BYTES],
                     int timeout_ms, struct shoal_err *err)
 {
     struct addrinfo *res = NULL;
-    struct relay_request rq = { .side = side, .job_id = job_id };
+    struct relay_request rq = { .side = ticket->side, .ticket = *ticket };
     unsigned char out[RELAY_REQUEST_BYTES];
     int fd = -1;
     int64_t deadline = peer_deadline(timeout_ms);
@@ -278,8 +278,9 @@ int peer_relay_open(const char *relay, int64_t job_id, int side, const unsigned 
     return fd;
 }
 
-int peer_dial_relayed(const char *relay, const struct peer_auth *auth, const char *want_role, unsigned channel,
-                      int timeout_ms, struct peer_conn *out, struct shoal_err *err)
+int peer_dial_relayed(const char *relay, const struct relay_ticket *ticket, const struct peer_auth *auth,
+                      const char *want_role, unsigned channel, int timeout_ms, struct peer_conn *out,
+                      struct shoal_err *err)
 {
     unsigned char token[WIRE_MAC_BYTES];
     const struct peer_link *link = peer_auth_find(auth, want_role);
@@ -289,9 +290,13 @@ int peer_dial_relayed(const char *relay, const struct peer_auth *auth, const cha
     if (!link)
         return err_set(err, 500, "peer_auth", NULL, "cannot dial '%s' through relay %s: this tasklet has no such "
                        "link", want_role, relay);
+    if (ticket->side != RELAY_SIDE_DIALER || ticket->channel != channel)
+        return err_set(err, 500, "bad_assignment", NULL, "cannot dial '%s' through relay %s: the ticket is a %s's "
+                       "on channel %u, not a dialer's on %u", want_role, relay, relay_side_name(ticket->side),
+                       ticket->channel, channel);
     wire_relay_token(link->key, link->key_len, auth->job_id, auth->epoch, channel, auth->role, want_role, token);
     int64_t deadline = peer_deadline(timeout_ms);
-    int fd = peer_relay_open(relay, auth->job_id, RELAY_SIDE_DIALER, token, timeout_ms, err);
+    int fd = peer_relay_open(relay, ticket, token, timeout_ms, err);
     if (fd < 0)
         return -1;
     if (relay_wait_paired(fd, relay, (int)(deadline - peer_now_ms()), -1, err) != 0) {

@@ -507,13 +507,17 @@ static void accept_one(struct peer_listener *l)
     }
 }
 
-int peer_listener_relay(struct peer_listener *l, const char *relay, const char *dialer_role, unsigned channel,
-                        int timeout_ms, int wait_ms, struct shoal_err *err)
+int peer_listener_relay(struct peer_listener *l, const char *relay, const struct relay_ticket *ticket,
+                        const char *dialer_role, unsigned channel, int timeout_ms, int wait_ms, struct shoal_err *err)
 {
     unsigned char token[WIRE_MAC_BYTES], none[16] = { 0 };
     char addr[64];
     int mine = 0, rc = -1;
     int64_t job = 0;
+    if (ticket->side != RELAY_SIDE_LISTENER || ticket->channel != channel)
+        return err_set(err, 500, "bad_assignment", NULL, "cannot wait for '%s' at relay %s: the ticket is a %s's on "
+                       "channel %u, not a listener's on %u", dialer_role, relay, relay_side_name(ticket->side),
+                       ticket->channel, channel);
     pthread_mutex_lock(&l->mu);
     const struct peer_link *link = l->expecting ? peer_auth_find(&l->expect, dialer_role) : NULL;
     if (link) {
@@ -529,7 +533,7 @@ int peer_listener_relay(struct peer_listener *l, const char *relay, const char *
     if (!h)
         return err_set(err, 503, "peer_io", NULL, "cannot wait for '%s' at relay %s: all %d handshake slots are "
                        "taken", dialer_role, relay, HANDSHAKE_THREADS);
-    int fd = peer_relay_open(relay, job, RELAY_SIDE_LISTENER, token, timeout_ms, err);
+    int fd = peer_relay_open(relay, ticket, token, timeout_ms, err);
     snprintf(addr, sizeof addr, "relay %s", relay);
     if (fd < 0 || start_handshake(l, h, fd, addr, wait_ms) != 0) {
         if (fd >= 0)

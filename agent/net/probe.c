@@ -167,14 +167,18 @@ int probe_link(const char *addr, int timeout_ms, struct probe_result *out, struc
     return rc;
 }
 
-int probe_relay(const char *relay, int timeout_ms, struct probe_result *out, struct shoal_err *err)
+int probe_relay(const char *relay, const struct relay_ticket *ticket, int timeout_ms, struct probe_result *out,
+                struct shoal_err *err)
 {
     unsigned char token[RELAY_TOKEN_BYTES] = { 0 };
     struct probed_link l = { .fd = -1, .relay = relay, .timeout_ms = timeout_ms };
     double start = ctl_now();
     int rc = -1;
     memset(out, 0, sizeof *out);
-    l.fd = peer_relay_open(relay, 0, RELAY_SIDE_PROBE, token, timeout_ms, err);
+    if (ticket->side != RELAY_SIDE_PROBE)
+        return err_set(err, 500, "bad_answer", NULL, "cannot probe relay %s: the ticket is a %s's, not a probe's",
+                       relay, relay_side_name(ticket->side));
+    l.fd = peer_relay_open(relay, ticket, token, timeout_ms, err);
     if (l.fd >= 0 && relay_wait_paired(l.fd, relay, timeout_ms, -1, err) == 0) {
         out->connected = 1;
         rc = measure(&l, start, out, err);

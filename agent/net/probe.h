@@ -5,6 +5,7 @@
 #define SHOAL_AGENT_PROBE_H
 
 #include "../../common/err.h"
+#include "../../common/relay_ticket.h"
 
 #define PROBE_PINGS 9                     /* echoes; the median is kept */
 #define PROBE_BURSTS 3                    /* timed transfers; the median is kept */
@@ -31,9 +32,12 @@ struct probe_result {
 int probe_link(const char *addr, int timeout_ms, struct probe_result *out, struct shoal_err *err);
 
 /* Measures this host's link to shoal-relay `relay` ("host:port") the same
- * way over its echo (common/relay_proto.h, RELAY_SIDE_PROBE): latency from
- * small echoes, bandwidth from bursts that go there and back at once (what
- * a relayed connection can carry both ways).  Same bounds and result. */
-int probe_relay(const char *relay, int timeout_ms, struct probe_result *out, struct shoal_err *err);
+ * way over its echo (common/relay_proto.h, RELAY_SIDE_PROBE), admitted by
+ * the server's probe `ticket` (GET /v1/agent/probes "relay_ticket"):
+ * latency from small echoes, bandwidth from bursts that go there and back
+ * at once (what a relayed connection can carry both ways).  Same bounds
+ * and result. */
+int probe_relay(const char *relay, const struct relay_ticket *ticket, int timeout_ms, struct probe_result *out,
+                struct shoal_err *err);
 
 #endif

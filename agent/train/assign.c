@@ -26,12 +26,40 @@ static int peer_at(const json_t *list, const char *key, int index, int stage, in
     return 0;
 }
 
+/* The server's ticket for our end of relayed link p, entry e's
+ * "<x>_ticket" beside its "<x>_way" `key`: it must admit our side of this
+ * link (job, epoch, channel, the two tasklets), or the relay would refuse
+ * it anyway, later and with less to go on. */
+static int link_ticket(const json_t *e, const char *key, int we_send, const struct assignment *o,
+                       struct assign_peer *p, struct shoal_err *err)
+{
+    char name[32], why[128];
+    int stem = (int)(strlen(key) - strlen("_way"));
+    struct relay_ticket want = { .side = we_send ? RELAY_SIDE_DIALER : RELAY_SIDE_LISTENER, .channel = p->channel,
+                                 .epoch = o->epoch, .job_id = o->job_id };
+    struct relay_end us = { o->stage, o->replica, o->node_id }, them = { p->stage, p->replica, p->node };
+    want.dialer = we_send ? us : them;
+    want.listener = we_send ? them : us;
+    snprintf(name, sizeof name, "%.*s_ticket", stem, key);
+    const char *hex = json_string_value(json_object_get(e, name));
+    if (!hex)
+        return err_set(err, 502, "bad_assignment", name, "the assignment relays a link but has no %s for it (a "
+                       "server from before relay tickets: upgrade it)", name);
+    if (relay_ticket_from_hex(hex, &p->ticket, why, sizeof why) != 0)
+        return err_set(err, 502, "bad_assignment", name, "the assignment's %s is malformed: %s", name, why);
+    if (p->ticket.side != want.side || !relay_ticket_same_link(&p->ticket, &want))
+        return err_set(err, 502, "bad_assignment", name, "the assignment's %s is not for this node's end of the "
+                       "link to stage %d replica %d", name, p->stage, p->replica);
+    return 0;
+}
+
 /* Our end of a connection from the plan's way for it, entry e's `key`
  * ("dial", "reverse", "relay"; absent from an older server: "dial", or
  * for "next_way" what "dials_next" said): we_send 1 when we are the end
  * that dials unless the way is reversed (the lower stage, the ring edge's
  * or the tied head's sender).  An edge (ring, tied head) is told from the
- * pair's other connection by its channel; a pipeline link has one. */
+ * pair's other connection by its channel; a pipeline link has one.  A
+ * relayed link to a neighbour takes its ticket. */
 static int link_end(const json_t *e, const char *key, int we_send, int edge, const struct assignment *o,
                     struct assign_peer *p, struct shoal_err *err)
 {
@@ -49,7 +77,7 @@ static int link_end(const json_t *e, const char *key, int we_send, int edge, con
     else
         p->way = we_send != reverse ? ASSIGN_DIAL : ASSIGN_TAKE;
     p->channel = !edge ? WIRE_CHANNEL_STAGE : reverse ? WIRE_CHANNEL_RECEIVES : WIRE_CHANNEL_SENDS;
-    return 0;
+    return relay && p->addr[0] ? link_ticket(e, key, we_send, o, p, err) : 0;
 }
 
 /* This tasklet's own entry in `list`: no link, no key. */

@@ -8,6 +8,7 @@
 
 #include "../../common/codec.h"
 #include "../../common/err.h"
+#include "../../common/relay_ticket.h"
 #include "../../kernels/kernels.h"
 #include "../net/peer.h"
 #include "pipeline.h"
@@ -45,6 +46,7 @@ struct assign_peer {
     int64_t node;
     int stage, replica;
     unsigned char key[WIRE_KEY_BYTES]; /* of our link to it (wire_link_key) */
+    struct relay_ticket ticket;     /* ASSIGN_RELAY_*: the server's ticket for our end at the relay */
 };
 
 struct assignment {

@@ -38,8 +38,8 @@ static int dial_until(struct tasklet *k, const struct assign_peer *p, struct pee
     for (;;) {
         int left_ms = (int)((until - ctl_now()) * 1e3);
         if ((p->way == ASSIGN_RELAY_DIAL
-                 ? peer_dial_relayed(k->as->relay, &k->auth, want, p->channel, left_ms > 5000 ? left_ms : 5000, out,
-                                     err)
+                 ? peer_dial_relayed(k->as->relay, &p->ticket, &k->auth, want, p->channel,
+                                     left_ms > 5000 ? left_ms : 5000, out, err)
                  : peer_dial_channel(p->addr, &k->auth, want, p->channel, 5000, out, err)) == 0)
             return 0;
         if (tasklet_stopping(k) || ctl_now() > until)
@@ -83,7 +83,7 @@ static int link_pass(struct tasklet *k, const struct assign_peer *p, enum link_p
         /* the relay may be starting again (a restart is a recovery) */
         wire_role(p->stage, p->replica, p->node, role);
         double until = ctl_now() + k->env->connect_timeout_ms / 1e3;
-        while (peer_listener_relay(k->env->listener, k->as->relay, role, p->channel, 5000,
+        while (peer_listener_relay(k->env->listener, k->as->relay, &p->ticket, role, p->channel, 5000,
                                    k->env->connect_timeout_ms, err) != 0) {
             if (tasklet_stopping(k) || ctl_now() > until)
                 return tasklet_peer_failed(k, p);

@@ -1,7 +1,9 @@
 /* h_agent.c - what an agent asks for: its assignment (long-polled, see
  * longpoll.h) and the peers it should measure links to. */
+#include <openssl/crypto.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <time.h>
 
 #include "../jobs/assignment.h"
 #include "../http/http.h"
@@ -10,6 +12,21 @@
 #include "../store/db.h"
 
 #define PROBES_MAX_TARGETS 64   /* per answer; the agent asks again after probing */
+#define PROBE_TICKET_S 600      /* s the relay admits a probe on the answer's ticket */
+
+/* answer's "relay_ticket": the ticket for node's probe of the relay the
+ * answer names (hex), or null when it names none. */
+static int probe_ticket(struct server *srv, json_t *answer, int64_t node)
+{
+    struct relay_ticket t = { .side = RELAY_SIDE_PROBE, .dialer = { .node = node },
+                              .expires = (int64_t)time(NULL) + PROBE_TICKET_S };
+    char hex[RELAY_TICKET_HEX];
+    if (!json_is_string(json_object_get(answer, "relay")) || srv->relay_secret.len == 0)
+        return json_object_set_new(answer, "relay_ticket", json_null());
+    relay_ticket_sign(&srv->relay_secret, &t);
+    relay_ticket_hex(&t, hex);
+    return json_object_set_new(answer, "relay_ticket", json_string(hex));
+}
 
 void h_assignment(struct request *rq, struct response *rs)
 {
@@ -31,7 +48,9 @@ void h_assignment(struct request *rq, struct response *rs)
     /* Read before the query, so a change committed after it is not missed. */
     unsigned long seq = longpoll_seq(srv->longpoll);
     PGconn *c = db_acquire(srv->db, &e);
-    int rc = c ? assignment_query(c, &rq->node_id, 1, &ans, &e) : -1;
+    struct assignment_tickets tickets = { .secret = srv->relay_secret, .ttl_s = srv->cfg.relay_ticket_ttl_s };
+    int rc = c ? assignment_query(c, &rq->node_id, 1, &tickets, &ans, &e) : -1;
+    OPENSSL_cleanse(&tickets, sizeof tickets);
     db_release(srv->db, c);
     if (rc != 0) {
         reply_error(rs, &e);
@@ -63,7 +82,8 @@ void h_probes(struct request *rq, struct response *rs)
      * is training: a probe's bulk transfer would slow its steps and the
      * measurement would be wrong anyway, so it waits until the peer is idle.
      * "relay": the server's relay while the caller's link to it is not
-     * measured or older than link_stale_s, else null. */
+     * measured or older than link_stale_s, else null; "relay_ticket" the
+     * caller's ticket to probe it. */
     json_t *res = db_query_json(rq->srv->db,
         "SELECT json_build_object('targets', coalesce(json_agg(json_build_object('node_id', t.id,"
         "   'peer_address', t.peer_address) ORDER BY t.measured_at NULLS FIRST, t.id), '[]'),"
@@ -80,6 +100,11 @@ void h_probes(struct request *rq, struct response *rs)
         "       AND NOT r.reachable AND r.checked_at > now() - make_interval(secs => $3::bigint))"
         "   ORDER BY l.measured_at NULLS FIRST, n.id LIMIT $4) t",
         5, params, "probes", &e);
+    if (res && probe_ticket(rq->srv, res, rq->node_id) != 0) {
+        json_decref(res);
+        res = NULL;
+        err_set(&e, 500, "internal", NULL, "out of memory");
+    }
     if (res)
         reply_json(rs, 200, res);
     else

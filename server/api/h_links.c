@@ -21,6 +21,18 @@ void h_links_put(struct request *rq, struct response *rs)
         reply_error(rs, &e);
         goto out;
     }
+    /* a link only to the relay this server names (it is what plans use;
+     * any other would be a made-up row) */
+    const char *mine = rq->srv->cfg.relay;
+    if (links.relay.address[0] && strcmp(links.relay.address, mine) != 0) {
+        if (mine[0])
+            reply_fail(rs, 422, "invalid_field", "relay.address", "relay.address names '%s', but this server's relay "
+                       "is '%s' (--relay): report the link to that one", links.relay.address, mine);
+        else
+            reply_fail(rs, 422, "invalid_field", "relay.address", "relay.address names '%s', but this server has no "
+                       "relay (--relay)", links.relay.address);
+        goto out;
+    }
     char *unreachable = json_dumps(links.unreachable, JSON_COMPACT);
     if (!unreachable) {
         reply_fail(rs, 500, "internal", NULL, "out of memory");

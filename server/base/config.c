@@ -78,6 +78,14 @@ static const struct opt opts[] = {
       "host:port of a shoal-relay that every agent can reach: two nodes that cannot connect to each "
       "other either way (behind NAT, closed firewalls) are joined through it; empty: such pairs are "
       "avoided" },
+    { "--relay-secret-file", "SHOAL_RELAY_SECRET_FILE", STR(relay_secret_file), "",
+      "file of the secret shared with --relay, which signs the relay tickets of assignments and probes "
+      "(shoal-relay --secret-file reads the same file); generated when missing; empty: "
+      "<data-dir>/relay.secret" },
+    { "--relay-ticket-ttl", "SHOAL_RELAY_TICKET_TTL", LONG(relay_ticket_ttl_s, 60, 31536000), "86400",
+      "seconds a relay ticket in an assignment admits its end of a link (checked when the end reaches the "
+      "relay, not while the link runs); a tasklet whose ticket expired before it connected fails, and the "
+      "recovery's new epoch brings new tickets" },
     { "--link-stale", "SHOAL_LINK_STALE", LONG(link_stale_s, 1, 31536000), "600",
       "seconds after which a measured link is handed to its agent to probe again" },
     { "--tls-cert", "SHOAL_TLS_CERT", STR(tls_cert), "",

@@ -44,6 +44,8 @@ struct config {
     char tls_cert[PATH_MAX];    /* PEM certificate chain for HTTPS; "" = plain HTTP */
     char tls_key[PATH_MAX];     /* PEM private key of tls_cert */
     char relay[256];            /* host:port of a shoal-relay for links blocked both ways; "" = none */
+    char relay_secret_file[PATH_MAX]; /* the secret shared with it; "" = <data-dir>/relay.secret */
+    long relay_ticket_ttl_s;    /* s a relay ticket of an assignment admits its end */
 };
 
 /* Fills `cfg` from defaults, the environment and argv.  Returns 0 to run,

@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 
+#include "../../common/relay_ticket.h"
 #include "../../common/token.h"
 #include "config.h"
 #include "tls.h"
@@ -35,6 +36,7 @@ struct server {
     struct metrics *metrics;
     char admin_token[TOKEN_MAX];
     char join_token[TOKEN_MAX];
+    struct relay_secret relay_secret;   /* shared with --relay; len 0: none (auth_load_relay_secret) */
     atomic_int deferred;        /* requests finishing on threads of their own (scheduling) */
     struct longpoll *longpoll;  /* assignment long-polls and the database listener */
     atomic_int suspended;       /* requests suspended by request_suspend and not yet completed */

@@ -3,7 +3,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <arpa/inet.h>
+#include <limits.h>
 #include <netinet/in.h>
+#include <openssl/crypto.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -19,27 +21,26 @@
 #include "../../common/clock.h"
 #include "../store/db.h"
 
-/* Reads a token file, or creates it with a fresh token (mode 0600).
- * `kind` is "admin" or "join". */
-static int auth_token_file(const char *data_dir, const char *kind, char *out, size_t n,
-                           struct shoal_err *err)
+/* Reads the secret at `path`, or creates it with a fresh one, `prefix`
+ * and 64 random hex digits (mode 0600); `what` names it in messages
+ * ("admin token").  *made: 1 when it was created. */
+static int auth_secret_file(const char *path, const char *prefix, const char *what, char *out, size_t n,
+                            int *made, struct shoal_err *err)
 {
-    char path[4096], prefix[32];
     int rc = -1, fd = -1;
-    snprintf(path, sizeof path, "%s/%s.token", data_dir, kind);
-    snprintf(prefix, sizeof prefix, "shoal_%s_", kind);
-
+    *made = 0;
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
         ssize_t got = read(fd, out, n - 1);
         if (got <= 0) {
-            err_set(err, 500, "bad_token_file", NULL, "cannot read %s; delete it to make a new token", path);
+            err_set(err, 500, "bad_token_file", NULL, "cannot read %s; delete it to make a new %s", path, what);
             goto out;
         }
         out[got] = '\0';
         out[strcspn(out, "\r\n")] = '\0';
         if (!token_well_formed(out)) {
-            err_set(err, 500, "bad_token_file", NULL, "%s does not hold a token; delete it to make a new one", path);
+            err_set(err, 500, "bad_token_file", NULL, "%s does not hold a %s; delete it to make a new one", path,
+                    what);
             goto out;
         }
         rc = 0;
@@ -50,7 +51,7 @@ static int auth_token_file(const char *data_dir, const char *kind, char *out, si
         goto out;
     }
     if (token_generate(prefix, out, n) != 0) {
-        err_set(err, 500, "no_randomness", NULL, "cannot generate a new %s token", kind);
+        err_set(err, 500, "no_randomness", NULL, "cannot generate a new %s", what);
         goto out;
     }
     fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -60,12 +61,53 @@ static int auth_token_file(const char *data_dir, const char *kind, char *out, si
         unlink(path);
         goto out;
     }
-    /* The token itself is never logged: logs travel further than the file. */
-    fprintf(stderr, "shoal-server: generated a new %s token into %s\n", kind, path);
+    /* The secret itself is never logged: logs travel further than the file. */
+    fprintf(stderr, "shoal-server: generated a new %s into %s\n", what, path);
+    *made = 1;
     rc = 0;
 out:
     if (fd >= 0)
         close(fd);
+    return rc;
+}
+
+/* Reads a token file, or creates it with a fresh token.  `kind` is "admin"
+ * or "join". */
+static int auth_token_file(const char *data_dir, const char *kind, char *out, size_t n, struct shoal_err *err)
+{
+    char path[4096], prefix[32], what[32];
+    int made;
+    snprintf(path, sizeof path, "%s/%s.token", data_dir, kind);
+    snprintf(prefix, sizeof prefix, "shoal_%s_", kind);
+    snprintf(what, sizeof what, "%s token", kind);
+    return auth_secret_file(path, prefix, what, out, n, &made, err);
+}
+
+int auth_load_relay_secret(struct server *srv, struct shoal_err *err)
+{
+    char path[PATH_MAX + 16], text[TOKEN_MAX];
+    struct shoal_err why;
+    int made, rc = -1;
+    memset(&srv->relay_secret, 0, sizeof srv->relay_secret);
+    if (!srv->cfg.relay[0])
+        return 0;
+    if (srv->cfg.relay_secret_file[0])
+        snprintf(path, sizeof path, "%s", srv->cfg.relay_secret_file);
+    else
+        snprintf(path, sizeof path, "%s/relay.secret", srv->cfg.data_dir);
+    if (auth_secret_file(path, "shoal_relay_", "relay secret", text, sizeof text, &made, err) != 0)
+        goto out;
+    if (relay_secret_set(text, &srv->relay_secret, &why) != 0) {
+        err_set(err, 2, "invalid_config", "relay_secret_file", "%s does not hold a relay secret: %s", path,
+                why.message);
+        goto out;
+    }
+    if (made)
+        fprintf(stderr, "shoal-server: give %s to shoal-relay %s (--secret-file): it pairs only the links this "
+                        "server's tickets admit\n", path, srv->cfg.relay);
+    rc = 0;
+out:
+    OPENSSL_cleanse(text, sizeof text);
     return rc;
 }
 

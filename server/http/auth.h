@@ -18,6 +18,14 @@
  * once on stderr).  Returns 0, or -1 with `err` set. */
 int auth_load_tokens(struct server *srv, struct shoal_err *err);
 
+/* With --relay: fills srv->relay_secret (the secret the server shares with
+ * its relay, which signs the relay tickets of assignments and probes) from
+ * --relay-secret-file, else <data-dir>/relay.secret, generating either
+ * file when missing (its path printed once on stderr, with what to do with
+ * it).  Without --relay: leaves it empty (len 0).  Returns 0, or -1 with
+ * `err` set (a file that holds no secret of RELAY_SECRET_MIN characters). */
+int auth_load_relay_secret(struct server *srv, struct shoal_err *err);
+
 /* Checks the "Authorization: Bearer <token>" header value (may be NULL)
  * against what the route needs.  For AUTH_NODE writes the caller's node id;
  * for AUTH_ADMIN_OR_NODE the node id, or 0 for the admin.

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../../common/buf.h"
 #include "../../common/hex.h"
@@ -86,6 +87,80 @@
     "  END)" \
     " FROM me LEFT JOIN cur c ON c.node_id = me.node_id ORDER BY me.ord"
 
+/* The pipeline or group entry's node at `index`, or 0. */
+static int64_t entry_node(const json_t *list, int index)
+{
+    return (int64_t)json_integer_value(json_object_get(json_array_get(list, (size_t)index), "node_id"));
+}
+
+/* 1 when entry e's way `key` is "relay". */
+static int relayed(const json_t *e, const char *key)
+{
+    const char *way = json_string_value(json_object_get(e, key));
+    return way && strcmp(way, "relay") == 0;
+}
+
+/* The ticket t (its side, channel and ends set) signed, into e[name] as hex. */
+static int ticket_set(json_t *e, const char *name, const struct assignment_tickets *tk, struct relay_ticket *t)
+{
+    char hex[RELAY_TICKET_HEX];
+    relay_ticket_sign(&tk->secret, t);
+    relay_ticket_hex(t, hex);
+    return json_object_set_new(e, name, json_string(hex));
+}
+
+/* Gives each relayed link of the assignment's tasklet (its way "relay",
+ * the tasklet one of its two ends) the ticket of the tasklet's end, beside
+ * the way: a pipeline entry's "next_ticket" (the link from that stage to
+ * the next, channel stage) and "tie_ticket" (the tied head's edge from
+ * that stage to the other end), a group entry's "up_ticket" (the ring
+ * edge from that replica to the next); an edge's dialer sends on it
+ * (channel sends: a relayed edge is never turned). */
+static int relay_tickets(json_t *as, const struct assignment_tickets *tk)
+{
+    const json_t *pipeline = json_object_get(as, "pipeline"), *group = json_object_get(as, "group");
+    int stage = (int)json_integer_value(json_object_get(as, "stage"));
+    int replica = (int)json_integer_value(json_object_get(as, "replica"));
+    int P = (int)json_array_size(pipeline), D = (int)json_array_size(group);
+    struct relay_ticket t = { .job_id = json_integer_value(json_object_get(as, "job_id")),
+                              .epoch = (uint32_t)json_integer_value(json_object_get(as, "epoch")) };
+    if (!tk || tk->secret.len == 0 || !json_is_string(json_object_get(as, "relay")))
+        return 0;
+    t.expires = (int64_t)time(NULL) + tk->ttl_s;
+    for (int i = 0; i < P; i++) {
+        json_t *e = json_array_get(pipeline, (size_t)i);
+        int other = i == 0 ? P - 1 : i == P - 1 ? 0 : i;
+        t.dialer = (struct relay_end){ i, replica, entry_node(pipeline, i) };
+        if (i + 1 < P && (stage == i || stage == i + 1) && relayed(e, "next_way")) {
+            t.side = stage == i ? RELAY_SIDE_DIALER : RELAY_SIDE_LISTENER;
+            t.channel = WIRE_CHANNEL_STAGE;
+            t.listener = (struct relay_end){ i + 1, replica, entry_node(pipeline, i + 1) };
+            if (ticket_set(e, "next_ticket", tk, &t) != 0)
+                return -1;
+        }
+        if (other != i && (stage == i || stage == other) && relayed(e, "tie_way")) {
+            t.side = stage == i ? RELAY_SIDE_DIALER : RELAY_SIDE_LISTENER;
+            t.channel = WIRE_CHANNEL_SENDS;
+            t.listener = (struct relay_end){ other, replica, entry_node(pipeline, other) };
+            if (ticket_set(e, "tie_ticket", tk, &t) != 0)
+                return -1;
+        }
+    }
+    for (int r = 0; r < D && D > 1; r++) {
+        json_t *e = json_array_get(group, (size_t)r);
+        int up = (r + 1) % D;
+        if ((replica == r || replica == up) && relayed(e, "up_way")) {
+            t.side = replica == r ? RELAY_SIDE_DIALER : RELAY_SIDE_LISTENER;
+            t.channel = WIRE_CHANNEL_SENDS;
+            t.dialer = (struct relay_end){ stage, r, entry_node(group, r) };
+            t.listener = (struct relay_end){ stage, up, entry_node(group, up) };
+            if (ticket_set(e, "up_ticket", tk, &t) != 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
 /* The key of this node's link to the tasklet (stage, replica) on `node`,
  * into entry e of the assignment (hex). */
 static int link_key_set(json_t *e, const unsigned char *secret, size_t secret_len, const json_t *as,
@@ -107,10 +182,11 @@ static int link_key_set(json_t *e, const unsigned char *secret, size_t secret_le
 }
 
 /* Gives every other tasklet in the assignment's "pipeline" and "group" the
- * key of node_id's link to it (wire_link_key) and takes the job's secret
- * out: it never leaves the server, so a node holds the keys of its own
- * links only and cannot pose as another member of the job. */
-static int link_keys(json_t *body, int64_t node_id, struct shoal_err *err)
+ * key of node_id's link to it (wire_link_key), and each relayed link the
+ * ticket of node_id's end (relay_tickets), and takes the job's secret out:
+ * it never leaves the server, so a node holds the keys of its own links
+ * only and cannot pose as another member of the job. */
+static int link_keys(json_t *body, int64_t node_id, const struct assignment_tickets *tk, struct shoal_err *err)
 {
     json_t *as = json_object_get(body, "assignment"), *e;
     unsigned char secret[32];
@@ -135,6 +211,8 @@ static int link_keys(json_t *body, int64_t node_id, struct shoal_err *err)
         if (link_key_set(e, secret, sizeof secret, as, me, stage,
                          (int)json_integer_value(json_object_get(e, "replica"))) != 0)
             goto oom;
+    if (relay_tickets(as, tk) != 0)
+        goto oom;
     json_object_del(as, "peer_secret");
     rc = 0;
     goto out;
@@ -145,8 +223,8 @@ out:
     return rc;
 }
 
-int assignment_query(PGconn *c, const int64_t *nodes, int n, struct assignment_answer *out,
-                     struct shoal_err *err)
+int assignment_query(PGconn *c, const int64_t *nodes, int n, const struct assignment_tickets *tickets,
+                     struct assignment_answer *out, struct shoal_err *err)
 {
     struct buf ids;
     PGresult *r = NULL;
@@ -182,7 +260,7 @@ int assignment_query(PGconn *c, const int64_t *nodes, int n, struct assignment_a
             err_set(err, 500, "internal", NULL, "database returned bad JSON: %s", je.text);
             goto out;
         }
-        if (link_keys(a->body, a->node_id, err) != 0) {
+        if (link_keys(a->body, a->node_id, tickets, err) != 0) {
             json_decref(a->body);
             goto out;
         }

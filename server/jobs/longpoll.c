@@ -35,6 +35,7 @@ struct waiter {
 struct longpoll {
     char *conninfo;
     long max_waiters;
+    struct assignment_tickets tickets;   /* what the answers' relay tickets are signed with */
     pthread_mutex_t lock;       /* guards everything below up to `seq` */
     pthread_cond_t idle;        /* signalled whenever `reserved` drops */
     struct waiter *head;        /* parked waiters, newest first */
@@ -198,7 +199,7 @@ static void longpoll_sweep(struct longpoll *lp, int all)
     } else {
         for (int i = 0; i < n; i++)
             ids[i] = due[i]->node_id;
-        ok = assignment_query(lp->conn, ids, n, ans, &e) == 0;
+        ok = assignment_query(lp->conn, ids, n, &lp->tickets, ans, &e) == 0;
         if (!ok)
             log_warn("assignment long-poll query failed waiters=%d: %s", n, e.message);
         /* Notifications that came in during the query are queued in libpq. */
@@ -267,7 +268,8 @@ static void *longpoll_main(void *arg)
     return NULL;
 }
 
-struct longpoll *longpoll_start(const char *conninfo, long max_waiters, struct shoal_err *err)
+struct longpoll *longpoll_start(const char *conninfo, long max_waiters, const struct assignment_tickets *tickets,
+                                struct shoal_err *err)
 {
     struct longpoll *lp = calloc(1, sizeof *lp);
     if (!lp || !(lp->conninfo = strdup(conninfo))) {
@@ -276,6 +278,7 @@ struct longpoll *longpoll_start(const char *conninfo, long max_waiters, struct s
         return NULL;
     }
     lp->max_waiters = max_waiters;
+    lp->tickets = *tickets;
     pthread_mutex_init(&lp->lock, NULL);
     pthread_cond_init(&lp->idle, NULL);
     if (pipe2(lp->wake, O_CLOEXEC | O_NONBLOCK) != 0) {

@@ -19,6 +19,7 @@
 
 #include "../../common/err.h"
 #include "../http/http.h"
+#include "assignment.h"
 
 #define LONGPOLL_TICK_S 0.5       /* s between deadline sweeps */
 #define LONGPOLL_MAX_WAIT_S 60    /* s, the longest wait a request may ask for */
@@ -27,10 +28,12 @@
 struct longpoll;
 
 /* Starts the listener thread on its own connection to `conninfo`.  At most
- * `max_waiters` requests wait at once.  If the database cannot be reached
+ * `max_waiters` requests wait at once; their answers carry relay tickets
+ * signed as `tickets` says (copied).  If the database cannot be reached
  * yet the thread keeps retrying; only a thread or memory failure is an
  * error.  Returns the long-poll set, or NULL with `err` set. */
-struct longpoll *longpoll_start(const char *conninfo, long max_waiters, struct shoal_err *err);
+struct longpoll *longpoll_start(const char *conninfo, long max_waiters, const struct assignment_tickets *tickets,
+                                struct shoal_err *err);
 
 /* The count of notifications seen so far.  A handler reads it before its
  * own query and passes it to longpoll_wait: if it moved in between, the

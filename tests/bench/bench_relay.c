@@ -10,17 +10,21 @@
  *       frames, waits for the answer
  *
  * Both ends seal (a relayed connection always is; the direct one is asked
- * to, so the two differ only in the path).  The dialer prints one JSON
+ * to, so the two differ only in the path).  Through a relay, each end
+ * signs its own ticket as a server would, under the secret in the file
+ * SHOAL_RELAY_SECRET_FILE names (the relay's --secret-file).  The dialer prints one JSON
  * line {"bench":"relay-end","path":...,"bytes":...,"seconds":...}: the
  * time from its first frame to the listener's answer. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../../agent/net/peer.h"
 #include "../../common/clock.h"
 #include "../../common/log.h"
+#include "../../common/relay_ticket.h"
 #include "../peer_keys.h"
 
 #define FRAME_BYTES (4u << 20)
@@ -37,6 +41,24 @@ static struct peer_auth auth_make(const char *role)
     return a;
 }
 
+/* The server's ticket for `side` of the link ROLE_D -> ROLE_L (job 1,
+ * epoch 1, the stage channel), valid an hour, under the secret of the
+ * file SHOAL_RELAY_SECRET_FILE names. */
+static int ticket_make(int side, struct relay_ticket *t, struct shoal_err *err)
+{
+    const char *path = getenv("SHOAL_RELAY_SECRET_FILE");
+    struct relay_secret s;
+    if (!path)
+        return err_set(err, 2, "bad_config", NULL, "set SHOAL_RELAY_SECRET_FILE to the relay's --secret-file");
+    if (relay_secret_load(path, &s, err) != 0)
+        return -1;
+    *t = (struct relay_ticket){ .side = side, .channel = WIRE_CHANNEL_STAGE, .epoch = 1, .job_id = 1,
+                                .expires = (int64_t)time(NULL) + 3600, .dialer = { 0, 0, 1 },
+                                .listener = { 1, 0, 2 } };
+    relay_ticket_sign(&s, t);
+    return 0;
+}
+
 static struct wire_frame frame(uint64_t len)
 {
     return (struct wire_frame){ .kind = WIRE_ACTIVATION, .dtype = WIRE_F32, .ndim = 1,
@@ -50,15 +72,20 @@ static int listen_end(const char *addr, const char *relay, uint64_t bytes, struc
     struct peer_conn c;
     unsigned port;
     struct peer_auth a = auth_make(ROLE_L);
+    struct relay_ticket t;
     float *buf = malloc(FRAME_BYTES);
     int rc = 1;
+    if (relay && ticket_make(RELAY_SIDE_LISTENER, &t, e) != 0) {
+        free(buf);
+        return 1;
+    }
     if (!buf || peer_listener_start(addr, &l, &port, &err) != 0) {
         *e = err;
         free(buf);
         return 1;
     }
     peer_listener_expect(l, &a);
-    if (relay && peer_listener_relay(l, relay, ROLE_D, WIRE_CHANNEL_STAGE, TIMEOUT_MS, TIMEOUT_MS, &err) != 0)
+    if (relay && peer_listener_relay(l, relay, &t, ROLE_D, WIRE_CHANNEL_STAGE, TIMEOUT_MS, TIMEOUT_MS, &err) != 0)
         goto out;
     if (peer_listener_take_stop(l, ROLE_D, WIRE_CHANNEL_STAGE, TIMEOUT_MS, NULL, &c, &err) != 0)
         goto out;
@@ -85,12 +112,15 @@ static int dial_end(const char *addr, int relayed, uint64_t bytes, struct shoal_
 {
     struct peer_conn c;
     struct peer_auth a = auth_make(ROLE_D);
+    struct relay_ticket t;
     float *buf = calloc(1, FRAME_BYTES);
     int rc = 1;
-    if (!buf)
+    if (!buf || (relayed && ticket_make(RELAY_SIDE_DIALER, &t, err) != 0)) {
+        free(buf);
         return 1;
+    }
     int64_t until = mono_ms() + TIMEOUT_MS;   /* the listener's end may not be up yet */
-    while ((relayed ? peer_dial_relayed(addr, &a, ROLE_L, WIRE_CHANNEL_STAGE, TIMEOUT_MS, &c, err)
+    while ((relayed ? peer_dial_relayed(addr, &t, &a, ROLE_L, WIRE_CHANNEL_STAGE, TIMEOUT_MS, &c, err)
                     : peer_dial_channel(addr, &a, ROLE_L, WIRE_CHANNEL_STAGE, 5000, &c, err)) != 0) {
         if (mono_ms() > until)
             goto out;

@@ -63,6 +63,11 @@ best() {
 mbit() { awk -v b="$BYTES" -v s="$1" 'BEGIN { printf "%.1f", b * 8 / s / 1e6 }'; }
 per_gbit() { awk -v b="$BYTES" -v c="$2" -v s="$1" 'BEGIN { printf "%.3f", c / (b * 8 / 1e9) }'; }
 
+# the secret a server would share with its relay: the relay's
+# --secret-file, and what both ends sign their tickets with
+(umask 077; echo "shoal_relay_$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$work/relay.secret")
+export SHOAL_RELAY_SECRET_FILE=$work/relay.secret
+
 A=${NET_NS[0]} B=${NET_NS[1]} R=${NET_NS[2]}
 ip netns exec "$R" "$RELAY" --listen "${NET_IP[2]}:7946" --log-level warn &
 RPID=$!

@@ -134,10 +134,11 @@ readme_example() {
 trap 'stop_all_agents; cleanup' EXIT
 
 # check_no_secrets SERVER_NAME: no secret of the run appears in any log under
-# $WORK (server, agents) nor in what an operator can see: /metrics, the
-# dashboard's files and the admin API's answers.  The secrets: the admin and
-# join tokens, every node token (the agents' node.json), every job's peer
-# secret.  One check per kind of secret.
+# $WORK (server, agents, relay) nor in what an operator can see: /metrics,
+# the dashboard's files and the admin API's answers.  The secrets: the admin
+# and join tokens, every node token (the agents' node.json), every job's
+# peer secret, and the relay's secret where the suite has one
+# ($WORK/relay.secret).  One check per kind of secret.
 check_no_secrets() {
     local server=$1 url admin kind secret where f j seen
     url=$(eval echo "\$URL_$server")
@@ -166,8 +167,11 @@ check_no_secrets() {
             [ -f "$f" ] && printf 'node token\t%s\n' "$(jq -r .token "$f")"
         done
         sql "$server" "SELECT 'peer secret', peer_secret FROM jobs" | tr '|' '\t'
+        [ -s "$WORK/relay.secret" ] && printf 'relay secret\t%s\n' "$(cat "$WORK/relay.secret")"
     } > "$WORK/secrets"
-    for kind in "admin token" "join token" "node token" "peer secret"; do
+    local kinds=("admin token" "join token" "node token" "peer secret")
+    [ -s "$WORK/relay.secret" ] && kinds+=("relay secret")
+    for kind in "${kinds[@]}"; do
         where=""
         n=0
         while IFS=$'\t' read -r k secret; do

@@ -79,13 +79,17 @@ not_started() {
 }
 
 # start_relay NAME [ARGS...]: starts shoal-relay (beside SHOAL_SERVER, or
-# SHOAL_RELAY) on RELAY_HOST (127.0.0.1) and a free port (or RELAY_PORT);
-# sets RELAY_<NAME> to 127.0.0.1:port and leaves its log in $WORK/NAME.log.
+# SHOAL_RELAY) on RELAY_HOST (127.0.0.1) and a free port (or RELAY_PORT),
+# with the secret in $WORK/relay.secret (made when missing: give its server
+# --relay-secret-file "$WORK/relay.secret"); sets RELAY_<NAME> to
+# 127.0.0.1:port and leaves its log in $WORK/NAME.log.
 start_relay() {
     local name=$1 port before; shift
     before=$(cat "$WORK/$name.log" 2>/dev/null | wc -l)
-    "${SHOAL_RELAY:-$(dirname "$SHOAL_SERVER")/shoal-relay}" --listen "${RELAY_HOST:-127.0.0.1}:${RELAY_PORT:-0}" "$@" \
-        >>"$WORK/$name.log" 2>&1 &
+    [ -s "$WORK/relay.secret" ] ||
+        (umask 077; echo "shoal_relay_$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')" > "$WORK/relay.secret")
+    "${SHOAL_RELAY:-$(dirname "$SHOAL_SERVER")/shoal-relay}" --listen "${RELAY_HOST:-127.0.0.1}:${RELAY_PORT:-0}" \
+        --secret-file "$WORK/relay.secret" "$@" >>"$WORK/$name.log" 2>&1 &
     echo $! > "$WORK/$name.pid"
     SERVERS="$SERVERS $WORK/$name.pid"
     for _ in $(seq 1 100); do

@@ -40,12 +40,13 @@ req GET "$S/v1/agent/probes" "${TOK[0]}"
 expect "with no links a node is asked to probe every other live node" 200 \
        '[(.targets | map(.node_id)), .stale_after_s] | tostring' "[[${ID[1]},${ID[2]},${ID[3]}],600]"
 check "each target carries its peer address" "$(printf '%s' "$BODY" | jq -r '.targets[0].peer_address')" 127.0.0.1:7001
-check "with no --relay there is no relay to measure" "$(printf '%s' "$BODY" | jq -c '.relay')" null
-# a node's link to a relay (measured through its echo): stored per relay, samples optional
+check "with no --relay there is no relay to measure, and no ticket" "$(printf '%s' "$BODY" | jq -c '[.relay, .relay_ticket]')" \
+    '[null,null]'
+# a node's link to a relay: only to the server's own (server b below has one)
 req PUT "$S/v1/links" "${TOK[0]}" '{"relay":{"address":"relay.example.org:7946","latency_ms":12.5,"bandwidth_gbps":0.8}}'
-expect "a link to a relay alone is a report" 200 .accepted 1
-check "it is stored for that relay" "$(sql a "SELECT relay, latency_ms, bandwidth_gbps FROM relay_links WHERE node_id = ${ID[0]}")" \
-    "relay.example.org:7946|12.5|0.8"
+expect "a link to a relay on a server with none is 422, saying so" 422 \
+    '[.error.field, (.error.message | test("this server has no relay"))] | tostring' '["relay.address",true]'
+check "and nothing is stored" "$(sql a "SELECT count(*) FROM relay_links")" 0
 req PUT "$S/v1/links" "${TOK[0]}" '{"relay":{"address":"relay.example.org:7946","latency_ms":12.5}}'
 expect "a relay link without its bandwidth is 400" 400 .error.field relay.bandwidth_gbps
 req PUT "$S/v1/links" "${TOK[0]}" '{"relay":{"address":"relay.example.org:7946","latency_ms":-1,"bandwidth_gbps":1}}'
@@ -223,9 +224,25 @@ check "and answers the new epoch" "$(cat "$WORK/lp1.status") $(jq .assignment.ep
 export SHOAL_ADMIN_TOKEN="$ADMIN" SHOAL_JOIN_TOKEN="$JOIN"
 # Servers on one database share one checkpoint store (--checkpoint-dir).
 start_server b --database-url "host=$WORK/a/pg-socket dbname=shoal user=shoal" --max-long-polls 1 --max-checkpoint-bytes 100000 \
-    --checkpoint-dir "$WORK/a/checkpoints" || exit 1
+    --checkpoint-dir "$WORK/a/checkpoints" --relay relay.example.org:7946 || exit 1
 unset SHOAL_ADMIN_TOKEN SHOAL_JOIN_TOKEN
 B=$URL_b
+# server b names a relay: its secret is made beside its tokens, a node's
+# probes name the relay with a ticket, and a link is stored only to it
+check "a server with --relay makes the secret it shares with the relay (mode 0600)" \
+    "$(stat -c %a "$WORK/b/relay.secret") $(grep -c '^shoal_relay_[0-9a-f]\{64\}$' "$WORK/b/relay.secret")" "600 1"
+req GET "$B/v1/agent/probes" "${TOK[3]}"
+expect "its probe targets name the relay and give the node a ticket to probe it" 200 \
+    '[.relay, (.relay_ticket | test("^[0-9a-f]{176}$"))] | tostring' '["relay.example.org:7946",true]'
+req PUT "$B/v1/links" "${TOK[0]}" '{"relay":{"address":"relay.example.org:7946","latency_ms":12.5,"bandwidth_gbps":0.8}}'
+expect "a link to the server's relay alone is a report" 200 .accepted 1
+check "it is stored for that relay" "$(sql a "SELECT relay, latency_ms, bandwidth_gbps FROM relay_links WHERE node_id = ${ID[0]}")" \
+    "relay.example.org:7946|12.5|0.8"
+req PUT "$B/v1/links" "${TOK[0]}" '{"samples":[],"relay":{"address":"made-up.example.org:1","latency_ms":1,"bandwidth_gbps":9}}'
+expect "a link to another relay is 422, naming the server's" 422 \
+    '[.error.field, (.error.message | test("this server.s relay is .relay.example.org:7946."))] | tostring' \
+    '["relay.address",true]'
+check "and stores nothing" "$(sql a "SELECT count(*) FROM relay_links")" 1
 bg_get "$B/v1/agent/assignment?wait=20&job=$J&epoch=2" "${TOK[2]}" "$WORK/lp2"; p2=$BG
 sleep 1
 t0=$(now); req GET "$B/v1/agent/assignment?wait=5&job=$J&epoch=2" "${TOK[3]}"

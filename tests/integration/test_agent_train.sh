@@ -15,7 +15,7 @@ set -u
 
 # a relay (shoal-relay) for the links blocked both ways below
 start_relay r || exit 1
-start_server_s --relay "$RELAY_r" || exit 1
+start_server_s --relay "$RELAY_r" --relay-secret-file "$WORK/relay.secret" || exit 1
 
 # a1 and a3 ask for encrypted peer connections (--peer-encryption on): every
 # connection that touches them is sealed, the others stay plain, so the jobs
@@ -156,6 +156,10 @@ check "it says how each connection is made (next, ring up, tied head; by stage a
     "$(sql s "SELECT string_agg(a.next_way || '/' || a.up_way || '/' || a.tie_way, ' ' ORDER BY a.stage, a.replica)
               || ' ' || p.relay FROM assignments a JOIN plans p ON p.id = a.plan_id WHERE p.job_id = $TURNED GROUP BY p.relay")" \
     "reverse/reverse/reverse relay/dial/relay dial/relay/dial dial/relay/relay $RELAY_r"
+req GET "$S/v1/agent/assignment" "$(node_token "$NC")"
+check "C's assignment carries its tickets for its relayed ring edges only: the dialer's to D, the listener's from D" \
+    "$(printf '%s' "$BODY" | jq -c '[[.assignment.group[] | .up_ticket | .[0:2], length],
+        ([.assignment.pipeline[] | has("next_ticket") or has("tie_ticket")] | any)]')" '[["00",176,"01",176],false]'
 req GET "$S/v1/jobs/$TURNED" "$ADMIN"
 check "the job's plan says which stage opens each pipeline link" \
     "$(printf '%s' "$BODY" | jq -c '[.plan.assignments[] | .dials_next]')" "[false,true,true,true]"
@@ -167,6 +171,8 @@ check "the relay joined its five links: stage 1's ring edges, replica 1's pipeli
     "$(curl -s "http://$RELAY_r/metrics" | awk '$1 == "shoal_relay_pairs_total" { print $2 }')" 5
 check "and forwarded the job's bytes" \
     "$(curl -s "http://$RELAY_r/metrics" | awk -v j="shoal_relay_job_bytes_total{job=\"$TURNED\"}" '$1 == j { print ($2 > 100000) }')" 1
+check "every end it paired came with the server's ticket for it, and none was refused for one" \
+    "$(curl -s "http://$RELAY_r/metrics" | awk '$1 == "shoal_relay_bad_tickets_total" { print $2 }')" 0
 # measured again: connected both ways (the later jobs plan as before)
 for pair in "$NA $NC" "$NA $NB" "$NC $ND" "$ND $NC" "$ND $NB" "$NB $ND"; do
     set -- $pair

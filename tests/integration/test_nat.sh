@@ -21,7 +21,7 @@ fleet_suite nat nft
 # the relay, in the root namespace: the hosts reach it at the gateway
 RELAY_HOST=0.0.0.0 start_relay r || exit 1
 RELAY=$NET_GW:${RELAY_r##*:}
-FLEET_SERVER_OPTS="--relay $RELAY"
+FLEET_SERVER_OPTS="--relay $RELAY --relay-secret-file $WORK/relay.secret"
 fleet_suite_up "$top/tests/net/nat.json" "four hosts register and measure what they can"
 id_of() { fleet_sql "SELECT id FROM nodes WHERE name = '$1'"; }
 P=$(id_of pub-0); H0=$(id_of home-0); H1=$(id_of home-1); H2=$(id_of home-2)
@@ -86,6 +86,8 @@ at_step() { [ "$(api GET "/v1/jobs/$J" | jq '.progress.step // -1')" -ge "$1" ];
 wait_for 300 at_step 10 && ok "the job trains" || fail "the job trains" "$(api GET "/v1/jobs/$J" | jq -c '[.state, .recovery_reason]')"
 check "its three relayed links (home-0 to home-1, stage 1's ring edges) go through the relay" \
     "$(curl -s "http://$RELAY_r/metrics" | awk '$1 == "shoal_relay_pairs_total" { print $2 }')" 3
+check "each end (and each probe) came with the server's ticket: none refused for one" \
+    "$(curl -s "http://$RELAY_r/metrics" | awk '$1 == "shoal_relay_bad_tickets_total" { print $2 }')" 0
 
 # ---- the relay dies mid-job and comes back on the same port
 RELAY_PID=$(cat "$WORK/r.pid")

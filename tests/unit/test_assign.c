@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include <string.h>
+#include <time.h>
 
 #include "../../agent/train/assign.h"
 
@@ -98,12 +99,29 @@ static void test_older_server_means_ring(void **state)
     json_decref(a);
 }
 
+/* Puts the server's ticket for one end of a relayed link of job 7, epoch 2
+ * (expiring in a minute) into entry e's `name`. */
+static void put_ticket(json_t *e, const char *name, int side, unsigned channel, struct relay_end dialer,
+                       struct relay_end listener)
+{
+    struct relay_secret s;
+    struct shoal_err err;
+    char hex[RELAY_TICKET_HEX];
+    struct relay_ticket t = { .side = side, .channel = channel, .epoch = 2, .job_id = 7,
+                              .expires = (int64_t)time(NULL) + 60, .dialer = dialer, .listener = listener };
+    assert_int_equal(relay_secret_set("test_assign_relay_secret_0123456789", &s, &err), 0);
+    relay_ticket_sign(&s, &t);
+    relay_ticket_hex(&t, hex);
+    json_object_set_new(e, name, json_string(hex));
+}
+
 /* Each connection's way, from this end (stage 1, replica 1 of 3): the
  * plan's "dial" has the sender dial, "reverse" the receiver, "relay" both
  * dial the plan's relay; a ring edge's channel says who sends on it.  An
  * older server's "dials_next": false reverses the pipeline link; no way at
  * all: the sender dials; an unknown way, or a relay with none named, is
- * refused. */
+ * refused.  A relayed link takes the server's ticket for this end: none,
+ * or another end's, is refused. */
 static void test_link_ways(void **state)
 {
     (void)state;
@@ -133,8 +151,18 @@ static void test_link_ways(void **state)
     assert_string_equal(err.code, "bad_assignment");
     assert_non_null(strstr(err.message, "names no relay"));
     json_object_set_new(a, "relay", json_string("relay.example:7946"));
+    assert_int_equal(assign_parse(a, &o, &err), -1);
+    assert_non_null(strstr(err.message, "has no next_ticket for it"));
+    struct relay_end s0 = { 0, 1, 10 }, s1 = { 1, 1, 21 }, r2 = { 1, 2, 22 };
+    put_ticket(json_array_get(pipeline, 0), "next_ticket", RELAY_SIDE_DIALER, WIRE_CHANNEL_STAGE, s0, s1);
+    put_ticket(json_array_get(group, 1), "up_ticket", RELAY_SIDE_DIALER, WIRE_CHANNEL_SENDS, s1, r2);
+    assert_int_equal(assign_parse(a, &o, &err), -1);   /* stage 0's ticket: the dialer's */
+    assert_non_null(strstr(err.message, "next_ticket is not for this node's end"));
+    put_ticket(json_array_get(pipeline, 0), "next_ticket", RELAY_SIDE_LISTENER, WIRE_CHANNEL_STAGE, s0, s1);
     assert_int_equal(assign_parse(a, &o, &err), 0);
     assert_string_equal(o.relay, "relay.example:7946");
+    assert_int_equal(o.prev_stage.ticket.side, RELAY_SIDE_LISTENER);
+    assert_int_equal(o.ring_next.ticket.listener.node, 22);
     assert_int_equal(o.prev_stage.way, ASSIGN_RELAY_TAKE);
     assert_int_equal(o.ring_next.way, ASSIGN_RELAY_DIAL);
     assert_int_equal(o.ring_next.channel, WIRE_CHANNEL_SENDS);
