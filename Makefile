@@ -333,17 +333,18 @@ LDFLAGS += -fsanitize=fuzzer,address,undefined
 endif
 # What each target links besides common/; one not listed links what the unit tests do.
 FUZZ_OWN_LINK := fuzz_bodies fuzz_sched_files fuzz_checkpoint fuzz_dataset fuzz_peer fuzz_tokenizer \
-                 fuzz_gpt2_llmc fuzz_safetensors fuzz_hf_llama fuzz_bpe
+                 fuzz_gpt2_llmc fuzz_safetensors fuzz_hf_llama fuzz_bpe fuzz_relay
 $(BUILD)/bin/fuzz_bodies: $(BUILD)/server/api/bodies.o $(BUILD)/server/jobs/jobspec.o $(SCHED_OBJ)
 $(BUILD)/bin/fuzz_sched_files: $(BUILD)/server/jobs/jobspec.o $(SCHED_OBJ)
 $(BUILD)/bin/fuzz_checkpoint: $(KERNELS_OBJ)
 $(BUILD)/bin/fuzz_gpt2_llmc: $(KERNELS_OBJ)
 $(BUILD)/bin/fuzz_safetensors: $(KERNELS_OBJ)
 $(BUILD)/bin/fuzz_hf_llama: $(KERNELS_OBJ)
-$(BUILD)/bin/fuzz_dataset: $(BUILD)/agent/train/data.o $(BUILD)/agent/train/digests.o
+$(BUILD)/bin/fuzz_dataset: $(BUILD)/agent/train/data.o $(BUILD)/agent/train/digests.o $(BUILD)/agent/train/roots.o
 $(BUILD)/bin/fuzz_tokenizer: $(BUILD)/agent/tools/tokenizer.o
 $(BUILD)/bin/fuzz_bpe: $(BUILD)/agent/tools/bpe.o $(BUILD)/agent/tools/bpe_files.o $(BUILD)/agent/tools/tokenizer.o
 $(BUILD)/bin/fuzz_peer: $(filter $(BUILD)/agent/net/peer%,$(AGENT_OBJ))
+$(BUILD)/bin/fuzz_relay:   # common/ alone: the relay's request and the server's tickets
 $(patsubst %,$(BUILD)/bin/%,$(filter-out $(FUZZ_OWN_LINK),$(FUZZ_NAMES))): $(SERVER_OBJ) $(AGENT_OBJ) $(KERNELS_OBJ)
 
 $(BUILD)/bin/fuzz_%: tests/fuzz/fuzz_%.c $(COMMON_OBJ)

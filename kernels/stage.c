@@ -5,7 +5,9 @@
 
 #include <errno.h>
 #include <limits.h>
+#ifdef _OPENMP
 #include <omp.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,8 +18,12 @@ int kern_cuda_built(void)
 
 void kern_set_threads(int n)
 {
+#ifdef _OPENMP   /* a build without OpenMP (the fuzz targets') runs one thread */
     if (n >= 1)
         omp_set_num_threads(n);   /* OpenBLAS's OpenMP build reads the same count */
+#else
+    (void)n;
+#endif
 }
 
 int kern_device_parse(const char *name, struct kern_device *out, struct kern_err *err)
