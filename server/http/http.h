@@ -21,9 +21,11 @@
  * s of database time.
  *
  * Limits (config.h, docs/operations.md, "Limits"): connections in all and per client
- * address, an idle timeout, a deadline for buffered bodies, memory per
- * connection for the request head, the body cap, and the failed-token
- * limiter (auth.h) in front of every route that needs a token. */
+ * address, with a reserve only known addresses may take (http_limits.h),
+ * an idle timeout, a deadline for buffered bodies, memory per connection
+ * for the request head, the body cap, the bytes of bodies in flight per
+ * node and per address (http_hold), and the failed-token and registration
+ * limiters (auth.h) in front of every route that needs a token. */
 #ifndef SHOAL_HTTP_H
 #define SHOAL_HTTP_H
 
