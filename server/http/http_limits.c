@@ -83,8 +83,12 @@ static void http_addr_key(const struct sockaddr *sa, unsigned char key[HTTP_ADDR
         memcpy(key + 1, &((const struct sockaddr_in *)sa)->sin_addr, 4);
     } else if (sa->sa_family == AF_INET6) {
         const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
-        key[0] = IN6_IS_ADDR_V4MAPPED(a) ? AF_INET : AF_INET6;
-        memcpy(key + 1, IN6_IS_ADDR_V4MAPPED(a) ? a->s6_addr + 12 : a->s6_addr, IN6_IS_ADDR_V4MAPPED(a) ? 4 : 8);
+        if (IN6_IS_ADDR_V4MAPPED(a)) {
+            key[0] = AF_INET;
+            memcpy(key + 1, a->s6_addr + 12, 4);
+        } else {
+            memcpy(key + 1, a->s6_addr, 8);
+        }
     }
 }
 
