@@ -18,7 +18,8 @@ trap '' PIPE   # a write to a socket the server closed fails instead of ending t
 # ---- every limit is a documented setting
 help=$("$SHOAL_SERVER" --help)
 for var in SHOAL_MAX_CONNECTIONS SHOAL_MAX_CONNECTIONS_PER_ADDRESS SHOAL_IDLE_TIMEOUT SHOAL_REQUEST_TIMEOUT \
-           SHOAL_CONNECTION_MEMORY SHOAL_AUTH_FAILURES SHOAL_AUTH_FAILURE_WINDOW SHOAL_MAX_LONG_POLLS SHOAL_MAX_BODY; do
+           SHOAL_CONNECTION_MEMORY SHOAL_AUTH_FAILURES SHOAL_AUTH_FAILURE_WINDOW SHOAL_MAX_LONG_POLLS SHOAL_MAX_BODY \
+           SHOAL_MAX_REGISTRATIONS; do
     check "--help documents $var" "$(printf '%s' "$help" | grep -c "($var)")" 1
 done
 "$SHOAL_SERVER" --connection-memory 100 >/dev/null 2>"$WORK/err"; rc=$?
