@@ -564,6 +564,9 @@ int agent_run(const struct agent_config *cfg, atomic_int *stop, struct shoal_err
     if (peer_listener_start(cfg->listen, &ag->listener, &port, err) != 0 || advertise_address(ag, port, err) != 0)
         goto out;
     peer_listener_set_encryption(ag->listener, strcmp(cfg->peer_encryption, "on") == 0);
+    struct shoal_err unresolved;   /* the server probes our peer port: it finds a handshake slot */
+    if (peer_listener_expect_server(ag->listener, ag->ctl.url, &unresolved) != 0)
+        log_warn("agent: %s; the server's probes of the peer port count as a stranger's", unresolved.message);
     if (agent_identify(ag, err) != 0 || report_start(&ag->ctl, REPORT_QUEUE, &ag->reporter, err) != 0)
         goto out;
     if (pthread_create(&ag->heartbeat_thread, NULL, heartbeat_main, ag) != 0 ||

@@ -155,6 +155,9 @@ int main(int argc, char **argv)
         goto fail;
     unsigned port = 0;
     auth_limit_init(srv.cfg.auth_failures, srv.cfg.auth_failure_window_s);
+    auth_register_init(srv.cfg.max_registrations);
+    if (auth_addr_load(&srv, &err) != 0)   /* the fleet is then known as it is heard from */
+        log_warn("cannot read the registered nodes' addresses: %s", err.message);
     httpd = http_start(&srv, &port, &err);
     if (!httpd)
         goto fail;

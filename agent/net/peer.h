@@ -5,9 +5,10 @@
  * Every connection begins with the listener's HELLO (job 0, payload a fresh
  * 32-byte nonce).  The dialer's first frame, due within 3 s, then decides
  * what it is.  (A listener whose 32 handshake slots are taken, or 16 of
- * them by the dialer's address, greets and sends an ERROR frame saying
- * "busy" at once, then closes: a dialer retries, and a prober hears a live
- * node.)  The first frame:
+ * them by the dialer's address, or the 16 that addresses it does not
+ * expect share (peer_listener_expect_peers), greets and sends an ERROR
+ * frame saying "busy" at once, then closes: a dialer retries, and a
+ * prober hears a live node.)  The first frame:
  *   - HELLO (job J, epoch E): a job connection.  Payload (common/wire.h):
  *       mac(32) | dialer nonce(32) | flags(1) | dialer role (1..PEER_ROLE_MAX-1 bytes)
  *     with mac = wire_hello_mac(key of the link between the two roles,
@@ -207,6 +208,25 @@ void peer_listener_stop(struct peer_listener *l);
  * from the roles of auth's links, proving auth->role; connections of an earlier expectation still parked
  * are closed.  auth NULL: accept no job connections (probe sessions still). */
 void peer_listener_expect(struct peer_listener *l, const struct peer_auth *auth);
+
+/* The hosts of `addrs` ("host:port" or "[v6]:port", n of them; "" passed
+ * over) are the current assignment's peers: from now on connections from
+ * them may take any free handshake slot, while addresses the listener does
+ * not expect share 16 of the 32, so strangers cannot keep a tasklet's
+ * neighbours out.  Call it when an assignment starts, with every
+ * neighbour's peer address (stage, ring and tied links), and with n 0 when
+ * it ends.  Names are resolved here (every address a name has counts).
+ * The list replaces the last one.  Returns 0, or -1 with err naming the
+ * first address that is malformed or does not resolve (the rest are
+ * expected all the same). */
+int peer_listener_expect_peers(struct peer_listener *l, const char *const *addrs, int n, struct shoal_err *err);
+
+/* The host of the server's URL `url` (every address it resolves to) is
+ * expected too, whatever the assignment: the server probes the peer port
+ * (server/jobs/peer_probe.c).  Returns 0, or -1 with err set when the URL
+ * names no host or it does not resolve (then the server counts as a
+ * stranger). */
+int peer_listener_expect_server(struct peer_listener *l, const char *url, struct shoal_err *err);
 
 /* The listener's side of a relayed connection from `dialer_role` on
  * `channel`, for the current expectation: opens it at shoal-relay `relay`

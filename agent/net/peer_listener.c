@@ -4,9 +4,9 @@
  * peer_listener_take (protocol in peer.h). */
 #include "peer.h"
 
+#include "peer_admit.h"
 #include "peer_internal.h"
 
-#include "../../common/crc32c.h"
 #include "../../common/log.h"
 #include "../../common/relay_proto.h"
 
@@ -30,6 +30,13 @@
  * a few at a time), so silent connections from one address cannot take
  * every slot. */
 #define HANDSHAKES_PER_ADDRESS 16
+/* Handshakes that addresses the listener does not expect (not the current
+ * assignment's peers, not the server's) may hold at once, all together:
+ * the other slots are kept for those it expects, so that strangers, from
+ * however many addresses, cannot keep a tasklet's neighbours or the
+ * server's probe out.  Probers (other nodes measuring their link to this
+ * one) count as strangers. */
+#define STRANGER_HANDSHAKES 16
 /* ms a new connection has for its first frame after our greeting: a real
  * dialer answers it at once (a round trip and a MAC), a flood never. */
 #define FIRST_FRAME_MS 3000
@@ -45,9 +52,10 @@ struct handshake {
     struct peer_listener *l;
     pthread_t thread;
     int used, done, started;      /* claimed; its thread has ended; its thread was started */
+    int stranger;                 /* from an address the listener does not expect (admit) */
     int fd;
     char addr[64];
-    unsigned char host[16];       /* the client's address without its port (handshake_host) */
+    unsigned char host[PEER_HOST_KEY];   /* the client's address without its port (peer_admit_key) */
     int relay_wait_ms;            /* > 0: a relayed connection we opened; wait this long for its pairing */
 };
 
@@ -61,6 +69,7 @@ struct peer_listener {
     int encrypt;                  /* every job connection is encrypted */
     int expecting;
     struct peer_auth expect;
+    struct peer_hosts peers, server;   /* the hosts admission expects (peer_listener_expect_peers) */
     struct handshake hs[HANDSHAKE_THREADS];
     struct peer_conn parked[PARKED_MAX];
     int n_parked;
@@ -388,36 +397,6 @@ static void reap(struct peer_listener *l, int all)
     }
 }
 
-/* The client's address without its port: IPv4 whole, IPv6 by its /64. */
-static void handshake_host(const struct sockaddr_storage *ss, unsigned char out[16])
-{
-    memset(out, 0, 16);
-    if (ss->ss_family == AF_INET)
-        memcpy(out, &((const struct sockaddr_in *)ss)->sin_addr, 4);
-    else if (ss->ss_family == AF_INET6)
-        memcpy(out, &((const struct sockaddr_in6 *)ss)->sin6_addr, 8);
-}
-
-/* Says "busy" to a connection refused for want of a handshake slot, without
- * blocking the accept thread: our greeting and an ERROR frame with `why` in
- * one send, then the close.  A dialer is told why (and retries); the
- * server's probe (server/jobs/peer_probe.c) hears a live node that is busy, not
- * a dead one. */
-static void refuse_busy(int fd, const char *why)
-{
-    unsigned char out[2 * WIRE_HEADER_BYTES + WIRE_NONCE_BYTES + 128] = { 0 };
-    size_t len = strnlen(why, 128);
-    struct wire_frame hello = {.kind = WIRE_HELLO, .dtype = WIRE_BYTES, .payload_len = WIRE_NONCE_BYTES,
-                               .payload_crc = crc32c(0, out + WIRE_HEADER_BYTES, WIRE_NONCE_BYTES)};
-    struct wire_frame error = {.kind = WIRE_ERROR, .dtype = WIRE_BYTES, .payload_len = len,
-                               .payload_crc = crc32c(0, why, len)};
-    wire_header_encode(&hello, out);   /* the nonce after it: zeros, never used */
-    wire_header_encode(&error, out + WIRE_HEADER_BYTES + WIRE_NONCE_BYTES);
-    memcpy(out + 2 * WIRE_HEADER_BYTES + WIRE_NONCE_BYTES, why, len);
-    (void)send(fd, out, 2 * WIRE_HEADER_BYTES + WIRE_NONCE_BYTES + len, MSG_DONTWAIT | MSG_NOSIGNAL);
-    close(fd);
-}
-
 /* Claims a free handshake slot (NULL: none), counting in *mine the
  * running handshakes from `host`. */
 static struct handshake *claim(struct peer_listener *l, const unsigned char host[16], int *mine)
@@ -434,6 +413,7 @@ static struct handshake *claim(struct peer_listener *l, const unsigned char host
         h->used = 1;
         h->done = 0;
         h->started = 0;
+        h->stranger = 0;
         memcpy(h->host, host, 16);
     }
     pthread_mutex_unlock(&l->mu);
@@ -448,6 +428,38 @@ static void unclaim(struct peer_listener *l, struct handshake *h)
     pthread_mutex_lock(&l->mu);
     h->used = 0;
     pthread_mutex_unlock(&l->mu);
+}
+
+/* Claims a free handshake slot for a connection from `host` (NULL: none
+ * for it, with the reason in `why`): at most HANDSHAKES_PER_ADDRESS from
+ * one host, and STRANGER_HANDSHAKES from hosts not expected, all together.
+ * Only the accept thread admits; the slots a relay claims are never a
+ * stranger's. */
+static struct handshake *admit(struct peer_listener *l, const unsigned char host[PEER_HOST_KEY], char *why,
+                               size_t why_len)
+{
+    int mine = 0, strangers = 0;
+    pthread_mutex_lock(&l->mu);
+    int stranger = !peer_admit_has(&l->peers, host) && !peer_admit_has(&l->server, host);
+    for (int i = 0; i < HANDSHAKE_THREADS; i++)
+        strangers += l->hs[i].used && !l->hs[i].done && l->hs[i].stranger;
+    pthread_mutex_unlock(&l->mu);
+    struct handshake *h = claim(l, host, &mine);
+    if (h && mine < HANDSHAKES_PER_ADDRESS && !(stranger && strangers >= STRANGER_HANDSHAKES)) {
+        pthread_mutex_lock(&l->mu);
+        h->stranger = stranger;
+        pthread_mutex_unlock(&l->mu);
+        return h;
+    }
+    if (!h)
+        snprintf(why, why_len, "busy: all %d handshake slots are taken", HANDSHAKE_THREADS);
+    else if (mine >= HANDSHAKES_PER_ADDRESS)
+        snprintf(why, why_len, "busy: %d handshakes from your address already (at most %d)", mine,
+                 HANDSHAKES_PER_ADDRESS);
+    else
+        snprintf(why, why_len, "busy: the %d handshake slots for addresses not expected are taken", strangers);
+    unclaim(l, h);
+    return NULL;
 }
 
 /* Starts claimed slot h's thread on fd (taken: closed on failure, and the
@@ -484,21 +496,14 @@ static void accept_one(struct peer_listener *l)
     }
     peer_format_addr(&ss, len, addr, sizeof addr);
     peer_socket_tune(fd);
-    unsigned char host[16];
-    handshake_host(&ss, host);
-    int mine = 0;   /* handshakes this address holds */
-    struct handshake *h = claim(l, host, &mine);
-    if (!h || mine >= HANDSHAKES_PER_ADDRESS) {
-        unclaim(l, h);
-        char why[96];
-        if (!h)
-            snprintf(why, sizeof why, "busy: all %d handshake slots are taken", HANDSHAKE_THREADS);
-        else
-            snprintf(why, sizeof why, "busy: %d handshakes from your address already (at most %d)", mine,
-                     HANDSHAKES_PER_ADDRESS);
+    unsigned char host[PEER_HOST_KEY];
+    char why[96] = "";
+    peer_admit_key(&ss, host);
+    struct handshake *h = admit(l, host, why, sizeof why);
+    if (!h) {
         log_warn("peer: refused %s: %s", addr, why);
         count_refused(l);
-        refuse_busy(fd, why);
+        peer_admit_busy(fd, why);
         return;
     }
     if (start_handshake(l, h, fd, addr, 0) != 0) {
@@ -691,6 +696,26 @@ void peer_listener_expect(struct peer_listener *l, const struct peer_auth *auth)
         parked_remove(l, i);
     }
     pthread_mutex_unlock(&l->mu);
+}
+
+int peer_listener_expect_peers(struct peer_listener *l, const char *const *addrs, int n, struct shoal_err *err)
+{
+    struct peer_hosts hosts = { .n = 0 };
+    int rc = peer_admit_add_peers(&hosts, addrs, n, err);   /* outside the lock: names may wait for DNS */
+    pthread_mutex_lock(&l->mu);
+    l->peers = hosts;
+    pthread_mutex_unlock(&l->mu);
+    return rc;
+}
+
+int peer_listener_expect_server(struct peer_listener *l, const char *url, struct shoal_err *err)
+{
+    struct peer_hosts hosts = { .n = 0 };
+    int rc = peer_admit_add_url(&hosts, url, err);
+    pthread_mutex_lock(&l->mu);
+    l->server = hosts;
+    pthread_mutex_unlock(&l->mu);
+    return rc;
 }
 
 int peer_listener_take(struct peer_listener *l, const char *role, int timeout_ms,

@@ -619,6 +619,12 @@ enum train_result train_run(const struct train_env *env, const struct assignment
     }
     k.auth.encrypt = peer_listener_encryption(env->listener); /* --peer-encryption */
     peer_listener_expect(env->listener, &k.auth);
+    const char *neighbours[sizeof peers / sizeof *peers];   /* kept handshake slots on our peer port */
+    struct shoal_err unresolved;
+    for (size_t i = 0; i < sizeof peers / sizeof *peers; i++)
+        neighbours[i] = peers[i]->addr;
+    if (peer_listener_expect_peers(env->listener, neighbours, (int)(sizeof peers / sizeof *peers), &unresolved) != 0)
+        log_warn("tasklet: %s", unresolved.message);
     if (tasklet_open(&k, err) != 0 || connect_neighbours(&k, err) != 0 || sync_open(&k, err) != 0 ||
         live_share(&k, err) != 0)
         goto out;
@@ -650,6 +656,7 @@ out:
     if (res == TRAIN_FAILED && tasklet_stopping(&k))
         res = TRAIN_ABORTED;
     peer_listener_expect(env->listener, NULL);
+    (void)peer_listener_expect_peers(env->listener, NULL, 0, err);   /* n 0: cannot fail */
     *failed_peer = k.failed_peer ? *k.failed_peer : (struct assign_peer){ .addr = "" };
     tasklet_close(&k, res == TRAIN_DONE);
     return res;

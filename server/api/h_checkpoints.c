@@ -4,9 +4,12 @@
  * Replica 0 of each stage uploads its stage file (under diloco every
  * replica its own: `?replica=R`); the body is streamed to a temporary file
  * under <checkpoint-dir>/job<id>/ while it is hashed (SHA-256), never held
- * in memory whole, then fsync'ed and renamed to step<step>/stage<s>.bin
+ * in memory whole, then fsync'ed and linked to step<step>/stage<s>.bin
  * (stage<s>-replica<r>.bin for r > 0), and the row in `checkpoints` is
- * written.  A re-upload replaces the file and the row.  Downloads are
+ * written.  A stored file never changes: a re-upload's file goes beside
+ * the old one (stage<s>-<sha256>.bin), the row is pointed at it, and then
+ * the old file is removed, so the row always names a file that holds the
+ * bytes of its SHA-256, whatever fails when (ckpt_commit).  Downloads are
  * served from the file descriptor.  Servers that share one database share
  * one --checkpoint-dir (a mount at the same path on each), so a file one
  * of them received is served by every other; a row whose file a server
@@ -110,14 +113,21 @@ static void ckpt_sync_dir(const char *dir)
     }
 }
 
+/* Closes and removes the upload's temporary file, if it has one left. */
+static void ckpt_upload_free_file(struct upload *u)
+{
+    if (u->fd < 0)
+        return;
+    close(u->fd);
+    unlink(u->tmp);
+    u->fd = -1;
+}
+
 static void ckpt_upload_free(struct upload *u)
 {
     if (!u)
         return;
-    if (u->fd >= 0) {
-        close(u->fd);
-        unlink(u->tmp);
-    }
+    ckpt_upload_free_file(u);
     EVP_MD_CTX_free(u->md);
     free(u);
 }
@@ -369,63 +379,91 @@ static int ckpt_check_stage_file(struct upload *u, int64_t job, int64_t stage, s
     return 0;
 }
 
-/* Moves the finished upload into place and records it, under one lock:
- * the file it replaces is kept (a hard link) until the row is written, and
- * put back if the database refuses it (a file that replaced nothing is
- * removed), so a failed upload leaves the stored file and row exactly as
- * they were.  Returns the row's answer, or NULL with `e` set. */
+/* Puts the finished upload (u->tmp) in `dir` under a name no file holds
+ * yet, so that no stored file ever changes: `name`.bin, or when that is
+ * taken (a re-upload) `name`-<sha256>.bin, which a file of the same name
+ * holds only with the same bytes (then it is used as it is).  Writes its
+ * stored path (CKPT_REL_PREFIX...) to rel and whether this call made it
+ * to *made.  Returns 0, or -1 with a 507 in e. */
+static int ckpt_place(struct server *srv, struct upload *u, const char *rel_dir, const char *name,
+                      const char *sha256, char *rel, size_t rel_len, int *made, struct shoal_err *e)
+{
+    char path[CKPT_PATH_MAX];
+    *made = 0;
+    for (int addressed = 0; addressed < 2; addressed++) {
+        int n = addressed ? snprintf(rel, rel_len, "%s/%s-%s.bin", rel_dir, name, sha256)
+                          : snprintf(rel, rel_len, "%s/%s.bin", rel_dir, name);
+        if (n < 0 || (size_t)n >= rel_len || checkpoints_file(srv, rel, path, sizeof path) != 0)
+            return err_set(e, 507, "storage", NULL, "the checkpoint's path is too long");
+        if (link(u->tmp, path) == 0) {   /* link, not rename: it never replaces a file */
+            *made = 1;
+            return 0;
+        }
+        if (errno != EEXIST)
+            return err_set(e, 507, "storage", NULL, "cannot move the checkpoint into place: %s", strerror(errno));
+    }
+    return 0;   /* these very bytes are stored under that name already */
+}
+
+/* Removes the stored file of path `rel`, logging why it is done and a
+ * failure. */
+static void ckpt_unlink(struct server *srv, const char *rel, const char *why)
+{
+    char path[CKPT_PATH_MAX];
+    if (checkpoints_file(srv, rel, path, sizeof path) != 0 || (unlink(path) != 0 && errno != ENOENT))
+        log_error("checkpoint: cannot remove %s (%s): %s", rel, why, strerror(errno));
+}
+
+/* Stores the finished upload and records it, under one lock.  A stored
+ * file is never replaced or restored: the new bytes go under a name of
+ * their own (ckpt_place), the row is pointed at it, and only then is the
+ * file the row named before removed.  So whatever fails when, the row
+ * names a file that holds the bytes of its SHA-256: a database that
+ * refuses the row gets the new file removed (the old row and file stay);
+ * one whose answer never came (the row may or may not have changed, and
+ * may still change when a stalled commit lands) keeps both files, each
+ * whole, and whichever the row names is served.  Returns the row's
+ * answer, or NULL with `e` set. */
 static json_t *ckpt_commit(struct request *rq, struct upload *u, const char *sha256, struct shoal_err *e)
 {
     struct server *srv = rq->srv;
     int64_t job = rq->match.ids[0], step = rq->match.ids[1], stage = rq->match.ids[2];
-    char rel[160], dir[CKPT_PATH_MAX], path[CKPT_PATH_MAX], prev[CKPT_PATH_MAX + 8], name[48];
+    char rel[256], rel_dir[64], dir[CKPT_PATH_MAX], name[48];
     char p_job[24], p_step[24], p_stage[24], p_node[24], p_bytes[24], p_ls[24], p_le[24], p_replica[24];
     json_t *res = NULL;
-    int kept = 0, placed = 0;   /* the replaced file kept as prev; the new one at path */
+    int made = 0;   /* the file at rel was made by this upload */
     if (fsync(u->fd) != 0) {
         err_set(e, 507, "storage", NULL, "cannot write the checkpoint to disk: %s", strerror(errno));
         return NULL;
     }
     if (u->replica > 0)
-        snprintf(name, sizeof name, "stage%lld-replica%lld.bin", (long long)stage, u->replica);
+        snprintf(name, sizeof name, "stage%lld-replica%lld", (long long)stage, u->replica);
     else
-        snprintf(name, sizeof name, "stage%lld.bin", (long long)stage);
-    snprintf(rel, sizeof rel, CKPT_REL_PREFIX "job%lld/step%lld/%s", (long long)job, (long long)step, name);
+        snprintf(name, sizeof name, "stage%lld", (long long)stage);
+    snprintf(rel_dir, sizeof rel_dir, CKPT_REL_PREFIX "job%lld/step%lld", (long long)job, (long long)step);
     snprintf(dir, sizeof dir, "%s/job%lld/step%lld", srv->cfg.checkpoint_dir, (long long)job, (long long)step);
-    checkpoints_file(srv, rel, path, sizeof path);
     if (ckpt_mkdirs(dir, e) != 0)
         return NULL;
+    pthread_mutex_lock(&ckpt_commit_lock);
+    /* a schedule may have come while the initial weights were uploaded */
+    if ((u->admin && checkpoints_initial_open(srv, job, e) != 0) ||
+        ckpt_place(srv, u, rel_dir, name, sha256, rel, sizeof rel, &made, e) != 0)
+        goto out;
+    ckpt_upload_free_file(u);
+    ckpt_sync_dir(dir);
     const char *params[] = { db_param_i64(p_job, job), db_param_i64(p_step, step), db_param_i64(p_stage, stage),
                              u->admin ? NULL : db_param_i64(p_node, rq->node_id),
                              db_param_i64(p_bytes, (long long)u->bytes),
                              sha256, rel, u->layer_start >= 0 ? db_param_i64(p_ls, u->layer_start) : NULL,
                              u->layer_end >= 0 ? db_param_i64(p_le, u->layer_end) : NULL,
                              db_param_i64(p_replica, u->replica) };
-    /* The file a re-upload replaces stays, under a second name, until the
-     * new row is in: a database that fails the insert gets it back. */
-    snprintf(prev, sizeof prev, "%s.prev", u->tmp);
-    pthread_mutex_lock(&ckpt_commit_lock);
-    /* a schedule may have come while the initial weights were uploaded */
-    if (u->admin && checkpoints_initial_open(srv, job, e) != 0)
-        goto out;
-    if (link(path, prev) == 0) {
-        kept = 1;
-    } else if (errno != ENOENT) {
-        err_set(e, 507, "storage", NULL, "cannot keep the checkpoint this one replaces: %s", strerror(errno));
-        goto out;
-    }
-    if (rename(u->tmp, path) != 0) {
-        err_set(e, 507, "storage", NULL, "cannot move the checkpoint into place: %s", strerror(errno));
-        goto out;
-    }
-    close(u->fd);
-    u->fd = -1;   /* the file is in place: nothing to remove any more */
-    placed = 1;
-    ckpt_sync_dir(dir);
     /* "complete" counts the other files' rows plus this one (the statement
-     * does not see its own insert). */
+     * does not see its own insert); "replaced" is the path the row named
+     * before (the statement's snapshot). */
     res = db_query_json(srv->db,
-        "WITH up AS (INSERT INTO checkpoints (job_id, step, stage, node_id, bytes, sha256, path, layer_start,"
+        "WITH before AS (SELECT path FROM checkpoints WHERE job_id = $1::bigint AND step = $2::bigint"
+        "   AND stage = $3::int AND replica = $10::int),"
+        " up AS (INSERT INTO checkpoints (job_id, step, stage, node_id, bytes, sha256, path, layer_start,"
         "     layer_end, replica)"
         "   VALUES ($1::bigint, $2::bigint, $3::int, $4::bigint, $5::bigint, $6, $7, $8::int, $9::int, $10::int)"
         "   ON CONFLICT (job_id, step, stage, replica) DO UPDATE SET node_id = EXCLUDED.node_id,"
@@ -438,16 +476,23 @@ static json_t *ckpt_commit(struct request *rq, struct upload *u, const char *sha
         "   'replica', (SELECT replica FROM up), 'bytes', $5::bigint, 'sha256', $6::text,"
         "   'complete', 1 + (SELECT count(*) FROM checkpoints c WHERE c.job_id = j.id AND c.step = $2::bigint"
         "     AND c.stage < j.stages AND c.replica < " CKPT_FILES_AT_SQL("$2::bigint")
-        "     AND (c.stage, c.replica) <> ($3::int, $10::int)) >= j.stages * " CKPT_FILES_AT_SQL("$2::bigint") ")"
+        "     AND (c.stage, c.replica) <> ($3::int, $10::int)) >= j.stages * " CKPT_FILES_AT_SQL("$2::bigint") ","
+        "   'replaced', (SELECT path FROM before))"
         " FROM jobs j WHERE j.id = $1::bigint", 10, params, "job", e);
-out:
-    if (!res && placed && (kept ? rename(prev, path) : unlink(path)) != 0)
-        log_error("checkpoint job=%lld step=%lld stage=%lld: cannot undo the upload the database refused: %s",
-                  (long long)job, (long long)step, (long long)stage, strerror(errno));
-    else if (kept && (res || !placed))
-        unlink(prev);
-    if (placed && !res)
+    if (res) {
+        const char *replaced = json_string_value(json_object_get(res, "replaced"));
+        if (replaced && strcmp(replaced, rel) != 0)
+            ckpt_unlink(srv, replaced, "the file a re-upload replaced");
+        json_object_del(res, "replaced");
+    } else if (made && strcmp(e->code, "database_unavailable") != 0) {
+        ckpt_unlink(srv, rel, "an upload the database refused");
         ckpt_sync_dir(dir);
+    } else if (made) {
+        log_warn("checkpoint job=%lld step=%lld stage=%lld: the database may or may not have recorded %s; "
+                 "it is kept, and so is the file it would replace", (long long)job, (long long)step,
+                 (long long)stage, rel);
+    }
+out:
     pthread_mutex_unlock(&ckpt_commit_lock);
     return res;
 }

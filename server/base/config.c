@@ -65,6 +65,9 @@ static const struct opt opts[] = {
       "needing a token from it is answered 429 for one window; 0: no limit" },
     { "--auth-failure-window", "SHOAL_AUTH_FAILURE_WINDOW", LONG(auth_failure_window_s, 1, 86400), "60",
       "seconds over which --auth-failures are counted, and that a blocked address waits" },
+    { "--max-registrations", "SHOAL_MAX_REGISTRATIONS", LONG(max_registrations, 0, 1000000), "60",
+      "nodes one client address may register a minute (POST /v1/agent/register with the join token); "
+      "then 429 for a minute; loopback (127.0.0.1, ::1) is not limited; 0: no limit" },
     { "--max-checkpoint-bytes", "SHOAL_MAX_CHECKPOINT_BYTES", LONG(max_checkpoint_bytes, 1, 1L << 50),
       "8589934592", "largest checkpoint stage file accepted, bytes (larger: 413)" },
     { "--checkpoint-dir", "SHOAL_CHECKPOINT_DIR", STR(checkpoint_dir), "",

@@ -39,6 +39,7 @@ struct config {
     long connection_memory;     /* bytes per connection for request line, headers, read buffer */
     long auth_failures;         /* 401s one address may earn per window before 429; 0 = no limit */
     long auth_failure_window_s; /* s over which auth_failures count, and a block lasts */
+    long max_registrations;     /* nodes one address may register a minute; 0 = no limit */
     long max_checkpoint_bytes;  /* largest checkpoint stage file accepted, bytes */
     long link_stale_s;          /* s after which a measured link is offered for probing again */
     char tls_cert[PATH_MAX];    /* PEM certificate chain for HTTPS; "" = plain HTTP */

@@ -2,18 +2,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <arpa/inet.h>
-#include <limits.h>
-#include <netinet/in.h>
 #include <openssl/crypto.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <strings.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -256,153 +251,4 @@ int auth_check(struct server *srv, const char *authorization, enum auth_kind nee
     return err_set(err, 401, "unauthorized", NULL,
                    "unknown token: not the admin token, the join token or a registered node's; this endpoint "
                    "takes %s", token_wanted[need]);
-}
-
-/* ---- failed-token limiter */
-
-#define AUTH_LIMIT_PROBES 8   /* slots one address may land in: its hash and the next 7 */
-
-struct auth_slot {
-    unsigned char key[16];    /* auth_limit_key's form of the address */
-    int used;
-    long failures;            /* 401s in the window that began at window_start */
-    double window_start;      /* monotonic s */
-    double blocked_until;     /* monotonic s; in the past: not blocked */
-};
-
-/* One per process: a server runs one HTTP daemon. */
-static struct {
-    pthread_mutex_t mu;                 /* guards slots */
-    long max_failures;                  /* 0: no limit; set before the daemon starts */
-    double window_s;
-    atomic_llong blocked_until_ms;      /* the latest block's end, ms: lets the usual "nobody is
-                                         * blocked" answer skip the lock */
-    struct auth_slot slots[AUTH_LIMIT_SLOTS];
-} auth_limit = { .mu = PTHREAD_MUTEX_INITIALIZER };
-
-void auth_limit_init(long failures, long window_s)
-{
-    pthread_mutex_lock(&auth_limit.mu);
-    memset(auth_limit.slots, 0, sizeof auth_limit.slots);
-    auth_limit.max_failures = failures > 0 ? failures : 0;
-    auth_limit.window_s = (double)window_s;
-    atomic_store(&auth_limit.blocked_until_ms, 0);
-    pthread_mutex_unlock(&auth_limit.mu);
-}
-
-/* The address as 16 bytes: IPv4 as ::ffff:a.b.c.d, IPv6 cut to its /64 (the
- * usual share of one host).  Returns 0, or -1 for other families. */
-static int auth_limit_key(const struct sockaddr *from, unsigned char key[16])
-{
-    memset(key, 0, 16);
-    if (from && from->sa_family == AF_INET) {
-        const struct sockaddr_in *a = (const struct sockaddr_in *)(const void *)from;
-        key[10] = key[11] = 0xff;
-        memcpy(key + 12, &a->sin_addr, 4);
-        return 0;
-    }
-    if (from && from->sa_family == AF_INET6) {
-        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)(const void *)from;
-        memcpy(key, &a->sin6_addr, IN6_IS_ADDR_V4MAPPED(&a->sin6_addr) ? 16 : 8);
-        return 0;
-    }
-    return -1;
-}
-
-/* The address as text for the log ("?" if it has none). */
-static void auth_limit_name(const struct sockaddr *from, char *out, socklen_t n)
-{
-    const void *a = NULL;
-    if (from && from->sa_family == AF_INET)
-        a = &((const struct sockaddr_in *)(const void *)from)->sin_addr;
-    else if (from && from->sa_family == AF_INET6)
-        a = &((const struct sockaddr_in6 *)(const void *)from)->sin6_addr;
-    if (!a || !inet_ntop(from->sa_family, a, out, n))
-        snprintf(out, n, "?");
-}
-
-/* The first slot `key` may use (FNV-1a). */
-static size_t auth_limit_home(const unsigned char key[16])
-{
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < 16; i++) {
-        h ^= key[i];
-        h *= 1099511628211ull;
-    }
-    return (size_t)(h % AUTH_LIMIT_SLOTS);
-}
-
-/* Until when (monotonic s) a slot still matters: its block, or its window. */
-static double auth_limit_matters_until(const struct auth_slot *s)
-{
-    double window_end = s->window_start + auth_limit.window_s;
-    return s->blocked_until > window_end ? s->blocked_until : window_end;
-}
-
-/* The slot holding `key`, or NULL if it holds none and `claim` is 0.  With
- * `claim` a missing key takes a free slot of its probe, else the one that
- * matters for the shortest time (forgetting it).  Caller holds the lock. */
-static struct auth_slot *auth_limit_slot(const unsigned char key[16], int claim, double now)
-{
-    size_t home = auth_limit_home(key);
-    struct auth_slot *victim = NULL;
-    for (size_t i = 0; i < AUTH_LIMIT_PROBES; i++) {
-        struct auth_slot *s = &auth_limit.slots[(home + i) % AUTH_LIMIT_SLOTS];
-        if (s->used && memcmp(s->key, key, 16) == 0)
-            return s;
-        if (victim && !victim->used)
-            continue;
-        if (!victim || !s->used || auth_limit_matters_until(s) < auth_limit_matters_until(victim))
-            victim = s;
-    }
-    if (!claim)
-        return NULL;
-    memset(victim, 0, sizeof *victim);
-    memcpy(victim->key, key, 16);
-    victim->used = 1;
-    victim->window_start = now;
-    return victim;
-}
-
-int auth_limit_blocked(const struct sockaddr *from, double now, long *retry_after_s)
-{
-    unsigned char key[16];
-    int blocked = 0;
-    if (auth_limit.max_failures == 0 || now * 1000.0 >= (double)atomic_load(&auth_limit.blocked_until_ms) ||
-        auth_limit_key(from, key) != 0)
-        return 0;
-    pthread_mutex_lock(&auth_limit.mu);
-    struct auth_slot *s = auth_limit_slot(key, 0, now);
-    if (s && s->blocked_until > now) {
-        double left = s->blocked_until - now;   /* s */
-        long whole = (long)left;
-        *retry_after_s = whole < 1 ? 1 : whole + (left > (double)whole);
-        blocked = 1;
-    }
-    pthread_mutex_unlock(&auth_limit.mu);
-    return blocked;
-}
-
-void auth_limit_failed(const struct sockaddr *from, double now)
-{
-    unsigned char key[16];
-    if (auth_limit.max_failures == 0 || auth_limit_key(from, key) != 0)
-        return;
-    pthread_mutex_lock(&auth_limit.mu);
-    struct auth_slot *s = auth_limit_slot(key, 1, now);
-    if (now - s->window_start >= auth_limit.window_s) {
-        s->window_start = now;
-        s->failures = 0;
-    }
-    if (++s->failures >= auth_limit.max_failures && s->blocked_until <= now) {
-        s->blocked_until = now + auth_limit.window_s;
-        long long until_ms = (long long)(s->blocked_until * 1000.0) + 1;
-        if (until_ms > atomic_load(&auth_limit.blocked_until_ms))   /* only writers hold the lock */
-            atomic_store(&auth_limit.blocked_until_ms, until_ms);
-        char name[INET6_ADDRSTRLEN];
-        auth_limit_name(from, name, sizeof name);
-        log_warn("auth: %ld failed token attempts within %.0f s from address=%s; refusing it for %.0f s",
-                 s->failures, auth_limit.window_s, name, auth_limit.window_s);
-    }
-    pthread_mutex_unlock(&auth_limit.mu);
 }

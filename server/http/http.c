@@ -48,6 +48,7 @@ static struct http_lane http_lanes[ROUTE_LANES];
 #define HTTP_PROBE_DB_S 3.0
 #define HTTP_PROBE_WORKERS 2
 #define HTTP_DB_GRACE_S 2.0   /* s past --db-timeout a database route may take (db.c's answer grace) */
+#define HTTP_HOLD_RETRY_S 1   /* s a client over its share of the bodies in flight waits (Retry-After) */
 
 double http_now(void)
 {
@@ -245,15 +246,26 @@ headers:
         MHD_add_response_header(resp, "WWW-Authenticate", "Bearer realm=\"shoal\"");
     if (rs->status == 405 && rs->allow[0])
         MHD_add_response_header(resp, "Allow", rs->allow);
+    if (rs->close)
+        MHD_add_response_header(resp, "Connection", "close");
     rq->status = rs->status;
     enum MHD_Result ok = MHD_queue_response(rq->conn, (unsigned)rs->status, resp);
     MHD_destroy_response(resp);
     return ok;
 }
 
+/* Adds "Retry-After: `s`" (seconds) to the answer. */
+static void http_retry_after(struct response *rs, long s)
+{
+    rs->header_name = "Retry-After";
+    snprintf(rs->header_value, sizeof rs->header_value, "%ld", s);
+}
+
 /* The route's token check, behind the failed-token limiter: an address
- * that failed too often gets 429 with Retry-After, its token unread.
- * Returns 0, or -1 with the answer (401, 403, 429, 503) in rs. */
+ * that failed too often gets 429 with Retry-After, its token unread; one
+ * that registered too many nodes (the join token) too.  A node's or the
+ * admin's token makes its address known (auth.h).  Returns 0, or -1 with
+ * the answer (401, 403, 429, 503) in rs. */
 static int http_authenticate(struct request *rq, struct response *rs)
 {
     struct shoal_err e;
@@ -267,17 +279,38 @@ static int http_authenticate(struct request *rq, struct response *rs)
     if (auth_limit_blocked(from, now, &retry_after)) {
         reply_fail(rs, 429, "too_many_failures", NULL,
                    "too many failed token attempts from this address; retry in %ld s", retry_after);
-        rs->header_name = "Retry-After";
-        snprintf(rs->header_value, sizeof rs->header_value, "%ld", retry_after);
+        http_retry_after(rs, retry_after);
         return -1;
     }
     const char *authz = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Authorization");
-    if (auth_check(rq->srv, authz, r->auth, &rq->node_id, &e) == 0)
+    int rc = auth_check(rq->srv, authz, r->auth, &rq->node_id, &e);
+    if (rc == 0 && r->auth != AUTH_JOIN) {
+        auth_addr_seen(from, now);   /* a node's or the admin's: connection admission keeps it room */
         return 0;
+    }
+    if (rc == 0 && auth_register_admit(from, now, &retry_after) == 0)
+        return 0;
+    if (rc == 0) {
+        reply_fail(rs, 429, "too_many_registrations", NULL, "this address has registered %ld nodes within a "
+                   "minute (--max-registrations); retry in %ld s", rq->srv->cfg.max_registrations, retry_after);
+        http_retry_after(rs, retry_after);
+        return -1;
+    }
     if (e.status == 401)
         auth_limit_failed(from, now);
     reply_error(rs, &e);
     return -1;
+}
+
+/* The answer to a body over its node's or address's share of the bodies
+ * in flight (http_hold_grow's error): retry in a second, on a new
+ * connection (this one is closed after the answer). */
+static void http_refuse_hold(struct request *rq, struct response *rs)
+{
+    reply_error(rs, &rq->hold_err);
+    if (rs->status == 429)
+        http_retry_after(rs, HTTP_HOLD_RETRY_S);
+    rs->close = 1;
 }
 
 /* The checks before a handler runs: framing, route, body size,
@@ -303,6 +336,8 @@ static int http_check(struct request *rq, struct response *rs)
     } else if (rq->body_too_large) {
         reply_fail(rs, 413, "body_too_large", NULL, "the request body is over the %ld byte limit",
                    rq->srv->cfg.max_body);
+    } else if (rq->hold_failed) {
+        http_refuse_hold(rq, rs);
     } else if (!rq->authed && http_authenticate(rq, rs) != 0) {
         /* answered */
     } else if (!rq->sink && http_wrong_content_type(rq)) {
@@ -320,7 +355,7 @@ static int http_check(struct request *rq, struct response *rs)
  * token is read (bad framing, no route, a body over the cap). */
 static struct workq *http_lane_of(struct request *rq)
 {
-    if (rq->framing_ambiguous || rq->route_status != 0 || rq->body_too_large)
+    if (rq->framing_ambiguous || rq->route_status != 0 || rq->body_too_large || rq->hold_failed)
         return NULL;
     return rq->srv->lanes[rq->srv->routes[rq->match.index].lane];
 }
@@ -380,17 +415,26 @@ static enum MHD_Result http_dispatch(struct request *rq)
     return ok;
 }
 
-/* Content-Length larger than `cap` bytes (or unreadable).  A body sent
- * without one (chunked) counts as within. */
-static int http_declared_over(struct request *rq, unsigned long long cap)
+/* The request's Content-Length in *n (bytes): 1, or 0 without one
+ * (chunked, or no body), or -1 when it does not parse. */
+static int http_declared(struct request *rq, unsigned long long *n)
 {
     const char *cl = MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, "Content-Length");
     if (!cl)
         return 0;
     errno = 0;
     char *end;
-    unsigned long long n = strtoull(cl, &end, 10);
-    return errno != 0 || end == cl || *end || n > cap;
+    *n = strtoull(cl, &end, 10);
+    return errno != 0 || end == cl || *end ? -1 : 1;
+}
+
+/* Content-Length larger than `cap` bytes (or unreadable).  A body sent
+ * without one (chunked) counts as within. */
+static int http_declared_over(struct request *rq, unsigned long long cap)
+{
+    unsigned long long n = 0;
+    int has = http_declared(rq, &n);
+    return has < 0 || (has > 0 && n > cap);
 }
 
 /* 1 if the client asked "Expect: 100-continue": it sends no body until told. */
@@ -413,6 +457,23 @@ static int http_authenticate_early(struct request *rq, struct response *rs)
     if (rc == 0)
         rq->authed = 1;
     return rc;
+}
+
+/* Starts counting the request's body against its node and address
+ * (http_hold_grow) with the length it declares, before any of it
+ * arrives, so that a node or an address over its share is told at once.
+ * Returns 0, or -1 with the answer (429, with the connection closed) in
+ * rs. */
+static int http_hold_declared(struct request *rq, struct response *rs)
+{
+    unsigned long long declared = 0;
+    http_hold_start(&rq->hold, rq->conn, rq->node_id);
+    if (http_declared(rq, &declared) <= 0 || declared > (unsigned long long)rq->srv->cfg.max_body ||
+        http_hold_grow(&rq->hold, declared, &rq->hold_err) == 0)
+        return 0;   /* none declared, or over the cap (413): counted as it arrives, or not held at all */
+    rq->hold_failed = 1;
+    http_refuse_hold(rq, rs);
+    return -1;
 }
 
 /* Keeps an answer given before the body was read: it goes out once the
@@ -502,7 +563,7 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
         if (rq->route_status == 0) {
             struct response rs = { .status = 500 };
             buf_init(&rs.text, TEXT_BODY_LIMIT);
-            if (http_authenticate_early(rq, &rs) != 0)
+            if (http_authenticate_early(rq, &rs) != 0 || http_hold_declared(rq, &rs) != 0)
                 return http_refuse_early(rq, &rs);
             response_release(&rs);
         }
@@ -522,10 +583,17 @@ static enum MHD_Result http_access(void *cls, struct MHD_Connection *conn, const
         if (rq->sink) {
             if (rq->upload)   /* else already answered: the rest is dropped */
                 rq->sink->chunk(rq, upload, *upload_size);
-        } else if (rq->refused) {
-            /* answered before the body: it is read and dropped, never held */
-        } else if (!rq->body_too_large && buf_append(&rq->body, upload, *upload_size) != 0) {
+        } else if (rq->refused || rq->route_status != 0 || rq->body_too_large || rq->hold_failed) {
+            /* answered before the body, or to be answered whatever it
+             * holds: it is read and dropped, never held */
+        } else if (http_hold_grow(&rq->hold, rq->body.len + *upload_size, &rq->hold_err) != 0) {
+            rq->hold_failed = 1;   /* a chunked body past its share: what it held goes */
+            buf_free(&rq->body);
+            http_hold_release(&rq->hold);
+        } else if (buf_append(&rq->body, upload, *upload_size) != 0) {
             rq->body_too_large = 1;
+            buf_free(&rq->body);
+            http_hold_release(&rq->hold);
         }
         *upload_size = 0;
         return MHD_YES;
@@ -580,6 +648,7 @@ static void http_completed(void *cls, struct MHD_Connection *conn, void **con_cl
         free(rq->deferred);
     }
     buf_free(&rq->body);
+    http_hold_release(&rq->hold);
     free(rq);
     *con_cls = NULL;
 }

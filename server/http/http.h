@@ -21,9 +21,11 @@
  * s of database time.
  *
  * Limits (config.h, docs/operations.md, "Limits"): connections in all and per client
- * address, an idle timeout, a deadline for buffered bodies, memory per
- * connection for the request head, the body cap, and the failed-token
- * limiter (auth.h) in front of every route that needs a token. */
+ * address, with a reserve only known addresses may take (http_limits.h),
+ * an idle timeout, a deadline for buffered bodies, memory per connection
+ * for the request head, the body cap, the bytes of bodies in flight per
+ * node and per address (http_hold), and the failed-token and registration
+ * limiters (auth.h) in front of every route that needs a token. */
 #ifndef SHOAL_HTTP_H
 #define SHOAL_HTTP_H
 
@@ -34,6 +36,7 @@
 
 #include "../../common/buf.h"
 #include "../../common/err.h"
+#include "http_limits.h"
 #include "router.h"
 #include "../base/server.h"
 
@@ -64,6 +67,9 @@ struct request {
     struct shoal_err route_err;
     struct buf body;              /* raw request body, capped */
     int body_too_large;
+    struct http_hold hold;        /* the body's bytes, counted against its node and address */
+    int hold_failed;              /* over their share of the bodies in flight: hold_err (429) */
+    struct shoal_err hold_err;
     int framing_ambiguous;        /* 1: two Content-Lengths, or one with Transfer-Encoding (400);
                                      2: a Transfer-Encoding other than chunked (501) */
     int64_t node_id;              /* the caller's node, for AUTH_NODE routes (0: the admin) */
@@ -91,6 +97,7 @@ struct response {
     int has_file;                 /* 1: the body is file_size bytes of file_fd (owned) */
     int file_fd;
     uint64_t file_size;           /* bytes */
+    int close;                    /* 1: "Connection: close", the connection ends with this answer */
     const char *header_name;      /* one extra header, or NULL */
     char header_value[128];
 };

@@ -17,6 +17,7 @@
 #include "../../common/log.h"
 #include "../../common/ticker.h"
 #include "../../common/clock.h"
+#include "auth.h"
 
 #define HTTP_SPARE_CONNECTIONS 1024   /* connections beyond the long-polls, for ordinary requests */
 #define HTTP_RESERVED_FDS 256         /* descriptors kept for everything but connections */
@@ -33,14 +34,18 @@
  * --request-timeout seconds (a keep-alive wait, then the head itself).
  * MHD then sees the client "leave" and closes the connection as usual. */
 
-#define HTTP_ADDR_KEY 17           /* bytes: the family, then the IPv4 or IPv6 address */
 #define HTTP_ADDR_BUCKETS 4096
 
-/* Connections held per client address (http_admit). */
+#define HTTP_NODE_KEY 0xff        /* key[0] of a node's entry: no address family */
+
+/* Connections and request body bytes held per client address (http_admit,
+ * http_hold), and body bytes per node (connections 0).  An entry goes
+ * when it holds neither. */
 struct http_addr {
     struct http_addr *next;
     unsigned char key[HTTP_ADDR_KEY];
     int n;
+    uint64_t body_bytes;
 };
 
 struct http_conn {
@@ -60,22 +65,39 @@ static struct {
     /* admission (http_admit) */
     struct http_addr *by_addr[HTTP_ADDR_BUCKETS];
     unsigned held, limit, per_address;   /* connections held; --max-connections, per address (0: none) */
+    uint64_t node_bodies, address_bodies;   /* bytes of request bodies a node, an address may hold */
     atomic_ulong refused;
     double refused_logged;            /* monotonic s of the last "refused" line */
 } http_conns = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
-/* The client address as a key: IPv4 whole, IPv6 by its /64 (one host's
- * addresses), anything else as one key. */
+/* The client address as a key: IPv4 whole (also when it comes IPv4-mapped,
+ * to a server listening on IPv6), IPv6 by its /64 (one host's addresses),
+ * anything else as one key. */
 static void http_addr_key(const struct sockaddr *sa, unsigned char key[HTTP_ADDR_KEY])
 {
     memset(key, 0, HTTP_ADDR_KEY);
     if (!sa)
         return;
     key[0] = (unsigned char)sa->sa_family;
-    if (sa->sa_family == AF_INET)
+    if (sa->sa_family == AF_INET) {
         memcpy(key + 1, &((const struct sockaddr_in *)sa)->sin_addr, 4);
-    else if (sa->sa_family == AF_INET6)
-        memcpy(key + 1, &((const struct sockaddr_in6 *)sa)->sin6_addr, 8);
+    } else if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        if (IN6_IS_ADDR_V4MAPPED(a)) {
+            key[0] = AF_INET;
+            memcpy(key + 1, a->s6_addr + 12, 4);
+        } else {
+            memcpy(key + 1, a->s6_addr, 8);
+        }
+    }
+}
+
+/* The key under which a node's request bodies are counted (http_hold). */
+static void http_node_key(int64_t node_id, unsigned char key[HTTP_ADDR_KEY])
+{
+    memset(key, 0, HTTP_ADDR_KEY);
+    key[0] = HTTP_NODE_KEY;
+    memcpy(key + 1, &node_id, sizeof node_id);
 }
 
 /* The key's bucket (FNV-1a). */
@@ -103,6 +125,19 @@ static struct http_addr *http_addr_find(const unsigned char key[HTTP_ADDR_KEY], 
     return a;
 }
 
+/* Frees entry `a` once it holds nothing; the lock is held. */
+static void http_addr_drop_empty(struct http_addr *a)
+{
+    if (a->n > 0 || a->body_bytes > 0)
+        return;
+    for (struct http_addr **p = http_addr_bucket(a->key); *p; p = &(*p)->next)
+        if (*p == a) {
+            *p = a->next;
+            free(a);
+            return;
+        }
+}
+
 /* One connection more (+1) or fewer (-1) for the address; the lock is held. */
 static void http_addr_count(const unsigned char key[HTTP_ADDR_KEY], int delta)
 {
@@ -111,14 +146,7 @@ static void http_addr_count(const unsigned char key[HTTP_ADDR_KEY], int delta)
         return;
     a->n += delta;
     http_conns.held += (unsigned)delta;
-    if (a->n > 0)
-        return;
-    for (struct http_addr **p = http_addr_bucket(key); *p; p = &(*p)->next)
-        if (*p == a) {
-            *p = a->next;
-            free(a);
-            return;
-        }
+    http_addr_drop_empty(a);
 }
 
 static long long http_now_ms(void)
@@ -200,13 +228,15 @@ static void http_conns_tick(struct ticker *t, void *arg)
 /* ---- admission
  *
  * Every connection is admitted or closed at accept (MHD's accept policy),
- * by the counts above: an address at --max-connections-per-address is
- * refused, and so is everyone once --max-connections are held, except a
- * client that holds few connections (a prober, an agent: its heartbeats
- * and long-poll) while HTTP_RESERVE_CONNECTIONS more are free.  So an
- * address that floods the server fills its own share and then the total,
- * but /healthz and the fleet's own agents still get in, and what is
- * refused is closed at once instead of waiting in the listen queue. */
+ * by the counts above.  An address at --max-connections-per-address is
+ * refused, and one the server does not know (auth.h: no node's or admin's
+ * token seen from it lately, not loopback) already at
+ * HTTP_STRANGER_PER_ADDRESS.  Once --max-connections are held, strangers
+ * are refused, and known addresses still get in while
+ * HTTP_RESERVE_CONNECTIONS more are free.  So strangers, from however many
+ * addresses, cannot take the last connections from the fleet and the
+ * server's own host (/healthz, Prometheus), and what is refused is closed
+ * at once instead of waiting in the listen queue. */
 
 enum MHD_Result http_admit(void *cls, const struct sockaddr *addr, socklen_t addrlen)
 {
@@ -214,13 +244,17 @@ enum MHD_Result http_admit(void *cls, const struct sockaddr *addr, socklen_t add
     (void)addrlen;
     unsigned char key[HTTP_ADDR_KEY];
     http_addr_key(addr, key);
+    double now = mono_s();
+    int known = auth_addr_known(addr, now);   /* before our lock: it takes its own */
     pthread_mutex_lock(&http_conns.mu);
     struct http_addr *a = http_addr_find(key, 0);
-    unsigned mine = a ? (unsigned)a->n : 0;
-    int ok = (http_conns.per_address == 0 || mine < http_conns.per_address) &&
+    unsigned mine = a ? (unsigned)a->n : 0, cap = http_conns.per_address;
+    if (!known && (cap == 0 || cap > HTTP_STRANGER_PER_ADDRESS))
+        cap = HTTP_STRANGER_PER_ADDRESS;
+    int ok = (cap == 0 || mine < cap) &&
              (http_conns.held < http_conns.limit ||
-              (http_conns.held < http_conns.limit + HTTP_RESERVE_CONNECTIONS && mine < HTTP_RESERVE_PER_ADDRESS));
-    double now = mono_s(), last = http_conns.refused_logged;
+              (known && http_conns.held < http_conns.limit + HTTP_RESERVE_CONNECTIONS));
+    double last = http_conns.refused_logged;
     if (!ok && now - last >= HTTP_REFUSED_LOG_EVERY_S)
         http_conns.refused_logged = now;
     unsigned held = http_conns.held;
@@ -234,11 +268,94 @@ enum MHD_Result http_admit(void *cls, const struct sockaddr *addr, socklen_t add
             inet_ntop(AF_INET, &((const struct sockaddr_in *)addr)->sin_addr, text, sizeof text);
         else if (addr && addr->sa_family == AF_INET6)
             inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)addr)->sin6_addr, text, sizeof text);
-        log_warn("http refusing connections: %s holds %u (--max-connections-per-address %u), %u are held in all "
-                 "(--max-connections %u); %lu refused so far", text, mine, http_conns.per_address, held,
-                 http_conns.limit, atomic_load(&http_conns.refused));
+        log_warn("http refusing connections: %s (%s) holds %u (it may hold %u: --max-connections-per-address "
+                 "%u, %u for an address not known), %u are held in all (--max-connections %u, and %d more for "
+                 "known addresses); %lu refused so far", text, known ? "known" : "not known", mine, cap,
+                 http_conns.per_address, HTTP_STRANGER_PER_ADDRESS, held, http_conns.limit,
+                 HTTP_RESERVE_CONNECTIONS, atomic_load(&http_conns.refused));
     }
     return MHD_NO;
+}
+
+/* ---- request bodies held */
+
+void http_hold_start(struct http_hold *h, struct MHD_Connection *conn, int64_t node_id)
+{
+    const union MHD_ConnectionInfo *from = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    http_addr_key(from ? from->client_addr : NULL, h->addr);
+    h->node_id = node_id;
+    h->bytes = 0;
+}
+
+/* The entry of the hold's node (NULL: none) and address; the lock is held. */
+static void http_hold_entries(const struct http_hold *h, struct http_addr **node, struct http_addr **addr)
+{
+    unsigned char key[HTTP_ADDR_KEY];
+    *node = NULL;
+    if (h->node_id > 0) {
+        http_node_key(h->node_id, key);
+        *node = http_addr_find(key, 1);
+    }
+    *addr = http_addr_find(h->addr, 1);
+}
+
+int http_hold_grow(struct http_hold *h, uint64_t bytes, struct shoal_err *err)
+{
+    struct http_addr *node, *addr;
+    if (bytes <= h->bytes)
+        return 0;
+    uint64_t more = bytes - h->bytes;
+    int rc = -1;
+    pthread_mutex_lock(&http_conns.mu);
+    http_hold_entries(h, &node, &addr);
+    if (!addr || (h->node_id > 0 && !node)) {
+        err_set(err, 503, "busy", NULL, "out of memory; retry shortly");
+    } else if (node && node->body_bytes + more > http_conns.node_bodies) {
+        err_set(err, 429, "bodies_in_flight", NULL,
+                "node %lld already sends %llu bytes of request bodies that are not yet answered; with this one's "
+                "%llu that is over the %llu a node may (%d x --max-body); finish or close those first",
+                (long long)h->node_id, (unsigned long long)node->body_bytes, (unsigned long long)bytes,
+                (unsigned long long)http_conns.node_bodies, HTTP_BODIES_PER_NODE);
+    } else if (addr->body_bytes + more > http_conns.address_bodies) {
+        err_set(err, 429, "bodies_in_flight", NULL,
+                "this address already sends %llu bytes of request bodies that are not yet answered; with this "
+                "one's %llu that is over the %llu an address may (%d x --max-body); finish or close those first",
+                (unsigned long long)addr->body_bytes, (unsigned long long)bytes,
+                (unsigned long long)http_conns.address_bodies, HTTP_BODIES_PER_ADDRESS);
+    } else {
+        if (node)
+            node->body_bytes += more;
+        addr->body_bytes += more;
+        h->bytes = bytes;
+        rc = 0;
+    }
+    if (rc != 0) {   /* entries made here for nothing */
+        if (node)
+            http_addr_drop_empty(node);
+        if (addr)
+            http_addr_drop_empty(addr);
+    }
+    pthread_mutex_unlock(&http_conns.mu);
+    return rc;
+}
+
+void http_hold_release(struct http_hold *h)
+{
+    struct http_addr *node, *addr;
+    if (h->bytes == 0)
+        return;
+    pthread_mutex_lock(&http_conns.mu);
+    http_hold_entries(h, &node, &addr);
+    if (node) {
+        node->body_bytes -= h->bytes;
+        http_addr_drop_empty(node);
+    }
+    if (addr) {
+        addr->body_bytes -= h->bytes;
+        http_addr_drop_empty(addr);
+    }
+    h->bytes = 0;
+    pthread_mutex_unlock(&http_conns.mu);
 }
 
 void http_conns_counts(unsigned *held, unsigned long *refused)
@@ -254,6 +371,8 @@ int http_conns_start(const struct config *cfg, struct shoal_err *err)
     http_conns.limit_ms = (cfg->idle_timeout_s + cfg->request_timeout_s) * 1000LL;
     http_conns.limit = http_connection_limit(cfg);
     http_conns.per_address = (unsigned)cfg->max_connections_per_address;
+    http_conns.node_bodies = (uint64_t)cfg->max_body * HTTP_BODIES_PER_NODE;
+    http_conns.address_bodies = (uint64_t)cfg->max_body * HTTP_BODIES_PER_ADDRESS;
     http_conns.reaper = ticker_start("the request-head deadline thread", 1.0, http_conns_tick, NULL, err);
     return http_conns.reaper ? 0 : -1;
 }

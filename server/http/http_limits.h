@@ -7,6 +7,7 @@
 
 #include <microhttpd.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/socket.h>
 
 #include "../../common/err.h"
@@ -43,16 +44,48 @@ int http_coding_unknown(struct MHD_Connection *conn);
  * config allows plus room for ordinary requests, within the open-file
  * limit (raised to its hard maximum first, since each connection is a
  * descriptor); a clipped limit is logged.  MHD itself may hold
- * HTTP_RESERVE_CONNECTIONS more, for clients that hold few (http_admit). */
+ * HTTP_RESERVE_CONNECTIONS more, for known addresses (http_admit). */
 unsigned http_connection_limit(const struct config *cfg);
-#define HTTP_RESERVE_CONNECTIONS 64   /* connections past the limit for light clients */
-#define HTTP_RESERVE_PER_ADDRESS 8    /* "few": a prober, an agent's heartbeats and long-poll */
+#define HTTP_RESERVE_CONNECTIONS 256   /* connections past the limit that only known addresses may take */
+#define HTTP_STRANGER_PER_ADDRESS 64   /* connections an address not known may hold, at most */
 
 /* MHD's accept policy: admits the connection (MHD_YES) or has it closed at
  * once (MHD_NO) by --max-connections-per-address and --max-connections,
- * keeping the reserve above for clients that hold few; refusals are
- * counted and logged every 10 s. */
+ * keeping the reserve above for known addresses (auth.h: the fleet's,
+ * loopback) and holding an address not known to HTTP_STRANGER_PER_ADDRESS;
+ * refusals are counted and logged every 10 s. */
 enum MHD_Result http_admit(void *cls, const struct sockaddr *addr, socklen_t addrlen);
+
+/* ---- request bodies held
+ *
+ * A buffered request body is memory the server holds until the request is
+ * answered, and a client that stalls mid-body holds it until a timeout.
+ * So the bytes held are counted per client address and per node (the
+ * node whose token the request carries): at most HTTP_BODIES_PER_NODE x
+ * --max-body a node and HTTP_BODIES_PER_ADDRESS x --max-body an address.
+ * A request is counted its declared length when its headers are in (or
+ * what arrived, chunked), until it completes. */
+#define HTTP_BODIES_PER_NODE 4
+#define HTTP_BODIES_PER_ADDRESS 16
+#define HTTP_ADDR_KEY 17   /* bytes: the family, then the IPv4 address or IPv6 /64 */
+
+struct http_hold {
+    unsigned char addr[HTTP_ADDR_KEY];   /* the client's address */
+    int64_t node_id;                     /* 0: no node (the admin, the join token) */
+    uint64_t bytes;                      /* held and counted now */
+};
+
+/* Starts an empty hold for a request on `conn` by node `node_id` (0: none). */
+void http_hold_start(struct http_hold *h, struct MHD_Connection *conn, int64_t node_id);
+
+/* Grows what `h` holds to `bytes` in all (no-op if it holds as much).
+ * Returns 0, or -1 with err set, holding what it held: 429
+ * "bodies_in_flight" saying whose limit it would pass, 503 without
+ * memory. */
+int http_hold_grow(struct http_hold *h, uint64_t bytes, struct shoal_err *err);
+
+/* Gives back all `h` holds (safe on an empty hold). */
+void http_hold_release(struct http_hold *h);
 
 /* Connections held now, and refused at accept since the start (/metrics). */
 void http_conns_counts(unsigned *held, unsigned long *refused);

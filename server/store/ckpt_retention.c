@@ -1,6 +1,8 @@
 /* ckpt_retention.c - a job's old checkpoints deleted once newer ones are
  * complete (checkpoints.h), so that a long run does not fill the disk. */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -30,7 +32,27 @@
     "   RETURNING c.step, c.path)" \
     " SELECT coalesce(json_agg(json_build_object('step', step, 'path', path) ORDER BY step), '[]') FROM gone"
 
-/* Removes a retired file and, once empty, its step directory. */
+/* Removes the stage files left in retired step directory `dir`: a step is
+ * retired whole (RETIRE_SQL deletes every row of it), so none is named by
+ * a row any more, and an upload whose commit never answered leaves one
+ * beside the file its row names (h_checkpoints.c, ckpt_commit). */
+static void retire_leftovers(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        size_t n = strlen(e->d_name);
+        if (strncmp(e->d_name, "stage", 5) != 0 || n < 9 || strcmp(e->d_name + n - 4, ".bin") != 0)
+            continue;
+        if (unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT)
+            log_warn("checkpoint retention: cannot remove %s/%s: %s", dir, e->d_name, strerror(errno));
+    }
+    closedir(d);
+}
+
+/* Removes a retired file and what else its step directory holds, then the
+ * directory. */
 static void retire_file(const struct server *srv, const char *rel)
 {
     char path[PATH_MAX];
@@ -41,7 +63,8 @@ static void retire_file(const struct server *srv, const char *rel)
     char *slash = strrchr(path, '/');
     if (slash) {
         *slash = '\0';
-        rmdir(path);   /* fails while other stages' files are still there */
+        retire_leftovers(path);
+        rmdir(path);
     }
 }
 

@@ -513,6 +513,33 @@ kill $slow; wait $slow 2>/dev/null
 sleep 1
 check "a client that gives up mid-upload leaves no file" "$(find "$WORK/a/checkpoints" -name '.upload-*' | wc -l)" 0
 req GET "$CK" "$ADMIN"; expect "and no checkpoint row" 200 '[.checkpoints[].step] | tostring' '[2,1]'
+# A database that stalls at the commit of a re-upload: server c gives up on
+# it (--db-timeout 1: 503, "may or may not have taken effect"), and the
+# commit lands once the stall ends.  Whatever the row then says, the file
+# it names holds exactly those bytes (it used to name the new SHA-256 over
+# the old file put back).  A synchronous standby that is never there holds
+# every commit after it is written (statement_timeout does not cut it).
+export SHOAL_ADMIN_TOKEN="$ADMIN" SHOAL_JOIN_TOKEN="$JOIN"
+start_server c --database-url "host=$WORK/a/pg-socket dbname=shoal user=shoal" --db-timeout 1 \
+    --checkpoint-dir "$WORK/a/checkpoints" || exit 1
+unset SHOAL_ADMIN_TOKEN SHOAL_JOIN_TOKEN
+sql a "ALTER SYSTEM SET synchronous_standby_names = 'shoal_test_never'" >/dev/null
+sql a "SELECT pg_reload_conf()" >/dev/null
+sleep 0.5
+put_ckpt "$URL_c/v1/jobs/$J/checkpoints/1/stages/0" "$(tok_of 0 0)" "$WORK/stage0.bin"
+check "a re-upload whose commit stalls is a 503 database_unavailable" "$STATUS $(printf '%s' "$BODY" | jq -r .error.code)" \
+    "503 database_unavailable"
+sql a "ALTER SYSTEM RESET synchronous_standby_names" >/dev/null
+sql a "SELECT pg_reload_conf()" >/dev/null
+landed() { [ "$(sql a "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")" = 0 ]; }
+wait_for 10 landed
+served() {  # the SHA-256 of the bytes GET serves, and the one the row names
+    curl -s -o "$WORK/got.bin" -H "Authorization: Bearer $ADMIN" "$CK/1/stages/0"
+    printf '%s %s' "$(sha "$WORK/got.bin")" "$(sql a "SELECT sha256 FROM checkpoints WHERE job_id = $J AND step = 1 AND stage = 0")"
+}
+read -r got row <<<"$(served)"
+check "once the stall ends, GET serves the bytes whose SHA-256 the row names" "$got" "$row"
+stop_server c
 
 # ---- resume_from
 req POST "$S/v1/jobs" "$ADMIN" "$(printf '%s' "$JOB" | jq -c --argjson j "$J" '.resume_from = {"job_id": $j, "step": 2}')"
