@@ -319,12 +319,11 @@ int roots_glob(const struct data_roots *r, const char *pattern, const char *fiel
         return refused(r, field, pattern, "climbs with '..' (a pattern may not)", err);
     if (!root_of(r, norm, &rest))
         return refused(r, field, pattern, "is not beneath any of them", err);
-    size_t root_len = (size_t)(rest - norm) - (strcmp(rest, ".") == 0 ? 0 : 1);
-    if (strcmp(rest, ".") == 0)
-        root_len = strlen(norm);
-    snprintf(dir, sizeof dir, "%.*s", (int)root_len, norm);
-    if (strcmp(rest, ".") != 0 && walk(&g, dir, rest) != 0)
-        goto out;
+    if (strcmp(rest, ".") != 0) {   /* rest points into norm, past the root and its '/' */
+        snprintf(dir, sizeof dir, "%.*s", (int)(rest - norm - 1), norm);
+        if (walk(&g, dir, rest) != 0)
+            goto out;
+    }
     if (g.n)
         qsort(g.found, g.n, sizeof *g.found, by_bytes);
     *n_found = (int)g.n;

@@ -234,6 +234,7 @@ ROUTES=(
     "POST|/v1/agent/progress|$T1|{\"job_id\":$J,\"epoch\":1,\"step\":0,\"stage\":0,\"replica\":0,\"iteration_s\":1,\"compute_s\":1,\"send_s\":0,\"recv_wait_s\":0,\"allreduce_s\":0,\"bubble_s\":0,\"tokens\":1}|.tokens|.iteration_s"
     "POST|/v1/agent/failure|$T1|{\"job_id\":$J,\"epoch\":1,\"stage\":0,\"replica\":0,\"reason\":\"x\"}|.epoch|-"
     "PUT|/v1/agent/nccl|$T1|{\"job_id\":$J,\"epoch\":1,\"stage\":0,\"unique_id\":\"$NCCL_ID\"}|.stage|-"
+    "POST|/v1/agent/dataset|$T1|{\"job_id\":$J,\"epoch\":1,\"source\":\"data\",\"sha256\":null}|.epoch|-"
     "POST|/v1/jobs/$J/schedule|$ADMIN|{\"budget_ms\":100}|.budget_ms|-"
     "POST|/v1/jobs/$J/plan|$ADMIN|{\"seed\":1,\"stages\":[]}|.seed|-"
 )
@@ -267,6 +268,39 @@ for r in "${ROUTES[@]}"; do
     cases_run
     group_end "$method $path: malformed bodies, huge numbers, NaN and Infinity are refused"
 done
+
+# ---- addresses a node may not name and policies it may not claim: every
+# spelling of the metadata service, the unspecified address and multicast
+# is resolved and refused (common/hostport.h), in a registration and a
+# heartbeat; a policy is checked field by field; a node outside a job may
+# not claim its dataset
+REG='{"name":"x","peer_address":"10.0.0.2:7000","hardware":{"tflops":1,"cpu_cores":8}}'
+i=0
+for a in 0:7000 0x0:7000 00:7000 2852039166:7000 0251.0376.0251.0376:7000 0xa9.0xfe.0xa9.0xfe:7000 \
+         169.254.169.254:80 '[::ffff:169.254.169.254]:7000' '[::ffff:a9fe:a9fe]:7000' '[::ffff:0.0.0.0]:7000' \
+         '[64:ff9b::a9fe:a9fe]:7000' '[2002:a9fe:a9fe::1]:7000' '[fe80::1%lo]:7000' '[::]:7000' \
+         3758096385:7000 224.0.0.1:7000 '[ff02::1]:7000' 255.255.255.255:7000 240.1.2.3:7000 localhost:0; do
+    i=$((i + 1))
+    printf '%s' "$REG" | jq -c --arg a "$a" '.peer_address = $a' > "$WORK/addr-$i"
+    json_add "register: peer_address $a is 422" 422 invalid_field POST /v1/agent/register "$JOIN" "$WORK/addr-$i"
+    jq -n -c --arg a "$a" '{state: "idle", peer_address: $a}' > "$WORK/hb-$i"
+    json_add "heartbeat: peer_address $a is 422" 422 invalid_field POST /v1/agent/heartbeat "$T1" "$WORK/hb-$i"
+done
+i=0
+for p in '{"data_roots":["relative"]}' '{"data_roots":[]}' '{"data_roots":"/srv"}' '{"data_roots":[1]}' \
+         '{"threads":0}' '{"threads":4097}' '{"max_memory_bytes":0}' '{"gpus":2}' '[]' '"/srv"'; do
+    i=$((i + 1))
+    printf '%s' "$REG" | jq -c --argjson p "$p" '.policy = $p' > "$WORK/policy-$i"
+    json_add "register: policy $p is a 4xx" 4xx "" POST /v1/agent/register "$JOIN" "$WORK/policy-$i"
+done
+printf '{"job_id":%s,"epoch":1,"source":"data","sha256":"%064d"}' "$J" 0 > "$WORK/claim"
+json_add "dataset: a node outside the job may not claim its dataset (404)" 404 not_found POST /v1/agent/dataset "$T1" "$WORK/claim"
+printf '{"job_id":%s,"epoch":1,"source":"data","sha256":"xyz"}' "$J" > "$WORK/claim-bad"
+json_add "dataset: a digest that is not 64 hex digits is 422" 422 invalid_field POST /v1/agent/dataset "$T1" "$WORK/claim-bad"
+cases_run
+group_end "addresses that resolve to refused ones, bad policies and strangers' dataset claims are refused"
+check "the node's peer address is as it registered" "$(sql a "SELECT peer_address, policy IS NULL FROM nodes WHERE id = $N1")" \
+    "10.0.0.1:7000|t"
 
 # ---- content types
 printf '{"x":1}' > "$WORK/unknown-field"
