@@ -29,6 +29,21 @@ int hostport_split(const char *addr, char *host, size_t host_len, char *port, si
     return 0;
 }
 
+int hostport_client_key(const struct sockaddr *sa, unsigned char key[HOSTPORT_KEY_BYTES])
+{
+    memset(key, 0, HOSTPORT_KEY_BYTES);
+    if (sa && sa->sa_family == AF_INET) {
+        key[10] = key[11] = 0xff;
+        memcpy(key + 12, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, 4);
+        return 0;
+    }
+    if (!sa || sa->sa_family != AF_INET6)
+        return -1;
+    const struct in6_addr *a = &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr;
+    memcpy(key, a->s6_addr, IN6_IS_ADDR_V4MAPPED(a) ? 16 : 8);
+    return 0;
+}
+
 /* The class of IPv4 address b (network order) that is refused, or NULL. */
 static const char *refused_v4(const unsigned char b[4])
 {

@@ -26,6 +26,7 @@
 #include <sys/socket.h>
 
 #define HOSTPORT_WHY_MAX 256
+#define HOSTPORT_KEY_BYTES 16   /* hostport_client_key */
 
 /* Splits addr into host (brackets removed) and port, which must be decimal
  * 0..65535.  Returns 0, or -1 when addr is not of that shape or a part
@@ -37,6 +38,13 @@ int hostport_split(const char *addr, char *host, size_t host_len, char *port, si
  * "multicast, 224.0.0.0/4, inside an IPv4-mapped IPv6 address").  Other
  * families are refused. */
 int hostport_refused(const struct sockaddr *sa, char *why, size_t why_len);
+
+/* The client a socket address stands for, as the key its connections
+ * count under: IPv4 (also IPv4-mapped IPv6, as a dual-stack listener sees
+ * IPv4 clients) as ::ffff:a.b.c.d, IPv6 cut to its /64 (one host's or
+ * site's addresses).  Returns 0, or -1 for no address or another family
+ * (key zeroed: every such client counts as one). */
+int hostport_client_key(const struct sockaddr *sa, unsigned char key[HOSTPORT_KEY_BYTES]);
 
 enum hostport_verdict {
     HOSTPORT_OK = 0,

@@ -123,6 +123,11 @@ size_t model_extent_size(const struct model_config *m, struct model_extent e);
 
 /* Floats of a part's parameters (MODEL_BLOCK: one block). */
 uint64_t model_part_params(const struct model_config *m, enum model_part part);
+/* Bytes of training state a parameter holds: its f32 weight, gradient and
+ * AdamW's two moments (what the planner's memory check and an agent's
+ * --max-memory count; activations come on top). */
+#define MODEL_STATE_BYTES_PER_PARAM 16
+
 /* Floats of the stage holding blocks [layer_start, layer_end), with the
  * embedding when first and the head when last; 0 when that overflows. */
 uint64_t model_stage_params(const struct model_config *m, int layer_start, int layer_end, int first, int last);

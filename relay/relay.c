@@ -529,7 +529,7 @@ static void accept_one(struct relay *r)
 {
     struct sockaddr_storage ss;
     socklen_t len = sizeof ss;
-    unsigned char key[16];
+    unsigned char key[HOSTPORT_KEY_BYTES];
     char host[64], port[16], busy[160] = "";
     int fd = accept4(r->fd, (struct sockaddr *)&ss, &len, SOCK_CLOEXEC);
     if (fd < 0) {
@@ -538,7 +538,7 @@ static void accept_one(struct relay *r)
         return;
     }
     tune(fd);
-    (void)books_addr_key(&ss, key);   /* another family: all such count as one address */
+    (void)hostport_client_key((const struct sockaddr *)&ss, key);   /* another family: all count as one */
     struct conn *c = calloc(1, sizeof *c);
     pthread_mutex_lock(&r->mu);
     struct addr_use *a = books_addr(&r->books, key, 1);

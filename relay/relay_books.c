@@ -106,42 +106,26 @@ void books_expire(struct relay_books *b, int all)
     }
 }
 
-int books_addr_key(const struct sockaddr_storage *ss, unsigned char key[16])
-{
-    static const unsigned char mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-    memset(key, 0, 16);
-    if (ss->ss_family == AF_INET) {
-        memcpy(key, mapped, sizeof mapped);
-        memcpy(key + 12, &((const struct sockaddr_in *)ss)->sin_addr, 4);
-        return 0;
-    }
-    if (ss->ss_family != AF_INET6)
-        return -1;
-    const unsigned char *a = ((const struct sockaddr_in6 *)ss)->sin6_addr.s6_addr;
-    memcpy(key, a, memcmp(a, mapped, sizeof mapped) == 0 ? 16 : 8);   /* a /64 is one site */
-    return 0;
-}
-
-static unsigned addr_bucket(const unsigned char key[16])
+static unsigned addr_bucket(const unsigned char key[HOSTPORT_KEY_BYTES])
 {
     uint32_t h = 2166136261u;   /* FNV-1a */
-    for (int i = 0; i < 16; i++)
+    for (int i = 0; i < HOSTPORT_KEY_BYTES; i++)
         h = (h ^ key[i]) * 16777619u;
     return h % BOOKS_ADDR_BUCKETS;
 }
 
-struct addr_use *books_addr(struct relay_books *b, const unsigned char key[16], int create)
+struct addr_use *books_addr(struct relay_books *b, const unsigned char key[HOSTPORT_KEY_BYTES], int create)
 {
     unsigned i = addr_bucket(key);
     for (struct addr_use *a = b->addrs[i]; a; a = a->next)
-        if (memcmp(a->key, key, 16) == 0)
+        if (memcmp(a->key, key, HOSTPORT_KEY_BYTES) == 0)
             return a;
     if (!create)
         return NULL;
     struct addr_use *a = calloc(1, sizeof *a);
     if (!a)
         return NULL;
-    memcpy(a->key, key, 16);
+    memcpy(a->key, key, HOSTPORT_KEY_BYTES);
     a->next = b->addrs[i];
     b->addrs[i] = a;
     b->n_addrs++;

@@ -20,6 +20,7 @@
 #include <sys/socket.h>
 
 #include "../common/buf.h"
+#include "../common/hostport.h"
 
 #define BOOKS_ADDR_BUCKETS 1024
 
@@ -40,7 +41,7 @@ struct job_use {
 };
 
 struct addr_use {
-    unsigned char key[16];         /* books_addr_key */
+    unsigned char key[HOSTPORT_KEY_BYTES];         /* hostport_client_key */
     long held, waiting;            /* connections held; of them waiting for a partner */
     struct addr_use *next;
 };
@@ -77,13 +78,9 @@ double books_bytes(struct relay_books *b, int64_t job_id, uint64_t n);
  * (all: every job with no connection). */
 void books_expire(struct relay_books *b, int all);
 
-/* The key an address counts under: IPv4 (and IPv4-mapped IPv6) whole, IPv6
- * by its /64.  -1 for another family. */
-int books_addr_key(const struct sockaddr_storage *ss, unsigned char key[16]);
-
 /* The entry of an address key; create: made when missing (NULL: out of
  * memory).  books_addr_release when its held count falls to 0. */
-struct addr_use *books_addr(struct relay_books *b, const unsigned char key[16], int create);
+struct addr_use *books_addr(struct relay_books *b, const unsigned char key[HOSTPORT_KEY_BYTES], int create);
 void books_addr_release(struct relay_books *b, struct addr_use *a);
 
 /* Appends the per-job series and the cap's overflow, Prometheus text. */

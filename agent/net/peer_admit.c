@@ -11,21 +11,6 @@
 #include "../../common/hostport.h"
 #include "../../common/wire.h"
 
-void peer_admit_key(const struct sockaddr_storage *ss, unsigned char out[PEER_HOST_KEY])
-{
-    memset(out, 0, PEER_HOST_KEY);
-    const struct in6_addr *a6 = &((const struct sockaddr_in6 *)ss)->sin6_addr;
-    if (ss->ss_family == AF_INET) {
-        memcpy(out, &((const struct sockaddr_in *)ss)->sin_addr, 4);
-        out[PEER_HOST_KEY - 1] = 4;   /* no IPv6 key has a byte there */
-    } else if (ss->ss_family == AF_INET6 && IN6_IS_ADDR_V4MAPPED(a6)) {
-        memcpy(out, a6->s6_addr + 12, 4);
-        out[PEER_HOST_KEY - 1] = 4;
-    } else if (ss->ss_family == AF_INET6) {
-        memcpy(out, a6->s6_addr, 8);
-    }
-}
-
 int peer_admit_has(const struct peer_hosts *h, const unsigned char key[PEER_HOST_KEY])
 {
     for (int i = 0; i < h->n; i++)
@@ -47,7 +32,7 @@ int peer_admit_add(struct peer_hosts *h, const char *host, struct shoal_err *err
         if (ai->ai_addrlen > sizeof ss)
             continue;
         memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
-        peer_admit_key(&ss, key);
+        hostport_client_key((const struct sockaddr *)&ss, key);
         if (!peer_admit_has(h, key))
             memcpy(h->key[h->n++], key, PEER_HOST_KEY);
     }

@@ -9,8 +9,9 @@
 #include <sys/socket.h>
 
 #include "../../common/err.h"
+#include "../../common/hostport.h"
 
-#define PEER_HOST_KEY 16    /* bytes: an IPv4 address, or an IPv6 /64 */
+#define PEER_HOST_KEY HOSTPORT_KEY_BYTES   /* a client's address without its port (hostport_client_key) */
 #define PEER_HOSTS_MAX 32   /* keys a set holds: a tasklet's links, each name's addresses */
 
 /* A set of host keys. */
@@ -18,11 +19,6 @@ struct peer_hosts {
     unsigned char key[PEER_HOSTS_MAX][PEER_HOST_KEY];
     int n;
 };
-
-/* The client's address without its port: IPv4 whole (also IPv4-mapped
- * IPv6, as a dual-stack listener sees IPv4 clients), IPv6 by its /64 (one
- * host's addresses). */
-void peer_admit_key(const struct sockaddr_storage *ss, unsigned char out[PEER_HOST_KEY]);
 
 /* 1 if the set holds `key`. */
 int peer_admit_has(const struct peer_hosts *h, const unsigned char key[PEER_HOST_KEY]);

@@ -55,7 +55,7 @@ struct handshake {
     int stranger;                 /* from an address the listener does not expect (admit) */
     int fd;
     char addr[64];
-    unsigned char host[PEER_HOST_KEY];   /* the client's address without its port (peer_admit_key) */
+    unsigned char host[PEER_HOST_KEY];   /* the client's address without its port (hostport_client_key) */
     int relay_wait_ms;            /* > 0: a relayed connection we opened; wait this long for its pairing */
 };
 
@@ -498,7 +498,7 @@ static void accept_one(struct peer_listener *l)
     peer_socket_tune(fd);
     unsigned char host[PEER_HOST_KEY];
     char why[96] = "";
-    peer_admit_key(&ss, host);
+    hostport_client_key((const struct sockaddr *)&ss, host);
     struct handshake *h = admit(l, host, why, sizeof why);
     if (!h) {
         log_warn("peer: refused %s: %s", addr, why);

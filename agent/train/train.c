@@ -480,8 +480,8 @@ static int open_data(struct tasklet *k, struct shoal_err *err)
     int T = as->model.context;
     if (as->stage != 0 && as->stage != as->stages - 1)
         return 0;
-    if (data_open(k->env->roots, as->data_path, as->data_format, "train", as->model.vocab, T, k->env->data_dir, &k->file,
-                  err) != 0)
+    if (data_open(k->env->roots, as->data_path, as->data_format, "train", as->model.vocab, T, k->env->data_dir,
+                  &k->file, err) != 0)
         return -1;
     k->data = k->file;
     k->data.owner = 0;   /* a view: k->file is closed */
@@ -494,8 +494,8 @@ static int open_data(struct tasklet *k, struct shoal_err *err)
         if (data_holdout(&k->file, as->val_holdout, T, &k->data, &k->val, err) != 0)
             return -1;
     } else {
-        if (data_open(k->env->roots, as->val_path, as->val_format, "val", as->model.vocab, T, k->env->data_dir, &k->val_file,
-                      err) != 0) {
+        if (data_open(k->env->roots, as->val_path, as->val_format, "val", as->model.vocab, T, k->env->data_dir,
+                      &k->val_file, err) != 0) {
             snprintf(err->field, sizeof err->field, "validation.path");
             return -1;
         }
@@ -520,10 +520,10 @@ static int tasklet_open(struct tasklet *k, struct shoal_err *err)
                                   .last = last, .micro_batch = B, .seq_len = T,
                                   .in_flight = pipe_schedule(as->schedule, as->stage, as->stages, M, k->ops),
                                   .seed = as->seed, .link = as->stage_link };
-    /* the owner's cap, checked before anything is allocated: f32 weights,
-     * gradients and AdamW's two moments, 16 bytes a parameter (as the
-     * planner counts them), activations besides */
-    uint64_t state = 16 * model_stage_params(&as->model, as->layer_start, as->layer_end, first, last);
+    /* the owner's cap, checked before anything is allocated, as the
+     * planner counts it (activations besides) */
+    uint64_t state = MODEL_STATE_BYTES_PER_PARAM * model_stage_params(&as->model, as->layer_start, as->layer_end,
+                                                                      first, last);
     if (k->env->max_memory_bytes > 0 && state > (uint64_t)k->env->max_memory_bytes)
         return err_set(err, 422, "over_memory_cap", NULL, "stage %d (layers %d..%d) needs %.2f GiB for its weights, "
                        "gradients and AdamW moments alone, more than this agent's --max-memory of %.2f GiB",

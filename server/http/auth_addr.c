@@ -27,7 +27,7 @@
 #define AUTH_KNOWN_SLOTS 65536  /* known addresses tracked at once: a large fleet, each node its own */
 
 struct auth_slot {
-    unsigned char key[16];    /* auth_addr_key's form of the address */
+    unsigned char key[HOSTPORT_KEY_BYTES];
     int used;
     long count;               /* events in the window that began at window_start */
     double window_start;      /* monotonic s */
@@ -69,26 +69,6 @@ static void table_init(struct auth_table *t, long max, double window_s)
     pthread_mutex_unlock(&t->mu);
 }
 
-/* The address as 16 bytes: IPv4 (and IPv4-mapped IPv6) as ::ffff:a.b.c.d,
- * IPv6 cut to its /64 (the usual share of one host).  Returns 0, or -1 for
- * other families. */
-static int auth_addr_key(const struct sockaddr *from, unsigned char key[16])
-{
-    memset(key, 0, 16);
-    if (from && from->sa_family == AF_INET) {
-        const struct sockaddr_in *a = (const struct sockaddr_in *)(const void *)from;
-        key[10] = key[11] = 0xff;
-        memcpy(key + 12, &a->sin_addr, 4);
-        return 0;
-    }
-    if (from && from->sa_family == AF_INET6) {
-        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)(const void *)from;
-        memcpy(key, &a->sin6_addr, IN6_IS_ADDR_V4MAPPED(&a->sin6_addr) ? 16 : 8);
-        return 0;
-    }
-    return -1;
-}
-
 /* The address as text for the log ("?" if it has none). */
 static void auth_addr_name(const struct sockaddr *from, char *out, socklen_t n)
 {
@@ -112,16 +92,16 @@ static double slot_matters_until(const struct auth_table *t, const struct auth_s
 /* The slot holding `key`, or NULL if it holds none and `claim` is 0.  With
  * `claim` a missing key takes a free slot of its probe, else the one that
  * matters for the shortest time (forgetting it).  Caller holds the lock. */
-static struct auth_slot *table_slot(struct auth_table *t, const unsigned char key[16], int claim, double now)
+static struct auth_slot *table_slot(struct auth_table *t, const unsigned char key[HOSTPORT_KEY_BYTES], int claim, double now)
 {
     uint64_t h = 1469598103934665603ull;   /* FNV-1a */
-    for (int i = 0; i < 16; i++)
+    for (int i = 0; i < HOSTPORT_KEY_BYTES; i++)
         h = (h ^ key[i]) * 1099511628211ull;
     size_t home = (size_t)(h % t->n_slots);
     struct auth_slot *victim = NULL;
     for (size_t i = 0; i < AUTH_ADDR_PROBES; i++) {
         struct auth_slot *s = &t->slots[(home + i) % t->n_slots];
-        if (s->used && memcmp(s->key, key, 16) == 0)
+        if (s->used && memcmp(s->key, key, HOSTPORT_KEY_BYTES) == 0)
             return s;
         if (victim && !victim->used)
             continue;
@@ -131,7 +111,7 @@ static struct auth_slot *table_slot(struct auth_table *t, const unsigned char ke
     if (!claim)
         return NULL;
     memset(victim, 0, sizeof *victim);
-    memcpy(victim->key, key, 16);
+    memcpy(victim->key, key, HOSTPORT_KEY_BYTES);
     victim->used = 1;
     victim->window_start = now;
     return victim;
@@ -143,9 +123,9 @@ static struct auth_slot *table_slot(struct auth_table *t, const unsigned char ke
  * blocked. */
 static int table_blocked(struct auth_table *t, const struct sockaddr *from, double now, long *retry_after_s)
 {
-    unsigned char key[16];
+    unsigned char key[HOSTPORT_KEY_BYTES];
     int blocked = 0;
-    if (t->max == 0 || now * 1000.0 >= (double)atomic_load(&t->blocked_until_ms) || auth_addr_key(from, key) != 0)
+    if (t->max == 0 || now * 1000.0 >= (double)atomic_load(&t->blocked_until_ms) || hostport_client_key(from, key) != 0)
         return 0;
     pthread_mutex_lock(&t->mu);
     struct auth_slot *s = table_slot(t, key, 0, now);
@@ -163,8 +143,8 @@ static int table_blocked(struct auth_table *t, const struct sockaddr *from, doub
  * the `max`-th within a window blocks the address for a window. */
 static void table_count(struct auth_table *t, const struct sockaddr *from, double now)
 {
-    unsigned char key[16];
-    if (t->max == 0 || auth_addr_key(from, key) != 0)
+    unsigned char key[HOSTPORT_KEY_BYTES];
+    if (t->max == 0 || hostport_client_key(from, key) != 0)
         return;
     pthread_mutex_lock(&t->mu);
     struct auth_slot *s = table_slot(t, key, 1, now);
@@ -234,8 +214,8 @@ int auth_register_admit(const struct sockaddr *from, double now, long *retry_aft
 
 void auth_addr_seen(const struct sockaddr *from, double now)
 {
-    unsigned char key[16];
-    if (auth_addr_key(from, key) != 0)
+    unsigned char key[HOSTPORT_KEY_BYTES];
+    if (hostport_client_key(from, key) != 0)
         return;
     pthread_mutex_lock(&auth_known.mu);
     table_slot(&auth_known, key, 1, now)->until = now + AUTH_KNOWN_S;
@@ -244,10 +224,10 @@ void auth_addr_seen(const struct sockaddr *from, double now)
 
 int auth_addr_known(const struct sockaddr *from, double now)
 {
-    unsigned char key[16];
+    unsigned char key[HOSTPORT_KEY_BYTES];
     if (auth_loopback(from))
         return 1;
-    if (auth_addr_key(from, key) != 0)
+    if (hostport_client_key(from, key) != 0)
         return 0;
     pthread_mutex_lock(&auth_known.mu);
     const struct auth_slot *s = table_slot(&auth_known, key, 0, now);

@@ -17,6 +17,7 @@
 #include "../../common/log.h"
 #include "../../common/ticker.h"
 #include "../../common/clock.h"
+#include "../../common/hostport.h"
 #include "auth.h"
 
 #define HTTP_SPARE_CONNECTIONS 1024   /* connections beyond the long-polls, for ordinary requests */
@@ -36,7 +37,8 @@
 
 #define HTTP_ADDR_BUCKETS 4096
 
-#define HTTP_NODE_KEY 0xff        /* key[0] of a node's entry: no address family */
+#define HTTP_CLIENT_KEY 1         /* key[0] of a client address's entry */
+#define HTTP_NODE_KEY 2           /* key[0] of a node's entry */
 
 /* Connections and request body bytes held per client address (http_admit,
  * http_hold), and body bytes per node (connections 0).  An entry goes
@@ -70,26 +72,12 @@ static struct {
     double refused_logged;            /* monotonic s of the last "refused" line */
 } http_conns = { .mu = PTHREAD_MUTEX_INITIALIZER };
 
-/* The client address as a key: IPv4 whole (also when it comes IPv4-mapped,
- * to a server listening on IPv6), IPv6 by its /64 (one host's addresses),
- * anything else as one key. */
+/* The client address as a key: its hostport_client_key after a tag byte
+ * (which a node's key, http_node_key, has otherwise). */
 static void http_addr_key(const struct sockaddr *sa, unsigned char key[HTTP_ADDR_KEY])
 {
-    memset(key, 0, HTTP_ADDR_KEY);
-    if (!sa)
-        return;
-    key[0] = (unsigned char)sa->sa_family;
-    if (sa->sa_family == AF_INET) {
-        memcpy(key + 1, &((const struct sockaddr_in *)sa)->sin_addr, 4);
-    } else if (sa->sa_family == AF_INET6) {
-        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
-        if (IN6_IS_ADDR_V4MAPPED(a)) {
-            key[0] = AF_INET;
-            memcpy(key + 1, a->s6_addr + 12, 4);
-        } else {
-            memcpy(key + 1, a->s6_addr, 8);
-        }
-    }
+    key[0] = HTTP_CLIENT_KEY;
+    (void)hostport_client_key(sa, key + 1);   /* no address, another family: all one key */
 }
 
 /* The key under which a node's request bodies are counted (http_hold). */

@@ -67,7 +67,7 @@ enum MHD_Result http_admit(void *cls, const struct sockaddr *addr, socklen_t add
  * what arrived, chunked), until it completes. */
 #define HTTP_BODIES_PER_NODE 4
 #define HTTP_BODIES_PER_ADDRESS 16
-#define HTTP_ADDR_KEY 17   /* bytes: the family, then the IPv4 address or IPv6 /64 */
+#define HTTP_ADDR_KEY 17   /* bytes: a tag (client or node), then its hostport_client_key or node id */
 
 struct http_hold {
     unsigned char addr[HTTP_ADDR_KEY];   /* the client's address */

@@ -201,6 +201,23 @@ static int64_t fewer_replicas(const struct job_spec *spec, int available)
     return 1;
 }
 
+/* Appends " node ID (NAME)EXTRA" of `node` ({id, name}) to the list at
+ * out[*at], after `first` when the list is empty and "," after that.
+ * Returns 0, or -1 (the list cut back to its last whole entry) when it
+ * does not fit in len. */
+static int name_node(char *out, size_t len, size_t *at, const char *first, const json_t *node, const char *extra)
+{
+    int w = snprintf(out + *at, len - *at, "%s node %lld (%s)%s", *at ? "," : first,
+                     (long long)json_integer_value(json_object_get(node, "id")),
+                     json_string_value(json_object_get(node, "name")), extra);
+    if (w < 0 || (size_t)w >= len - *at) {
+        out[*at] = '\0';
+        return -1;
+    }
+    *at += (size_t)w;
+    return 0;
+}
+
 /* Too few nodes besides those excluded after failures: the excluded ones
  * whose peer port answers the server now (an agent restarted, a link
  * mended; LIVE_NODES_SQL's order, fewest failed epochs first) are taken
@@ -230,14 +247,8 @@ static void readmit_excluded(json_t *nodes, const json_t *excluded, long long ne
                      json_string_value(json_object_get(node, "name")));
             continue;
         }
-        int w = snprintf(out + at, len - at, "%s node %lld (%s)", at ? "," : "; excluded after failures:",
-                         (long long)json_integer_value(json_object_get(node, "id")),
-                         json_string_value(json_object_get(node, "name")));
-        if (w < 0 || (size_t)w >= len - at) {
-            out[at] = '\0';
+        if (name_node(out, len, &at, "; excluded after failures:", node, "") != 0)
             break;
-        }
-        at += (size_t)w;
     }
 out:
     free(addr);
@@ -253,18 +264,12 @@ static void name_unreadable(const json_t *nodes, char *out, size_t len)
     json_t *node;
     out[0] = '\0';
     json_array_foreach(nodes, i, node) {
-        json_t *roots = json_object_get(node, "data_roots");
-        int w = snprintf(out + at, len - at, "%s node %lld (%s) beneath %s",
-                         at ? "," : "; not allowed to read its data by their owners' --data-roots:",
-                         (long long)json_integer_value(json_object_get(node, "id")),
-                         json_string_value(json_object_get(node, "name")),
-                         json_string_value(json_array_get(roots, 0)) ? json_string_value(json_array_get(roots, 0))
-                                                                       : "?");
-        if (w < 0 || (size_t)w >= len - at) {
-            out[at] = '\0';
+        const char *root = json_string_value(json_array_get(json_object_get(node, "data_roots"), 0));
+        char beneath[300];
+        snprintf(beneath, sizeof beneath, " beneath %s", root ? root : "?");
+        if (name_node(out, len, &at, "; not allowed to read its data by their owners' --data-roots:", node,
+                      beneath) != 0)
             break;
-        }
-        at += (size_t)w;
     }
 }
 

@@ -12,8 +12,6 @@
  * matmul speed: ~12 FLOP per parameter at 5% of the measured matmul rate. */
 #define OPT_FLOP_PER_PARAM 12.0
 #define OPT_EFFICIENCY 0.05
-/* Bytes of state per parameter: fp32 weight, gradient, Adam m and v. */
-#define STATE_BYTES_PER_PARAM 16.0
 
 /* One-way transfer time of `bytes` from i to j: latency plus serialisation, s. */
 static double xfer_s(const struct sched_problem *pb, int i, int j, double bytes)
@@ -361,9 +359,10 @@ static double shoal_layers(const struct sched_ctx *cx, const int *node, int *lay
         }
         speed[s] = sp;
         double stash = pb->model.schedule == SCHED_GPIPE ? (double)M : (double)(M < P - s ? M : P - s);
-        double fixed_bytes = ((s == 0 ? cx->first_params : 0) + (s == P - 1 ? cx->last_params : 0)) * STATE_BYTES_PER_PARAM
+        double fixed_bytes = ((s == 0 ? cx->first_params : 0) + (s == P - 1 ? cx->last_params : 0))
+                               * (double)MODEL_STATE_BYTES_PER_PARAM
                            + (s == P - 1 ? cx->last_act_bytes : 0);
-        double per_layer = cx->layer_params * STATE_BYTES_PER_PARAM + stash * cx->layer_act_bytes;
+        double per_layer = cx->layer_params * (double)MODEL_STATE_BYTES_PER_PARAM + stash * cx->layer_act_bytes;
         cap[s] = floor((mem - fixed_bytes) / per_layer);
         if (given) {
             shortfall += layers[s] > cap[s] ? layers[s] - (cap[s] < -1e6 ? -1e6 : cap[s]) : 0;
@@ -780,7 +779,7 @@ void sched_memory_report(const struct sched_problem *pb, const struct sched_plan
         double stash = pb->model.schedule == SCHED_GPIPE ? (double)pb->model.micro_batches
                        : (double)(pb->model.micro_batches < P - s ? pb->model.micro_batches : P - s);
         double state = (layers * cx.layer_params + (s == 0 ? cx.first_params : 0) + (s == P - 1 ? cx.last_params : 0))
-                       * STATE_BYTES_PER_PARAM;
+                       * (double)MODEL_STATE_BYTES_PER_PARAM;
         double act = layers * stash * cx.layer_act_bytes + (s == P - 1 ? cx.last_act_bytes : 0);
         if (worst < 0 || state + act - mem > worst_over) {
             worst = s, worst_node = at, worst_over = state + act - mem;

@@ -10,6 +10,7 @@
 #include "../relay_fixture.h"
 
 #include "../../common/log.h"
+#include "../../common/hostport.h"
 #include "../../relay/relay_books.h"
 
 static int setup_one_link(void **state)
@@ -356,16 +357,16 @@ static void test_addresses_count_by_host_or_64(void **state)
     inet_pton(AF_INET, "192.0.2.7", &v4->sin_addr);
     v6->sin6_family = AF_INET6;
     inet_pton(AF_INET6, "::ffff:192.0.2.7", &v6->sin6_addr);
-    assert_int_equal(books_addr_key(&a, ka), 0);
-    assert_int_equal(books_addr_key(&b, kb), 0);
+    assert_int_equal(hostport_client_key((const struct sockaddr *)&a, ka), 0);
+    assert_int_equal(hostport_client_key((const struct sockaddr *)&b, kb), 0);
     assert_memory_equal(ka, kb, 16);
     inet_pton(AF_INET6, "2001:db8:1:2::1", &v6->sin6_addr);
-    assert_int_equal(books_addr_key(&b, ka), 0);
+    assert_int_equal(hostport_client_key((const struct sockaddr *)&b, ka), 0);
     inet_pton(AF_INET6, "2001:db8:1:2:ffff:ffff:ffff:ffff", &v6->sin6_addr);
-    assert_int_equal(books_addr_key(&b, kb), 0);
+    assert_int_equal(hostport_client_key((const struct sockaddr *)&b, kb), 0);
     assert_memory_equal(ka, kb, 16);   /* one /64 */
     inet_pton(AF_INET6, "2001:db8:1:3::1", &v6->sin6_addr);
-    assert_int_equal(books_addr_key(&b, kb), 0);
+    assert_int_equal(hostport_client_key((const struct sockaddr *)&b, kb), 0);
     assert_memory_not_equal(ka, kb, 16);   /* the next /64 */
 }
 
