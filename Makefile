@@ -4,6 +4,8 @@
 #   make SAN=1      build with AddressSanitizer + UBSan into build/san/bin/
 #   make deps       install the Debian and npm packages the project needs (idempotent)
 #   make test       deps, then unit and integration tests under sanitizers
+#   make test-deploy  the images built and the compose stack run: two agent containers train a
+#                     job kept across down and up (.ci/run runs it after make test)
 #   make demo       deps, build, a server and four CPU agents train a small GPT, then sample it
 #   make bench-sched  the scheduler against the paper's results and generated networks' best
 #                     known costs (table + JSON lines); bench-sched-long refreshes those (hours)
@@ -112,14 +114,17 @@ DEB_PACKAGES := build-essential pkg-config libmicrohttpd-dev libjansson-dev \
 # prometheus: for promtool (the tests lint /metrics, prometheus.yml and the
 # Grafana dashboard's queries); deploy/deps.sh keeps its daemon stopped.
 
-# Installed only when the command is missing (NodeSource's nodejs has its own npm).
-DEB_COMMANDS := npm
+# Installed only when the command is missing (NodeSource's nodejs has its own npm;
+# an engine from Docker's own packages serves make test-deploy as well as
+# Debian's docker.io): COMMAND or COMMAND=PACKAGE.
+# debootstrap: make test-deploy's base image, from Debian's archive.
+DEB_COMMANDS := npm dockerd=docker.io debootstrap
 # From each package-lock.json: the browser test's playwright-core; the
 # OpenAPI lint (Redocly) and response validator (ajv) of tests/api; the
 # tokenizer oracles of tests/tokenize (tiktoken, @huggingface/tokenizers).
 NPM_DIRS     := tests/browser tests/api tests/tokenize
 
-.PHONY: all deps test test-gpu demo bench-sched bench-sched-long bench-kernels bench-gpu-pipeline bench-peer bench-relay bench-load bench-wan bench-faults bench-finetune bench-tokenize testbed fuzz clean
+.PHONY: all deps test test-deploy test-gpu demo bench-sched bench-sched-long bench-kernels bench-gpu-pipeline bench-peer bench-relay bench-load bench-wan bench-faults bench-finetune bench-tokenize testbed fuzz clean
 all: $(BINDIR)/shoal-server $(BINDIR)/shoal-sched $(BINDIR)/shoal-agent $(BINDIR)/shoal-relay
 
 $(BINDIR)/shoal-server: $(BUILD)/server/main.o $(SERVER_OBJ) $(COMMON_OBJ)
@@ -244,6 +249,12 @@ test: deps
 	@$(MAKE) --no-print-directory all build/rel/tests/gpu/test_kernels_gpu build/rel/bench/bench_kernels \
 	    build/rel/bench/bench_pipeline
 	@sh tests/run.sh build/san
+
+# The images built from deploy/ and the compose stack run in containers: a job
+# trained by two agent containers, kept across down and up (.ci/run runs it
+# after make test; tests/deploy/containers.sh says why when it skips).
+test-deploy: deps
+	@bash tests/deploy/containers.sh
 
 # On a GPU machine: the CUDA backend against the CPU oracle (exit 77: no device).
 test-gpu: deps

@@ -5,9 +5,12 @@
 #
 # usage: deps.sh [--command NAME]... [--npm DIR]... PACKAGE...
 #   PACKAGE         a Debian package, installed unless dpkg says it is
-#   --command NAME  the Debian package NAME, installed only when no program
-#                   NAME is on $PATH (npm: NodeSource's nodejs carries its
-#                   own npm and conflicts with Debian's)
+#   --command NAME[=PACKAGE]
+#                   the Debian package PACKAGE (default NAME), installed only
+#                   when no program NAME is on $PATH or in /usr/sbin (npm:
+#                   NodeSource's nodejs carries its own npm and conflicts with
+#                   Debian's; dockerd: Docker's own docker-ce conflicts with
+#                   docker.io)
 #   --npm DIR       `npm ci` in DIR when DIR/node_modules is missing or
 #                   older than DIR/package-lock.json
 set -eu
@@ -29,7 +32,7 @@ for p in "$@"; do
     esac
 done
 for c in $commands; do
-    command -v "$c" >/dev/null 2>&1 || missing="$missing $c"
+    PATH="$PATH:/usr/sbin:/sbin" command -v "${c%%=*}" >/dev/null 2>&1 || missing="$missing ${c#*=}"
 done
 if [ -n "$missing" ]; then
     echo "deps: installing$missing"
