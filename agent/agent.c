@@ -27,6 +27,7 @@
 #define POLL_WAIT_S 25              /* the assignment long-poll's wait */
 #define REPORT_QUEUE 4096           /* progress posts held while the server is away */
 #define PROBE_TIMEOUT_MS 10000
+#define AGENT_RELAY_RETRY_S 30.0    /* s before a relay whose probe failed is probed again, at most */
 #define HEARTBEAT_SLICE_S 0.05      /* how soon a heartbeat follows a tasklet's end */
 
 struct agent {
@@ -348,10 +349,18 @@ static void probe_round(struct agent *ag, long generation)
             relay_link = json_pack("{s:s, s:f, s:f}", "address", relay, "latency_ms", r.latency_ms,
                                    "bandwidth_gbps", r.bandwidth_gbps);
         } else {
-            /* like a peer it could not connect to: not again until the link would be stale */
+            /* not again for a while (a relay restarting is back within
+             * AGENT_RELAY_RETRY_S), and the server hears why: it plans no
+             * link of this node through the relay until a probe works */
             double wait = (double)json_integer_value(json_object_get(ans, "stale_after_s"));
+            if (wait > AGENT_RELAY_RETRY_S)
+                wait = AGENT_RELAY_RETRY_S;
             ag->relay_retry_at = ctl_now() + wait;
             log_warn("probe of relay %s failed (tried again in %.0f s): %s", relay, wait, e.message);
+            char said[sizeof e.message];
+            snprintf(said, sizeof said, "%s", e.message);
+            utf8_clip(said, PROBE_WHY_MAX);
+            relay_link = json_pack("{s:s, s:b, s:s}", "address", relay, "reachable", 0, "why", said);
         }
     }
     if (json_array_size(samples) == 0 && !relay_link)

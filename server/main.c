@@ -20,6 +20,7 @@
 #include "store/migrate.h"
 #include "store/pgembed.h"
 #include "jobs/reach.h"
+#include "jobs/relay_check.h"
 #include "jobs/recovery.h"
 #include "api/routes.h"
 #include "store/db.h"
@@ -140,6 +141,12 @@ int main(int argc, char **argv)
     }
     if (run_migrations(srv.db, &err) != 0)
         goto fail;
+    /* a relay that does not answer is said now, not at a job's first dial */
+    if (srv.cfg.relay[0] && !(srv.relay = relay_check_new(srv.cfg.relay))) {
+        err_set(&err, 1, "oom", NULL, "out of memory");
+        goto fail;
+    }
+    relay_check_now(srv.relay);
     srv.longpoll = longpoll_start(conninfo, srv.cfg.max_long_polls,
                                   &(struct assignment_tickets){ .secret = srv.relay_secret,
                                                                 .ttl_s = srv.cfg.relay_ticket_ttl_s },
@@ -181,6 +188,7 @@ out:
     http_stop(httpd);
     tls_free(&srv.tls);
     reach_stop(srv.reach);
+    relay_check_free(srv.relay);
     recovery_stop(recovery);
     longpoll_free(srv.longpoll);
     db_pool_close(srv.db);

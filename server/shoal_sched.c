@@ -349,6 +349,10 @@ int main(int argc, char **argv)
     if (c.opt.progress)
         fprintf(stderr, "\r%60s\r", "");
 
+    struct sched_bytes bytes;
+    if (sched_bytes_per_step(pb, &plan, &bytes, &err) != 0)
+        goto fail;
+
     /* Baselines, computed by the search: the best of N random plans, and the sequential plan. */
     double best_random = plan.baselines.best_random_s, sequential = plan.baselines.sequential_s;
 
@@ -375,6 +379,10 @@ int main(int argc, char **argv)
                                 c.opt.threads > 0 ? c.opt.threads : SCHED_THREADS_DEFAULT, "starts",
                                 c.opt.random_starts_only ? "random" : "all", "start_cost", plan.start_cost,
                                 "baselines", baselines);
+        if (pb->cost == SCHED_COST_SHOAL)
+            json_object_set_new(out, "bytes_per_step", json_pack("{s:I, s:I, s:I}",
+                "stage_links", (json_int_t)bytes.stage_links, "sync", (json_int_t)bytes.sync,
+                "tied_head", (json_int_t)bytes.tied_head));
         json_dumpf(out, stdout, JSON_COMPACT | JSON_REAL_PRECISION(10));
         printf("\n");
         json_decref(out);
@@ -388,6 +396,14 @@ int main(int argc, char **argv)
         else
             printf("  pipeline %.4f s (compute %.4f, comm %.4f, bubble %.4f) + all-reduce %.4f s + optimizer %.4f s\n",
                    b->pipeline_s, b->compute_s, b->comm_s, b->bubble_s, b->dp_s, b->optimizer_s);
+        if (pb->cost == SCHED_COST_SHOAL) {
+            const double MiB = 1024.0 * 1024.0;
+            printf("  sent per step: stage links %.1f MiB, sync %.1f MiB, tied head %.1f MiB\n",
+                   bytes.stage_links / MiB, bytes.sync / MiB, bytes.tied_head / MiB);
+            if (bytes.tied_head > 0)
+                printf("  (the tied head's embedding gradient goes between each replica's first and last stage "
+                       "every step: place them together or untie; docs/slow-links.md)\n");
+        }
         printf("search: %ld evaluations, best found after %.0f ms (best start %.4f s)\n", plan.evaluations,
                plan.best_at_ms, plan.start_cost);
         if (c.baseline & BASE_RANDOM)

@@ -399,7 +399,8 @@ function viewNetwork(root) {
   const info = el('p', { id: 'heat-info', class: 'hover-info' }, 'Hover over a cell for its numbers.');
   root.append(el('h1', {}, 'Network'),
     el('p', { class: 'lede' }, 'The latest measured link from each row\'s node to each column\'s node. ' +
-      'Links are directional: A→B need not equal B→A.'),
+      'Links are directional: A→B need not equal B→A. A link its agent could not connect is unreachable: ' +
+      'a plan has the other end dial it, or joins the two through the relay.'),
     picker, chart, info);
 
   function drawPicker() {
@@ -447,8 +448,16 @@ function viewNetwork(root) {
         const x = labelW + j * cell, y = top + i * cell;
         const from = labels[i], to = labels[j];
         let fill, title, text = '', cls = 'cell';
+        const reach = links.reachable ? links.reachable[i][j] : null;
         if (i === j) {
           fill = '#e9ecef'; title = `${from}: itself`; cls += ' self';
+        } else if (reach === false) {
+          // its agent tried and could not connect: not a link to measure
+          const back = links.reachable[j][i] === false;
+          fill = '#f5d5d5'; cls += ' unreachable'; text = '✕';
+          title = `${from} → ${to}: unreachable (${from}'s agent could not connect)` + (back
+            ? '; nor the other way: only a relay (shoal-server --relay) joins them'
+            : `; a plan turns it: ${to} dials ${from}`);
         } else if (v === null) {
           fill = '#f8f9fa'; title = `${from} → ${to}: not measured`; cls += ' missing'; text = '·';
         } else {
@@ -461,7 +470,8 @@ function viewNetwork(root) {
           text = fmtNum(v, 3);
           cls += t > 0.6 ? ' light' : ' dark';
         }
-        const r = svg('g', { class: cls, dataset: { from: ids[i], to: ids[j], value: v === null ? '' : v },
+        const r = svg('g', { class: cls, dataset: { from: ids[i], to: ids[j], value: v === null || reach === false ? '' : v,
+          reach: reach === null ? '' : String(reach) },
           on: { mouseenter: () => { info.textContent = title; } } },
         svg('title', {}, title),
         svg('rect', { x: x + 1, y: y + 1, width: cell - 2, height: cell - 2, rx: 3, fill }),
@@ -474,7 +484,8 @@ function viewNetwork(root) {
       el('span', {}, metric === 'bandwidth' ? `${fmtNum(lo, 3)} ${unit} (slowest)` : `${fmtNum(hi, 3)} ${unit} (slowest)`),
       el('span', { class: 'ramp' }),
       el('span', {}, metric === 'bandwidth' ? `${fmtNum(hi, 3)} ${unit} (fastest)` : `${fmtNum(lo, 3)} ${unit} (fastest)`),
-      el('span', { class: 'swatch missing' }), el('span', {}, 'not measured'));
+      el('span', { class: 'swatch missing' }), el('span', {}, 'not measured'),
+      el('span', { class: 'swatch unreachable' }), el('span', {}, 'unreachable (its agent could not connect)'));
     fill(chart, legend, g);
   }
 
@@ -568,6 +579,39 @@ function planGrid(cells, stages, replicas, id) {
       }));
   });
   return el('table', { class: 'plan-grid', id }, el('thead', {}, head), el('tbody', {}, rows));
+}
+
+// What a step of the plan sends, as its cost model priced it, with the
+// tied head's exchange beside the stage links' and sync's.
+function planBytes(b) {
+  if (!b) return null;
+  return el('p', { class: 'note', id: 'plan-bytes', dataset: { stageLinks: b.stage_links, sync: b.sync, tiedHead: b.tied_head } },
+    `Sent per step (predicted): stage links ${fmtBytes(b.stage_links)} · sync ${fmtBytes(b.sync)}` +
+    (b.tied_head ? ` · tied head ${fmtBytes(b.tied_head)}: the head shares the embedding, so its gradient ` +
+      'crosses between the first and last stage of each replica every step (place them together, or untie it; ' +
+      'docs/slow-links.md).' : '.'));
+}
+
+// Each connection of the plan and how it is made: dialled, turned (the
+// other end dials, the sender cannot reach it) or through the relay.
+// open: as the user left it (null: open when any link is not dialled).
+function planLinks(p, open) {
+  if (!p.links || !p.links.length) return null;
+  const kinds = { stage: 'stage link', ring: 'ring (sync)', tied_head: 'tied head' };
+  const end = (e) => `stage ${e.stage} replica ${e.replica} · ${nodeName(e.node_id)}`;
+  const how = (l) => (l.way === 'relay' ? `relayed through ${p.relay || 'the relay'}`
+    : l.way === 'reverse' ? `turned: ${nodeName(l.to.node_id)} dials` : 'dialled');
+  const counts = ['dial', 'reverse', 'relay'].map((w) => [w, p.links.filter((l) => l.way === w).length]);
+  const unusual = counts.some(([w, n]) => w !== 'dial' && n > 0);
+  return el('details', { class: 'plan-links', open: (open === null ? unusual : open) ? '' : null },
+    el('summary', { id: 'plan-links-summary' }, `${p.links.length} connections: ` +
+      counts.map(([w, n]) => `${n} ${w === 'dial' ? 'dialled' : w === 'reverse' ? 'turned' : 'relayed'}`).join(', ') +
+      (p.relay ? ` (relay ${p.relay})` : '')),
+    el('div', { class: 'table-wrap' }, el('table', { id: 'plan-links', class: 'compact' },
+      el('thead', {}, el('tr', {}, ...['link', 'from', 'to', 'how'].map((h) => el('th', {}, h)))),
+      el('tbody', {}, p.links.map((l) => el('tr', { dataset: { kind: l.kind, way: l.way, from: l.from.node_id, to: l.to.node_id } },
+        el('td', {}, kinds[l.kind] || l.kind), el('td', {}, end(l.from)), el('td', {}, end(l.to)),
+        el('td', { dataset: { col: 'way' }, class: 'way-' + l.way }, how(l))))))));
 }
 
 // "layers 0–2" for {layer_start: 0, layer_end: 3}; "" without one.
@@ -736,10 +780,14 @@ function viewJob(root, id) {
     // other tasklets (the server's rule, docs/recovery.md).
     const stragglers = job.stragglers.map((t) =>
       `stage ${t.stage} replica ${t.replica} on ${nodeName(t.node_id)} computes ${fmtNum(t.slowdown, 3)}× its predicted time`);
+    const shown = planBox.querySelector('details.plan-links');   // a refresh keeps it as the user left it
+    const linksOpen = shown ? shown.open : null;
     fill(planBox, el('h2', {}, `Plan, epoch ${p.epoch}`),
       el('p', { class: 'lede' }, `Cost model ${p.cost_model}, made ${fmtAgo(p.created_at)}. ` +
         'Rows are pipeline stages, columns data-parallel replicas.' + fewer),
       el('div', { class: 'table-wrap' }, planGrid(cells, P, D, 'plan-grid')),
+      planBytes(p.bytes_per_step),
+      planLinks(p, linksOpen),
       stragglers.length ? el('p', { class: 'stragglers', id: 'stragglers', dataset: { count: stragglers.length } },
         `Straggling: ${stragglers.join('; ')}, far more than the job's other tasklets. ` +
         'Schedule re-plans the job from its latest checkpoint on the nodes live now.') : null);
@@ -914,6 +962,15 @@ function viewJob(root, id) {
       if (schedulable && !scheduleForm) {
         scheduleForm = schedulePanel(job, () => pollNow());
         fill(scheduleBox, scheduleForm);
+      }
+      // A job with a plan is re-planned only now and then: its form goes
+      // below what it is doing, and Schedule is not the page's main button.
+      const planned = !!job.plan && job.state !== 'pending';
+      if (planned) faultBox.after(scheduleBox); else cards.after(scheduleBox);
+      scheduleBox.dataset.place = planned ? 'below' : 'above';
+      if (scheduleForm) {
+        scheduleForm.querySelector('#schedule-plan').classList.toggle('primary', !planned);
+        scheduleForm.querySelector('h2').textContent = planned ? 'Re-plan' : 'Schedule';
       }
     },
   };

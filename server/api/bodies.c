@@ -206,11 +206,29 @@ static const struct jv_field sample_fields[] = {
 #define R(f) offsetof(struct body_links, relay.f)
 static const struct jv_field relay_link_fields[] = {
     { "address", JV_STR, 1, 0, 3, 261, R(address), sizeof ((struct body_links *)0)->relay.address, NULL, NULL },
-    { "latency_ms", JV_NUM, 1, 0, 0, 600000, R(latency_ms), 0, NULL, NULL },
-    { "bandwidth_gbps", JV_NUM, 1, 0, 1e-9, 1e5, R(bandwidth_gbps), 0, NULL, NULL },
+    { "latency_ms", JV_NUM, 0, 0, 0, 600000, R(latency_ms), 0, NULL, NULL },
+    { "bandwidth_gbps", JV_NUM, 0, 0, 1e-9, 1e5, R(bandwidth_gbps), 0, NULL, NULL },
+    { "reachable", JV_BOOL, 0, 0, 0, 0, R(reachable), 0, NULL, NULL },
+    { "why", JV_STR, 0, 0, 0, BODY_LINK_WHY_MAX, R(why), sizeof ((struct body_links *)0)->relay.why, NULL, NULL },
     { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
 };
 #undef R
+
+/* The relay's entry is measured (latency and bandwidth) or, reachable
+ * false, a probe that failed, with its reason. */
+static int relay_kind(const struct body_links *out, struct shoal_err *e)
+{
+    int measured = !isnan(out->relay.latency_ms) || !isnan(out->relay.bandwidth_gbps);
+    if (!out->relay.reachable && measured)
+        return err_set(e, 422, "invalid_field", "relay", "relay says reachable false and gives measurements: "
+                       "a probe of the relay either measured it or could not");
+    if (out->relay.reachable && out->relay.why[0])
+        return err_set(e, 422, "invalid_field", "relay.why", "relay.why goes only with \"reachable\": false");
+    if (out->relay.reachable && (isnan(out->relay.latency_ms) || isnan(out->relay.bandwidth_gbps)))
+        return err_set(e, 400, "missing_field", "relay", "relay needs latency_ms and bandwidth_gbps (or "
+                       "\"reachable\": false when the probe of the relay failed)");
+    return 0;
+}
 
 /* Checks sample s (at `path`) is either measured or unreachable; an
  * unreachable one goes onto out->unreachable. */
@@ -285,7 +303,10 @@ int body_links_parse(const json_t *body, int64_t self, struct body_links *out, s
         return err_set(e, 403, "forbidden", "from", "a node may only report its own links (from = %lld)",
                        (long long)self);
     json_t *relay = json_object_get(body, "relay");
-    if (relay && !json_is_null(relay) && jv_object(relay, relay_link_fields, "relay", out, e) != 0)
+    out->relay.latency_ms = out->relay.bandwidth_gbps = NAN;
+    out->relay.reachable = 1;
+    if (relay && !json_is_null(relay) &&
+        (jv_object(relay, relay_link_fields, "relay", out, e) != 0 || relay_kind(out, e) != 0))
         return -1;
     int has_relay = out->relay.address[0] != '\0';
     json_t *samples = json_object_get(body, "samples");

@@ -82,11 +82,14 @@ struct body_links {
     struct buf latency_ms;      /* ms */
     struct buf bandwidth_gbps;  /* Gbit/s */
     json_t *unreachable;        /* [{to, why}]: links the caller could not connect over at all */
-    /* "relay": the caller's link to that relay, echoed through it; address "" when absent */
+    /* "relay": the caller's link to that relay, echoed through it, or its
+     * probe that failed (reachable 0, why); address "" when absent */
     struct {
         char address[262];      /* host:port */
-        double latency_ms;      /* ms */
-        double bandwidth_gbps;  /* Gbit/s */
+        double latency_ms;      /* ms; NAN when not reachable */
+        double bandwidth_gbps;  /* Gbit/s; NAN when not reachable */
+        int reachable;          /* 0: the probe failed */
+        char why[200 + 1];      /* BODY_LINK_WHY_MAX */
     } relay;
 };
 #define BODY_LINK_WHY_MAX 200   /* bytes of a sample's "why" */

@@ -82,14 +82,16 @@ void h_probes(struct request *rq, struct response *rs)
      * is training: a probe's bulk transfer would slow its steps and the
      * measurement would be wrong anyway, so it waits until the peer is idle.
      * "relay": the server's relay while the caller's link to it is not
-     * measured or older than link_stale_s, else null; "relay_ticket" the
+     * measured or older than link_stale_s, or its latest probe of it
+     * failed (relay_reach), else null; "relay_ticket" the
      * caller's ticket to probe it. */
     json_t *res = db_query_json(rq->srv->db,
         "SELECT json_build_object('targets', coalesce(json_agg(json_build_object('node_id', t.id,"
         "   'peer_address', t.peer_address) ORDER BY t.measured_at NULLS FIRST, t.id), '[]'),"
         "  'stale_after_s', $3::bigint,"
-        "  'relay', (SELECT $5::text WHERE $5::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM relay_links r"
-        "    WHERE r.node_id = $1 AND r.relay = $5 AND r.measured_at > now() - make_interval(secs => $3::bigint))))"
+        "  'relay', (SELECT $5::text WHERE $5::text IS NOT NULL AND (NOT EXISTS (SELECT 1 FROM relay_links r"
+        "    WHERE r.node_id = $1 AND r.relay = $5 AND r.measured_at > now() - make_interval(secs => $3::bigint))"
+        "    OR NOT relay_usable($1, $5))))"
         " FROM (SELECT n.id, n.peer_address, l.measured_at FROM nodes n"
         "   LEFT JOIN LATERAL (SELECT s.measured_at FROM link_samples s"
         "     WHERE s.from_node = $1 AND s.to_node = n.id ORDER BY s.measured_at DESC, s.id DESC LIMIT 1) l ON true"

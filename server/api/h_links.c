@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../../common/log.h"
 #include "bodies.h"
 #include "../http/http.h"
 #include "routes.h"
@@ -39,17 +40,21 @@ void h_links_put(struct request *rq, struct response *rs)
         goto out;
     }
     char p_rlat[32], p_rbw[32];
-    int relay = links.relay.address[0] != '\0';
+    int relay = links.relay.address[0] != '\0', relay_ok = relay && links.relay.reachable;
     const char *params[] = { db_param_i64(p_self, rq->node_id), links.to.data, links.latency_ms.data,
                              links.bandwidth_gbps.data, links.report_id, unreachable,
                              relay ? links.relay.address : NULL,
-                             relay ? db_param_f64(p_rlat, links.relay.latency_ms) : NULL,
-                             relay ? db_param_f64(p_rbw, links.relay.bandwidth_gbps) : NULL };
+                             relay_ok ? db_param_f64(p_rlat, links.relay.latency_ms) : NULL,
+                             relay_ok ? db_param_f64(p_rbw, links.relay.bandwidth_gbps) : NULL,
+                             relay ? (relay_ok ? "true" : "false") : NULL,
+                             relay && links.relay.why[0] ? links.relay.why : NULL };
     /* A named report stores its samples only the first time its name
      * comes (a retry after a lost answer stores nothing); the node's names
      * older than a day are pruned on the way.  Each link tried is noted in
      * link_reach (016_reachability.sql): connected (measured) or not; the
-     * link to a relay goes to relay_links (018_link_ways.sql). */
+     * link to a relay goes to relay_links (018_link_ways.sql) when its probe
+     * worked, and whether it did to relay_reach (020_plan_visible.sql),
+     * answering what the node said the time before ("relay_was"). */
     res = db_query_json(rq->srv->db,
         "WITH k AS (INSERT INTO link_reports (node_id, report_id) SELECT $1, $5 WHERE $5::text IS NOT NULL"
         "   ON CONFLICT (node_id, report_id) DO NOTHING RETURNING 1),"
@@ -65,13 +70,19 @@ void h_links_put(struct request *rq, struct response *rs)
         "   ON CONFLICT (from_node, to_node) DO UPDATE SET reachable = excluded.reachable, why = excluded.why,"
         "     checked_at = now() RETURNING 1),"
         " rl AS (INSERT INTO relay_links (node_id, relay, latency_ms, bandwidth_gbps)"
-        "   SELECT $1, $7, $8::float8, $9::float8 FROM fresh WHERE fresh.yes AND $7::text IS NOT NULL"
+        "   SELECT $1, $7, $8::float8, $9::float8 FROM fresh WHERE fresh.yes AND $10::boolean"
         "   ON CONFLICT (node_id, relay) DO UPDATE SET latency_ms = excluded.latency_ms,"
         "     bandwidth_gbps = excluded.bandwidth_gbps, measured_at = now() RETURNING 1),"
+        " was AS (SELECT reachable FROM relay_reach WHERE node_id = $1 AND relay = $7),"
+        " rr AS (INSERT INTO relay_reach (node_id, relay, reachable, why)"
+        "   SELECT $1, $7, $10::boolean, $11 FROM fresh WHERE fresh.yes AND $7::text IS NOT NULL"
+        "   ON CONFLICT (node_id, relay) DO UPDATE SET reachable = excluded.reachable, why = excluded.why,"
+        "     checked_at = now() RETURNING 1),"
         " old AS (DELETE FROM link_reports WHERE node_id = $1 AND received_at < now() - interval '1 day')"
         " SELECT json_build_object('accepted', (SELECT count(*) FROM ins) + (SELECT count(*) FROM un)"
-        "   + (SELECT count(*) FROM rl),"
-        "   'duplicate', $5::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM k))", 9, params, "samples", &e);
+        "   + (SELECT count(*) FROM rr),"
+        "   'duplicate', $5::text IS NOT NULL AND NOT EXISTS (SELECT 1 FROM k),"
+        "   'relay_was', (SELECT reachable FROM was))", 11, params, "samples", &e);
     free(unreachable);
     if (!res) {
         if (e.status == 409)   /* the foreign key on to_node */
@@ -79,6 +90,16 @@ void h_links_put(struct request *rq, struct response *rs)
         reply_error(rs, &e);
         goto out;
     }
+    /* a node that cannot reach the relay cannot be planned through it:
+     * said once, when it starts (relay_check.h is the server's own look) */
+    if (relay && !relay_ok && !json_is_false(json_object_get(res, "relay_was")) &&
+        !json_is_true(json_object_get(res, "duplicate")))
+        log_warn("relay %s (--relay) does not answer node %lld's probe: %s; no link of that node is planned "
+                 "through it until its probe works", links.relay.address, (long long)rq->node_id,
+                 links.relay.why[0] ? links.relay.why : "no reason given");
+    else if (relay_ok && json_is_false(json_object_get(res, "relay_was")))
+        log_info("relay %s (--relay) answers node %lld's probe again", links.relay.address, (long long)rq->node_id);
+    json_object_del(res, "relay_was");
     reply_json(rs, 200, res);
 out:
     body_links_free(&links);

@@ -28,6 +28,7 @@
 
 #include "../../common/log.h"
 #include "../http/http.h"
+#include "../jobs/relay_check.h"
 #include "../http/http_limits.h"
 #include "../jobs/longpoll.h"
 #include "../http/prom.h"
@@ -432,9 +433,40 @@ static void h_metrics_links_or_none(PGresult *r, struct buf *out)
              2 * PQntuples(r), out->limit);
 }
 
+/* The server's relay (--relay; none: nothing written): shoal_relay_up,
+ * whether it answered this server's last look (relay_check.h; left out
+ * before the first), and shoal_relay_unreachable_nodes, the nodes whose
+ * agents' latest probe of it failed (relay_reach, 020_plan_visible.sql).
+ * Returns 0, METRICS_DB_FAILED or METRICS_FULL. */
+static int h_metrics_relay(PGconn *c, struct buf *out, struct relay_check *rc)
+{
+    struct shoal_err e;
+    const char *relay = relay_check_address(rc);
+    if (!relay)
+        return 0;
+    const char *labels[] = { "relay", relay, NULL }, *params[] = { relay };
+    int up = relay_check_state(rc, NULL, 0);
+    if (up >= 0 && (prom_family(out, "shoal_relay_up", "gauge", "1 if the relay (--relay) answered this server's "
+                                "last check of its GET /healthz, 0 if not.") != 0 ||
+                    prom_sample(out, "shoal_relay_up", labels, up) != 0))
+        return METRICS_FULL;
+    PGresult *r = db_exec(c, "SELECT count(*) FROM relay_reach r JOIN nodes n ON n.id = r.node_id"
+                             " WHERE r.relay = $1 AND NOT r.reachable AND n.removed_at IS NULL", 1, params, &e);
+    if (!r)
+        return METRICS_DB_FAILED;
+    double n = strtod(PQgetvalue(r, 0, 0), NULL);
+    PQclear(r);
+    if (prom_family(out, "shoal_relay_unreachable_nodes", "gauge", "Nodes whose agent's latest probe of the "
+                    "relay (--relay) failed: none of their links is planned through it.") != 0 ||
+        prom_sample(out, "shoal_relay_unreachable_nodes", labels, n) != 0)
+        return METRICS_FULL;
+    return 0;
+}
+
 /* The families read from the database, and the links' rows for later.
  * Returns 0, METRICS_DB_FAILED or METRICS_FULL; *links is set only on 0. */
-static int h_metrics_database(PGconn *c, struct buf *out, long heartbeat_timeout, PGresult **links)
+static int h_metrics_database(PGconn *c, struct buf *out, long heartbeat_timeout, struct relay_check *relay,
+                              PGresult **links)
 {
     int rc = h_metrics_by_state(c, out, "shoal_nodes", "state", "Registered nodes by state.",
                  "SELECT s, count(n.id) FROM unnest(ARRAY['idle','busy','draining','lost']) s"
@@ -450,6 +482,8 @@ static int h_metrics_database(PGconn *c, struct buf *out, long heartbeat_timeout
         rc = h_metrics_jobs(c, out);
     if (rc == 0)
         rc = h_metrics_tasklets(c, out);
+    if (rc == 0)
+        rc = h_metrics_relay(c, out, relay);
     if (rc == 0 && !(*links = h_metrics_links_query(c)))
         rc = METRICS_DB_FAILED;
     return rc;
@@ -522,7 +556,7 @@ void h_metrics(struct request *rq, struct response *rs)
     int full = metrics_render(srv->metrics, routes, &rs->text) != 0;
     PGconn *c = full ? NULL : db_acquire(srv->db, &e);
     if (c)
-        rc = h_metrics_database(c, &rs->text, srv->cfg.heartbeat_timeout, &links);
+        rc = h_metrics_database(c, &rs->text, srv->cfg.heartbeat_timeout, srv->relay, &links);
     /* Read before releasing so the scrape's own connection counts as in use. */
     int in_use = db_pool_in_use(srv->db);
     db_release(srv->db, c);

@@ -15,6 +15,7 @@ struct longpoll;
 struct metrics;
 struct reach;
 struct recovery;
+struct relay_check;
 struct workq;
 
 /* Which threads run a route's handler (http.c): the threads that take
@@ -43,6 +44,7 @@ struct server {
     struct tls_files tls;       /* HTTPS certificate and key; cert_pem NULL: plain HTTP */
     struct recovery *recovery;  /* the recovery thread, woken by failure reports */
     struct reach *reach;        /* the peer-port reachability thread, woken by registrations */
+    struct relay_check *relay;  /* does --relay answer? (relay_check.h); NULL: no relay */
     struct workq *lanes[ROUTE_LANES];   /* the workers of each route lane (http.c); NULL: inline */
     const struct route *routes;         /* the route table (routes.c), which http.c serves */
     size_t routes_count;

@@ -13,6 +13,7 @@
 #include "../store/queries.h"
 #include "../sched/input.h"
 #include "peer_probe.h"
+#include "relay_check.h"
 #include "../base/server.h"
 
 #define PLANNER_RANDOM_PLANS 1000   /* baseline: best of this many random plans */
@@ -31,6 +32,8 @@ struct plan_work {
     json_t *live;             /* {step, roots} when the stored plan is a live resume */
     struct scenario net;      /* those nodes and their links */
     struct sched_problem problem;
+    const char *relay;        /* --relay when it answers the server (relay_check.h), else NULL */
+    char relay_down[RELAY_CHECK_WHY_MAX];   /* --relay given and silent: why; else "" */
 };
 
 /* $1 job: the epoch its current plan has (0 before any). */
@@ -62,15 +65,17 @@ struct plan_work {
     "       AND j.state IN ('scheduled', 'running', 'recovering'))"
 
 /* $1 job, $2 the relay or NULL: the links it avoids, [[a, b]] (a < b):
- * blamed after failures, or with no relay blocked both ways (link_blocked,
- * 016_reachability.sql; a link blocked one way only is dialled the other
+ * blamed after failures, or blocked both ways (link_blocked,
+ * 016_reachability.sql) with no relay that both ends reach (relay_usable,
+ * 020_plan_visible.sql; a link blocked one way only is dialled the other
  * way, and with a relay one blocked both ways goes through it,
  * 018_link_ways.sql). */
 #define AVOIDED_LINKS_SQL \
     "SELECT coalesce(json_agg(json_build_array(l.a, l.b) ORDER BY l.a, l.b), '[]')" \
     " FROM (SELECT a, b FROM job_avoided_links($1, " CURRENT_EPOCH ")" \
     "   UNION SELECT least(r.from_node, r.to_node), greatest(r.from_node, r.to_node) FROM link_reach r" \
-    "     WHERE $2::text IS NULL AND NOT r.reachable AND link_blocked(r.to_node, r.from_node)) l"
+    "     WHERE NOT r.reachable AND link_blocked(r.to_node, r.from_node)" \
+    "       AND NOT (relay_usable(r.from_node, $2::text) AND relay_usable(r.to_node, $2::text))) l"
 
 void planner_free(struct plan_work *w)
 {
@@ -320,15 +325,21 @@ int planner_prepare(struct server *srv, int64_t job_id, const struct plan_reques
     live = db_query_json(srv->db, LIVE_NODES_SQL, 2, params, "nodes", e);
     if (!live)
         goto out;
+    /* the relay as it is now: one that does not answer joins nothing, and
+     * the plan that would need it is refused, naming it (check_reachable) */
+    if (srv->relay && relay_check_now(srv->relay) == 0)
+        relay_check_state(srv->relay, w->relay_down, sizeof w->relay_down);
+    else
+        w->relay = srv->relay ? relay_check_address(srv->relay) : NULL;
     char p_avoid_lat[32], p_avoid_bw[32];
-    const char *links_params[] = { srv->cfg.relay[0] ? srv->cfg.relay : NULL,
+    const char *links_params[] = { w->relay,
                                    db_param_f64(p_avoid_lat, PLANNER_AVOIDED_LATENCY_MS),
                                    db_param_f64(p_avoid_bw, PLANNER_AVOIDED_BANDWIDTH_GBPS) };
     links = db_query_json(srv->db, "SELECT planning_links_json($1::text, $2::float8, $3::float8)", 3,
                           links_params, "links", e);
     if (!links)
         goto out;
-    const char *avoid_params[] = { p_id, srv->cfg.relay[0] ? srv->cfg.relay : NULL };
+    const char *avoid_params[] = { p_id, w->relay };
     avoided = db_query_json(srv->db, AVOIDED_LINKS_SQL, 2, avoid_params, what, e);
     if (!avoided)
         goto out;
@@ -350,8 +361,16 @@ int planner_prepare(struct server *srv, int64_t job_id, const struct plan_reques
                 srv->cfg.heartbeat_timeout, left_out, unreadable);
         goto out;
     }
-    if (input_network(doc, links, w->req.fill_latency_ms, w->req.fill_bandwidth_gbps, &w->net, e) != 0)
+    if (input_network(doc, links, w->req.fill_latency_ms, w->req.fill_bandwidth_gbps, &w->net, e) != 0) {
+        if (w->relay && strcmp(e->code, "missing_links") == 0) {
+            char was[sizeof e->message];
+            snprintf(was, sizeof was, "%s", e->message);
+            err_set(e, e->status, e->code, e->field, "pairs that cannot connect either way go through the relay %s "
+                    "(--relay), priced from their ends' links to it, and nodes that have measured none yet leave "
+                    "it unpriced: wait for their agents' probes, or give fill values; %s", w->relay, was);
+        }
         goto out;
+    }
     avoid_links(&w->net, avoided);
     struct sched_problem *pb = &w->problem;
     jobspec_sched_model(&spec, pb);
@@ -439,42 +458,64 @@ static json_t *plan_stages_json(const struct sched_problem *pb, const struct sch
     "   'steps_dropped', (SELECT count(*) FROM d), 'stand_ins', (SELECT count(*) FROM si)) FROM p"
 
 /* $1-$3 the tasklets (stage, replica, node arrays), $4 replicas, $5 a tied
- * head: the pairs of nodes the plan connects (pipeline neighbours, ring
- * neighbours, a tied head's two ends) whose agents tried to connect to each
- * other both ways and could not (link_reach; the server failing to reach
- * both from outside says nothing about whether they reach each other, on
- * one LAN say), "id (name) and id (name), ..."; "" when none. */
+ * head, $6 the relay that answers or NULL: the pairs of nodes the plan
+ * connects (pipeline neighbours, ring neighbours, a tied head's two ends)
+ * whose agents tried to connect to each other both ways and could not
+ * (link_reach; the server failing to reach both from outside says nothing
+ * about whether they reach each other, on one LAN say) and that the relay
+ * does not join (none, or an end's probe of it failed: relay_usable),
+ * {pairs: "id (name) and id (name), ...", relay_silent: "node id (name):
+ * why; ..." of those pairs' ends whose probe of the relay failed}; "" when
+ * none. */
 #define UNREACHABLE_PAIRS_SQL \
     "WITH t AS (SELECT * FROM unnest($1::int[], $2::int[], $3::bigint[]) AS t(s, r, n))" \
-    " SELECT coalesce(string_agg(DISTINCT format('%s (%s) and %s (%s)', x.id, x.name, y.id, y.name), ', '), '')" \
+    " SELECT json_build_object('pairs'," \
+    "   coalesce(string_agg(DISTINCT format('%s (%s) and %s (%s)', x.id, x.name, y.id, y.name), ', '), '')," \
+    "   'relay_silent', (SELECT coalesce(string_agg(format('node %s (%s): %s', n.id, n.name," \
+    "       coalesce(r.why, 'no reason given')), '; ' ORDER BY n.id), '') FROM relay_reach r JOIN nodes n ON n.id = r.node_id" \
+    "     WHERE r.relay = $6::text AND NOT r.reachable AND r.node_id IN (SELECT unnest(array_agg(x.id) || array_agg(y.id)))))" \
     " FROM t a JOIN t b ON (b.r = a.r AND b.s = a.s + 1)" \
     "   OR (b.s = a.s AND b.r = (a.r + 1) % $4::int AND b.r <> a.r)" \
     "   OR ($5::boolean AND b.r = a.r AND a.s = 0 AND b.s > 0 AND b.s = (SELECT max(s) FROM t))" \
     " JOIN nodes x ON x.id = least(a.n, b.n) JOIN nodes y ON y.id = greatest(a.n, b.n)" \
     " WHERE EXISTS (SELECT 1 FROM link_reach r WHERE r.from_node = a.n AND r.to_node = b.n AND NOT r.reachable)" \
-    "   AND EXISTS (SELECT 1 FROM link_reach r WHERE r.from_node = b.n AND r.to_node = a.n AND NOT r.reachable)"
+    "   AND EXISTS (SELECT 1 FROM link_reach r WHERE r.from_node = b.n AND r.to_node = a.n AND NOT r.reachable)" \
+    "   AND NOT (relay_usable(a.n, $6::text) AND relay_usable(b.n, $6::text))"
 
-/* With no relay (--relay), a plan that connects two nodes that cannot
- * connect to each other either way is refused (422 "unreachable"), naming
- * them, rather than stored to fail at its first dial. */
-static int check_reachable(struct server *srv, const struct plan_work *w, const struct sched_plan *plan, struct buf a[3],
-                           struct shoal_err *e)
+/* A plan that connects two nodes that cannot connect to each other either
+ * way, with no relay to join them (none given, one that does not answer
+ * the server, or one an end's agent failed to reach), is refused (422
+ * "unreachable", or "relay_unreachable" naming the relay and why it is no
+ * help), naming them, rather than stored to fail at its first dial. */
+static int check_reachable(struct server *srv, const struct plan_work *w, const struct sched_plan *plan,
+                           struct buf a[3], struct shoal_err *e)
 {
     char p_replicas[24];
-    if (srv->cfg.relay[0])
-        return 0;
     const char *params[] = { a[0].data, a[1].data, a[2].data, db_param_i64(p_replicas, plan->replicas),
-                             w->problem.model.tied ? "true" : "false" };
-    json_t *pairs = db_query_json(srv->db, "SELECT to_json((" UNREACHABLE_PAIRS_SQL "))", 5, params, "plan", e);
-    if (!pairs)
+                             w->problem.model.tied ? "true" : "false", w->relay };
+    json_t *res = db_query_json(srv->db, "SELECT (" UNREACHABLE_PAIRS_SQL ")", 6, params, "plan", e);
+    if (!res)
         return -1;
     int rc = 0;
-    if (json_string_length(pairs) > 0)
+    const char *pairs = json_string_value(json_object_get(res, "pairs"));
+    const char *silent = json_string_value(json_object_get(res, "relay_silent"));
+    if (!pairs || !pairs[0])
+        rc = 0;
+    else if (!srv->cfg.relay[0])
         rc = err_set(e, 422, "unreachable", "plan", "nodes %s cannot connect to each other either way (their agents "
                      "said so, or the server cannot reach their peer ports) and this server has no --relay: run "
-                     "shoal-relay where both can reach it and pass --relay, or plan without one of them",
-                     json_string_value(pairs));
-    json_decref(pairs);
+                     "shoal-relay where both can reach it and pass --relay, or plan without one of them", pairs);
+    else if (w->relay_down[0])
+        rc = err_set(e, 422, "relay_unreachable", "relay", "the relay %s (--relay) does not answer: %s; nodes %s "
+                     "cannot connect to each other either way and only the relay can join them: start shoal-relay "
+                     "there (or give --relay the address where it runs), or plan without one of them",
+                     srv->cfg.relay, w->relay_down, pairs);
+    else
+        rc = err_set(e, 422, "relay_unreachable", "relay", "the relay %s (--relay) does not answer the probes of "
+                     "%s; nodes %s cannot connect to each other either way and only the relay can join them: let "
+                     "those nodes reach it (a firewall? the relay's --secret-file against the server's?), or plan "
+                     "without one of them", srv->cfg.relay, silent && silent[0] ? silent : "their agents", pairs);
+    json_decref(res);
     return rc;
 }
 
@@ -512,8 +553,7 @@ static long planner_store(struct server *srv, const struct plan_work *w, const s
                              w->resume_step >= 0 ? db_param_i64(p_resume, w->resume_step) : NULL, live_text,
                              db_param_i64(p_replicas, plan->replicas),
                              db_param_i64(p_micro, w->problem.model.micro_batches),
-                             srv->cfg.relay[0] ? srv->cfg.relay : NULL,
-                             w->problem.model.tied ? "true" : "false" };
+                             w->relay, w->problem.model.tied ? "true" : "false" };
     json_t *res = db_query_json(srv->db, PLAN_STORE_SQL, 16, params, "job", e);
     if (res) {
         epoch = (long)json_integer_value(json_object_get(res, "epoch"));
@@ -587,6 +627,11 @@ static json_t *planner_finish(struct server *srv, struct plan_work *w, const str
     json_object_set_new(detail, "breakdown", breakdown_json(&plan->cost));
     json_object_set_new(detail, "predictions", pred);
     pred = NULL;
+    struct sched_bytes bytes;
+    if (sched_bytes_per_step(&w->problem, plan, &bytes, e) != 0)
+        goto fail;
+    json_object_set_new(detail, "bytes_per_step", json_pack("{s:I, s:I, s:I}", "stage_links",
+        (json_int_t)bytes.stage_links, "sync", (json_int_t)bytes.sync, "tied_head", (json_int_t)bytes.tied_head));
     json_object_set_new(detail, "stages", plan_stages_json(&w->problem, plan));
     json_object_set_new(detail, "nodes_available", json_integer(w->available));
     json_object_set_new(detail, "replicas", json_integer(plan->replicas));

@@ -10,6 +10,7 @@
 #include "../base/server.h"
 #include "../store/db.h"
 #include "peer_probe.h"
+#include "relay_check.h"
 
 struct reach {
     struct server *srv;
@@ -85,6 +86,8 @@ static void check(struct ticker *t, void *arg)
     for (size_t i = 0; i < n && !ticker_stopping(t); i++)
         store(r->srv, json_array_get(due, i), ok[i] == PEER_PROBE_ANSWERED, why[i]);
     json_decref(due);
+    if (!ticker_stopping(t))
+        relay_check_due(r->srv->relay);
 }
 
 struct reach *reach_start(struct server *srv, struct shoal_err *err)

@@ -9,7 +9,8 @@
  * "reachable" {from_server, why, checked_at}.  A node the server cannot
  * reach is behind NAT or a firewall, or advertises a wrong address: agents
  * outside its network cannot connect to it either.  Each change is
- * logged. */
+ * logged.  The same thread asks the server's relay whether it answers
+ * (relay_check_due, relay_check.h). */
 #ifndef SHOAL_REACH_H
 #define SHOAL_REACH_H
 

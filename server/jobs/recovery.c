@@ -160,6 +160,8 @@ static void replan(struct server *srv, int64_t job)
                  (long long)json_integer_value(json_object_get(detail, "nodes_available")),
                  (long long)json_integer_value(json_object_get(detail, "replicas")),
                  (long long)json_integer_value(json_object_get(detail, "micro_batches")));
+    else if (strcmp(e.code, "relay_unreachable") == 0 || strcmp(e.code, "unreachable") == 0)
+        note_waiting(srv, job, e.message);   /* the job shows it: a relay to start, a node to leave out */
     else if (e.status != 409)
         log_warn("recovery: re-plan of job %lld failed: %s", (long long)job, e.message);
 out:

@@ -202,6 +202,30 @@ int sched_baselines(const struct sched_problem *pb, uint64_t seed, long random_p
     return rc == 0 ? 0 : err_set(err, 500, "internal", NULL, "out of memory");
 }
 
+int sched_bytes_per_step(const struct sched_problem *pb, const struct sched_plan *plan, struct sched_bytes *out,
+                         struct shoal_err *err)
+{
+    struct sched_ctx cx;
+    int P = plan->stages, D = plan->replicas;
+    memset(out, 0, sizeof *out);
+    if (ctx_init(&cx, pb) != 0)
+        return err_set(err, 500, "internal", NULL, "out of memory");
+    double M = (double)pb->model.micro_batches;
+    /* per replica and boundary: M activations forward, M gradients back */
+    out->stage_links = (double)D * (double)(P - 1) * M * 2.0 * cx.boundary_bytes;
+    for (int s = 0; s < P && D > 1; s++) {
+        double layers = (double)(plan->layer_end[s] - plan->layer_start[s]);
+        double params = layers * cx.layer_params + (s == 0 ? cx.first_params : 0) +
+                        (s == P - 1 ? cx.last_params : 0);
+        /* a ring all-reduce: each of D members sends 2 (D - 1) / D of the stage's values */
+        out->sync += 2.0 * (double)(D - 1) * params * cx.sync_bytes / (double)cx.sync_every;
+    }
+    /* cx.tied_bytes is the gradient (f32); each end sends it all, half twice */
+    out->tied_head = (double)D * 2.0 * cx.tied_bytes;
+    ctx_free(&cx);
+    return 0;
+}
+
 void sched_paper_job(struct sched_problem *pb)
 {
     pb->stages = 8;

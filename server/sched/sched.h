@@ -147,6 +147,26 @@ int sched_evaluate(const struct sched_problem *pb, struct sched_plan *plan, stru
  * covering the model's layers. */
 int sched_predict(const struct sched_problem *pb, struct sched_plan *plan, struct shoal_err *err);
 
+/* What one training step of a plan sends, in bytes, summed over every
+ * tasklet, as the `shoal` cost model prices it (the agents count the same
+ * things in their progress reports, docs/api.md).  A tied head split
+ * across stages is its own line: its gradient (f32, vocab x d_model) goes
+ * between each replica's first and last stage every step, whatever the
+ * stage links' and sync's codecs. */
+struct sched_bytes {
+    double stage_links;   /* activations forward and their gradients back, at every stage boundary of every
+                             replica (the job's stage_link codec) */
+    double sync;          /* each stage's data-parallel all-reduce (the job's sync codec; diloco: an outer
+                             step's share of each step) */
+    double tied_head;     /* a tied head across stages: each end of each replica sends the gradient's worth
+                             (a ring of two); 0 when untied or on one stage */
+};
+
+/* Fills `out` for `plan` (its layer ranges as given).  Returns 0, or -1
+ * with `err` set (500: out of memory). */
+int sched_bytes_per_step(const struct sched_problem *pb, const struct sched_plan *plan, struct sched_bytes *out,
+                         struct shoal_err *err);
+
 /* Why a costed plan does not fit (cost.feasible 0), in bytes, for an error
  * message: the stage whose need most exceeds its smallest node's memory,
  * its layers, its weights-gradients-AdamW bytes and stashed activations

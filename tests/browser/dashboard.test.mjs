@@ -155,16 +155,24 @@ try {
       from: Number(c.dataset.from), to: Number(c.dataset.to), value: c.dataset.value,
       text: c.querySelector('text.cell-text') ? c.querySelector('text.cell-text').textContent : null,
       title: c.querySelector('title').textContent })));
-    let values = 0, numbers = 0;
+    let values = 0, numbers = 0, unreachable = 0, marked = 0;
     for (const c of drawn) {
       const i = links.nodes.indexOf(c.from), j = links.nodes.indexOf(c.to);
       if (i === j) continue;
+      if (links.reachable[i][j] === false) {   // its agent could not connect: shown so, not as a number
+        unreachable++;
+        if (c.text === '✕' && c.value === '' && c.title.includes(': unreachable (')) marked++;
+        continue;
+      }
       const bw = links.bandwidth_gbps[i][j];
       if (Number(c.value) === bw) values++;
       if (c.text === String(bw)) numbers++;
     }
-    check('every cell holds its link\'s bandwidth', values, N * (N - 1));
-    check('and shows it as a number', numbers, N * (N - 1));
+    check('the fixture has a direction its agent could not connect', unreachable, 1);
+    check('which is shown as unreachable, not as a number nor "not measured"', marked, unreachable);
+    check('the legend names it', (await text('.legend')).includes('unreachable'), true);
+    check('every other cell holds its link\'s bandwidth', values, N * (N - 1) - unreachable);
+    check('and shows it as a number', numbers, N * (N - 1) - unreachable);
     const a = nodes.find((n) => n.id === links.nodes[0]), b = nodes.find((n) => n.id === links.nodes[1]);
     const title = drawn.find((c) => c.from === a.id && c.to === b.id).title;
     check('a cell\'s hover text names both nodes and the bandwidth',
@@ -174,10 +182,10 @@ try {
     await shot('network-bandwidth');
     await page.click('button[data-metric="latency"]');
     await page.locator('#heatmap[data-metric="latency"]').waitFor(WAIT);
-    const lat = await page.$$eval('#heatmap g.cell:not(.self)', (cells) => cells.map((c) =>
+    const lat = await page.$$eval('#heatmap g.cell:not(.self):not(.unreachable)', (cells) => cells.map((c) =>
       [Number(c.dataset.from), Number(c.dataset.to), Number(c.dataset.value)]));
     check('the latency view holds every link\'s latency', lat.filter(([f, t, v]) =>
-      links.latency_ms[links.nodes.indexOf(f)][links.nodes.indexOf(t)] === v).length, N * (N - 1));
+      links.latency_ms[links.nodes.indexOf(f)][links.nodes.indexOf(t)] === v).length, N * (N - 1) - unreachable);
     await shot('network-latency');
     await page.click('button[data-metric="bandwidth"]');
   });
@@ -230,6 +238,20 @@ try {
     check('a peer\'s cell shows its slowdown', (await text(`#plan-grid td[data-stage="${peer.stage}"][data-replica="${peer.replica}"]`))
       .includes(`compute ${Number(peer.slowdown.toPrecision(3))}× predicted`), true);
     check('the running job can be re-planned: its Schedule form is shown', await page.locator('#schedule-plan').isVisible(), true);
+    check('below its plan, not above it', await page.evaluate(() => Boolean(document.querySelector('#plan-grid')
+      .compareDocumentPosition(document.querySelector('#schedule-plan')) & Node.DOCUMENT_POSITION_FOLLOWING)), true);
+    check('and Schedule is not the page\'s primary button', await page.locator('#schedule-plan.primary').count(), 0);
+    check('the plan lists each of its links', await page.locator('#plan-links tbody tr').count(), job.plan.links.length);
+    const ways = await page.$$eval('#plan-links tbody tr', (rows) => rows.map((r) =>
+      [r.dataset.kind, r.dataset.way, Number(r.dataset.from), Number(r.dataset.to)]));
+    check('each with its kind, its ends and how it is made', ways,
+      job.plan.links.map((l) => [l.kind, l.way, l.from.node_id, l.to.node_id]));
+    const turned = job.plan.links.filter((l) => l.way === 'reverse').length;
+    check('the summary counts the dialled and the turned ones', (await text('#plan-links-summary'))
+      .includes(`${job.plan.links.length - turned} dialled, ${turned} turned, 0 relayed`), true);
+    check('the plan shows its predicted bytes per step, stage links beside sync',
+      [Number(await attr('#plan-bytes', 'data-stage-links')), Number(await attr('#plan-bytes', 'data-sync'))],
+      [job.plan.bytes_per_step.stage_links, job.plan.bytes_per_step.sync]);
 
     const losses = job.progress.losses;
     check('the loss curve has a point per reported step', await page.locator('#loss-chart circle.loss-point').count(), losses.length);

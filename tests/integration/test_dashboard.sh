@@ -82,6 +82,10 @@ done
 req GET "$S/v1/links" "$ADMIN"
 check "the link matrix has every measured pair" \
       "$(printf '%s' "$BODY" | jq '[.bandwidth_gbps[][] | select(. != null)] | length')" 30
+# and one direction its agent then could not connect (the Network page shows it unreachable)
+req PUT "$S/v1/links" "${TOK[4]}" "{\"samples\":[{\"to\":${ID[5]},\"reachable\":false,\"why\":\"test: a firewall\"}]}"
+req GET "$S/v1/links" "$ADMIN"
+check "the link matrix marks it unreachable" "$(printf '%s' "$BODY" | jq '[.reachable[][] | select(. == false)] | length')" 1
 
 # ---- a 2x2 job, scheduled, with five steps of every tasklet
 JOB='{"name":"train-2x2","model":{"vocab_size":256,"context_length":64,"d_model":64,"heads":4,"layers":4},"parallelism":{"stages":2,"replicas":2,"micro_batches":2,"micro_batch_size":2},"training":{"steps":10,"learning_rate":0.001},"data":{"path":"/data/corpus.txt","format":"text"},"validation":{"holdout":0.1,"sequences":4,"eval_interval":2}}'

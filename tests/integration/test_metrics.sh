@@ -2,11 +2,14 @@
 # test_metrics.sh - GET /metrics over real HTTP against a real embedded
 # Postgres: per-node state and heartbeat age, per-link bandwidth and latency
 # in base units, per-job step-time parts, scheduler run counters and their
-# histogram, and the exposition format itself (HELP, TYPE, names, labels).
+# histogram, the relay's (a --relay that does not answer), and the
+# exposition format itself (HELP, TYPE, names, labels).
 set -u
 . "$(dirname "$0")/lib.sh"
 
-start_server_a || exit 1
+# its --relay names a closed port: the relay's series say it does not answer
+DEAD=127.0.0.1:$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+start_server_a --relay "$DEAD" --relay-secret-file "$WORK/relay.secret" || exit 1
 
 # cmp_num NAME A OP B: awk comparison of two numbers, e.g. cmp_num "x grew" 3 '>' 1.
 cmp_num() {
@@ -27,6 +30,8 @@ for c in shoal dtfm; do
     check "scheduler histogram $c starts empty" "$(hcount $c) $(value "shoal_scheduler_duration_seconds_bucket{cost_model=\"$c\",le=\"+Inf\"}")" "0 0"
 done
 check "no node, no node series" "$(grep -c '^shoal_node_' "$M")" 0
+check "shoal_relay_up: the relay (--relay) does not answer the server" "$(value "shoal_relay_up{relay=\"$DEAD\"}")" 0
+check "shoal_relay_unreachable_nodes: no agent has said so yet" "$(value "shoal_relay_unreachable_nodes{relay=\"$DEAD\"}")" 0
 
 # ---- four nodes; n0's name needs escaping in a label value
 declare -a TOK ID NAME

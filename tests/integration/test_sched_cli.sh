@@ -19,6 +19,10 @@ check "and the cost breakdown" "$(grep -c '^cost model dtfm: ' "$WORK/out")" 1
 "$SCHED" --scenario multi --paper-job --cost shoal --seed 3 --candidates 400 --budget-ms 60000 --random-plans 0 --json > "$WORK/a.json"
 "$SCHED" --scenario multi --paper-job --cost shoal --seed 3 --candidates 400 --budget-ms 60000 --random-plans 0 --json > "$WORK/b.json"
 check "same seed and candidate budget, same plan" "$(jq -c .plan "$WORK/a.json")" "$(jq -c .plan "$WORK/b.json")"
+check "the plan's bytes per step: stage links, sync, no tied head (gpt2)" \
+    "$(jq -c '.bytes_per_step | [.stage_links > 0, .sync > 0, .tied_head]' "$WORK/a.json")" '[true,true,0]'
+"$SCHED" --scenario multi --paper-job --cost shoal --seed 3 --candidates 400 --budget-ms 60000 --random-plans 0 > "$WORK/out"
+check "the human output says what a step sends" "$(grep -c '^  sent per step: stage links .* MiB, sync .* MiB, tied head 0.0 MiB$' "$WORK/out")" 1
 
 # The search itself from random starts only (no structured start, no
 # baseline to start from) reaches the paper's target on dc, and reports

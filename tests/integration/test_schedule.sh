@@ -61,6 +61,19 @@ expect "the job shows its plan" 200 '[.state, .plan_epoch, .plan.epoch, (.plan.a
 req POST "$S/v1/jobs/$J/schedule" "$ADMIN" ''
 expect "scheduling again (empty body: defaults) makes epoch 2" 201 '[.epoch, .cost_model] | tostring' '[2,"shoal"]'
 check "both plans are kept" "$(sql a "SELECT string_agg(epoch::text, ',' ORDER BY epoch) FROM plans")" "1,2"
+req GET "$S/v1/jobs/$J" "$ADMIN"
+expect "each link of the plan with how it is made: two stage links and four ring edges, all dialled, no relay" 200 \
+    '[.plan.relay, ([.plan.links[] | [.kind, .way]] | group_by(.) | map([.[0][0], .[0][1], length]))] | tostring' \
+    '[null,[["ring","dial",4],["stage","dial",2]]]'
+check "a stage link runs from a tasklet to the next stage of its replica" \
+    "$(printf '%s' "$BODY" | jq -c '[.plan.links[] | select(.kind == "stage") | [.from.stage, .to.stage, .from.replica == .to.replica]] | unique')" \
+    '[[0,1,true]]'
+check "and its nodes are the assignments'" \
+    "$(printf '%s' "$BODY" | jq '. as $j | [.plan.links[] | .from, .to | . as $e | $j.plan.assignments[]
+        | select(.stage == $e.stage and .replica == $e.replica) | .node_id == $e.node_id] | all')" true
+check "the plan's bytes per step: stage links and the rings' sync, no tied head" \
+    "$(printf '%s' "$BODY" | jq -c '.plan.bytes_per_step | [.stage_links > 0, .sync > 0, .tied_head]')" '[true,true,0]'
+
 
 # ---- bad parameters change nothing
 plans_before=$(sql a "SELECT count(*) FROM plans")
@@ -177,4 +190,69 @@ check "it keeps the two home nodes, blocked both ways, apart" \
          | if $x == null or $y == null then true else ($x.s != $y.s and $x.r != $y.r) end')" true
 
 stop_server a
+
+# ---- a relay that does not answer (--relay naming a closed port): the
+# server says so at start-up, in /metrics, and in the first error it causes
+DEAD_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+DEAD=127.0.0.1:$DEAD_PORT
+start_server b --relay "$DEAD" --relay-secret-file "$WORK/relay.secret" || exit 1
+S=$URL_b; ADMIN=$(cat "$WORK/b/admin.token"); JOIN=$(cat "$WORK/b/join.token")
+check "start-up warns that the relay does not answer, naming it" \
+    "$(grep -c "relay $DEAD (--relay) does not answer: connect: Connection refused" "$WORK/b.log")" 1
+relay_gauge() { curl -s "$S/metrics" | awk -v s="$1{relay=\"$DEAD\"}" '$1 == s { print $2 }'; }
+check "/metrics: shoal_relay_up 0" "$(relay_gauge shoal_relay_up)" 0
+two_regions 10 0.1 5 10 20 30 40
+
+# ---- a tied head across stages: its gradient between the first and last
+# stage of each replica every step (4 bytes x vocab x d_model, each end
+# sending it all, in a ring of two), shown beside the stage links' and sync's
+TIED='{"name":"tied","model":{"architecture":"llama","vocab_size":1000,"context_length":256,"d_model":256,"heads":8,"kv_heads":4,"ffn_dim":512,"layers":8,"tie_embeddings":true},"parallelism":{"stages":2,"replicas":2,"micro_batches":4,"micro_batch_size":8},"training":{"steps":100,"learning_rate":0.0003},"data":{"path":"/data/x.bin"}}'
+req POST "$S/v1/jobs" "$ADMIN" "$TIED"; JT=$(printf '%s' "$BODY" | jq -r .id)
+expect "a tied llama job is created" 201 .spec.model.tie_embeddings true
+req POST "$S/v1/jobs/$JT/schedule" "$ADMIN" '{"dry_run":true,"budget_ms":200}'
+expect "a tied 2x2 plan sends the head's gradient: 2 replicas x 2 ends x 4 x 1000 x 256 bytes a step" 200 \
+    .bytes_per_step.tied_head 4096000
+req DELETE "$S/v1/jobs/$JT" "$ADMIN"
+
+req PUT "$S/v1/links" "${TOK[0]}" "{\"samples\":[{\"to\":${ID[1]},\"reachable\":false,\"why\":\"test: NAT\"}]}"
+req PUT "$S/v1/links" "${TOK[1]}" "{\"samples\":[{\"to\":${ID[0]},\"reachable\":false,\"why\":\"test: NAT\"}]}"
+req POST "$S/v1/jobs" "$ADMIN" "$JOB"; JR=$(printf '%s' "$BODY" | jq -r .id)
+NEIGHBOURS="{\"stages\":[{\"nodes\":[${ID[0]},${ID[2]}]},{\"nodes\":[${ID[1]},${ID[3]}]}]}"
+req POST "$S/v1/jobs/$JR/schedule" "$ADMIN" '{"dry_run":true,"seed":3,"budget_ms":300}'
+expect "with the relay silent, the search keeps the pair blocked both ways apart (no missing_links)" 200 .dry_run true
+check "apart" "$(apart "$BODY")" true
+req POST "$S/v1/jobs/$JR/plan" "$ADMIN" "$NEIGHBOURS"
+expect "a plan that needs the silent relay is refused, naming it" 422 \
+    '[.error.code, (.error.message | test("^the relay '"$DEAD"' \\(--relay\\) does not answer: connect: Connection refused; nodes '"${ID[0]}"' \\(n0\\) and '"${ID[1]}"' \\(n1\\) cannot connect"))] | tostring' \
+    '["relay_unreachable",true]'
+# the relay starts on that port: the next plan finds it answering
+RELAY_PORT=$DEAD_PORT start_relay r || exit 1
+req POST "$S/v1/jobs/$JR/plan" "$ADMIN" "$NEIGHBOURS"
+expect "with the relay up, the same plan is stored" 201 .epoch 1
+check "/metrics: shoal_relay_up 1" "$(relay_gauge shoal_relay_up)" 1
+check "and the log says it answers again" "$(grep -c "relay $DEAD (--relay) answers again" "$WORK/b.log")" 1
+req GET "$S/v1/jobs/$JR" "$ADMIN"
+check "GET /v1/jobs/{id}: the plan's relay, and its link between n0 and n1 relayed" \
+    "$(printf '%s' "$BODY" | jq -c --argjson a "${ID[0]}" --argjson b "${ID[1]}" \
+        '[.plan.relay, [.plan.links[] | select([.from.node_id, .to.node_id] | sort == ([$a, $b] | sort)) | [.kind, .way]]]')" \
+    "[\"$DEAD\",[[\"stage\",\"relay\"]]]"
+# an agent whose probe of the relay fails says so; its links are not planned through it
+req PUT "$S/v1/links" "${TOK[0]}" "{\"relay\":{\"address\":\"$DEAD\",\"reachable\":false,\"why\":\"test: relay refused the ticket\"}}"
+expect "a failed probe of the relay is taken" 200 .accepted 1
+req PUT "$S/v1/links" "${TOK[2]}" "{\"relay\":{\"address\":\"$DEAD\",\"reachable\":false,\"latency_ms\":1}}"
+expect "a failed probe with measurements is refused" 422 .error.field relay
+check "the server logs it, naming the relay and the node" \
+    "$(grep -c "relay $DEAD (--relay) does not answer node ${ID[0]}'s probe: test: relay refused the ticket" "$WORK/b.log")" 1
+check "/metrics: shoal_relay_unreachable_nodes 1" "$(relay_gauge shoal_relay_unreachable_nodes)" 1
+req GET "$S/v1/agent/probes" "${TOK[0]}"
+expect "and its agent is asked to probe the relay again" 200 .relay "$DEAD"
+req DELETE "$S/v1/jobs/$JR" "$ADMIN"
+req POST "$S/v1/jobs" "$ADMIN" "$JOB"; JR2=$(printf '%s' "$BODY" | jq -r .id)
+req POST "$S/v1/jobs/$JR2/plan" "$ADMIN" "$NEIGHBOURS"
+expect "a plan that needs the relay from that node is refused, naming the relay and the node's reason" 422 \
+    '[.error.code, (.error.message | test("the relay '"$DEAD"' \\(--relay\\) does not answer the probes of node '"${ID[0]}"' \\(n0\\): test: relay refused the ticket"))] | tostring' \
+    '["relay_unreachable",true]'
+stop_server b
+check "no sanitizer reports in the servers' logs" \
+    "$(cat "$WORK"/a.log "$WORK"/b.log | grep -c 'ERROR: AddressSanitizer\|runtime error:\|ERROR: LeakSanitizer')" 0
 [ "$FAILS" -eq 0 ]
