@@ -478,7 +478,8 @@ static int claim_dataset(struct tasklet *k, const char *source, const struct dat
     for (;;) {
         long status = 0;
         json_t *ans = NULL;
-        if (ctl_call(k->env->ctl, "POST", "/v1/agent/dataset", body, PATIENCE_AGENT_CALL_S, &status, &ans, err) == 0 && status == 200) {
+        if (ctl_call(k->env->ctl, "POST", "/v1/agent/dataset", body, PATIENCE_AGENT_CALL_S, &status, &ans, err) == 0 &&
+            status == 200) {
             const char *got = json_string_value(json_object_get(ans, "sha256"));
             snprintf(job_sha, SHA256_HEX, "%s", got ? got : "");
             json_decref(ans);

@@ -10,8 +10,11 @@
 # a second server with a short heartbeat timeout: an outage and a freeze
 # (SIGSTOP) longer than it mark no node lost and roll no job back, and a
 # frozen database costs a request a 503 within seconds (--db-timeout); under
-# fifty agents' heartbeats /healthz still answers at once.  A server's own
-# embedded postmaster killed with -9 is started again.
+# fifty agents' heartbeats /healthz still answers at once.  Under the
+# default --db-timeout a real agent's calls during a freeze get the
+# server's 503, never a timeout of their own (common/patience.h), and a
+# server whose options contradict each other says so at start-up.  A
+# server's own embedded postmaster killed with -9 is started again.
 set -u
 . "$(dirname "$0")/lib.sh"
 
@@ -395,7 +398,7 @@ kill -CONT $FROZEN
 p0_back() { grep -q 'heartbeat delivered again' "$WORK/agent-p0.log"; }
 wait_for 30 p0_back
 check "the agent's heartbeats failed during the freeze with the server's 503 (the database named)" \
-      "$(grep -c 'heartbeat failed: .*database' "$WORK/agent-p0.log")" 1
+      "$(grep -q 'heartbeat failed: .*database' "$WORK/agent-p0.log" && echo yes)" yes
 check "and are delivered again after it" "$(p0_back && echo yes)" yes
 check "no call of the agent timed out on its side" \
       "$(grep -c 'Timeout was reached' "$WORK/agent-p0.log")" 0
