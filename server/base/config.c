@@ -13,6 +13,8 @@
 #define DEFAULT_(n) #n
 #define DEFAULT(n) DEFAULT_(n)   /* a number of patience.h as the table's default text */
 
+_Static_assert(PATIENCE_DB_TIMEOUT_MAX_S == 10, "--db-timeout's help says 10: the largest that fits (patience.h)");
+
 static const struct opt opts[] = {
     { "--listen", "SHOAL_LISTEN", STR(listen_addr), "127.0.0.1",
       "address to serve HTTP on (0.0.0.0 for all interfaces)" },
@@ -38,8 +40,8 @@ static const struct opt opts[] = {
     { "--db-timeout", "SHOAL_DB_TIMEOUT", LONG(db_timeout_s, 1, 3600), DEFAULT(PATIENCE_DB_TIMEOUT_S),
       "seconds a database statement may run (statement_timeout); a database that has not answered 2 s "
       "later (frozen, or the network to it black-holed) costs the request a 503 and the connection is "
-      "reopened.  Agents wait " DEFAULT(PATIENCE_AGENT_CALL_S) " s for an answer: above "
-      DEFAULT(PATIENCE_DB_TIMEOUT_MAX_S) " they time out before the 503 arrives (a warning at start-up)" },
+      "reopened.  Agents wait " DEFAULT(PATIENCE_AGENT_CALL_S) " s for an answer: above 10 they time out "
+      "before the 503 arrives (a warning at start-up)" },
     { "--max-body", "SHOAL_MAX_BODY", LONG(max_body, 1024, 1L << 30), "1048576",
       "largest request body accepted, bytes (larger: 413)" },
     { "--heartbeat-timeout", "SHOAL_HEARTBEAT_TIMEOUT", LONG(heartbeat_timeout, 1, 86400),
