@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "../common/dirlock.h"
+#include "../common/patience.h"
 #include "../common/log.h"
 #include "../common/utf8.h"
 #include "train/assign.h"
@@ -24,7 +25,6 @@
 #include "control/report.h"
 #include "train/train.h"
 
-#define POLL_WAIT_S 25              /* the assignment long-poll's wait */
 #define REPORT_QUEUE 4096           /* progress posts held while the server is away */
 #define PROBE_TIMEOUT_MS 10000
 #define AGENT_RELAY_RETRY_S 30.0    /* s before a relay whose probe failed is probed again, at most */
@@ -207,7 +207,8 @@ static void *heartbeat_main(void *arg)
         long status;
         struct shoal_err e;
         json_t *ans = NULL;
-        int rc = ctl_call(&ag->ctl, "POST", "/v1/agent/heartbeat", body, 10, &status, &ans, &e);
+        int rc = ctl_call(&ag->ctl, "POST", "/v1/agent/heartbeat", body, PATIENCE_AGENT_CALL_S, &status, &ans,
+                          &e);
         json_decref(body);
         /* an operator's drain, said in the log once when it begins and ends */
         const char *state = rc == 0 && status < 300 ? json_string_value(json_object_get(ans, "state")) : NULL;
@@ -265,14 +266,15 @@ static void *poll_main(void *arg)
         if (job < 0)
             snprintf(path, sizeof path, "/v1/agent/assignment");
         else if (job == 0)
-            snprintf(path, sizeof path, "/v1/agent/assignment?wait=%d", POLL_WAIT_S);
+            snprintf(path, sizeof path, "/v1/agent/assignment?wait=%d", PATIENCE_POLL_WAIT_S);
         else
             snprintf(path, sizeof path, "/v1/agent/assignment?wait=%d&job=%lld&epoch=%u&recovering=%d",
-                     POLL_WAIT_S, (long long)job, epoch, !runnable);
+                     PATIENCE_POLL_WAIT_S, (long long)job, epoch, !runnable);
         long status;
         json_t *ans = NULL;
         struct shoal_err e;
-        int rc = ctl_call(&ag->ctl, "GET", path, NULL, POLL_WAIT_S + 15, &status, &ans, &e);
+        /* patient enough for a server whose database answers at its --db-timeout (patience.h) */
+        int rc = ctl_call(&ag->ctl, "GET", path, NULL, PATIENCE_AGENT_POLL_S, &status, &ans, &e);
         json_t *a = json_object_get(ans, "assignment");
         if (rc == 0 && status == 200 && a) {
             int64_t j;
@@ -301,7 +303,7 @@ static void probe_round(struct agent *ag, long generation)
 {
     json_t *ans = NULL, *samples = json_array(), *body = NULL;
     struct shoal_err e;
-    if (ctl_call_retry(&ag->ctl, "GET", "/v1/agent/probes", NULL, 10, 10, &ans, &e) != 0) {
+    if (ctl_call_retry(&ag->ctl, "GET", "/v1/agent/probes", NULL, PATIENCE_AGENT_CALL_S, 10, &ans, &e) != 0) {
         log_warn("cannot get probe targets: %s", e.message);
         goto out;
     }
@@ -371,7 +373,7 @@ static void probe_round(struct agent *ag, long generation)
         report_id[0] = '\0';
     body = json_pack("{s:O, s:s?, s:o?}", "samples", samples, "report_id", report_id[0] ? report_id : NULL,
                      "relay", relay_link);
-    if (ctl_call_retry(&ag->ctl, "PUT", "/v1/links", body, 10, 30, NULL, &e) != 0)
+    if (ctl_call_retry(&ag->ctl, "PUT", "/v1/links", body, PATIENCE_AGENT_CALL_S, 30, NULL, &e) != 0)
         log_warn("cannot report link samples: %s", e.message);
 out:
     json_decref(ans);
@@ -401,7 +403,7 @@ static void report_failure(struct agent *ag, const struct assignment *as, const 
      * again, leaves it out of the job's plans. */
     if (body && peer->addr[0])
         json_object_set_new(body, "peer_node", json_integer(peer->node));
-    if (ctl_call_retry(&ag->ctl, "POST", "/v1/agent/failure", body, 10, 60, NULL, &e) != 0)
+    if (ctl_call_retry(&ag->ctl, "POST", "/v1/agent/failure", body, PATIENCE_AGENT_CALL_S, 60, NULL, &e) != 0)
         log_warn("cannot report the failure of job=%lld: %s", (long long)as->job_id, e.message);
     json_decref(body);
 }

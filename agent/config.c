@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "../common/opts.h"
+#include "../common/patience.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -10,6 +11,8 @@
 
 #define S(f) OPT_STR_FIELD(struct agent_config, f)
 #define L(f, lo, hi) OPT_LONG_FIELD(struct agent_config, f, lo, hi)
+#define DEFAULT_(n) #n
+#define DEFAULT(n) DEFAULT_(n)   /* a number of patience.h as the table's default text */
 
 static const struct opt agent_opts[] = {
     { "--server", "SHOAL_SERVER_URL", S(server_url), "http://127.0.0.1:8080", "shoal-server's base URL" },
@@ -43,8 +46,9 @@ static const struct opt agent_opts[] = {
       "compute threads (OpenMP, OpenBLAS) a job may use here; the node registers as that many cores; "
       "0: every core" },
     { "--log-level", "SHOAL_LOG_LEVEL", S(log_level), "info", "debug, info, warn or error" },
-    { "--heartbeat-interval", "SHOAL_HEARTBEAT_INTERVAL", L(heartbeat_interval, 1, 3600), "2",
-      "seconds between heartbeats" },
+    { "--heartbeat-interval", "SHOAL_HEARTBEAT_INTERVAL", L(heartbeat_interval, 1, 3600),
+      DEFAULT(PATIENCE_HEARTBEAT_INTERVAL_S),
+      "seconds between heartbeats (keep it below the server's --heartbeat-timeout less its --db-timeout + 2 s)" },
     { "--peer-timeout", "SHOAL_PEER_TIMEOUT", L(peer_timeout, 1, 86400), "120",
       "seconds a neighbour may stay silent in a step before the step fails" },
     { "--connect-timeout", "SHOAL_CONNECT_TIMEOUT", L(connect_timeout, 1, 86400), "120",

@@ -105,6 +105,9 @@ int main(int argc, char **argv)
         return 2;
     }
     log_threshold = lvl;
+    char contradictions[CONFIG_WARNINGS_MAX][CONFIG_WARNING_MAX];
+    for (int i = 0, n = config_contradictions(&srv.cfg, contradictions); i < n; i++)
+        log_warn("options contradict: %s", contradictions[i]);
 
     /* Block the stop signals before any thread exists; main waits for them. */
     sigemptyset(&stop_signals);

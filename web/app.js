@@ -355,7 +355,7 @@ function viewFleet(root) {
         el('td', { class: 'num', dataset: { col: 'id' } }, n.id),
         el('td', { dataset: { col: 'name' } }, n.name),
         el('td', { dataset: { col: 'region' } }, n.region || '—'),
-        el('td', { dataset: { col: 'state' } }, badge(n.state)),
+        stateCell(n),
         el('td', { dataset: { col: 'gpu' } }, gpuText(n.hardware)),
         el('td', { class: 'num', dataset: { col: 'gpu_memory' } }, fmtBytes(n.hardware.gpu_memory_bytes)),
         el('td', { class: 'num', dataset: { col: 'cpu_cores' } }, n.hardware.cpu_cores),
@@ -370,6 +370,15 @@ function viewFleet(root) {
         : el('p', { class: 'empty' }, 'No node has registered yet. Start shoal-agent with the join token.'));
     },
   };
+}
+
+// The node's state, marked while its own disk refuses its checkpoints (it
+// trains on; the job's checkpoint_error names it too).
+function stateCell(n) {
+  const mark = n.upload_error
+    ? el('span', { class: 'badge unreachable', title: n.upload_error, dataset: { uploadFault: 'true' } }, 'checkpoints failing')
+    : null;
+  return el('td', { dataset: { col: 'state' } }, badge(n.state), mark ? ' ' : null, mark);
 }
 
 // The peer address, marked when the server cannot reach it from outside:

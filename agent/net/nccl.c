@@ -15,9 +15,10 @@
 
 #include "../../common/hex.h"
 #include "../../common/log.h"
+#include "../../common/patience.h"
 #include "../control/control.h"
 
-#define NCCL_CALL_MAX_S 10      /* s; one HTTP call while polling for the id */
+#define NCCL_CALL_MAX_S PATIENCE_AGENT_CALL_S   /* s; one HTTP call while polling for the id */
 #define NCCL_CLOSE_S 5.0        /* s a clean finalize may take before we abort instead */
 #define NCCL_SPIN_MIN_NS 10000  /* first pause between polls: an all-reduce may end in microseconds */
 #define NCCL_SPIN_MAX_NS 1000000 /* longest pause: a forming group may take seconds */

@@ -36,19 +36,28 @@ int ckpt_queue_upload(struct reporter *r, const char *data_dir, struct kern_stag
      * first save still waits in the queue. */
     snprintf(file + strlen(file), sizeof file - strlen(file), "-XXXXXX");
     if ((fd = mkstemp(file)) < 0 || !(f = fdopen(fd, "wb"))) {
-        err_set(err, 500, "io_error", NULL, "cannot create %s: %s", file, strerror(errno));
+        err_set(err, 507, CKPT_LOCAL_STORAGE, NULL, "cannot create %s: %s", file, strerror(errno));
         if (fd >= 0)
             close(fd);
         goto out;
     }
     int saved = kern_stage_save(st, f, &ke);
-    if (fclose(f) != 0 || saved != 0) {
-        err_set(err, 500, "io_error", NULL, "cannot write checkpoint %s: %s", file,
-                saved ? ke.msg : strerror(errno));
+    int write_errno = ferror(f) ? errno : 0;   /* the stream's, before fclose flushes the rest */
+    if (fclose(f) != 0 && !write_errno)
+        write_errno = errno ? errno : EIO;
+    if (write_errno) {
+        err_set(err, 507, CKPT_LOCAL_STORAGE, NULL, "cannot write checkpoint %s: %s", file, strerror(write_errno));
         goto out;
     }
-    if (sha256_file_hex(file, sha, err) != 0)
+    if (saved != 0) {
+        err_set(err, 500, "device_error", NULL, "cannot save checkpoint %s: %s", file, ke.msg);
         goto out;
+    }
+    if (sha256_file_hex(file, sha, err) != 0) {
+        snprintf(err->code, sizeof err->code, "%s", CKPT_LOCAL_STORAGE);
+        err->status = 507;
+        goto out;
+    }
     snprintf(key, sizeof key, "job=%lld stage=%d replica=%d", (long long)job_id, stage, replica);
     report_put_file(r, path, file, sha, key);
     return 0;   /* the queue owns the file now */

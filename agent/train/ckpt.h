@@ -18,12 +18,20 @@
 #include "../control/control.h"
 #include "../control/report.h"
 
+/* The code of an error that is this node's own disk: the checkpoint file
+ * could not be created, written or read back in data_dir (full, over a
+ * quota or a file size limit, read-only, failing).  Status 507, as the
+ * server's store answers its own.  A fault of this node's uploads, not of
+ * the step, the job or a link: train.c goes on training. */
+#define CKPT_LOCAL_STORAGE "local_storage"
+
 /* Saves `st` as checkpoint `step` of stage `stage` of job `job_id` to a
  * file in data_dir and queues its upload on `r` (report.h), which sends it
  * in the background, retrying while the server is away.  `replica` is 0
  * but under diloco, where every replica keeps a file of its own (its AdamW
  * moments and error feedback are its own).  Returns 0 once queued, or -1
- * with err set when the file cannot be written. */
+ * with err set: CKPT_LOCAL_STORAGE when the disk refused the file (none is
+ * left behind), another code when the stage could not be read. */
 int ckpt_queue_upload(struct reporter *r, const char *data_dir, struct kern_stage *st, int64_t job_id,
                       int64_t step, int stage, int replica, struct shoal_err *err);
 

@@ -46,6 +46,10 @@ struct tasklet {
     /* the current step's validation, last stage: mean loss over val_count micro-batches */
     double val_loss;
     int val_count;
+    /* a checkpoint this node's disk refused (ckpt.h, CKPT_LOCAL_STORAGE): why, for the step's
+       report ("": none since the last report), and whether it is the final one, still owed */
+    char ckpt_fault[sizeof(((struct shoal_err *)0)->message)];
+    int ckpt_owed;
 };
 
 /* The step's mean loss over this replica's micro-batches (last stage). */

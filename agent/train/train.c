@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "../../common/log.h"
+#include "../../common/patience.h"
 #include "ckpt.h"
 #include "eval.h"
 #include "live.h"
@@ -253,6 +254,10 @@ static void post_progress(struct tasklet *k, uint64_t t, double iteration_s, dou
         "stage_link_bytes", (json_int_t)k->pipe_bytes, "sync_bytes", (json_int_t)k->dp_bytes);
     if (eval_s > 0)
         json_object_set_new(body, "eval_s", json_real(eval_s));
+    if (k->ckpt_fault[0]) {   /* this node's disk refused the step's checkpoint: its uploads' fault */
+        json_object_set_new(body, "checkpoint_error", json_string(k->ckpt_fault));
+        k->ckpt_fault[0] = '\0';
+    }
     if (as->stage == as->stages - 1) {
         double loss = tasklet_loss_mean(k);
         json_object_set_new(body, "loss", json_real(loss));
@@ -280,6 +285,63 @@ static int checkpoint_due(const struct assignment *as, int64_t t)
     int64_t done = t + 1;
     return (as->replica == 0 || as->sync == ASSIGN_SYNC_DILOCO) &&
            (done == as->steps || (as->checkpoint_interval > 0 && done % as->checkpoint_interval == 0));
+}
+
+/* Saves checkpoint `step` (after step - 1) and queues its upload.  A disk
+ * of this node's that refuses the file (full, read-only: ckpt.h's
+ * CKPT_LOCAL_STORAGE) fails nothing: it is a fault of this node's
+ * uploads, not of the step, the job or a link, said in the step's
+ * progress report (k->ckpt_fault; the server shows it on the node and the
+ * job), and training goes on.  The next checkpoint tries again; the final
+ * one is owed (k->ckpt_owed) until final_checkpoint writes it.  Returns 0,
+ * or -1 with err set when the stage itself could not be saved. */
+static int checkpoint_save(struct tasklet *k, int64_t step, struct shoal_err *err)
+{
+    const struct assignment *as = k->as;
+    struct shoal_err e;
+    int owed = k->ckpt_owed;
+    k->ckpt_owed = 0;
+    if (ckpt_queue_upload(k->env->reporter, k->env->data_dir, k->st, as->job_id, step, as->stage,
+                          as->sync == ASSIGN_SYNC_DILOCO ? as->replica : 0, &e) == 0) {
+        if (owed)
+            log_info("final checkpoint job=%lld step=%lld stage=%d written: this node's disk has room again",
+                     (long long)as->job_id, (long long)step, as->stage);
+        return 0;
+    }
+    if (strcmp(e.code, CKPT_LOCAL_STORAGE) != 0) {
+        *err = e;
+        return -1;
+    }
+    k->ckpt_owed = step == as->steps;
+    if (!owed)   /* a final checkpoint's tries after the first: said once */
+        log_warn("checkpoint job=%lld step=%lld stage=%d not kept, training goes on: %s%s", (long long)as->job_id,
+                 (long long)step, as->stage, e.message,
+                 k->ckpt_owed ? " (the final one: tried again until this node's disk takes it)" : "");
+    snprintf(k->ckpt_fault, sizeof k->ckpt_fault, "%s", e.message);
+    return 0;
+}
+
+#define TRAIN_DISK_RETRY_S 5.0   /* s between tries of a final checkpoint this node's disk refused */
+
+/* Writes the final checkpoint that this node's disk refused, trying every
+ * TRAIN_DISK_RETRY_S, since the job succeeds only once it is stored; the
+ * server shows the fault on the node and the job meanwhile.  Returns 0
+ * once it is queued, or -1 with err set when the tasklet is told to stop
+ * (its job cancelled or re-planned) or the stage cannot be saved. */
+static int final_checkpoint(struct tasklet *k, struct shoal_err *err)
+{
+    while (k->ckpt_owed) {
+        for (double until = ctl_now() + TRAIN_DISK_RETRY_S; ctl_now() < until;) {
+            if (tasklet_stopping(k))
+                return err_set(err, 503, "aborted", NULL, "stopped while the final checkpoint waited for room "
+                               "on this node's disk");
+            ctl_sleep(k->env->ctl, 0.25);
+        }
+        k->ckpt_fault[0] = '\0';
+        if (checkpoint_save(k, k->as->steps, err) != 0)
+            return -1;
+    }
+    return 0;
 }
 
 /* A fault for the tests (test_recovery.sh): with
@@ -383,8 +445,7 @@ static int train_step(struct tasklet *k, uint64_t t, uint64_t *queued, struct sh
         take_waits(k, NULL, NULL);   /* in eval_s */
     }
     if (rc == 0 && checkpoint_due(as, (int64_t)t))
-        rc = ckpt_queue_upload(k->env->reporter, k->env->data_dir, k->st, as->job_id, (int64_t)t + 1, as->stage,
-                               as->sync == ASSIGN_SYNC_DILOCO ? as->replica : 0, err);
+        rc = checkpoint_save(k, (int64_t)t + 1, err);
     /* The optimizer step is taken: it is reported even when what follows
      * failed, so that a live resume from this stage's state (live.h) finds
      * its step recorded. */
@@ -417,7 +478,8 @@ static int claim_dataset(struct tasklet *k, const char *source, const struct dat
     for (;;) {
         long status = 0;
         json_t *ans = NULL;
-        if (ctl_call(k->env->ctl, "POST", "/v1/agent/dataset", body, 10, &status, &ans, err) == 0 && status == 200) {
+        if (ctl_call(k->env->ctl, "POST", "/v1/agent/dataset", body, PATIENCE_AGENT_CALL_S, &status, &ans, err) == 0 &&
+            status == 200) {
             const char *got = json_string_value(json_object_get(ans, "sha256"));
             snprintf(job_sha, SHA256_HEX, "%s", got ? got : "");
             json_decref(ans);
@@ -644,12 +706,13 @@ enum train_result train_run(const struct train_env *env, const struct assignment
     /* A live resume at the end (every step trained, the final checkpoint's
      * uploader lost with its part of it): what is left is that checkpoint. */
     if (as->resume_step >= as->steps && as->steps > 0 && checkpoint_due(as, as->steps - 1) &&
-        ckpt_queue_upload(env->reporter, env->data_dir, k.st, as->job_id, as->steps, as->stage,
-                          as->sync == ASSIGN_SYNC_DILOCO ? as->replica : 0, err) != 0)
+        checkpoint_save(&k, as->steps, err) != 0)
         goto out;
     /* The neighbours still read what we queued last. */
     if ((k.prev && peer_stream_flush(k.prev, env->peer_timeout_ms, err) != 0) ||
         (k.next && peer_stream_flush(k.next, env->peer_timeout_ms, err) != 0))
+        goto out;
+    if (final_checkpoint(&k, err) != 0)
         goto out;
     res = TRAIN_DONE;
 out:

@@ -378,6 +378,8 @@ static const struct jv_field progress_fields[] = {
     { "stage_link_bytes", JV_INT, 0, 0, 0, 9e15, P(stage_link_bytes), 0, NULL, NULL },
     { "sync_bytes", JV_INT, 0, 0, 0, 9e15, P(sync_bytes), 0, NULL, NULL },
     { "ring_prev_loss", JV_NUM, 0, 1, 0, 1e6, P(ring_prev_loss), 0, NULL, NULL },
+    { "checkpoint_error", JV_STR, 0, 1, 1, 1000, P(checkpoint_error),
+      sizeof(((struct body_progress *)0)->checkpoint_error), NULL, NULL },
     { NULL, 0, 0, 0, 0, 0, 0, 0, NULL, NULL },
 };
 #undef P

@@ -116,6 +116,7 @@ struct body_progress {
     int64_t stage_link_bytes;    /* sent on pipeline links in the step; -1: absent (an older agent) */
     int64_t sync_bytes;          /* sent to the data-parallel group in the step; -1: absent */
     double ring_prev_loss;       /* last stage: the previous replica's loss, passed round the ring; NAN: none */
+    char checkpoint_error[1001]; /* why the node's own disk refused the step's checkpoint; "": it did not */
 };
 int body_progress_parse(const json_t *body, struct body_progress *out, struct shoal_err *e);
 

@@ -65,9 +65,10 @@ struct upload {
  * the other. */
 static pthread_mutex_t ckpt_commit_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* $1 job, $2 why. */
+/* $1 job, $2 why: the store's own failure (checkpoint_error_node NULL). */
 #define CKPT_FAILED_SQL \
-    "UPDATE jobs SET checkpoint_failures = checkpoint_failures + 1, checkpoint_error = $2, updated_at = now()" \
+    "UPDATE jobs SET checkpoint_failures = checkpoint_failures + 1, checkpoint_error = $2," \
+    "   checkpoint_error_node = NULL, updated_at = now()" \
     " WHERE id = $1::bigint RETURNING json_build_object('failures', checkpoint_failures)"
 
 /* A 507 (the store failed: a full or read-only disk, an I/O error) counts
@@ -470,7 +471,11 @@ static json_t *ckpt_commit(struct request *rq, struct upload *u, const char *sha
         "     bytes = EXCLUDED.bytes, sha256 = EXCLUDED.sha256, path = EXCLUDED.path,"
         "     layer_start = EXCLUDED.layer_start, layer_end = EXCLUDED.layer_end, created_at = now()"
         "   RETURNING stage, replica),"
-        " healed AS (UPDATE jobs SET checkpoint_error = NULL WHERE id = $1::bigint AND checkpoint_error IS NOT NULL"
+        /* the store's failure healed by any file stored, a node's disk only by that node's */
+        " healed AS (UPDATE jobs SET checkpoint_error = NULL, checkpoint_error_node = NULL WHERE id = $1::bigint"
+        "   AND checkpoint_error IS NOT NULL"
+        "   AND (checkpoint_error_node IS NULL OR checkpoint_error_node = $4::bigint) RETURNING 1),"
+        " node_healed AS (UPDATE nodes SET upload_error = NULL WHERE id = $4::bigint AND upload_error IS NOT NULL"
         "   RETURNING 1)"
         " SELECT json_build_object('job_id', j.id, 'step', $2::bigint, 'stage', (SELECT stage FROM up),"
         "   'replica', (SELECT replica FROM up), 'bytes', $5::bigint, 'sha256', $6::text,"

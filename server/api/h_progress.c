@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../../common/log.h"
 #include "bodies.h"
 #include "../store/checkpoints.h"
 #include "../http/http.h"
@@ -24,9 +25,17 @@
  * NULL), $8 iteration_s, $9 compute_s, $10 send_s, $11 recv_wait_s,
  * $12 allreduce_s, $13 bubble_s, $14 tokens, $15 eval_s, $16 val_loss,
  * $17 val_micro_batches, $18 stage_link_bytes, $19 sync_bytes, $20
- * ring_prev_loss (the last six NULL when not reported).  One row, or none when the job
- * does not exist: {verdict, state, recorded, stages, replicas, total_steps,
- * plan_epoch}.  Only the first report and last-step rows write the job.
+ * ring_prev_loss, $21 checkpoint_error (the last seven NULL when not
+ * reported).  One row, or none when the job does not exist: {verdict,
+ * state, recorded, stages, replicas, total_steps, plan_epoch}.  Only the
+ * first report, last-step rows and a report of a checkpoint the node's
+ * disk refused write the job.
+ *
+ * A checkpoint_error is a fault of the reporting node's uploads, counted
+ * once (with the row): in the job's checkpoint_failures and, naming the
+ * node, its checkpoint_error and checkpoint_error_node, and in the node's
+ * upload_failures and upload_error, until that node stores a checkpoint
+ * again (h_checkpoints.c).  The job trains on.
  *
  * A report of the current epoch counts while the job is scheduled,
  * running or recovering (a recovering job's rows from its resume step on
@@ -63,13 +72,20 @@
     " upd AS (UPDATE jobs SET" \
     "     tasklets_finished = jobs.tasklets_finished + (ins.step = jobs.total_steps - 1)::int," \
     "     state = 'running'," \
-    "     started_at = coalesce(jobs.started_at, now()), updated_at = now()" \
+    "     started_at = coalesce(jobs.started_at, now()), updated_at = now()," \
+    "     checkpoint_failures = jobs.checkpoint_failures + ($21::text IS NOT NULL)::int," \
+    "     checkpoint_error = coalesce('node ' || $6::bigint || ' (' ||" \
+    "       (SELECT name FROM nodes WHERE id = $6::bigint) || '): ' || $21::text, jobs.checkpoint_error)," \
+    "     checkpoint_error_node = CASE WHEN $21::text IS NULL THEN jobs.checkpoint_error_node ELSE $6::bigint END" \
     "   FROM ins, j WHERE jobs.id = $1::bigint AND jobs.plan_epoch = $2::int" \
     "     AND jobs.state IN ('scheduled', 'running')" \
-    "     AND (jobs.state = 'scheduled' OR ins.step = jobs.total_steps - 1)" \
+    "     AND (jobs.state = 'scheduled' OR ins.step = jobs.total_steps - 1 OR $21::text IS NOT NULL)" \
     "   RETURNING jobs.state)," \
     " nd AS (UPDATE nodes SET current_job_id = $1::bigint, current_step = $3::bigint," \
-    "     last_heartbeat_at = now(), state = CASE WHEN nodes.state = 'draining' THEN 'draining' ELSE 'busy' END" \
+    "     last_heartbeat_at = now(), state = CASE WHEN nodes.state = 'draining' THEN 'draining' ELSE 'busy' END," \
+    "     upload_failures = nodes.upload_failures + ($21::text IS NOT NULL AND EXISTS (SELECT 1 FROM ins))::int," \
+    "     upload_error = CASE WHEN $21::text IS NOT NULL AND EXISTS (SELECT 1 FROM ins) THEN $21::text" \
+    "       ELSE nodes.upload_error END" \
     "   FROM v WHERE nodes.id = $6::bigint AND v.verdict = 'ok' RETURNING 1)" \
     " SELECT json_build_object('verdict', v.verdict, 'state', coalesce((SELECT state FROM upd), v.state)," \
     "   'recorded', EXISTS (SELECT 1 FROM ins), 'stages', v.stages, 'replicas', v.replicas," \
@@ -132,14 +148,19 @@ void h_progress(struct request *rq, struct response *rs)
         p.stage_link_bytes >= 0 ? db_param_i64(v[17], p.stage_link_bytes) : NULL,
         p.sync_bytes >= 0 ? db_param_i64(v[18], p.sync_bytes) : NULL,
         isnan(p.ring_prev_loss) ? NULL : db_param_f64(v[19], p.ring_prev_loss),
+        p.checkpoint_error[0] ? p.checkpoint_error : NULL,
     };
     snprintf(what, sizeof what, "job %lld", (long long)p.job_id);
-    res = db_query_json(rq->srv->db, PROGRESS_SQL, 20, params, what, &e);
+    res = db_query_json(rq->srv->db, PROGRESS_SQL, 21, params, what, &e);
     if (!res || progress_verdict(res, &p, rq->node_id, &e) != 0) {
         reply_error(rs, &e);
         goto out;
     }
     int recorded = json_is_true(json_object_get(res, "recorded"));
+    if (recorded && p.checkpoint_error[0])
+        log_warn("node %lld could not keep its checkpoint of job %lld after step %lld (stage %lld), training goes "
+                 "on: %s", (long long)rq->node_id, (long long)p.job_id, (long long)p.step, (long long)p.stage,
+                 p.checkpoint_error);
     const char *state = json_string_value(json_object_get(res, "state"));
     if (p.step == json_integer_value(json_object_get(res, "total_steps")) - 1 &&
         checkpoints_job_done(rq->srv, p.job_id) == 1)

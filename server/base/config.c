@@ -1,13 +1,19 @@
 #include "config.h"
 
 #include "../../common/opts.h"
+#include "../../common/patience.h"
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #define STR(field) OPT_STR_FIELD(struct config, field)
 #define LONG(field, lo, hi) OPT_LONG_FIELD(struct config, field, lo, hi)
+#define DEFAULT_(n) #n
+#define DEFAULT(n) DEFAULT_(n)   /* a number of patience.h as the table's default text */
+
+_Static_assert(PATIENCE_DB_TIMEOUT_MAX_S == 10, "--db-timeout's help says 10: the largest that fits (patience.h)");
 
 static const struct opt opts[] = {
     { "--listen", "SHOAL_LISTEN", STR(listen_addr), "127.0.0.1",
@@ -31,15 +37,18 @@ static const struct opt opts[] = {
       "HTTP threads that take connections and answer what needs no database" },
     { "--db-pool", "SHOAL_DB_POOL", LONG(db_pool, 1, 256), "8",
       "database connections this server keeps, and as many workers for the routes that need them" },
-    { "--db-timeout", "SHOAL_DB_TIMEOUT", LONG(db_timeout_s, 1, 3600), "10",
+    { "--db-timeout", "SHOAL_DB_TIMEOUT", LONG(db_timeout_s, 1, 3600), DEFAULT(PATIENCE_DB_TIMEOUT_S),
       "seconds a database statement may run (statement_timeout); a database that has not answered 2 s "
       "later (frozen, or the network to it black-holed) costs the request a 503 and the connection is "
-      "reopened" },
+      "reopened.  Agents wait " DEFAULT(PATIENCE_AGENT_CALL_S) " s for an answer: above 10 they time out "
+      "before the 503 arrives (a warning at start-up)" },
     { "--max-body", "SHOAL_MAX_BODY", LONG(max_body, 1024, 1L << 30), "1048576",
       "largest request body accepted, bytes (larger: 413)" },
-    { "--heartbeat-timeout", "SHOAL_HEARTBEAT_TIMEOUT", LONG(heartbeat_timeout, 1, 86400), "10",
+    { "--heartbeat-timeout", "SHOAL_HEARTBEAT_TIMEOUT", LONG(heartbeat_timeout, 1, 86400),
+      DEFAULT(PATIENCE_HEARTBEAT_TIMEOUT_S),
       "seconds since a node's last heartbeat after which it is lost: the scheduler leaves it out and its "
-      "job is re-planned" },
+      "job is re-planned; keep it above --db-timeout + 2 s + the agents' --heartbeat-interval (a warning "
+      "at start-up otherwise)" },
     { "--max-recoveries", "SHOAL_MAX_RECOVERIES", LONG(max_recoveries, 0, 1000000), "10",
       "times a job is re-planned after a failure or a lost node before it fails for good" },
     { "--max-long-polls", "SHOAL_MAX_LONG_POLLS", LONG(max_long_polls, 0, 1000000), "4096",
@@ -118,4 +127,40 @@ int config_load(struct config *cfg, int argc, char **argv, struct shoal_err *err
             return err_set(err, 2, "invalid_value", "data_dir", "--data-dir is too long");
     }
     return rc;
+}
+
+/* Appends one warning to w[*n] when `contradicts`; printf-style text. */
+static void contradiction(int contradicts, char w[][CONFIG_WARNING_MAX], int *n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void contradiction(int contradicts, char w[][CONFIG_WARNING_MAX], int *n, const char *fmt, ...)
+{
+    if (!contradicts || *n >= CONFIG_WARNINGS_MAX)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w[(*n)++], CONFIG_WARNING_MAX, fmt, ap);
+    va_end(ap);
+}
+
+int config_contradictions(const struct config *cfg, char warnings[][CONFIG_WARNING_MAX])
+{
+    int n = 0;
+    long answer = PATIENCE_SERVER_ANSWER_S(cfg->db_timeout_s);   /* s: the slowest answer, a 503 */
+    contradiction(cfg->db_timeout_s > PATIENCE_DB_TIMEOUT_MAX_S, warnings, &n,
+                  "--db-timeout %ld s: a request the database does not serve is answered 503 after %ld s, but "
+                  "agents wait %d s for an answer (%d s of it slack): during a database stall they time out "
+                  "first and see a server that is gone; give --db-timeout %d or less",
+                  cfg->db_timeout_s, answer, PATIENCE_AGENT_CALL_S, PATIENCE_MARGIN_S, PATIENCE_DB_TIMEOUT_MAX_S);
+    contradiction(answer + PATIENCE_HEARTBEAT_INTERVAL_S >= cfg->heartbeat_timeout, warnings, &n,
+                  "--heartbeat-timeout %ld s is not above --db-timeout + %d s (%ld s) plus an agent's heartbeat "
+                  "interval (%d s by default): a node whose heartbeat the database serves slowly, within "
+                  "--db-timeout, is taken for lost and its job re-planned; give --heartbeat-timeout %ld or more",
+                  cfg->heartbeat_timeout, PATIENCE_DB_GRACE_S, answer, PATIENCE_HEARTBEAT_INTERVAL_S,
+                  answer + PATIENCE_HEARTBEAT_INTERVAL_S + 1);
+    contradiction(cfg->max_connections > 0 && cfg->max_connections <= cfg->max_long_polls, warnings, &n,
+                  "--max-connections %ld is not above --max-long-polls %ld: waiting long-polls can hold every "
+                  "connection, and the agents' heartbeats and reports are then closed on accept; give "
+                  "--max-connections above it (0: --max-long-polls + 1024)",
+                  cfg->max_connections, cfg->max_long_polls);
+    return n;
 }

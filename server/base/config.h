@@ -24,7 +24,7 @@ struct config {
     char pg_user[64];           /* account the embedded Postgres runs as under root */
     long threads;               /* HTTP worker threads */
     long db_pool;               /* database connections per server */
-    long db_timeout_s;          /* statement_timeout; the client waits 2 s longer */
+    long db_timeout_s;          /* s: statement_timeout; the server waits 2 s longer (common/patience.h) */
     char checkpoint_dir[PATH_MAX]; /* the checkpoint store; default <data-dir>/checkpoints */
     long checkpoint_keep;       /* newest complete checkpoints kept per job */
     long checkpoint_keep_every; /* steps; also kept: multiples of it (0: none) */
@@ -52,6 +52,18 @@ struct config {
 /* Fills `cfg` from defaults, the environment and argv.  Returns 0 to run,
  * 1 if --help was printed (exit 0), or -1 with `err` set (exit 2). */
 int config_load(struct config *cfg, int argc, char **argv, struct shoal_err *err);
+
+#define CONFIG_WARNING_MAX 512    /* bytes of one warning of config_contradictions */
+#define CONFIG_WARNINGS_MAX 4     /* warnings it writes at most */
+
+/* Options that contradict each other or what the agents expect
+ * (common/patience.h): a --db-timeout whose 503 comes after the agents
+ * have given up, a --heartbeat-timeout that a heartbeat answered slowly
+ * but in time overruns, a --max-connections that waiting long-polls can
+ * fill.  One sentence each into warnings[], saying what goes wrong and
+ * what to give instead; returns how many (at most CONFIG_WARNINGS_MAX).
+ * None stops the server: main logs them as warnings. */
+int config_contradictions(const struct config *cfg, char warnings[][CONFIG_WARNING_MAX]);
 
 /* Prints the usage text, one line per setting with flag, variable and default. */
 void config_usage(FILE *out);

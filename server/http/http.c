@@ -17,6 +17,7 @@
 #include "http_limits.h"
 #include "workq.h"
 #include "../../common/clock.h"
+#include "../../common/patience.h"
 #include "../store/db.h"
 #include "metrics.h"
 
@@ -47,7 +48,9 @@ static struct http_lane http_lanes[ROUTE_LANES];
  * answer. */
 #define HTTP_PROBE_DB_S 3.0
 #define HTTP_PROBE_WORKERS 2
-#define HTTP_DB_GRACE_S 2.0   /* s past --db-timeout a database route may take (db.c's answer grace) */
+/* s past --db-timeout a database route may take (db.c's answer grace):
+ * together they are the slowest answer an agent waits for (patience.h) */
+#define HTTP_DB_GRACE_S ((double)PATIENCE_DB_GRACE_S)
 #define HTTP_HOLD_RETRY_S 1   /* s a client over its share of the bodies in flight waits (Retry-After) */
 
 double http_now(void)

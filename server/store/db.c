@@ -12,6 +12,7 @@
 
 #include "../../common/log.h"
 #include "../../common/clock.h"
+#include "../../common/patience.h"
 
 /* libpq settings every connection gets; the caller's conninfo, expanded
  * after them, still wins.  A bounded connect, so an unreachable host costs a
@@ -23,14 +24,16 @@
 #define DB_KEEPALIVES_INTERVAL_S "10"
 #define DB_KEEPALIVES_COUNT "3"
 #define DB_DOWN_LOG_EVERY_S 30.0   /* s between "still unreachable" lines during an outage */
-#define DB_ANSWER_GRACE_S 2.0      /* s the client waits past statement_timeout for the server's own error */
+/* s the client waits past statement_timeout for the server's own error:
+ * the grace of common/patience.h, which agents' patience is measured by */
+#define DB_ANSWER_GRACE_S ((double)PATIENCE_DB_GRACE_S)
 #define DB_IDLE_READS 4            /* reads that may drain a closing connection's last words */
 #define DB_ACQUIRE_WAIT_S 5.0      /* s a caller waits for a free connection */
 
 /* --db-timeout in ms: the server's statement_timeout on pooled connections,
  * and (plus DB_ANSWER_GRACE_S) how long db_exec waits for an answer before
  * it gives the connection up.  One value for the process (db_pool_new). */
-static _Atomic long db_timeout_ms = 10000;
+static _Atomic long db_timeout_ms = PATIENCE_DB_TIMEOUT_S * 1000;
 
 struct db_pool {
     pthread_mutex_t lock;

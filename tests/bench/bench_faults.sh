@@ -17,6 +17,12 @@
 #                    read-only disk answers) from the job's start, and one
 #                    agent of the plan is killed -9; the store comes back
 #                    once the job trains its last step but one
+#   disk-full        one uploader's (replica 0's) own data directory fills:
+#                    a 1 MiB tmpfs mounted over it in the agent's mount
+#                    namespace and filled with dd (ENOSPC), so its
+#                    checkpoints cannot be written; it gets room again once
+#                    the job trains its last step but one (root; every
+#                    agent then runs in a mount namespace of its own)
 #   freeze-db        SIGSTOP the database (postmaster and backends) for
 #                    FAULTS_FREEZE_S (20) s while 50 more nodes heartbeat
 #                    every second (tests/integration/heartbeat_load.py);
@@ -30,7 +36,10 @@
 # epoch that trained it), whether every step's loss equals the
 # uninterrupted run's, and the largest difference (fewer replicas sum the
 # gradients in another order: equal to rounding); the re-plans it took;
-# /healthz's slowest answer during the fault (freeze-db; "-" otherwise).  A
+# /healthz's slowest answer during the fault (freeze-db; "-" otherwise);
+# in the JSON lines also the job's checkpoints not kept
+# (checkpoint_failures) and the failures its agents reported
+# (failures_reported: each may blame a link or a node).  A
 # table, a JSON line per trial and one for the campaign.  A partition of one node's peer port is in make test
 # (tests/integration/test_partition.sh: it needs network namespaces).
 # Where a stopped process is resumed by its environment (these sandboxes
@@ -63,6 +72,11 @@ echo "bench-faults: seed $SEED (--seed $SEED repeats this campaign), $TRIALS tri
 # The defaults, whatever agents.sh and lib.sh start agents and servers with
 # for the tests.
 unset SHOAL_HEARTBEAT_TIMEOUT
+# Each agent in a mount namespace of its own, where disk-full can mount a
+# full disk over its data directory (nsenter) and no one else sees it.
+if [ "$(id -u)" = 0 ] && unshare -m --propagation private true 2>/dev/null; then
+    export AGENT_PREFIX="unshare -m --propagation private"
+fi
 AGENT_ARGS="--heartbeat-interval 2 --peer-timeout 120 --connect-timeout 120 ${FAULTS_AGENT_ARGS:-}"
 start_server_s ${FAULTS_SERVER_ARGS:-} > /dev/null || exit 1
 PORT=${S##*:}
@@ -116,7 +130,27 @@ start_job; wait_for 600 done_
 [ "$(job_state "$S" "$ADMIN" "$J")" = succeeded ] || { echo "bench-faults: the reference job did not succeed" >&2; exit 1; }
 job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/reference.losses"
 
-faults=${ONLY:-kill-agent,kill-two,kill-nospare,kill-server,kill-postmaster,stall-agent,store-full,freeze-db}
+# disk_full VICTIM on|off: VICTIM's data directory full (a 1 MiB tmpfs over
+# it in its mount namespace, filled to ENOSPC), or back as it was.
+disk_full() {
+    local pid dir="$WORK/agent-$1"
+    pid=$(cat "$WORK/agent-$1.pid")
+    if [ "$2" = on ]; then
+        nsenter -t "$pid" -m -- mount -t tmpfs -o size=1m,mode=0700 shoal-disk "$dir" &&
+            nsenter -t "$pid" -m -- dd if=/dev/zero of="$dir/filler" bs=64k 2>/dev/null
+    else
+        nsenter -t "$pid" -m -- umount -l "$dir"
+    fi
+}
+# a node of replica 0 of the first plan: it uploads its stage's checkpoints
+uploader_node() { q "SELECT n.name FROM assignments a JOIN plans p ON p.id = a.plan_id JOIN nodes n ON n.id = a.node_id
+                     WHERE p.job_id = $J AND p.epoch = 1 AND a.replica = 0 ORDER BY random() LIMIT 1"; }
+
+faults=${ONLY:-kill-agent,kill-two,kill-nospare,kill-server,kill-postmaster,stall-agent,store-full,disk-full,freeze-db}
+if [ -z "${AGENT_PREFIX:-}" ] && [[ ",$faults," == *,disk-full,* ]]; then
+    echo "bench-faults: disk-full skipped: it needs root and mount namespaces (unshare -m)" >&2
+    faults=$(echo ",$faults," | sed 's/,disk-full,/,/; s/^,//; s/,$//')
+fi
 printf '%-16s %6s %-11s %9s %8s %8s %7s %10s %12s %13s %7s %s\n' fault step victims detect_s replan_s train_s redone steps_once \
     losses_equal max_loss_diff replans healthz_max_s
 rows="[]"
@@ -136,6 +170,7 @@ for fault in ${faults//,/ }; do
             kill-agent|stall-agent|store-full) victims=$(plan_node) ;;
             kill-two) victims="$(plan_node)"; while v=$(plan_node); [ "$v" = "$victims" ]; do :; done; victims="$victims $v" ;;
             kill-nospare) victims=$(plan_node) ;;
+            disk-full) victims=$(uploader_node) ;;
         esac
         before=$(q "SELECT coalesce(max(step), -1) FROM job_steps WHERE job_id = $J")
         t=$(now)
@@ -145,10 +180,11 @@ for fault in ${faults//,/ }; do
             freeze-db) freeze_db "${FAULTS_FREEZE_S:-20}" ;;
             kill-server) kill -9 "$(cat "$WORK/s.pid")"; sleep 5; start_server s --port "$PORT" ${FAULTS_SERVER_ARGS:-} > /dev/null; disown -a ;;
             kill-postmaster) kill -9 "$(head -n 1 "$WORK/s/pg/postmaster.pid")" ;;
+            disk-full) disk_full "$victims" on ;;
         esac
         counted() { [ "$(q "SELECT recoveries FROM jobs WHERE id = $J")" -ge 1 ] 2>/dev/null; }
         detect=-
-        case $fault in kill-server|kill-postmaster|freeze-db) ;; *)
+        case $fault in kill-server|kill-postmaster|freeze-db|disk-full) ;; *)
             for _ in $(seq 1 3000); do
                 counted && { detect=$(awk -v a="$t" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'); break; }
                 done_ && break
@@ -158,6 +194,10 @@ for fault in ${faults//,/ }; do
         if [ "$fault" = store-full ]; then   # the store back once the job has trained all it can without it
             wait_for 300 reached 38
             rm -f "$WORK/s/checkpoints/job$J"
+        fi
+        if [ "$fault" = disk-full ]; then   # room again once the job has trained all it can without it
+            wait_for 300 reached 38
+            disk_full "$victims" off
         fi
         wait_for 900 done_
         case $fault in
@@ -183,18 +223,23 @@ for fault in ${faults//,/ }; do
         diff=$(awk '{ d = $2 - $3; if (d < 0) d = -d; if (d > m) m = d } END { printf "%.2g", m }' "$WORK/joined.losses")
         [ "$state" = succeeded ] || equal="f ($state)"
         replans=$(q "SELECT plan_epoch - 1 FROM jobs WHERE id = $J")
+        # checkpoints not kept (store or a node's disk), failures reported (each may blame a link or node)
+        ckfail=$(q "SELECT checkpoint_failures FROM jobs WHERE id = $J")
+        reported=$(q "SELECT count(*) FROM job_faults WHERE job_id = $J AND reporter_node IS NOT NULL")
         printf '%-16s %6s %-11s %9s %8s %8s %7s %10s %12s %13s %7s %s\n' "$fault" "$before" "${victims:--}" "$detect" "$replan" \
             "$train" "$retrained" "$once" "$equal" "$diff" "$replans" "$HEALTHZ_MAX"
         row=$(jq -nc --arg fault "$fault" --argjson trial "$trial" --argjson step "$before" --arg victims "$victims" \
             --arg detect "$detect" --arg replan "$replan" --arg train "$train" --argjson retrained "$retrained" \
             --arg once "$once" --arg equal "$equal" --argjson diff "$diff" --arg state "$state" --argjson seed "$SEED" \
-            --argjson replans "${replans:-null}" --arg healthz "$HEALTHZ_MAX" '
+            --argjson replans "${replans:-null}" --arg healthz "$HEALTHZ_MAX" \
+            --argjson ckfail "${ckfail:-null}" --argjson reported "${reported:-null}" '
             def num: if . == "-" then null else tonumber end;
             {bench: "faults-trial", seed: $seed, fault: $fault, trial: $trial, step: $step,
              victims: ($victims | split(" ") | map(select(. != ""))), state: $state,
              detect_s: ($detect | num), replan_s: ($replan | num), train_again_s: ($train | num),
              steps_redone: $retrained, steps_once: ($once == "t"), losses_equal: ($equal == "t"),
-             max_loss_diff: $diff, replans: $replans, healthz_max_s: ($healthz | num)}')
+             max_loss_diff: $diff, replans: $replans, healthz_max_s: ($healthz | num),
+             checkpoint_failures: $ckfail, failures_reported: $reported}')
         echo "$row" >> "$WORK/rows.json"
     done
 done

@@ -10,8 +10,11 @@
 # a second server with a short heartbeat timeout: an outage and a freeze
 # (SIGSTOP) longer than it mark no node lost and roll no job back, and a
 # frozen database costs a request a 503 within seconds (--db-timeout); under
-# fifty agents' heartbeats /healthz still answers at once.  A server's own
-# embedded postmaster killed with -9 is started again.
+# fifty agents' heartbeats /healthz still answers at once.  Under the
+# default --db-timeout a real agent's calls during a freeze get the
+# server's 503, never a timeout of their own (common/patience.h), and a
+# server whose options contradict each other says so at start-up.  A
+# server's own embedded postmaster killed with -9 is started again.
 set -u
 . "$(dirname "$0")/lib.sh"
 
@@ -368,7 +371,43 @@ wait_for 20 n1_lost
 check "a node that goes silent afterwards is lost as before" "$(xsql "SELECT state FROM nodes WHERE id = $N1")" lost
 within "within the heartbeat timeout and a sweep or two" "$t0" $((HB + 3))
 check "the second server answered no request with 500" "$(grep -c 'status=500' "$WORK/b.log")" 0
+# Its options contradict each other on purpose (a heartbeat timeout of 4 s
+# against 2 s + 2 s of database time and a heartbeat interval), and it said so.
+check "the second server warns at start-up that --heartbeat-timeout $HB is not above --db-timeout + 2 s + a heartbeat interval" \
+      "$(grep -c "options contradict: --heartbeat-timeout $HB s is not above --db-timeout + 2 s (4 s)" "$WORK/b.log")" 1
 stop_server b
+
+# ---- the agents' patience (common/patience.h): a server with the default
+# --db-timeout and a real agent, the database frozen longer than an agent
+# waits for an answer: every call the agent made got the server's 503, not
+# a client timeout of its own ("Timeout was reached"), and the server
+# never answered a caller already gone.  (Issue 46: a --db-timeout of 10 s
+# answered at 12 s, agents that gave up at 10 s.)
+. "$(dirname "$0")/agents.sh"
+start_server d --database-url "$DBURL" --db-pool "$POOL" || exit 1
+check "a server with the default options warns of no contradiction" "$(grep -c 'options contradict' "$WORK/d.log")" 0
+start_agent p0 d
+p0_heard() { grep -q 'registered node=' "$WORK/agent-p0.log"; }
+wait_for 30 p0_heard
+sleep 3   # a few heartbeats delivered
+PM=$(head -n 1 "$PGX/data/postmaster.pid")
+FROZEN="$PM $(pgrep -P "$PM" | tr '\n' ' ')"
+kill -STOP $FROZEN
+sleep 20   # over an agent's patience for a call (15 s) and the server's answer (5 s + 2 s)
+kill -CONT $FROZEN
+p0_back() { grep -q 'heartbeat delivered again' "$WORK/agent-p0.log"; }
+wait_for 30 p0_back
+check "the agent's heartbeats failed during the freeze with the server's 503 (the database named)" \
+      "$(grep -q 'heartbeat failed: .*database' "$WORK/agent-p0.log" && echo yes)" yes
+check "and are delivered again after it" "$(p0_back && echo yes)" yes
+check "no call of the agent timed out on its side" \
+      "$(grep -c 'Timeout was reached' "$WORK/agent-p0.log")" 0
+check "the server answered its heartbeats 503 during the freeze" \
+      "$([ "$(grep -c 'route=/v1/agent/heartbeat status=503' "$WORK/d.log")" -ge 1 ] && echo yes)" yes
+check "and no answer found its caller gone" "$(grep -c 'aborted=1' "$WORK/d.log")" 0
+stop_agent p0
+check "the agent exits cleanly on SIGTERM" "$AGENT_RC" 0
+stop_server d
 
 # ---- the embedded postmaster killed (-9) under a server that runs it: the
 # server starts it again and its data is all there
