@@ -1,4 +1,4 @@
--- 020_upload_faults.sql: a node's own disk that refuses its checkpoints
+-- 021_upload_faults.sql: a node's own disk that refuses its checkpoints
 -- (issue 46).  An agent that cannot write a checkpoint in its data
 -- directory (full, read-only, failing) goes on training and says so in
 -- the step's progress report (checkpoint_error): a fault of that node's
