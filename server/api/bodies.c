@@ -224,9 +224,11 @@ static int relay_kind(const struct body_links *out, struct shoal_err *e)
                        "a probe of the relay either measured it or could not");
     if (out->relay.reachable && out->relay.why[0])
         return err_set(e, 422, "invalid_field", "relay.why", "relay.why goes only with \"reachable\": false");
-    if (out->relay.reachable && (isnan(out->relay.latency_ms) || isnan(out->relay.bandwidth_gbps)))
-        return err_set(e, 400, "missing_field", "relay", "relay needs latency_ms and bandwidth_gbps (or "
-                       "\"reachable\": false when the probe of the relay failed)");
+    const char *missing = isnan(out->relay.latency_ms) ? "relay.latency_ms"
+                          : isnan(out->relay.bandwidth_gbps) ? "relay.bandwidth_gbps" : NULL;
+    if (out->relay.reachable && missing)
+        return err_set(e, 400, "missing_field", missing, "%s is missing: a relay link needs latency_ms and "
+                       "bandwidth_gbps (or \"reachable\": false when the probe of the relay failed)", missing);
     return 0;
 }
 
