@@ -19,6 +19,7 @@
 /* A link that failed this job is priced like this (the API's slowest). */
 #define PLANNER_AVOIDED_LATENCY_MS 600000.0
 #define PLANNER_AVOIDED_BANDWIDTH_GBPS 1e-9
+#define PLANNER_RELAY_PROBE_MS 1000   /* ms the recovery thread waits for the relay's GET /healthz */
 
 struct plan_work {
     struct plan_request req;
@@ -31,6 +32,16 @@ struct plan_work {
     json_t *live;             /* {step, roots} when the stored plan is a live resume */
     struct scenario net;      /* those nodes and their links */
     struct sched_problem problem;
+    /* The problem a repair is weighed in: the links as the search sees
+     * them, but those blamed that have come back since (measured again, or
+     * their relay answering again) priced as measured, not unusable
+     * (planner_repair_problem).  Its matrices are the search's when no
+     * blamed link came back, else their own (repair_latency_ms ...). */
+    struct sched_problem repair_problem;
+    double *repair_latency_ms, *repair_bandwidth_gbps;
+    int links_back;           /* blamed links that came back */
+    char relay_down[PEER_PROBE_WHY_MAX + 300];   /* the failure went through the relay, which does not
+                                                    answer: "relay HOST:PORT to answer again (why)"; "": no */
 };
 
 /* $1 job: the epoch its current plan has (0 before any). */
@@ -61,16 +72,30 @@ struct plan_work {
     "     WHERE a.node_id = nodes.id AND j.id <> $1" \
     "       AND j.state IN ('scheduled', 'running', 'recovering'))"
 
-/* $1 job, $2 the relay or NULL: the links it avoids, [[a, b]] (a < b):
- * blamed after failures, or with no relay blocked both ways (link_blocked,
- * 016_reachability.sql; a link blocked one way only is dialled the other
- * way, and with a relay one blocked both ways goes through it,
- * 018_link_ways.sql). */
+/* $1 job, $2 the relay or NULL: the links it avoids, [{a, b, blamed,
+ * remeasured, relayed, once}] (a < b): blamed after failures, or with no
+ * relay blocked both ways (link_blocked, 016_reachability.sql; a link
+ * blocked one way only is dialled the other way, and with a relay one
+ * blocked both ways goes through it, 018_link_ways.sql).  For a blamed
+ * one: whether it was measured (either way) since its latest blame,
+ * whether it goes through the relay (blocked both ways, a relay given),
+ * and whether it was blamed in one epoch only (the one being recovered
+ * from: job_avoided_links). */
 #define AVOIDED_LINKS_SQL \
-    "SELECT coalesce(json_agg(json_build_array(l.a, l.b) ORDER BY l.a, l.b), '[]')" \
-    " FROM (SELECT a, b FROM job_avoided_links($1, " CURRENT_EPOCH ")" \
-    "   UNION SELECT least(r.from_node, r.to_node), greatest(r.from_node, r.to_node) FROM link_reach r" \
-    "     WHERE $2::text IS NULL AND NOT r.reachable AND link_blocked(r.to_node, r.from_node)) l"
+    "WITH bl AS (SELECT least(f.reporter_node, f.suspect_node) AS a, greatest(f.reporter_node, f.suspect_node) AS b," \
+    "   max(f.reported_at) AS at, count(DISTINCT f.epoch) AS epochs FROM job_faults f" \
+    "   WHERE f.job_id = $1 AND f.verdict = 'link' AND f.reporter_node IS NOT NULL AND f.suspect_node IS NOT NULL" \
+    "   GROUP BY 1, 2)" \
+    " SELECT coalesce(json_agg(json_build_object('a', l.a, 'b', l.b, 'blamed', l.blamed," \
+    "   'remeasured', l.blamed AND EXISTS (SELECT 1 FROM link_samples s WHERE s.measured_at > bl.at" \
+    "     AND ((s.from_node = l.a AND s.to_node = l.b) OR (s.from_node = l.b AND s.to_node = l.a)))," \
+    "   'relayed', $2::text IS NOT NULL AND link_blocked(l.a, l.b) AND link_blocked(l.b, l.a)," \
+    "   'once', coalesce(bl.epochs = 1, false)) ORDER BY l.a, l.b), '[]')" \
+    " FROM (SELECT a, b, bool_or(blamed) AS blamed FROM (SELECT a, b, true AS blamed" \
+    "     FROM job_avoided_links($1, " CURRENT_EPOCH ")" \
+    "   UNION ALL SELECT least(r.from_node, r.to_node), greatest(r.from_node, r.to_node), false FROM link_reach r" \
+    "     WHERE $2::text IS NULL AND NOT r.reachable AND link_blocked(r.to_node, r.from_node)) u" \
+    "   GROUP BY a, b) l LEFT JOIN bl ON bl.a = l.a AND bl.b = l.b"
 
 void planner_free(struct plan_work *w)
 {
@@ -79,12 +104,24 @@ void planner_free(struct plan_work *w)
     planner_offer_repair(w, NULL);
     json_decref(w->live);
     scenario_free(&w->net);
+    free(w->repair_latency_ms);
+    free(w->repair_bandwidth_gbps);
     free(w);
 }
 
 const struct sched_problem *planner_problem(const struct plan_work *w)
 {
     return &w->problem;
+}
+
+const struct sched_problem *planner_repair_problem(const struct plan_work *w)
+{
+    return &w->repair_problem;
+}
+
+const char *planner_relay_down(const struct plan_work *w)
+{
+    return w->relay_down[0] ? w->relay_down : NULL;
 }
 
 int64_t planner_resume_step(const struct plan_work *w)
@@ -114,7 +151,9 @@ void planner_offer_repair(struct plan_work *w, struct plan_repair *r)
 
 /* Between the search's plan and the repair on offer: returns the one to
  * store, and in *choice why ({step, repair_s, searched_s, steps_saved,
- * chosen}); the repair chosen sets the resume step and w->live. */
+ * chosen, links_back}); the repair chosen sets the resume step and
+ * w->live.  The repair is priced in the repair problem (blamed links that
+ * came back at their measured values). */
 static const struct sched_plan *choose_repair(struct plan_work *w, const struct sched_plan *searched,
                                               json_t **choice, struct shoal_err *e)
 {
@@ -122,15 +161,16 @@ static const struct sched_plan *choose_repair(struct plan_work *w, const struct 
     *choice = NULL;
     if (!r)
         return searched;
-    if (sched_predict(&w->problem, &r->plan, e) != 0)
+    if (sched_predict(&w->repair_problem, &r->plan, e) != 0)
         return NULL;
     double left = (double)(w->total_steps - r->step);
     int64_t saved = r->step - (w->resume_step > 0 ? w->resume_step : 0);
     int take = r->plan.cost.feasible &&
                r->plan.cost.total_s * left <= searched->cost.total_s * (left + (double)saved);
-    *choice = json_pack("{s:I, s:f, s:f, s:I, s:s}", "step", (json_int_t)r->step, "repair_s", r->plan.cost.total_s,
-                        "searched_s", searched->cost.total_s, "steps_saved", (json_int_t)saved, "chosen",
-                        take ? "survivors" : "checkpoint");
+    *choice = json_pack("{s:I, s:f, s:f, s:I, s:s, s:i}", "step", (json_int_t)r->step,
+                        "repair_s", r->plan.cost.total_s, "searched_s", searched->cost.total_s,
+                        "steps_saved", (json_int_t)saved, "chosen", take ? "survivors" : "checkpoint",
+                        "links_back", w->links_back);
     if (!take)
         return searched;
     json_t *roots = json_array();
@@ -273,14 +313,18 @@ static void name_unreadable(const json_t *nodes, char *out, size_t len)
     }
 }
 
-/* Prices each link of `pairs` ([[a, b]] node ids, EXCLUDED_SQL's) as
- * unusable both ways, so that the search routes around it where it can. */
-static void avoid_links(struct scenario *net, const json_t *pairs)
+/* Prices each link of `pairs` (AVOIDED_LINKS_SQL's) as unusable both ways
+ * in the n x n matrices lat and bw over net's nodes, so that the search
+ * routes around it where it can; with `skip_back`, not those marked
+ * "back" (came back since their blame: repair_links). */
+static void avoid_links(const struct scenario *net, double *lat, double *bw, const json_t *pairs, int skip_back)
 {
     size_t k;
     json_t *pair;
     json_array_foreach(pairs, k, pair) {
-        int64_t a = json_integer_value(json_array_get(pair, 0)), b = json_integer_value(json_array_get(pair, 1));
+        if (skip_back && json_is_true(json_object_get(pair, "back")))
+            continue;
+        int64_t a = json_integer_value(json_object_get(pair, "a")), b = json_integer_value(json_object_get(pair, "b"));
         int i = -1, j = -1;
         for (int x = 0; x < net->n; x++) {
             i = net->nodes[x].id == a ? x : i;
@@ -289,8 +333,41 @@ static void avoid_links(struct scenario *net, const json_t *pairs)
         if (i < 0 || j < 0)
             continue;
         int n = net->n;
-        net->latency_ms[i * n + j] = net->latency_ms[j * n + i] = PLANNER_AVOIDED_LATENCY_MS;
-        net->bandwidth_gbps[i * n + j] = net->bandwidth_gbps[j * n + i] = PLANNER_AVOIDED_BANDWIDTH_GBPS;
+        lat[i * n + j] = lat[j * n + i] = PLANNER_AVOIDED_LATENCY_MS;
+        bw[i * n + j] = bw[j * n + i] = PLANNER_AVOIDED_BANDWIDTH_GBPS;
+    }
+}
+
+/* Marks "back" the blamed links of `pairs` that have come back, for the
+ * repair's pricing: measured again since their blame, or (blamed in the
+ * epoch being recovered from only) when that epoch's failure went through
+ * the relay (one of its blamed links is relayed) and the relay answers the
+ * recovery thread now.  A relay's failure breaks every relayed link at
+ * once and, in cascade, the links of the tasklets that stop with them
+ * (their neighbours report them): once it answers again, that epoch's
+ * blames say nothing more about the links.  Sets w->links_back, and
+ * w->relay_down when the failure went through the relay and it does not
+ * answer. */
+static void repair_links(struct server *srv, struct plan_work *w, json_t *pairs)
+{
+    size_t k;
+    json_t *pair;
+    int through_relay = 0, relay_ok = 0;
+    json_array_foreach(pairs, k, pair)
+        through_relay |= json_is_true(json_object_get(pair, "blamed")) &&
+                         json_is_true(json_object_get(pair, "once")) && json_is_true(json_object_get(pair, "relayed"));
+    if (through_relay && w->req.only_if_recovering && srv->cfg.relay[0]) {
+        char why[PEER_PROBE_WHY_MAX] = "";
+        relay_ok = peer_probe_relay(srv->cfg.relay, PLANNER_RELAY_PROBE_MS, why) == PEER_PROBE_ANSWERED;
+        if (!relay_ok)
+            snprintf(w->relay_down, sizeof w->relay_down, "relay %s to answer again (%s)", srv->cfg.relay, why);
+    }
+    json_array_foreach(pairs, k, pair) {
+        int back = json_is_true(json_object_get(pair, "blamed")) &&
+                   (json_is_true(json_object_get(pair, "remeasured")) ||
+                    (relay_ok && json_is_true(json_object_get(pair, "once"))));
+        json_object_set_new(pair, "back", json_boolean(back));
+        w->links_back += back;
     }
 }
 
@@ -352,7 +429,20 @@ int planner_prepare(struct server *srv, int64_t job_id, const struct plan_reques
     }
     if (input_network(doc, links, w->req.fill_latency_ms, w->req.fill_bandwidth_gbps, &w->net, e) != 0)
         goto out;
-    avoid_links(&w->net, avoided);
+    repair_links(srv, w, avoided);
+    size_t cells = (size_t)w->net.n * (size_t)w->net.n;
+    if (w->links_back > 0) {
+        w->repair_latency_ms = malloc(cells * sizeof *w->repair_latency_ms + 1);
+        w->repair_bandwidth_gbps = malloc(cells * sizeof *w->repair_bandwidth_gbps + 1);
+        if (!w->repair_latency_ms || !w->repair_bandwidth_gbps) {
+            err_set(e, 500, "internal", NULL, "out of memory");
+            goto out;
+        }
+        memcpy(w->repair_latency_ms, w->net.latency_ms, cells * sizeof *w->repair_latency_ms);
+        memcpy(w->repair_bandwidth_gbps, w->net.bandwidth_gbps, cells * sizeof *w->repair_bandwidth_gbps);
+        avoid_links(&w->net, w->repair_latency_ms, w->repair_bandwidth_gbps, avoided, 1);
+    }
+    avoid_links(&w->net, w->net.latency_ms, w->net.bandwidth_gbps, avoided, 0);
     struct sched_problem *pb = &w->problem;
     jobspec_sched_model(&spec, pb);
     pb->replicas = (int)replicas;
@@ -363,6 +453,11 @@ int planner_prepare(struct server *srv, int64_t job_id, const struct plan_reques
     pb->bandwidth_gbps = w->net.bandwidth_gbps;
     pb->cost = strcmp(w->req.cost_model, "dtfm") == 0 ? SCHED_COST_DTFM : SCHED_COST_SHOAL;
     rc = sched_problem_check(pb, e);
+    w->repair_problem = *pb;
+    if (w->links_back > 0) {
+        w->repair_problem.latency_ms = w->repair_latency_ms;
+        w->repair_problem.bandwidth_gbps = w->repair_bandwidth_gbps;
+    }
 out:
     json_decref(job);
     json_decref(live);
