@@ -30,6 +30,7 @@ struct plan_work {
     int64_t total_steps;
     struct plan_repair *repair;   /* a live resume on offer, or NULL */
     json_t *live;             /* {step, roots} when the stored plan is a live resume */
+    int moved;                /* the recovery is a move off a drained node: nothing failed */
     struct scenario net;      /* those nodes and their links */
     struct sched_problem problem;
     /* The problem a repair is weighed in: the links as the search sees
@@ -151,9 +152,15 @@ void planner_offer_repair(struct plan_work *w, struct plan_repair *r)
 
 /* Between the search's plan and the repair on offer: returns the one to
  * store, and in *choice why ({step, repair_s, searched_s, steps_saved,
- * chosen, links_back}); the repair chosen sets the resume step and
+ * chosen, drain, links_back}); the repair chosen sets the resume step and
  * w->live.  The repair is priced in the repair problem (blamed links that
- * came back at their measured values). */
+ * came back at their measured values).  A move off a drained node takes
+ * the repair whenever it fits in memory: nothing failed, the survivors
+ * hold the step in flight and the plan they trained at keeps its layers,
+ * while the two predictions differ only by the nodes' registered speeds,
+ * each timed once at the agent's start-up (a busy machine times its own
+ * load), which a re-split of the layers would chase at the price of steps
+ * trained again (docs/recovery.md). */
 static const struct sched_plan *choose_repair(struct plan_work *w, const struct sched_plan *searched,
                                               json_t **choice, struct shoal_err *e)
 {
@@ -166,11 +173,11 @@ static const struct sched_plan *choose_repair(struct plan_work *w, const struct 
     double left = (double)(w->total_steps - r->step);
     int64_t saved = r->step - (w->resume_step > 0 ? w->resume_step : 0);
     int take = r->plan.cost.feasible &&
-               r->plan.cost.total_s * left <= searched->cost.total_s * (left + (double)saved);
-    *choice = json_pack("{s:I, s:f, s:f, s:I, s:s, s:i}", "step", (json_int_t)r->step,
+               (w->moved || r->plan.cost.total_s * left <= searched->cost.total_s * (left + (double)saved));
+    *choice = json_pack("{s:I, s:f, s:f, s:I, s:s, s:b, s:i}", "step", (json_int_t)r->step,
                         "repair_s", r->plan.cost.total_s, "searched_s", searched->cost.total_s,
                         "steps_saved", (json_int_t)saved, "chosen", take ? "survivors" : "checkpoint",
-                        "links_back", w->links_back);
+                        "drain", w->moved, "links_back", w->links_back);
     if (!take)
         return searched;
     json_t *roots = json_array();
@@ -212,6 +219,7 @@ static int planner_job(struct server *srv, struct plan_work *w, json_t *job, str
     w->total_steps = json_integer_value(json_object_get(job, "total_steps"));
     json_t *latest = json_object_get(job, "latest_step");
     w->latest_step = json_is_integer(latest) ? json_integer_value(latest) : -1;
+    w->moved = strcmp(state, "recovering") == 0 && json_is_true(json_object_get(job, "moved"));
     if (json_is_true(json_object_get(job, "started")) &&
         checkpoints_latest_valid(srv, w->job_id, w->total_steps, &w->resume_step, e) != 0)
         return -1;
@@ -389,7 +397,7 @@ int planner_prepare(struct server *srv, int64_t job_id, const struct plan_reques
     db_param_f64(p_timeout, (double)srv->cfg.heartbeat_timeout);
     const char *params[] = { p_id, p_timeout };
     job = db_query_json(srv->db, "SELECT json_build_object('state', state, 'spec', spec, 'total_steps', total_steps,"
-                        " 'started', started_at IS NOT NULL, 'latest_step',"
+                        " 'started', started_at IS NOT NULL, 'moved', recovery_moved, 'latest_step',"
                         " (SELECT max(step) FROM job_steps WHERE job_id = jobs.id)) FROM jobs WHERE id = $1",
                         1, params, what, e);
     if (!job || planner_job(srv, w, job, e) != 0 || jobspec_parse(json_object_get(job, "spec"), &spec, e) != 0)

@@ -104,8 +104,9 @@ int64_t planner_total_steps(const struct plan_work *w);
  * plan (in planner_problem) and r's (in planner_repair_problem) under the
  * job's cost model and stores r when, over the steps left, r trains no
  * slower than the search's plan does with the steps a checkpoint resume
- * trains again: c_r (T - s) <= c_s (T - s + s - checkpoint).  Its detail
- * says so in "live_resume". */
+ * trains again: c_r (T - s) <= c_s (T - s + s - checkpoint); a move off a
+ * drained node stores r whenever it fits in memory (planner.c,
+ * choose_repair).  Its detail says so in "live_resume". */
 void planner_offer_repair(struct plan_work *w, struct plan_repair *r);
 /* 1 when planner_run stored the repair: the epoch goes on from the survivors. */
 int planner_resume_live(const struct plan_work *w);
