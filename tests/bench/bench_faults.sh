@@ -17,6 +17,12 @@
 #                    read-only disk answers) from the job's start, and one
 #                    agent of the plan is killed -9; the store comes back
 #                    once the job trains its last step but one
+#   relay-restart    every pair of the fleet is marked unreachable both
+#                    ways (link_reach, as agents behind NAT report it), so
+#                    that every link of the plan goes through a shoal-relay
+#                    (started for the campaign, the server's --relay); the
+#                    relay is killed -9 and started again on its port 3 s
+#                    later (the marks are taken back after the trial)
 #   freeze-db        SIGSTOP the database (postmaster and backends) for
 #                    FAULTS_FREEZE_S (20) s while 50 more nodes heartbeat
 #                    every second (tests/integration/heartbeat_load.py);
@@ -64,6 +70,12 @@ echo "bench-faults: seed $SEED (--seed $SEED repeats this campaign), $TRIALS tri
 # for the tests.
 unset SHOAL_HEARTBEAT_TIMEOUT
 AGENT_ARGS="--heartbeat-interval 2 --peer-timeout 120 --connect-timeout 120 ${FAULTS_AGENT_ARGS:-}"
+faults=${ONLY:-kill-agent,kill-two,kill-nospare,kill-server,kill-postmaster,stall-agent,store-full,relay-restart,freeze-db}
+# relay-restart: a relay for the campaign, and the server's --relay
+case ",$faults," in *,relay-restart,*)
+    start_relay r > /dev/null || exit 1
+    FAULTS_SERVER_ARGS="${FAULTS_SERVER_ARGS:-} --relay $RELAY_r --relay-secret-file $WORK/relay.secret" ;;
+esac
 start_server_s ${FAULTS_SERVER_ARGS:-} > /dev/null || exit 1
 PORT=${S##*:}
 for n in f0 f1 f2 f3 f4 f5; do start_agent "$n" s $AGENT_ARGS; done
@@ -116,7 +128,6 @@ start_job; wait_for 600 done_
 [ "$(job_state "$S" "$ADMIN" "$J")" = succeeded ] || { echo "bench-faults: the reference job did not succeed" >&2; exit 1; }
 job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/reference.losses"
 
-faults=${ONLY:-kill-agent,kill-two,kill-nospare,kill-server,kill-postmaster,stall-agent,store-full,freeze-db}
 printf '%-16s %6s %-11s %9s %8s %8s %7s %10s %12s %13s %7s %s\n' fault step victims detect_s replan_s train_s redone steps_once \
     losses_equal max_loss_diff replans healthz_max_s
 rows="[]"
@@ -129,6 +140,12 @@ for fault in ${faults//,/ }; do
             gone=$(q "SELECT string_agg(name, ' ') FROM (SELECT name FROM nodes ORDER BY random() LIMIT 2) n")
             for v in $gone; do kill -9 "$(cat "$WORK/agent-$v.pid")"; done
             wait_for 60 lost_two
+        fi
+        if [ "$fault" = relay-restart ]; then   # every link through the relay
+            q "INSERT INTO link_reach (from_node, to_node, reachable, why)
+               SELECT a.id, b.id, false, 'bench-faults relay-restart' FROM nodes a JOIN nodes b ON a.id <> b.id
+               WHERE a.name NOT LIKE 'load-%' AND b.name NOT LIKE 'load-%'
+               ON CONFLICT (from_node, to_node) DO UPDATE SET reachable = false, why = EXCLUDED.why" > /dev/null
         fi
         start_job "$fault"; wait_for 300 reached "$at"
         victims="" HEALTHZ_MAX=-
@@ -145,6 +162,8 @@ for fault in ${faults//,/ }; do
             freeze-db) freeze_db "${FAULTS_FREEZE_S:-20}" ;;
             kill-server) kill -9 "$(cat "$WORK/s.pid")"; sleep 5; start_server s --port "$PORT" ${FAULTS_SERVER_ARGS:-} > /dev/null; disown -a ;;
             kill-postmaster) kill -9 "$(head -n 1 "$WORK/s/pg/postmaster.pid")" ;;
+            relay-restart) victims=relay; kill -9 "$(cat "$WORK/r.pid")"   # back on its port 3 s later
+                (sleep 3; RELAY_PORT=${RELAY_r##*:} start_relay r > /dev/null) & disown -a ;;
         esac
         counted() { [ "$(q "SELECT recoveries FROM jobs WHERE id = $J")" -ge 1 ] 2>/dev/null; }
         detect=-
@@ -160,6 +179,7 @@ for fault in ${faults//,/ }; do
             rm -f "$WORK/s/checkpoints/job$J"
         fi
         wait_for 900 done_
+        [ "$fault" = relay-restart ] && q "DELETE FROM link_reach WHERE why = 'bench-faults relay-restart'" > /dev/null
         case $fault in
             stall-agent) kill -CONT "$(cat "$WORK/agent-$victims.pid")" ;;
             kill-agent|kill-two|kill-nospare|store-full) for v in $victims $gone; do start_agent "$v" s $AGENT_ARGS; done; disown -a ;;
