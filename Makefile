@@ -20,7 +20,7 @@
 #                     plans' predicted vs measured iteration times (needs root)
 #   make bench-wan    one job on two sites over a slow link under every stage-link and sync
 #                     mode: bytes, step time, validation loss, time to the baseline's (root)
-#   make bench-faults a 2x2 job under kill -9 of agents, server and postmaster and a stalled
+#   make bench-faults a 2x2 job under kill -9 of agents, server, postmaster and relay and a stalled
 #                     agent, victims and steps from a printed seed: recovery times, steps
 #                     trained again, losses against the uninterrupted run
 #   make bench-finetune GPT-2 124M imported and fine-tuned across four agents beside the same
