@@ -22,7 +22,7 @@
 #                     plans' predicted vs measured iteration times (needs root)
 #   make bench-wan    one job on two sites over a slow link under every stage-link and sync
 #                     mode: bytes, step time, validation loss, time to the baseline's (root)
-#   make bench-faults a 2x2 job under kill -9 of agents, server and postmaster, a stalled
+#   make bench-faults a 2x2 job under kill -9 of agents, server, postmaster and relay, a stalled
 #                     agent, a failing store, an agent's full disk and a frozen database,
 #                     victims and steps from a printed seed: recovery times, steps
 #                     trained again, losses against the uninterrupted run

@@ -31,7 +31,9 @@
  * peers, not from the server: job_link_suspect in
  * sql/017_read_models.sql).  A
  * blamed link is avoided (priced as unusable, so the search routes around
- * it where it can).  job_excluded_nodes (sql/017_read_models.sql) says which; the planner
+ * it where it can); the survivors' repair, which has no route to choose,
+ * prices one that came back since at its measured values (planner.h,
+ * planner_repair_problem).  job_excluded_nodes (sql/017_read_models.sql) says which; the planner
  * takes an excluded node back when too few are left without it and its
  * peer port answers; the job detail shows the faults and the excluded
  * nodes. */

@@ -294,7 +294,7 @@ out:
 int live_resume_offer(struct server *srv, int64_t job, struct plan_work *w, char *waiting, size_t len,
                       struct shoal_err *e)
 {
-    const struct sched_problem *pb = planner_problem(w);
+    const struct sched_problem *pb = planner_repair_problem(w);
     struct grid g = { .S = pb->stages };
     char p_job[24], p_timeout[32];
     const char *params[] = { db_param_i64(p_job, job), db_param_f64(p_timeout, (double)srv->cfg.heartbeat_timeout) };
@@ -343,6 +343,15 @@ int live_resume_offer(struct server *srv, int64_t job, struct plan_work *w, char
     if (pending > 0 && json_number_value(json_object_get(sv, "age_s")) < LIVE_WAIT_S) {
         snprintf(waiting, len, "what its %d surviving tasklet%s hold%s for a live resume (at most %.0f s)", pending,
                  pending == 1 ? "" : "s", pending == 1 ? "s" : "", LIVE_WAIT_S);
+        rc = 1;
+        goto out;
+    }
+    /* A failure through the relay (it restarts, say): a re-plan while it
+     * is down would price the survivors' relayed links as unusable, and
+     * any plan's relayed links would fail again; a relay that answers
+     * again makes those links usable (planner_repair_problem). */
+    if (planner_relay_down(w) && json_number_value(json_object_get(sv, "age_s")) < LIVE_WAIT_S) {
+        snprintf(waiting, len, "the %s, for a live resume (at most %.0f s)", planner_relay_down(w), LIVE_WAIT_S);
         rc = 1;
         goto out;
     }

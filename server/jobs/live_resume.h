@@ -30,7 +30,10 @@
  * is needed); or the latest such step is no later than the checkpoint.
  * A common step whose step before is not whole yet waits too, within
  * LIVE_WAIT_S: the survivors' progress reports travel apart from the
- * heartbeats that say what they hold. */
+ * heartbeats that say what they hold; so does a failure that went through
+ * the server's relay while the relay does not answer (planner_relay_down):
+ * once it does, the links it broke are priced as measured in the repair
+ * (planner_repair_problem), and a relay that restarts costs no step. */
 #ifndef SHOAL_LIVE_RESUME_H
 #define SHOAL_LIVE_RESUME_H
 

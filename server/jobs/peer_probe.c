@@ -195,3 +195,62 @@ out:
     free(ps);
     free(fds);
 }
+
+/* Waits up to the deadline for `events` on fd; 1 when they came, 0 not. */
+static int wait_for_fd(int fd, short events, int64_t deadline)
+{
+    for (;;) {
+        int64_t left = deadline - mono_ms();
+        if (left <= 0)
+            return 0;
+        struct pollfd p = { .fd = fd, .events = events };
+        int n = poll(&p, 1, (int)left);
+        if (n > 0)
+            return 1;
+        if (n < 0 && errno != EINTR)
+            return 0;
+    }
+}
+
+int peer_probe_relay(const char *addr, int timeout_ms, char why[PEER_PROBE_WHY_MAX])
+{
+    static const char ask[] = "GET /healthz HTTP/1.0\r\n\r\n";
+    struct probe p = { .fd = -1 };
+    int ok = PEER_PROBE_SILENT, e = 0;
+    int64_t deadline = mono_ms() + timeout_ms;
+    char head[16];
+    size_t have = 0;
+    socklen_t len = sizeof e;
+    start(&p, addr, &ok, why);
+    if (p.phase == PROBE_DONE)
+        return ok;
+    if (!wait_for_fd(p.fd, POLLOUT, deadline)) {
+        finish(&p, &ok, why, PEER_PROBE_SILENT, "no answer within the probe's time (connecting)");
+        return ok;
+    }
+    if (getsockopt(p.fd, SOL_SOCKET, SO_ERROR, &e, &len) != 0 || e != 0) {
+        connect_failed(&p, &ok, why, e ? e : errno);
+        return ok;
+    }
+    if (send(p.fd, ask, sizeof ask - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof ask - 1)) {
+        finish(&p, &ok, why, PEER_PROBE_SILENT, "the connection broke sending GET /healthz");
+        return ok;
+    }
+    /* "HTTP/1.x 200": the first 12 bytes of the answer */
+    while (have < 12) {
+        if (!wait_for_fd(p.fd, POLLIN, deadline)) {
+            finish(&p, &ok, why, PEER_PROBE_SILENT, "no answer to GET /healthz within the probe's time");
+            return ok;
+        }
+        ssize_t r = recv(p.fd, head + have, 12 - have, 0);
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR)) {
+            finish(&p, &ok, why, PEER_PROBE_SILENT, "it closed the connection without answering GET /healthz");
+            return ok;
+        }
+        have += r > 0 ? (size_t)r : 0;
+    }
+    int healthy = memcmp(head, "HTTP/1.", 7) == 0 && memcmp(head + 9, "200", 3) == 0;
+    finish(&p, &ok, why, healthy ? PEER_PROBE_ANSWERED : PEER_PROBE_SILENT,
+           "it answered GET /healthz with something other than 200");
+    return ok;
+}

@@ -36,4 +36,11 @@ void peer_probe_all(const char *const *addrs, int n, int timeout_ms, int *ok, ch
 void peer_probe_all_until(const char *const *addrs, int n, int timeout_ms, int *ok, char (*why)[PEER_PROBE_WHY_MAX],
                           int (*stop)(void *arg), void *arg);
 
+/* Does the relay at addr ("host:port", shoal-relay) answer?  Connects and
+ * asks GET /healthz, which the relay serves on the port its agents dial;
+ * PEER_PROBE_ANSWERED on a 200 within timeout_ms, else SILENT or REFUSED
+ * (nothing listens: the relay is down) with the reason in why.  Blocks
+ * for up to timeout_ms: for the recovery thread, never an HTTP one. */
+int peer_probe_relay(const char *addr, int timeout_ms, char why[PEER_PROBE_WHY_MAX]);
+
 #endif

@@ -30,10 +30,21 @@ struct plan_work {
     int64_t total_steps;
     struct plan_repair *repair;   /* a live resume on offer, or NULL */
     json_t *live;             /* {step, roots} when the stored plan is a live resume */
+    int moved;                /* the recovery is a move off a drained node: nothing failed */
     struct scenario net;      /* those nodes and their links */
     struct sched_problem problem;
     const char *relay;        /* --relay when it answers the server (relay_check.h), else NULL */
-    char relay_down[RELAY_CHECK_WHY_MAX];   /* --relay given and silent: why; else "" */
+    char relay_why[RELAY_CHECK_WHY_MAX];      /* --relay given and silent: why; else "" */
+    /* The problem a repair is weighed in: the links as the search sees
+     * them, but those blamed that have come back since (measured again, or
+     * their relay answering again) priced as measured, not unusable
+     * (planner_repair_problem).  Its matrices are the search's when no
+     * blamed link came back, else their own (repair_latency_ms ...). */
+    struct sched_problem repair_problem;
+    double *repair_latency_ms, *repair_bandwidth_gbps;
+    int links_back;           /* blamed links that came back */
+    char relay_down[RELAY_CHECK_WHY_MAX + 300];   /* the failure went through the relay, which does not
+                                                     answer: "relay HOST:PORT to answer again (why)"; "": no */
 };
 
 /* $1 job: the epoch its current plan has (0 before any). */
@@ -64,18 +75,32 @@ struct plan_work {
     "     WHERE a.node_id = nodes.id AND j.id <> $1" \
     "       AND j.state IN ('scheduled', 'running', 'recovering'))"
 
-/* $1 job, $2 the relay or NULL: the links it avoids, [[a, b]] (a < b):
+/* $1 job, $2 the relay when it answers or NULL, $3 --relay or NULL: the
+ * links it avoids, [{a, b, blamed, remeasured, relayed, once}] (a < b):
  * blamed after failures, or blocked both ways (link_blocked,
  * 016_reachability.sql) with no relay that both ends reach (relay_usable,
  * 020_plan_visible.sql; a link blocked one way only is dialled the other
  * way, and with a relay one blocked both ways goes through it,
- * 018_link_ways.sql). */
+ * 018_link_ways.sql).  For a blamed one: whether it was measured (either
+ * way) since its latest blame, whether it goes through --relay (blocked
+ * both ways), and whether it was blamed in one epoch only (the one being
+ * recovered from: job_avoided_links). */
 #define AVOIDED_LINKS_SQL \
-    "SELECT coalesce(json_agg(json_build_array(l.a, l.b) ORDER BY l.a, l.b), '[]')" \
-    " FROM (SELECT a, b FROM job_avoided_links($1, " CURRENT_EPOCH ")" \
-    "   UNION SELECT least(r.from_node, r.to_node), greatest(r.from_node, r.to_node) FROM link_reach r" \
+    "WITH bl AS (SELECT least(f.reporter_node, f.suspect_node) AS a, greatest(f.reporter_node, f.suspect_node) AS b," \
+    "   max(f.reported_at) AS at, count(DISTINCT f.epoch) AS epochs FROM job_faults f" \
+    "   WHERE f.job_id = $1 AND f.verdict = 'link' AND f.reporter_node IS NOT NULL AND f.suspect_node IS NOT NULL" \
+    "   GROUP BY 1, 2)" \
+    " SELECT coalesce(json_agg(json_build_object('a', l.a, 'b', l.b, 'blamed', l.blamed," \
+    "   'remeasured', l.blamed AND EXISTS (SELECT 1 FROM link_samples s WHERE s.measured_at > bl.at" \
+    "     AND ((s.from_node = l.a AND s.to_node = l.b) OR (s.from_node = l.b AND s.to_node = l.a)))," \
+    "   'relayed', $3::text IS NOT NULL AND link_blocked(l.a, l.b) AND link_blocked(l.b, l.a)," \
+    "   'once', coalesce(bl.epochs = 1, false)) ORDER BY l.a, l.b), '[]')" \
+    " FROM (SELECT a, b, bool_or(blamed) AS blamed FROM (SELECT a, b, true AS blamed" \
+    "     FROM job_avoided_links($1, " CURRENT_EPOCH ")" \
+    "   UNION ALL SELECT least(r.from_node, r.to_node), greatest(r.from_node, r.to_node), false FROM link_reach r" \
     "     WHERE NOT r.reachable AND link_blocked(r.to_node, r.from_node)" \
-    "       AND NOT (relay_usable(r.from_node, $2::text) AND relay_usable(r.to_node, $2::text))) l"
+    "       AND NOT (relay_usable(r.from_node, $2::text) AND relay_usable(r.to_node, $2::text))) u" \
+    "   GROUP BY a, b) l LEFT JOIN bl ON bl.a = l.a AND bl.b = l.b"
 
 void planner_free(struct plan_work *w)
 {
@@ -84,12 +109,24 @@ void planner_free(struct plan_work *w)
     planner_offer_repair(w, NULL);
     json_decref(w->live);
     scenario_free(&w->net);
+    free(w->repair_latency_ms);
+    free(w->repair_bandwidth_gbps);
     free(w);
 }
 
 const struct sched_problem *planner_problem(const struct plan_work *w)
 {
     return &w->problem;
+}
+
+const struct sched_problem *planner_repair_problem(const struct plan_work *w)
+{
+    return &w->repair_problem;
+}
+
+const char *planner_relay_down(const struct plan_work *w)
+{
+    return w->relay_down[0] ? w->relay_down : NULL;
 }
 
 int64_t planner_resume_step(const struct plan_work *w)
@@ -119,7 +156,15 @@ void planner_offer_repair(struct plan_work *w, struct plan_repair *r)
 
 /* Between the search's plan and the repair on offer: returns the one to
  * store, and in *choice why ({step, repair_s, searched_s, steps_saved,
- * chosen}); the repair chosen sets the resume step and w->live. */
+ * chosen, drain, links_back}); the repair chosen sets the resume step and
+ * w->live.  The repair is priced in the repair problem (blamed links that
+ * came back at their measured values).  A move off a drained node takes
+ * the repair whenever it fits in memory: nothing failed, the survivors
+ * hold the step in flight and the plan they trained at keeps its layers,
+ * while the two predictions differ only by the nodes' registered speeds,
+ * each timed once at the agent's start-up (a busy machine times its own
+ * load), which a re-split of the layers would chase at the price of steps
+ * trained again (docs/recovery.md). */
 static const struct sched_plan *choose_repair(struct plan_work *w, const struct sched_plan *searched,
                                               json_t **choice, struct shoal_err *e)
 {
@@ -127,15 +172,16 @@ static const struct sched_plan *choose_repair(struct plan_work *w, const struct 
     *choice = NULL;
     if (!r)
         return searched;
-    if (sched_predict(&w->problem, &r->plan, e) != 0)
+    if (sched_predict(&w->repair_problem, &r->plan, e) != 0)
         return NULL;
     double left = (double)(w->total_steps - r->step);
     int64_t saved = r->step - (w->resume_step > 0 ? w->resume_step : 0);
     int take = r->plan.cost.feasible &&
-               r->plan.cost.total_s * left <= searched->cost.total_s * (left + (double)saved);
-    *choice = json_pack("{s:I, s:f, s:f, s:I, s:s}", "step", (json_int_t)r->step, "repair_s", r->plan.cost.total_s,
-                        "searched_s", searched->cost.total_s, "steps_saved", (json_int_t)saved, "chosen",
-                        take ? "survivors" : "checkpoint");
+               (w->moved || r->plan.cost.total_s * left <= searched->cost.total_s * (left + (double)saved));
+    *choice = json_pack("{s:I, s:f, s:f, s:I, s:s, s:b, s:i}", "step", (json_int_t)r->step,
+                        "repair_s", r->plan.cost.total_s, "searched_s", searched->cost.total_s,
+                        "steps_saved", (json_int_t)saved, "chosen", take ? "survivors" : "checkpoint",
+                        "drain", w->moved, "links_back", w->links_back);
     if (!take)
         return searched;
     json_t *roots = json_array();
@@ -177,6 +223,7 @@ static int planner_job(struct server *srv, struct plan_work *w, json_t *job, str
     w->total_steps = json_integer_value(json_object_get(job, "total_steps"));
     json_t *latest = json_object_get(job, "latest_step");
     w->latest_step = json_is_integer(latest) ? json_integer_value(latest) : -1;
+    w->moved = strcmp(state, "recovering") == 0 && json_is_true(json_object_get(job, "moved"));
     if (json_is_true(json_object_get(job, "started")) &&
         checkpoints_latest_valid(srv, w->job_id, w->total_steps, &w->resume_step, e) != 0)
         return -1;
@@ -278,14 +325,18 @@ static void name_unreadable(const json_t *nodes, char *out, size_t len)
     }
 }
 
-/* Prices each link of `pairs` ([[a, b]] node ids, EXCLUDED_SQL's) as
- * unusable both ways, so that the search routes around it where it can. */
-static void avoid_links(struct scenario *net, const json_t *pairs)
+/* Prices each link of `pairs` (AVOIDED_LINKS_SQL's) as unusable both ways
+ * in the n x n matrices lat and bw over net's nodes, so that the search
+ * routes around it where it can; with `skip_back`, not those marked
+ * "back" (came back since their blame: repair_links). */
+static void avoid_links(const struct scenario *net, double *lat, double *bw, const json_t *pairs, int skip_back)
 {
     size_t k;
     json_t *pair;
     json_array_foreach(pairs, k, pair) {
-        int64_t a = json_integer_value(json_array_get(pair, 0)), b = json_integer_value(json_array_get(pair, 1));
+        if (skip_back && json_is_true(json_object_get(pair, "back")))
+            continue;
+        int64_t a = json_integer_value(json_object_get(pair, "a")), b = json_integer_value(json_object_get(pair, "b"));
         int i = -1, j = -1;
         for (int x = 0; x < net->n; x++) {
             i = net->nodes[x].id == a ? x : i;
@@ -294,8 +345,41 @@ static void avoid_links(struct scenario *net, const json_t *pairs)
         if (i < 0 || j < 0)
             continue;
         int n = net->n;
-        net->latency_ms[i * n + j] = net->latency_ms[j * n + i] = PLANNER_AVOIDED_LATENCY_MS;
-        net->bandwidth_gbps[i * n + j] = net->bandwidth_gbps[j * n + i] = PLANNER_AVOIDED_BANDWIDTH_GBPS;
+        lat[i * n + j] = lat[j * n + i] = PLANNER_AVOIDED_LATENCY_MS;
+        bw[i * n + j] = bw[j * n + i] = PLANNER_AVOIDED_BANDWIDTH_GBPS;
+    }
+}
+
+/* Marks "back" the blamed links of `pairs` that have come back, for the
+ * repair's pricing: measured again since their blame, or (blamed in the
+ * epoch being recovered from only) when that epoch's failure went through
+ * the relay (one of its blamed links is relayed) and the relay answers the
+ * recovery thread now.  A relay's failure breaks every relayed link at
+ * once and, in cascade, the links of the tasklets that stop with them
+ * (their neighbours report them): once it answers again, that epoch's
+ * blames say nothing more about the links.  Sets w->links_back, and
+ * w->relay_down when the failure went through the relay and it does not
+ * answer. */
+static void repair_links(struct server *srv, struct plan_work *w, json_t *pairs)
+{
+    size_t k;
+    json_t *pair;
+    int through_relay = 0, relay_ok = 0;
+    json_array_foreach(pairs, k, pair)
+        through_relay |= json_is_true(json_object_get(pair, "blamed")) &&
+                         json_is_true(json_object_get(pair, "once")) && json_is_true(json_object_get(pair, "relayed"));
+    if (through_relay && w->req.only_if_recovering && srv->relay) {
+        relay_ok = w->relay != NULL;   /* planner_prepare asked it just now */
+        if (!relay_ok)
+            snprintf(w->relay_down, sizeof w->relay_down, "relay %s to answer again (%s)", srv->cfg.relay,
+                     w->relay_why);
+    }
+    json_array_foreach(pairs, k, pair) {
+        int back = json_is_true(json_object_get(pair, "blamed")) &&
+                   (json_is_true(json_object_get(pair, "remeasured")) ||
+                    (relay_ok && json_is_true(json_object_get(pair, "once"))));
+        json_object_set_new(pair, "back", json_boolean(back));
+        w->links_back += back;
     }
 }
 
@@ -317,7 +401,7 @@ int planner_prepare(struct server *srv, int64_t job_id, const struct plan_reques
     db_param_f64(p_timeout, (double)srv->cfg.heartbeat_timeout);
     const char *params[] = { p_id, p_timeout };
     job = db_query_json(srv->db, "SELECT json_build_object('state', state, 'spec', spec, 'total_steps', total_steps,"
-                        " 'started', started_at IS NOT NULL, 'latest_step',"
+                        " 'started', started_at IS NOT NULL, 'moved', recovery_moved, 'latest_step',"
                         " (SELECT max(step) FROM job_steps WHERE job_id = jobs.id)) FROM jobs WHERE id = $1",
                         1, params, what, e);
     if (!job || planner_job(srv, w, job, e) != 0 || jobspec_parse(json_object_get(job, "spec"), &spec, e) != 0)
@@ -328,7 +412,7 @@ int planner_prepare(struct server *srv, int64_t job_id, const struct plan_reques
     /* the relay as it is now: one that does not answer joins nothing, and
      * the plan that would need it is refused, naming it (check_reachable) */
     if (srv->relay && relay_check_now(srv->relay) == 0)
-        relay_check_state(srv->relay, w->relay_down, sizeof w->relay_down);
+        relay_check_state(srv->relay, w->relay_why, sizeof w->relay_why);
     else
         w->relay = srv->relay ? relay_check_address(srv->relay) : NULL;
     char p_avoid_lat[32], p_avoid_bw[32];
@@ -339,8 +423,8 @@ int planner_prepare(struct server *srv, int64_t job_id, const struct plan_reques
                           links_params, "links", e);
     if (!links)
         goto out;
-    const char *avoid_params[] = { p_id, w->relay };
-    avoided = db_query_json(srv->db, AVOIDED_LINKS_SQL, 2, avoid_params, what, e);
+    const char *avoid_params[] = { p_id, w->relay, srv->cfg.relay[0] ? srv->cfg.relay : NULL };
+    avoided = db_query_json(srv->db, AVOIDED_LINKS_SQL, 3, avoid_params, what, e);
     if (!avoided)
         goto out;
     json_t *nodes = json_object_get(live, "nodes");
@@ -371,7 +455,20 @@ int planner_prepare(struct server *srv, int64_t job_id, const struct plan_reques
         }
         goto out;
     }
-    avoid_links(&w->net, avoided);
+    repair_links(srv, w, avoided);
+    size_t cells = (size_t)w->net.n * (size_t)w->net.n;
+    if (w->links_back > 0) {
+        w->repair_latency_ms = malloc(cells * sizeof *w->repair_latency_ms + 1);
+        w->repair_bandwidth_gbps = malloc(cells * sizeof *w->repair_bandwidth_gbps + 1);
+        if (!w->repair_latency_ms || !w->repair_bandwidth_gbps) {
+            err_set(e, 500, "internal", NULL, "out of memory");
+            goto out;
+        }
+        memcpy(w->repair_latency_ms, w->net.latency_ms, cells * sizeof *w->repair_latency_ms);
+        memcpy(w->repair_bandwidth_gbps, w->net.bandwidth_gbps, cells * sizeof *w->repair_bandwidth_gbps);
+        avoid_links(&w->net, w->repair_latency_ms, w->repair_bandwidth_gbps, avoided, 1);
+    }
+    avoid_links(&w->net, w->net.latency_ms, w->net.bandwidth_gbps, avoided, 0);
     struct sched_problem *pb = &w->problem;
     jobspec_sched_model(&spec, pb);
     pb->replicas = (int)replicas;
@@ -382,6 +479,11 @@ int planner_prepare(struct server *srv, int64_t job_id, const struct plan_reques
     pb->bandwidth_gbps = w->net.bandwidth_gbps;
     pb->cost = strcmp(w->req.cost_model, "dtfm") == 0 ? SCHED_COST_DTFM : SCHED_COST_SHOAL;
     rc = sched_problem_check(pb, e);
+    w->repair_problem = *pb;
+    if (w->links_back > 0) {
+        w->repair_problem.latency_ms = w->repair_latency_ms;
+        w->repair_problem.bandwidth_gbps = w->repair_bandwidth_gbps;
+    }
 out:
     json_decref(job);
     json_decref(live);
@@ -505,11 +607,11 @@ static int check_reachable(struct server *srv, const struct plan_work *w, const 
         rc = err_set(e, 422, "unreachable", "plan", "nodes %s cannot connect to each other either way (their agents "
                      "said so, or the server cannot reach their peer ports) and this server has no --relay: run "
                      "shoal-relay where both can reach it and pass --relay, or plan without one of them", pairs);
-    else if (w->relay_down[0])
+    else if (w->relay_why[0])
         rc = err_set(e, 422, "relay_unreachable", "relay", "the relay %s (--relay) does not answer: %s; nodes %s "
                      "cannot connect to each other either way and only the relay can join them: start shoal-relay "
                      "there (or give --relay the address where it runs), or plan without one of them",
-                     srv->cfg.relay, w->relay_down, pairs);
+                     srv->cfg.relay, w->relay_why, pairs);
     else
         rc = err_set(e, 422, "relay_unreachable", "relay", "the relay %s (--relay) does not answer the probes of "
                      "%s; nodes %s cannot connect to each other either way and only the relay can join them: let "

@@ -85,16 +85,28 @@ struct plan_repair {
 };
 
 const struct sched_problem *planner_problem(const struct plan_work *w);
+/* The problem a repair is priced in: planner_problem's, except that the
+ * links blamed for the failure that have come back since (measured again,
+ * or the relay they go through answering again: recovery only) are priced
+ * as measured instead of unusable.  Valid as long as w. */
+const struct sched_problem *planner_repair_problem(const struct plan_work *w);
+/* When the failure being recovered from went through the server's relay
+ * (a link it blamed is relayed) and the relay did not answer just now,
+ * what a re-plan would wait for ("relay HOST:PORT to answer again (why)",
+ * owned by w): the repair is better waited for (live_resume.h); else NULL. */
+const char *planner_relay_down(const struct plan_work *w);
 /* The checkpoint step the work would resume from; -1: the start. */
 int64_t planner_resume_step(const struct plan_work *w);
 /* The job's total steps. */
 int64_t planner_total_steps(const struct plan_work *w);
 
 /* Hands r to w (freed with it).  planner_run then costs both its search's
- * plan and r's under the job's cost model and stores r when, over the
- * steps left, r trains no slower than the search's plan does with the
- * steps a checkpoint resume trains again: c_r (T - s) <= c_s (T - s + s -
- * checkpoint).  Its detail says so in "live_resume". */
+ * plan (in planner_problem) and r's (in planner_repair_problem) under the
+ * job's cost model and stores r when, over the steps left, r trains no
+ * slower than the search's plan does with the steps a checkpoint resume
+ * trains again: c_r (T - s) <= c_s (T - s + s - checkpoint); a move off a
+ * drained node stores r whenever it fits in memory (planner.c,
+ * choose_repair).  Its detail says so in "live_resume". */
 void planner_offer_repair(struct plan_work *w, struct plan_repair *r);
 /* 1 when planner_run stored the repair: the epoch goes on from the survivors. */
 int planner_resume_live(const struct plan_work *w);

@@ -6,8 +6,8 @@
  * RELAY_CHECK_EVERY_S from the reachability thread (reach.h; each change
  * logged), and when a plan is made (planner.c: a plan that needs the relay
  * while it does not answer is refused, naming it).  The question is the
- * relay's own GET /healthz on its port (relay/relay.c): connect, ask, read
- * "HTTP/1.x 200".  What the agents find when they probe it is kept apart
+ * relay's own GET /healthz on its port (relay/relay.c), asked by
+ * peer_probe_relay (peer_probe.h).  What the agents find when they probe it is kept apart
  * (relay_reach, 020_plan_visible.sql): the relay may answer the server and
  * not a site behind NAT.  /metrics shows both (shoal_relay_up,
  * shoal_relay_unreachable_nodes). */
@@ -16,9 +16,11 @@
 
 #include <stddef.h>
 
+#include "peer_probe.h"
+
 #define RELAY_CHECK_TIMEOUT_MS 3000   /* ms for connect, ask and answer */
 #define RELAY_CHECK_EVERY_S 10.0      /* s between the reachability thread's checks */
-#define RELAY_CHECK_WHY_MAX 256
+#define RELAY_CHECK_WHY_MAX PEER_PROBE_WHY_MAX   /* the probe's reason (peer_probe_relay) */
 
 struct relay_check;
 
@@ -43,9 +45,5 @@ int relay_check_state(struct relay_check *rc, char *why, size_t why_len);
 
 /* The relay's address (host:port), or NULL for none. */
 const char *relay_check_address(const struct relay_check *rc);
-
-/* Asks the relay at addr ("host:port") for GET /healthz within timeout_ms.
- * Returns 1 when it answered 200, else 0 with the reason in why. */
-int relay_check_ask(const char *addr, int timeout_ms, char *why, size_t why_len);
 
 #endif

@@ -23,6 +23,12 @@
 #                    checkpoints cannot be written; it gets room again once
 #                    the job trains its last step but one (root; every
 #                    agent then runs in a mount namespace of its own)
+#   relay-restart    every pair of the fleet is marked unreachable both
+#                    ways (link_reach, as agents behind NAT report it), so
+#                    that every link of the plan goes through a shoal-relay
+#                    (started for the campaign, the server's --relay); the
+#                    relay is killed -9 and started again on its port 3 s
+#                    later (the marks are taken back after the trial)
 #   freeze-db        SIGSTOP the database (postmaster and backends) for
 #                    FAULTS_FREEZE_S (20) s while 50 more nodes heartbeat
 #                    every second (tests/integration/heartbeat_load.py);
@@ -78,6 +84,16 @@ if [ "$(id -u)" = 0 ] && unshare -m --propagation private true 2>/dev/null; then
     export AGENT_PREFIX="unshare -m --propagation private"
 fi
 AGENT_ARGS="--heartbeat-interval 2 --peer-timeout 120 --connect-timeout 120 ${FAULTS_AGENT_ARGS:-}"
+faults=${ONLY:-kill-agent,kill-two,kill-nospare,kill-server,kill-postmaster,stall-agent,store-full,disk-full,relay-restart,freeze-db}
+if [ -z "${AGENT_PREFIX:-}" ] && [[ ",$faults," == *,disk-full,* ]]; then
+    echo "bench-faults: disk-full skipped: it needs root and mount namespaces (unshare -m)" >&2
+    faults=$(echo ",$faults," | sed 's/,disk-full,/,/; s/^,//; s/,$//')
+fi
+# relay-restart: a relay for the campaign, and the server's --relay
+case ",$faults," in *,relay-restart,*)
+    start_relay r > /dev/null || exit 1
+    FAULTS_SERVER_ARGS="${FAULTS_SERVER_ARGS:-} --relay $RELAY_r --relay-secret-file $WORK/relay.secret" ;;
+esac
 start_server_s ${FAULTS_SERVER_ARGS:-} > /dev/null || exit 1
 PORT=${S##*:}
 for n in f0 f1 f2 f3 f4 f5; do start_agent "$n" s $AGENT_ARGS; done
@@ -146,11 +162,6 @@ disk_full() {
 uploader_node() { q "SELECT n.name FROM assignments a JOIN plans p ON p.id = a.plan_id JOIN nodes n ON n.id = a.node_id
                      WHERE p.job_id = $J AND p.epoch = 1 AND a.replica = 0 ORDER BY random() LIMIT 1"; }
 
-faults=${ONLY:-kill-agent,kill-two,kill-nospare,kill-server,kill-postmaster,stall-agent,store-full,disk-full,freeze-db}
-if [ -z "${AGENT_PREFIX:-}" ] && [[ ",$faults," == *,disk-full,* ]]; then
-    echo "bench-faults: disk-full skipped: it needs root and mount namespaces (unshare -m)" >&2
-    faults=$(echo ",$faults," | sed 's/,disk-full,/,/; s/^,//; s/,$//')
-fi
 printf '%-16s %6s %-11s %9s %8s %8s %7s %10s %12s %13s %7s %s\n' fault step victims detect_s replan_s train_s redone steps_once \
     losses_equal max_loss_diff replans healthz_max_s
 rows="[]"
@@ -163,6 +174,12 @@ for fault in ${faults//,/ }; do
             gone=$(q "SELECT string_agg(name, ' ') FROM (SELECT name FROM nodes ORDER BY random() LIMIT 2) n")
             for v in $gone; do kill -9 "$(cat "$WORK/agent-$v.pid")"; done
             wait_for 60 lost_two
+        fi
+        if [ "$fault" = relay-restart ]; then   # every link through the relay
+            q "INSERT INTO link_reach (from_node, to_node, reachable, why)
+               SELECT a.id, b.id, false, 'bench-faults relay-restart' FROM nodes a JOIN nodes b ON a.id <> b.id
+               WHERE a.name NOT LIKE 'load-%' AND b.name NOT LIKE 'load-%'
+               ON CONFLICT (from_node, to_node) DO UPDATE SET reachable = false, why = EXCLUDED.why" > /dev/null
         fi
         start_job "$fault"; wait_for 300 reached "$at"
         victims="" HEALTHZ_MAX=-
@@ -181,6 +198,8 @@ for fault in ${faults//,/ }; do
             kill-server) kill -9 "$(cat "$WORK/s.pid")"; sleep 5; start_server s --port "$PORT" ${FAULTS_SERVER_ARGS:-} > /dev/null; disown -a ;;
             kill-postmaster) kill -9 "$(head -n 1 "$WORK/s/pg/postmaster.pid")" ;;
             disk-full) disk_full "$victims" on ;;
+            relay-restart) victims=relay; kill -9 "$(cat "$WORK/r.pid")"   # back on its port 3 s later
+                (sleep 3; RELAY_PORT=${RELAY_r##*:} start_relay r > /dev/null) & disown -a ;;
         esac
         counted() { [ "$(q "SELECT recoveries FROM jobs WHERE id = $J")" -ge 1 ] 2>/dev/null; }
         detect=-
@@ -200,6 +219,7 @@ for fault in ${faults//,/ }; do
             disk_full "$victims" off
         fi
         wait_for 900 done_
+        [ "$fault" = relay-restart ] && q "DELETE FROM link_reach WHERE why = 'bench-faults relay-restart'" > /dev/null
         case $fault in
             stall-agent) kill -CONT "$(cat "$WORK/agent-$victims.pid")" ;;
             kill-agent|kill-two|kill-nospare|store-full) for v in $victims $gone; do start_agent "$v" s $AGENT_ARGS; done; disown -a ;;

@@ -9,8 +9,11 @@
 # relay killed and started again mid-job breaks its links like a failed
 # peer: recovery re-plans and the job still ends with the same losses,
 # blaming links, never a node behind NAT for the server's failed probe.
-# GET /v1/jobs/{id} shows each link's way; with the relay gone for good, the
-# next plan that needs it is refused naming it (and /metrics says it is down).
+# The relay is back 3 s later: the re-plan waits for it to answer, then
+# the blamed links are usable again and the job goes on from its
+# survivors' memory, no step trained again.  GET /v1/jobs/{id} shows each
+# link's way; with the relay gone for good, the next plan that needs it is
+# refused naming it (and /metrics says it is down).
 # Skipped, saying so, where namespaces or nftables are missing.
 set -u
 . "$(dirname "$0")/lib.sh"
@@ -99,11 +102,16 @@ RELAY_PID=$(cat "$WORK/r.pid")
 kill -KILL "$RELAY_PID"
 wait "$RELAY_PID" 2>/dev/null
 echo "# killed the relay at step $(api GET "/v1/jobs/$J" | jq '.progress.step')"
+sleep 3
 RELAY_HOST=0.0.0.0 RELAY_PORT=${RELAY_r##*:} start_relay r || exit 1
 wait_for 400 done_ "$J"
 D=$(api GET "/v1/jobs/$J")
 check "the job succeeds" "$(jq -r '[.state, .failure_reason] | join(" ")' <<< "$D")" "succeeded "
 check "after a recovery" "$(jq '.recoveries >= 1' <<< "$D")" true
+check "the relay back, epoch 2 goes on from the survivors with the blamed links usable again: 0 steps trained again" \
+    "$(fleet_sql "SELECT live IS NOT NULL AND (live->>'step')::bigint = resume_step, detail->'steps_retrained',
+                         detail->'live_resume'->>'chosen', (detail->'live_resume'->>'links_back')::int > 0
+                  FROM plans WHERE job_id = $J AND epoch = 2")" "t|0|survivors|t"
 same "its losses equal the 1x1 run's" "$ONE" "$J"
 check "the failures blame links, no node behind NAT for the server's failed probe" \
     "$(jq -c '[.faults[].verdict] | unique' <<< "$D")" '["link"]'

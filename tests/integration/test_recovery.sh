@@ -40,9 +40,10 @@ job() {
 }
 state_of() { job_state "$S" "$ADMIN" "$1"; }
 is_state() { [ "$(state_of "$1")" = "$2" ]; }
-# start_job NAME: creates and schedules it; sets J.
+# start_job NAME [SED]: creates it (its spec edited by the sed script
+# SED) and schedules it; sets J.
 start_job() {
-    req POST "$S/v1/jobs" "$ADMIN" "$(job "$1")"
+    req POST "$S/v1/jobs" "$ADMIN" "$(job "$1" | sed "${2:-}")"
     J=$(printf '%s' "$BODY" | jq -r .id)
     # A newcomer's links are measured only once its peers are idle too.
     req POST "$S/v1/jobs/$J/schedule" "$ADMIN" '{"budget_ms":200,"fill_missing_links":{"latency_ms":1,"bandwidth_gbps":1}}'
@@ -64,12 +65,21 @@ check "its losses cover 40 steps" "$(wc -l < "$WORK/reference.losses")" 40
 
 # ---- drain a node of the plan, a spare standing by: the job moves off it
 # at once (its tasklets stop at the step in flight) and goes on from the
-# survivors' step on the spare; nothing failed, so nothing is blamed and no
-# recovery is counted
-start_job drain
-wait_for 120 reached "$J" 8
+# survivors' step on the spare, none trained again, whatever speeds the
+# nodes timed at start-up; nothing failed, so nothing is blamed and no
+# recovery is counted.  One survivor is made to look 20 times slower than
+# it trains, as an agent that timed itself while its neighbours started on
+# the same busy cores: priced that way, a search that gives its stage
+# fewer layers looks over twice as quick as the repair, and the drain used
+# to resume from the checkpoint (here the start: no checkpoints, so the
+# survivors' step is never a checkpoint's, where no step is saved either way).
+start_job drain 's/"checkpoint_interval":5/"checkpoint_interval":0/'
 DRAINED=$(node_of "$J" 0 1)
 DRAINED_ID=$(sql s "SELECT id FROM nodes WHERE name = '$DRAINED'")
+BUSY=$(node_of "$J" 1 0)
+BUSY_TFLOPS=$(sql s "SELECT tflops FROM nodes WHERE name = '$BUSY'")
+sql s "UPDATE nodes SET tflops = tflops / 20 WHERE name = '$BUSY'" > /dev/null
+wait_for 120 reached "$J" 8
 req POST "$S/v1/nodes/$DRAINED_ID/drain" "$ADMIN"
 check "draining a node of a running job answers the node, draining" \
     "$STATUS $(printf '%s' "$BODY" | jq -r .state)" "200 draining"
@@ -82,13 +92,20 @@ plan2=$(sql s "SELECT string_agg(n.name, ',' ORDER BY n.name) FROM assignments a
                JOIN nodes n ON n.id = a.node_id WHERE p.job_id = $J AND p.epoch = 2")
 check "epoch 2 leaves the drained node out, four nodes still training" \
     "$(case ",$plan2," in *",$DRAINED,"*) echo drained;; esac)$(printf '%s\n' "$plan2" | tr ',' '\n' | wc -l)" 4
-# as after a kill: from the survivors' step (live) where the planner finds
-# that quicker over the rest of the job, else from the latest checkpoint
 R=$(sql s "SELECT resume_step FROM plans WHERE job_id = $J AND epoch = 2")
-LIVE=$(sql s "SELECT (live->>'step')::bigint = resume_step FROM plans WHERE job_id = $J AND epoch = 2")
-check "and goes on from the survivors' step (live, 8 or later) or the latest checkpoint (5 or later)" \
-    "$([ -n "$R" ] && { { [ "$LIVE" = t ] && [ "$R" -ge 8 ]; } || { [ $((R % 5)) = 0 ] && [ "$R" -ge 5 ]; } } && echo yes)" yes
-ok "the drain's move resumed from step $R ($([ "$LIVE" = t ] && echo "the survivors'" || echo "a checkpoint"))"
+# (where no survivor of some stage holds a step the others do, no repair
+# is offered and there is no choice to make: the log says why)
+NO_OFFER=$(grep -o "job $J resumes from a checkpoint, not from its survivors: .*" "$WORK/s.log" | head -n 1)
+if [ -n "$NO_OFFER" ] && [ "$(sql s "SELECT detail ? 'live_resume' FROM plans WHERE job_id = $J AND epoch = 2")" = f ]; then
+    ok "and goes on from the survivors' step # SKIP no repair offered: ${NO_OFFER#*: }"
+else check "and goes on from the survivors' step (live, 8 or later), 0 steps trained again, whatever the speeds say" \
+    "$(sql s "SELECT (live->>'step')::bigint = resume_step AND resume_step >= 8, detail->'steps_retrained',
+                     detail->'live_resume'->>'chosen', detail->'live_resume'->'drain'
+              FROM plans WHERE job_id = $J AND epoch = 2")" "t|0|survivors|true"; fi
+ok "the drain's move resumed from step $R ($(sql s "SELECT CASE WHEN live IS NULL THEN 'a checkpoint or the start' ELSE 'the survivors''' END
+    || ', predicted ' || round((detail->'live_resume'->>'repair_s')::numeric, 4) || ' s a step against the search''s '
+    || round((detail->'live_resume'->>'searched_s')::numeric, 4) FROM plans WHERE job_id = $J AND epoch = 2"))"
+sql s "UPDATE nodes SET tflops = $BUSY_TFLOPS WHERE name = '$BUSY'" > /dev/null
 wait_for 300 is_state "$J" succeeded
 check "the moved job succeeds, blaming no node or link" \
     "$(state_of "$J") $(sql s "SELECT count(*) FROM job_faults WHERE job_id = $J")" "succeeded 0"
@@ -177,6 +194,10 @@ kill -9 "$(cat "$WORK/agent-$K1.pid")" "$(cat "$WORK/agent-$K2.pid")"
 waiting() { [ -n "$(sql s "SELECT recovery_waiting FROM jobs WHERE id = $J AND state = 'recovering'")" ]; }
 if wait_for 60 waiting; then ok "with too few nodes for one replica the job waits in recovery"
 else fail "with too few nodes for one replica the job waits in recovery" "$(sql s "SELECT state, recovery_waiting FROM jobs WHERE id = $J")"; fi
+# (the two die at once but may be found lost a heartbeat apart: until the
+# second is, the re-plan waits for what it holds, as for any survivor)
+short_of_nodes() { sql s "SELECT recovery_waiting FROM jobs WHERE id = $J" | grep -q "needs 2 nodes"; }
+wait_for $((HB_TIMEOUT + 5)) short_of_nodes
 req GET "$S/v1/jobs/$J" "$ADMIN"
 case $(printf '%s' "$BODY" | jq -r .recovery_waiting) in *"needs 2 nodes (2 stages x 1 replicas, the fewest"*"1 are available"*)
     ok "and says what for";;

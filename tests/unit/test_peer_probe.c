@@ -2,7 +2,9 @@
  * agent peer listener answers; a closed port, a port whose owner never
  * answers (the kernel accepts for it, as for a frozen agent) and a port
  * that greets with something else do not, each with its reason; all of
- * them probed at once. */
+ * them probed at once.  A relay's probe (peer_probe_relay): a real
+ * shoal-relay answers its GET /healthz; stopped, its port refuses; a web
+ * server that answers otherwise, and a mute port, do not. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -19,6 +21,7 @@
 
 #include "../../agent/net/peer.h"
 #include "../../common/log.h"
+#include "../../relay/relay.h"
 #include "../../server/jobs/peer_probe.h"
 #include "peer_fixture.h"
 
@@ -92,11 +95,47 @@ static void test_probe_tells_who_answers(void **state)
     peer_listener_stop(l);
 }
 
+static void test_relay_probe(void **state)
+{
+    (void)state;
+    struct relay_config cfg = { .max_connections = 16, .max_connections_per_address = 16,
+                                .max_waiting_per_address = 16, .max_links_per_job = 8, .pair_wait_s = 2,
+                                .idle_timeout_s = 60, .max_job_series = 10, .job_series_ttl_s = 60 };
+    struct relay *r;
+    struct shoal_err err;
+    unsigned relay_port, mute_port, stranger_port;
+    char why[PEER_PROBE_WHY_MAX], relay_addr[64], addr[64];
+    snprintf(cfg.listen, sizeof cfg.listen, "127.0.0.1:0");
+    assert_int_equal(relay_secret_set("test_relay_shared_secret_0123456789abcdef", &cfg.secret, &err), 0);
+    if (relay_start(&cfg, &r, &relay_port, &err) != 0)
+        fail_msg("relay_start: %s", err.message);
+    snprintf(relay_addr, sizeof relay_addr, "127.0.0.1:%u", relay_port);
+    assert_int_equal(peer_probe_relay(relay_addr, 1000, why), PEER_PROBE_ANSWERED);
+    relay_stop(r);
+    assert_int_equal(peer_probe_relay(relay_addr, 1000, why), PEER_PROBE_REFUSED);
+    assert_non_null(strstr(why, "refused"));
+
+    int mute = listen_any(&mute_port);
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", mute_port);
+    assert_int_equal(peer_probe_relay(addr, 300, why), PEER_PROBE_SILENT);
+    assert_non_null(strstr(why, "no answer to GET /healthz"));
+    int stranger = listen_any(&stranger_port);
+    pthread_t t;
+    pthread_create(&t, NULL, stranger_main, &stranger);
+    snprintf(addr, sizeof addr, "127.0.0.1:%u", stranger_port);
+    assert_int_equal(peer_probe_relay(addr, 1000, why), PEER_PROBE_SILENT);
+    assert_non_null(strstr(why, "other than 200"));
+    pthread_join(t, NULL);
+    close(stranger);
+    close(mute);
+}
+
 int main(void)
 {
     log_threshold = LOG_LEVEL_ERROR;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_probe_tells_who_answers),
+        cmocka_unit_test(test_relay_probe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
