@@ -13,6 +13,7 @@
 
 #include "../common/dirlock.h"
 #include "../common/log.h"
+#include "../common/sha256.h"
 #include "../common/utf8.h"
 #include "train/assign.h"
 #include "train/roots.h"
@@ -122,17 +123,32 @@ static json_t *policy_json(const struct agent *ag)
                      "threads", ag->cfg->threads > 0 ? json_integer(ag->cfg->threads) : json_null());
 }
 
+void agent_default_name(const char *data_dir, char *out, size_t len)
+{
+    char host[65], hex[SHA256_HEX];
+    if (gethostname(host, sizeof host) != 0 || !host[0])
+        snprintf(host, sizeof host, "agent");
+    host[sizeof host - 1] = '\0';
+    char *real = realpath(data_dir, NULL);
+    const char *dir = real ? real : data_dir;
+    sha256_hex(dir, strlen(dir), hex);
+    free(real);
+    /* 56 + 1 + 6: within the server's 63 characters of a name */
+    snprintf(out, len, "%.56s-%.6s", host, hex);
+}
+
 static int agent_register(struct agent *ag, struct shoal_err *err)
 {
-    char host[64];
+    char name[64];
     json_t *ans = NULL;
     int rc = -1;
     if (join_token(ag->cfg, ag->ctl.token, err) != 0)
         return -1;
-    if (!ag->cfg->name[0] && gethostname(host, sizeof host) != 0)
-        snprintf(host, sizeof host, "agent");
-    host[sizeof host - 1] = '\0';
-    json_t *body = json_pack("{s:s, s:s, s:s, s:o, s:o}", "name", ag->cfg->name[0] ? ag->cfg->name : host,
+    if (ag->cfg->name[0])
+        snprintf(name, sizeof name, "%s", ag->cfg->name);
+    else
+        agent_default_name(ag->cfg->data_dir, name, sizeof name);
+    json_t *body = json_pack("{s:s, s:s, s:s, s:o, s:o}", "name", name,
                              "peer_address", ag->advertise, "region", ag->cfg->region, "hardware", hw_json(&ag->hw),
                              "policy", policy_json(ag));
     if (ctl_call_retry(&ag->ctl, "POST", "/v1/agent/register", body, 30, 0, &ans, err) != 0)
@@ -145,8 +161,8 @@ static int agent_register(struct agent *ag, struct shoal_err *err)
     }
     snprintf(ag->ctl.token, sizeof ag->ctl.token, "%s", token);
     rc = identity_save(ag, token, err);
-    log_info("registered node=%lld peer_address=%s tflops=%.4f", (long long)ag->node_id, ag->advertise,
-             ag->hw.tflops);
+    log_info("registered node=%lld name=%s peer_address=%s tflops=%.4f", (long long)ag->node_id, name,
+             ag->advertise, ag->hw.tflops);
 out:
     json_decref(body);
     json_decref(ans);
