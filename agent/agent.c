@@ -452,8 +452,8 @@ static void run_tasklet(struct agent *ag, const json_t *a)
         atomic_store(&ag->abort, 1);
     pthread_mutex_unlock(&ag->mu);
     atomic_store(&ag->step, as.resume_step);
-    log_info("tasklet start job=%lld epoch=%u stage=%d/%d replica=%d/%d layers=%d..%d", (long long)as.job_id,
-             as.epoch, as.stage, as.stages, as.replica, as.replicas, as.layer_start, as.layer_end);
+    log_info("tasklet start job=%lld epoch=%u stage=%d/%d replica=%d/%d layers=" LAYER_RANGE_FMT, (long long)as.job_id,
+             as.epoch, as.stage, as.stages, as.replica, as.replicas, LAYER_RANGE(as.layer_start, as.layer_end));
     struct train_env env = { .ctl = &ag->ctl, .reporter = ag->reporter, .listener = ag->listener, .dev = ag->dev,
                              .data_dir = ag->cfg->data_dir, .roots = &ag->roots,
                              .max_memory_bytes = ag->cfg->max_memory_bytes, .peer_timeout_ms = (int)ag->cfg->peer_timeout * 1000,

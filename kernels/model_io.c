@@ -87,8 +87,8 @@ static int stage_layout(const struct model_config *m, const struct kern_stage_sp
         return -1;
     if (!!spec->first != shell->spec.first || !!spec->last != shell->spec.last) {
         io_layout_free(shell);
-        return kern_fail(err, "stage: layers [%d,%d) of %d make first=%d last=%d, not first=%d last=%d",
-                         spec->layer_start, spec->layer_end, m->layers, shell->spec.first,
+        return kern_fail(err, "stage: layers " LAYER_RANGE_FMT " of %d make first=%d last=%d, not first=%d "
+                         "last=%d", LAYER_RANGE(spec->layer_start, spec->layer_end), m->layers, shell->spec.first,
                          shell->spec.last, !!spec->first, !!spec->last);
     }
     return 0;

@@ -299,8 +299,8 @@ int kern_stage_logits(struct kern_stage *st, const void *input, float *logits,
 {
     size_t bt = (size_t)st->spec.micro_batch * st->spec.seq_len;
     if (!st->spec.last)
-        return kern_fail(err, "logits: the stage holds layers [%d,%d) but not the head",
-                         st->spec.layer_start, st->spec.layer_end);
+        return kern_fail(err, "logits: the stage holds layers " LAYER_RANGE_FMT " but not the head",
+                         LAYER_RANGE(st->spec.layer_start, st->spec.layer_end));
     if (st->device.kind != KERN_CPU)
         return kern_fail(err, "logits: only the cpu backend computes logits; load the stage on the cpu");
     if (st->slot_mb[0] >= 0)
