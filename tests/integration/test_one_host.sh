@@ -95,6 +95,9 @@ else
     check "each agent found it could not connect to the other and measured its link to the relay" \
         "$(cat "$README_DIR"/relay-try/agent-[12].log | grep -c 'cannot connect to peer 127.0.0.1:[12]' | awk '{print ($1 >= 2)}') $(cat "$README_DIR"/relay-try/agent-[12].log | grep -c 'probe relay=127.0.0.1:7946' | awk '{print ($1 >= 2)}')" \
         "1 1"
+    check "the agents' logs write their stages' layers first-last (layers=0-0, layers=1-1), never with .." \
+        "$(cat "$README_DIR"/relay-try/agent-[12].log | grep -o 'tasklet start .* layers=[0-9-]*' | sed 's/.*layers=//' | sort -u | xargs) $(cat "$README_DIR"/relay-try/agent-[12].log | grep -c 'layers=[0-9]*\.\.')" \
+        "0-0 1-1 0"
     kill -TERM -- -"$EX" 2>/dev/null   # nothing should be left; this is in case
 fi
 
