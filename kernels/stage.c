@@ -84,8 +84,8 @@ static int check_spec(const struct model_config *m, const struct kern_stage_spec
                       struct kern_err *err)
 {
     if (s->layer_start < 0 || s->layer_end < s->layer_start || s->layer_end > m->layers)
-        return kern_fail(err, "stage: layer range [%d,%d) is not inside [0,%d)",
-                         s->layer_start, s->layer_end, m->layers);
+        return kern_fail(err, "stage: a layer range of layer_start %d and layer_end %d is not within the "
+                         "model's layers " LAYER_RANGE_FMT, s->layer_start, s->layer_end, LAYER_RANGE(0, m->layers));
     if (!!s->first != (s->layer_start == 0))
         return kern_fail(err, "stage: the first stage, and only it, starts at layer 0");
     if (!!s->last != (s->layer_end == m->layers))
