@@ -14,6 +14,7 @@
 #include "../common/dirlock.h"
 #include "../common/patience.h"
 #include "../common/log.h"
+#include "../common/sha256.h"
 #include "../common/utf8.h"
 #include "train/assign.h"
 #include "train/roots.h"
@@ -123,17 +124,32 @@ static json_t *policy_json(const struct agent *ag)
                      "threads", ag->cfg->threads > 0 ? json_integer(ag->cfg->threads) : json_null());
 }
 
+void agent_default_name(const char *data_dir, char *out, size_t len)
+{
+    char host[65], hex[SHA256_HEX];
+    if (gethostname(host, sizeof host) != 0 || !host[0])
+        snprintf(host, sizeof host, "agent");
+    host[sizeof host - 1] = '\0';
+    char *real = realpath(data_dir, NULL);
+    const char *dir = real ? real : data_dir;
+    sha256_hex(dir, strlen(dir), hex);
+    free(real);
+    /* 56 + 1 + 6: within the server's 63 characters of a name */
+    snprintf(out, len, "%.56s-%.6s", host, hex);
+}
+
 static int agent_register(struct agent *ag, struct shoal_err *err)
 {
-    char host[64];
+    char name[64];
     json_t *ans = NULL;
     int rc = -1;
     if (join_token(ag->cfg, ag->ctl.token, err) != 0)
         return -1;
-    if (!ag->cfg->name[0] && gethostname(host, sizeof host) != 0)
-        snprintf(host, sizeof host, "agent");
-    host[sizeof host - 1] = '\0';
-    json_t *body = json_pack("{s:s, s:s, s:s, s:o, s:o}", "name", ag->cfg->name[0] ? ag->cfg->name : host,
+    if (ag->cfg->name[0])
+        snprintf(name, sizeof name, "%s", ag->cfg->name);
+    else
+        agent_default_name(ag->cfg->data_dir, name, sizeof name);
+    json_t *body = json_pack("{s:s, s:s, s:s, s:o, s:o}", "name", name,
                              "peer_address", ag->advertise, "region", ag->cfg->region, "hardware", hw_json(&ag->hw),
                              "policy", policy_json(ag));
     if (ctl_call_retry(&ag->ctl, "POST", "/v1/agent/register", body, 30, 0, &ans, err) != 0)
@@ -146,8 +162,8 @@ static int agent_register(struct agent *ag, struct shoal_err *err)
     }
     snprintf(ag->ctl.token, sizeof ag->ctl.token, "%s", token);
     rc = identity_save(ag, token, err);
-    log_info("registered node=%lld peer_address=%s tflops=%.4f", (long long)ag->node_id, ag->advertise,
-             ag->hw.tflops);
+    log_info("registered node=%lld name=%s peer_address=%s tflops=%.4f", (long long)ag->node_id, name,
+             ag->advertise, ag->hw.tflops);
 out:
     json_decref(body);
     json_decref(ans);
@@ -447,8 +463,8 @@ static void run_tasklet(struct agent *ag, const json_t *a)
         atomic_store(&ag->abort, 1);
     pthread_mutex_unlock(&ag->mu);
     atomic_store(&ag->step, as.resume_step);
-    log_info("tasklet start job=%lld epoch=%u stage=%d/%d replica=%d/%d layers=%d..%d", (long long)as.job_id,
-             as.epoch, as.stage, as.stages, as.replica, as.replicas, as.layer_start, as.layer_end);
+    log_info("tasklet start job=%lld epoch=%u stage=%d/%d replica=%d/%d layers=" LAYER_RANGE_FMT, (long long)as.job_id,
+             as.epoch, as.stage, as.stages, as.replica, as.replicas, LAYER_RANGE(as.layer_start, as.layer_end));
     struct train_env env = { .ctl = &ag->ctl, .reporter = ag->reporter, .listener = ag->listener, .dev = ag->dev,
                              .data_dir = ag->cfg->data_dir, .roots = &ag->roots,
                              .max_memory_bytes = ag->cfg->max_memory_bytes, .peer_timeout_ms = (int)ag->cfg->peer_timeout * 1000,

@@ -22,7 +22,9 @@ static const struct opt agent_opts[] = {
       "token to register with (the server's <data-dir>/join.token); needed only the first time" },
     { "--join-token-file", "SHOAL_JOIN_TOKEN_FILE", S(join_token_file), "",
       "file holding the join token, instead of --join-token" },
-    { "--name", "SHOAL_AGENT_NAME", S(name), "", "node name shown to operators; empty: the host name" },
+    { "--name", "SHOAL_AGENT_NAME", S(name), "", "node name shown to operators; empty: the host name, '-' and 6 hex digits of the SHA-256 of the "
+      "--data-dir's real path (gpu-box-3f9a1c): unique among a host's agents, since each has a data "
+      "directory of its own, and the same when the agent restarts on it" },
     { "--region", "SHOAL_REGION", S(region), "", "free-form region label (e.g. eu-west)" },
     { "--listen", "SHOAL_PEER_LISTEN", S(listen), "0.0.0.0:7070",
       "peer port to bind, host:port (port 0 picks a free one)" },
@@ -85,20 +87,15 @@ static int parse_size(const char *text, long *out)
 
 void agent_config_usage(FILE *out)
 {
-    fprintf(out, "usage: shoal-agent [run] [options]\n"
-                 "       shoal-agent sample --job ID [options]   (see shoal-agent sample --help)\n"
-                 "       shoal-agent export --job ID --out DIR   (see shoal-agent export --help)\n\n"
-                 "A shoal worker: registers with the server, measures its links, and trains\n"
-                 "the pipeline stage it is assigned.  Every option can also be set by its\n"
-                 "environment variable; flags win.\n\n");
+    fprintf(out, "Options of shoal-agent [run], a shoal worker: it registers with the server,\n"
+                 "measures its links, and trains the pipeline stage it is assigned.  Every\n"
+                 "option can also be set by its environment variable; flags win.\n\n");
     opts_usage(agent_opts, N_AGENT_OPTS, out);
 }
 
 int agent_config_load(struct agent_config *cfg, int argc, char **argv, int first_arg, struct shoal_err *err)
 {
     int rc = opts_load(agent_opts, N_AGENT_OPTS, cfg, argc, argv, first_arg, err);
-    if (rc == 1)
-        agent_config_usage(stdout);
     if (rc == 0 && strcmp(cfg->peer_encryption, "off") != 0 && strcmp(cfg->peer_encryption, "on") != 0)
         return err_set(err, 2, "invalid_config", "--peer-encryption",
                        "--peer-encryption must be off or on, not '%s'", cfg->peer_encryption);

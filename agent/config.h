@@ -14,7 +14,7 @@ struct agent_config {
     char ca_file[4096];         /* PEM CA bundle for an https server; "" = the system's */
     char join_token[TOKEN_MAX]; /* to register the first time */
     char join_token_file[PATH_MAX];
-    char name[64];              /* "" = the host name */
+    char name[64];              /* "" = agent_default_name: host name and data directory */
     char region[64];
     char listen[128];           /* peer port: host:port to bind */
     char advertise[262];        /* host:port peers dial; "" = derived from listen */
@@ -34,9 +34,11 @@ struct agent_config {
     long measure_ms;            /* throughput measurement at start, ms */
 };
 
-/* Fills cfg; returns 0, 1 if --help was printed, or -1 with err set. */
+/* Fills cfg; returns 0, 1 if --help was asked for (the caller prints the
+ * usage: main.c's subcommands, then agent_config_usage), or -1 with err set. */
 int agent_config_load(struct agent_config *cfg, int argc, char **argv, int first_arg, struct shoal_err *err);
 
+/* Prints the options of `shoal-agent run`, a line or more each, to out. */
 void agent_config_usage(FILE *out);
 
 #endif

@@ -1,8 +1,5 @@
-/* main.c - shoal-agent: flags, signals, then the agent's life (agent.h);
- * `shoal-agent sample` prints text from a job's checkpoint (sample.h),
- * `shoal-agent export` writes its model as safetensors and llm.c (export.h),
- * `shoal-agent import` starts a job from GPT-2 weights (import.h),
- * `shoal-agent tokenize` turns text into token shards (tokenize.h). */
+/* main.c - shoal-agent: its subcommands (one table, which --help prints),
+ * then for `run`, flags, signals and the agent's life (agent.h). */
 #include <curl/curl.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -19,6 +16,35 @@
 
 static atomic_int stop_requested;
 
+/* Every subcommand, in the order --help lists them: a new one added here
+ * is dispatched and listed, so the two cannot disagree. */
+struct subcommand {
+    const char *name;
+    const char *args;    /* after the name, for the usage line */
+    const char *what;    /* one line */
+    int (*main)(int argc, char **argv, int first, FILE *out);   /* NULL: run, the agent itself */
+};
+
+static const struct subcommand subcommands[] = {
+    { "run", "[options]", "be a worker: register, measure links, train what the server assigns (the default)", NULL },
+    { "tokenize", "--tokenizer FILE --out DIR INPUT...", "text into token shards and dataset.json; or write "
+      "llm.c's tokenizer file", tokenize_main },
+    { "import", "--job ID --model FILE", "GPT-2 or Llama weights as a job's step-0 checkpoint", import_main },
+    { "export", "--job ID --out DIR", "a job's model as model.safetensors and config.json", export_main },
+    { "sample", "--job ID", "text generated from a job's latest checkpoint", sample_main },
+};
+#define N_SUBCOMMANDS (sizeof subcommands / sizeof subcommands[0])
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: shoal-agent [SUBCOMMAND] [options]\n\nSubcommands (shoal-agent SUBCOMMAND --help for each one's "
+                 "options):\n");
+    for (size_t i = 0; i < N_SUBCOMMANDS; i++)
+        fprintf(out, "  %-9s %s\n            %s\n", subcommands[i].name, subcommands[i].args, subcommands[i].what);
+    fprintf(out, "\n");
+    agent_config_usage(out);
+}
+
 static void on_signal(int sig)
 {
     (void)sig;
@@ -29,19 +55,28 @@ int main(int argc, char **argv)
 {
     struct agent_config cfg;
     struct shoal_err err = {0};
-    if (argc > 1 && strcmp(argv[1], "sample") == 0)
-        return sample_main(argc, argv, 2, stdout);
-    if (argc > 1 && strcmp(argv[1], "export") == 0)
-        return export_main(argc, argv, 2, stdout);
-    if (argc > 1 && strcmp(argv[1], "import") == 0)
-        return import_main(argc, argv, 2, stdout);
-    if (argc > 1 && strcmp(argv[1], "tokenize") == 0)
-        return tokenize_main(argc, argv, 2, stdout);
-    int first = argc > 1 && strcmp(argv[1], "run") == 0 ? 2 : 1;
+    int first = 1;
+    if (argc > 1 && argv[1][0] != '-') {
+        size_t i = 0;
+        while (i < N_SUBCOMMANDS && strcmp(argv[1], subcommands[i].name) != 0)
+            i++;
+        if (i == N_SUBCOMMANDS) {
+            fprintf(stderr, "shoal-agent: no subcommand '%s' (", argv[1]);
+            for (i = 0; i < N_SUBCOMMANDS; i++)
+                fprintf(stderr, "%s%s", i ? ", " : "", subcommands[i].name);
+            fprintf(stderr, "); see shoal-agent --help\n");
+            return 2;
+        }
+        if (subcommands[i].main)
+            return subcommands[i].main(argc, argv, 2, stdout);
+        first = 2;
+    }
     memset(&cfg, 0, sizeof cfg);
     int rc = agent_config_load(&cfg, argc, argv, first, &err);
-    if (rc == 1)
+    if (rc == 1) {
+        usage(stdout);
         return 0;
+    }
     if (rc != 0) {
         fprintf(stderr, "shoal-agent: %s\n", err.message);
         return 2;

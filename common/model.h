@@ -128,6 +128,15 @@ uint64_t model_part_params(const struct model_config *m, enum model_part part);
  * --max-memory count; activations come on top). */
 #define MODEL_STATE_BYTES_PER_PARAM 16
 
+/* A range of layers as people read it, in logs, errors, command output and
+ * the dashboard: the first and the last layer, both included ("layers
+ * 0-5" are the first six).  Numbers in the API and in files stay
+ * layer_start and layer_end, the end excluded (0 and 6).  Use the two
+ * together: printf("stage %d (layers " LAYER_RANGE_FMT ")", s,
+ * LAYER_RANGE(start, end)); a range must hold a layer (start < end). */
+#define LAYER_RANGE_FMT "%d-%d"
+#define LAYER_RANGE(start, end) (int)(start), (int)(end) - 1
+
 /* Floats of the stage holding blocks [layer_start, layer_end), with the
  * embedding when first and the head when last; 0 when that overflows. */
 uint64_t model_stage_params(const struct model_config *m, int layer_start, int layer_end, int first, int last);

@@ -124,8 +124,9 @@ int kern_stage_load(struct kern_stage *st, FILE *f, struct kern_err *err)
         char a[200], b[200];
         model_config_text(&got.model, a, sizeof a);
         model_config_text(&want.model, b, sizeof b);
-        kern_fail(err, "load: the file holds layers [%d,%d) of a model (%s); this stage is layers [%d,%d) of "
-                  "(%s)", got.layer_start, got.layer_end, a, want.layer_start, want.layer_end, b);
+        kern_fail(err, "load: the file holds layers " LAYER_RANGE_FMT " of a model (%s); this stage is layers "
+                  LAYER_RANGE_FMT " of (%s)", LAYER_RANGE(got.layer_start, got.layer_end), a,
+                  LAYER_RANGE(want.layer_start, want.layer_end), b);
         goto out;
     }
     int no_moments = !!(got.extras & STAGE_FILE_NO_MOMENTS);

@@ -47,8 +47,8 @@ int io_layout(const struct model_config *m, int start, int end, struct kern_stag
     if (check_whole(m, err))
         return -1;
     if (start < 0 || end < start || end > m->layers)
-        return kern_fail(err, "stage: layer range [%d,%d) is not inside [0,%d)", start, end,
-                         m->layers);
+        return kern_fail(err, "stage: a layer range of layer_start %d and layer_end %d is not within the "
+                         "model's layers " LAYER_RANGE_FMT, start, end, LAYER_RANGE(0, m->layers));
     shell->model = *m;
     model_config_normalise(&shell->model);
     shell->spec.layer_start = start;
@@ -87,8 +87,8 @@ static int stage_layout(const struct model_config *m, const struct kern_stage_sp
         return -1;
     if (!!spec->first != shell->spec.first || !!spec->last != shell->spec.last) {
         io_layout_free(shell);
-        return kern_fail(err, "stage: layers [%d,%d) of %d make first=%d last=%d, not first=%d last=%d",
-                         spec->layer_start, spec->layer_end, m->layers, shell->spec.first,
+        return kern_fail(err, "stage: layers " LAYER_RANGE_FMT " of %d make first=%d last=%d, not first=%d "
+                         "last=%d", LAYER_RANGE(spec->layer_start, spec->layer_end), m->layers, shell->spec.first,
                          shell->spec.last, !!spec->first, !!spec->last);
     }
     return 0;

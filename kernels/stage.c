@@ -84,8 +84,8 @@ static int check_spec(const struct model_config *m, const struct kern_stage_spec
                       struct kern_err *err)
 {
     if (s->layer_start < 0 || s->layer_end < s->layer_start || s->layer_end > m->layers)
-        return kern_fail(err, "stage: layer range [%d,%d) is not inside [0,%d)",
-                         s->layer_start, s->layer_end, m->layers);
+        return kern_fail(err, "stage: a layer range of layer_start %d and layer_end %d is not within the "
+                         "model's layers " LAYER_RANGE_FMT, s->layer_start, s->layer_end, LAYER_RANGE(0, m->layers));
     if (!!s->first != (s->layer_start == 0))
         return kern_fail(err, "stage: the first stage, and only it, starts at layer 0");
     if (!!s->last != (s->layer_end == m->layers))
@@ -299,8 +299,8 @@ int kern_stage_logits(struct kern_stage *st, const void *input, float *logits,
 {
     size_t bt = (size_t)st->spec.micro_batch * st->spec.seq_len;
     if (!st->spec.last)
-        return kern_fail(err, "logits: the stage holds layers [%d,%d) but not the head",
-                         st->spec.layer_start, st->spec.layer_end);
+        return kern_fail(err, "logits: the stage holds layers " LAYER_RANGE_FMT " but not the head",
+                         LAYER_RANGE(st->spec.layer_start, st->spec.layer_end));
     if (st->device.kind != KERN_CPU)
         return kern_fail(err, "logits: only the cpu backend computes logits; load the stage on the cpu");
     if (st->slot_mb[0] >= 0)

@@ -144,8 +144,8 @@ static int header_check_size(FILE *f, const struct stage_file_header *h, struct 
     if (floats == 0 || floats != h->n) {
         char text[200];
         model_config_text(&h->model, text, sizeof text);
-        return fail(err, "peek: the header says %llu floats per buffer, but its model (%s) and layers [%d,%d) "
-                    "make %llu", (unsigned long long)h->n, text, h->layer_start, h->layer_end,
+        return fail(err, "peek: the header says %llu floats per buffer, but its model (%s) and layer_start %d, "
+                    "layer_end %d make %llu", (unsigned long long)h->n, text, h->layer_start, h->layer_end,
                     (unsigned long long)floats);
     }
     /* header, params, adam_m, adam_v (unless left out), extras (4 bytes a

@@ -215,13 +215,13 @@ static void progress_bar(double fraction, double best, void *arg)
 static void print_grid(const struct sched_problem *pb, const struct sched_plan *plan)
 {
     printf("plan (rows: stages with their layers; columns: replicas; cells: node id @ region)\n");
-    printf("%-18s", "stage [layers]");
+    printf("%-18s", "stage (layers)");
     for (int r = 0; r < plan->replicas; r++)
         printf(" replica %-8d", r);
     printf("\n");
     for (int s = 0; s < plan->stages; s++) {
         char head[32];
-        snprintf(head, sizeof head, "%d [%d,%d)", s, plan->layer_start[s], plan->layer_end[s]);
+        snprintf(head, sizeof head, "%d (" LAYER_RANGE_FMT ")", s, LAYER_RANGE(plan->layer_start[s], plan->layer_end[s]));
         printf("%-18s", head);
         for (int r = 0; r < plan->replicas; r++) {
             const struct sched_node *nd = &pb->nodes[plan->node[s * plan->replicas + r]];

@@ -623,10 +623,11 @@ function planLinks(p, open) {
         el('td', { dataset: { col: 'way' }, class: 'way-' + l.way }, how(l))))))));
 }
 
-// "layers 0–2" for {layer_start: 0, layer_end: 3}; "" without one.
+// "layers 0-2" for {layer_start: 0, layer_end: 3}, first and last included,
+// as the logs and messages write it (common/model.h, LAYER_RANGE); "" without one.
 function layerRange(a) {
   if (!a) return '';
-  return a.layer_end - a.layer_start === 1 ? `layer ${a.layer_start}` : `layers ${a.layer_start}–${a.layer_end - 1}`;
+  return `layers ${a.layer_start}-${a.layer_end - 1}`;
 }
 
 // Stacked horizontal bars, one per row: rows [{label, parts: [seconds...]}]

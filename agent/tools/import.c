@@ -353,7 +353,8 @@ static int import_stage_file(const struct model_config *m, const float *whole, c
     rc = sha256_file_hex(file, sha, err);
     goto out;
 bad:
-    err_set(err, 500, "internal", NULL, "building layers [%d,%d): %s", sp->layer_start, sp->layer_end, ke.msg);
+    err_set(err, 500, "internal", NULL, "building layers " LAYER_RANGE_FMT ": %s", LAYER_RANGE(sp->layer_start, sp->layer_end),
+            ke.msg);
 out:
     if (f)
         fclose(f);
@@ -385,7 +386,7 @@ static int import_stage(const struct ctl *c, const struct import_config *cfg, co
         err_set(err, why.status, why.code, why.field, "the server refused stage %d's file: %s", s, why.message);
         goto out;
     }
-    fprintf(out, "stage %d layers %d..%d %lld bytes sha256 %s\n", s, sp.layer_start, sp.layer_end - 1,
+    fprintf(out, "stage %d layers " LAYER_RANGE_FMT " %lld bytes sha256 %s\n", s, LAYER_RANGE(sp.layer_start, sp.layer_end),
             (long long)json_integer_value(json_object_get(ans, "bytes")), sha);
     fflush(out);
     rc = 0;

@@ -3,6 +3,7 @@
 #include "tokenize.h"
 
 #include "bpe.h"
+#include "tokenizer.h"
 #include "../train/data.h"
 
 #include "../../common/err.h"
@@ -40,6 +41,7 @@ struct tokenize_config {
     long shard_tokens;
     long threads;
     long print_ids;
+    char write_llmc[PATH_MAX];
 };
 
 #define S(f) OPT_STR_FIELD(struct tokenize_config, f)
@@ -68,13 +70,18 @@ static const struct opt tokenize_opts[] = {
       "encoding threads; 0: one per core (the output is the same whatever the count)" },
     { "--print-ids", "SHOAL_TOKENIZE_PRINT_IDS", L(print_ids, 0, 1), "0",
       "1: print each document's ids (no separator) on a line of its own instead of writing shards" },
+    { "--write-llmc-tokenizer", "SHOAL_TOKENIZE_WRITE_LLMC", S(write_llmc), "",
+      "FILE: instead of tokenizing (no INPUT, no --out), write the --tokenizer as llm.c's tokenizer file "
+      "(version 2: every id's bytes, its end-of-text token), which llm.c and --tokenizer read; from GPT-2's "
+      "tokenizer.json or tiktoken ranks it is gpt2_tokenizer.bin, byte for byte" },
 };
 #undef S
 #undef L
 #define N_TOKENIZE_OPTS (sizeof tokenize_opts / sizeof tokenize_opts[0])
 
 static const char tokenize_usage[] =
-    "usage: shoal-agent tokenize --tokenizer FILE --out DIR [options] INPUT...\n\n"
+    "usage: shoal-agent tokenize --tokenizer FILE --out DIR [options] INPUT...\n"
+    "       shoal-agent tokenize --tokenizer FILE --write-llmc-tokenizer gpt2_tokenizer.bin\n\n"
     "Turns text into token shards a job can train on (data.path: DIR), with a\n"
     "manifest, DIR/dataset.json, listing every shard's tokens and SHA-256.  Each\n"
     "INPUT is a text file (one document) or a .jsonl file (one document a line,\n"
@@ -523,6 +530,42 @@ out:
     return rc;
 }
 
+/* bpe_decode as tokenizer_write asks for a token's bytes. */
+static const unsigned char *bpe_piece(const void *ctx, uint32_t id, size_t *len)
+{
+    return bpe_decode(ctx, id, len);
+}
+
+/* --write-llmc-tokenizer: the tokenizer file in llm.c's format; prints
+ * what it wrote, with its SHA-256. */
+static int write_llmc(const struct tokenize_config *cfg, int n_inputs, FILE *out, struct shoal_err *err)
+{
+    struct bpe tok;
+    char hex[SHA256_HEX];
+    int rc = -1;
+    if (!cfg->tokenizer[0])
+        return err_set(err, 2, "invalid_config", "--tokenizer", "--tokenizer names the tokenizer file to write "
+                       "as llm.c's");
+    if (n_inputs > 0 || cfg->out_dir[0] || cfg->print_ids)
+        return err_set(err, 2, "invalid_config", "--write-llmc-tokenizer", "--write-llmc-tokenizer writes a "
+                       "tokenizer file only: no INPUT, --out or --print-ids with it");
+    if (bpe_open(cfg->tokenizer, cfg->format, cfg->encoding, &tok, err) != 0)
+        return -1;
+    if (tok.eot < 0) {
+        err_set(err, 422, "invalid_tokenizer", "--tokenizer", "tokenizer '%s' has no end-of-text token, which "
+                "llm.c's file names", cfg->tokenizer);
+        goto out;
+    }
+    if (tokenizer_write(cfg->write_llmc, tok.n_ids, (uint32_t)tok.eot, bpe_piece, &tok, err) != 0 ||
+        sha256_file_hex(cfg->write_llmc, hex, err) != 0)
+        goto out;
+    fprintf(out, "%s: %u tokens, eot %lld, sha256 %s\n", cfg->write_llmc, tok.n_ids, (long long)tok.eot, hex);
+    rc = 0;
+out:
+    bpe_free(&tok);
+    return rc;
+}
+
 int tokenize_main(int argc, char **argv, int first, FILE *out)
 {
     struct tokenize_config cfg;
@@ -539,7 +582,9 @@ int tokenize_main(int argc, char **argv, int first, FILE *out)
         opts_usage(tokenize_opts, N_TOKENIZE_OPTS, out);
         return 0;
     }
-    if (rc == 0)
+    if (rc == 0 && cfg.write_llmc[0])
+        rc = write_llmc(&cfg, argc > inputs ? argc - inputs : 0, out, &err);
+    else if (rc == 0)
         rc = run(&cfg, argv + inputs, argc > inputs ? argc - inputs : 0, out, &err);
     if (rc != 0) {
         fprintf(stderr, "shoal-agent tokenize: %s\n", err.message);

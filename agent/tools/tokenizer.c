@@ -2,11 +2,13 @@
 #include "tokenizer.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 static uint32_t u32le(const unsigned char *p)
 {
@@ -97,8 +99,9 @@ int tokenizer_open(const char *path, struct tokenizer *out, struct shoal_err *er
     FILE *f = fopen(path, "rb");
     memset(out, 0, sizeof *out);
     if (!f || fstat(fileno(f), &sb) != 0) {
-        bad_tokenizer(err, path, "%s (llm.c's dev/data scripts write gpt2_tokenizer.bin beside the shards)",
-                      strerror(errno));
+        bad_tokenizer(err, path, "%s (llm.c's dev/data scripts write gpt2_tokenizer.bin beside the shards; "
+                      "or write it from GPT-2's tokenizer.json: shoal-agent tokenize --tokenizer tokenizer.json "
+                      "--write-llmc-tokenizer gpt2_tokenizer.bin)", strerror(errno));
         goto out;
     }
     if (!S_ISREG(sb.st_mode)) {
@@ -124,6 +127,63 @@ out:
     free(buf);
     if (f)
         fclose(f);
+    return rc;
+}
+
+static void put_u32le(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)v, p[1] = (unsigned char)(v >> 8), p[2] = (unsigned char)(v >> 16);
+    p[3] = (unsigned char)(v >> 24);
+}
+
+int tokenizer_write(const char *path, uint32_t vocab, uint32_t eot, tokenizer_piece_fn piece, const void *ctx,
+                    struct shoal_err *err)
+{
+    unsigned char header[TOKENIZER_HEADER_BYTES] = {0};
+    char tmp[PATH_MAX + 16];
+    int rc = -1, wrote = 0;
+    FILE *f = NULL;
+    if (vocab < 1 || vocab > TOKENIZER_VOCAB_MAX)
+        return bad_tokenizer(err, path, "%u tokens; llm.c's file holds 1 to %u", vocab, TOKENIZER_VOCAB_MAX);
+    if (eot >= vocab)
+        return bad_tokenizer(err, path, "eot_token %u is not below its %u tokens", eot, vocab);
+    for (uint32_t i = 0; i < vocab; i++) {   /* every token checked before a byte is written */
+        size_t n;
+        if (!piece(ctx, i, &n) || n < 1 || n > 255)
+            return bad_tokenizer(err, path, "token %u has %zu bytes; llm.c's file holds 1 to 255 for every id "
+                                 "below %u", i, n, vocab);
+    }
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
+        return bad_tokenizer(err, path, "the path is too long");
+    put_u32le(header, TOKENIZER_MAGIC);
+    put_u32le(header + 4, 2);
+    put_u32le(header + 8, vocab);
+    put_u32le(header + 12, eot);
+    if (!(f = fopen(tmp, "wb")) || fwrite(header, 1, sizeof header, f) != sizeof header)
+        goto out;
+    for (uint32_t i = 0; i < vocab; i++) {
+        size_t n;
+        const unsigned char *p = piece(ctx, i, &n);
+        unsigned char len = (unsigned char)n;
+        if (fwrite(&len, 1, 1, f) != 1 || fwrite(p, 1, n, f) != n)
+            goto out;
+    }
+    wrote = 1;
+out:;
+    int why = errno;   /* the failed call's, before the cleanup's calls */
+    if (f && (fflush(f) != 0 || fsync(fileno(f)) != 0) && wrote)
+        wrote = 0, why = errno;
+    if (f && fclose(f) != 0 && wrote)
+        wrote = 0, why = errno;
+    if (wrote && rename(tmp, path) != 0)
+        wrote = 0, why = errno;
+    if (wrote)
+        rc = 0;
+    else {
+        err_set(err, 500, "write_failed", NULL, "cannot write tokenizer '%s': %s", path, strerror(why));
+        if (f)
+            unlink(tmp);
+    }
     return rc;
 }
 

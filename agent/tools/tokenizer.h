@@ -59,6 +59,20 @@ int tokenizer_open(const char *path, struct tokenizer *out, struct shoal_err *er
  * 50304 rows for GPT-2's 50257 tokens) can emit such ids. */
 const unsigned char *tokenizer_decode(const struct tokenizer *t, int64_t id, size_t *len);
 
+/* The bytes of token `id` and their count, or NULL: what tokenizer_write
+ * asks of the tokenizer it writes (bpe_decode's shape). */
+typedef const unsigned char *(*tokenizer_piece_fn)(const void *ctx, uint32_t id, size_t *len);
+
+/* Writes llm.c's tokenizer file, version 2 (`vocab` tokens, `eot` the end
+ * of text), to `path`: piece(ctx, id) for every id 0..vocab-1, each 1 to
+ * 255 bytes, all checked before anything is written.  The file is written
+ * beside `path` and renamed onto it, so `path` is whole or as it was.
+ * Returns 0, or -1 with err set: 422 invalid_tokenizer naming the id that
+ * does not fit (a gap, or a token over 255 bytes) or a bad vocab/eot; 500
+ * write_failed when the file cannot be written. */
+int tokenizer_write(const char *path, uint32_t vocab, uint32_t eot, tokenizer_piece_fn piece, const void *ctx,
+                    struct shoal_err *err);
+
 /* Releases what tokenizer_load allocated and empties *t; NULL or an empty
  * tokenizer is fine. */
 void tokenizer_free(struct tokenizer *t);

@@ -169,8 +169,8 @@ int ckpt_restore(const struct ctl *ctl, const char *data_dir, struct kern_stage 
                     (long long)as->resume_job, (long long)as->resume_step, ke.msg);
             goto out;
         }
-        log_info("checkpoint job=%lld step=%lld assembled for layers %d..%d from %d stage files",
-                 (long long)as->resume_job, (long long)as->resume_step, sp->layer_start, sp->layer_end - 1, n);
+        log_info("checkpoint job=%lld step=%lld assembled for layers " LAYER_RANGE_FMT " from %d stage files",
+                 (long long)as->resume_job, (long long)as->resume_step, LAYER_RANGE(sp->layer_start, sp->layer_end), n);
     }
     if (kern_stage_step(st) != (uint64_t)as->resume_step) {
         err_set(err, 422, "bad_checkpoint", NULL, "the checkpoint of job %lld at step %lld holds step %llu",

@@ -147,8 +147,9 @@ static int check_chain(const struct job_ckpt *ck, const struct kern_stage_spec *
         const struct kern_stage_spec *sp = &specs[s];
         if (!model_config_equal(&models[s], &models[0]) || sp->layer_start != next_layer ||
             sp->first != (s == 0) || sp->last != (s == ck->stages - 1))
-            return err_set(err, 422, "bad_checkpoint", NULL, "the checkpoint's stage %d (layers [%d,%d)) does "
-                           "not follow stage %d of the same model", s, sp->layer_start, sp->layer_end, s - 1);
+            return err_set(err, 422, "bad_checkpoint", NULL, "the checkpoint's stage %d (layer_start %d, "
+                           "layer_end %d) does not follow stage %d of the same model", s, sp->layer_start,
+                           sp->layer_end, s - 1);
         next_layer = sp->layer_end;
     }
     if (next_layer != models[0].layers)

@@ -44,8 +44,8 @@ void live_keep(struct live_held *h, const struct assignment *as, struct kern_sta
     h->step = kern_stage_step(*st);
     pthread_mutex_unlock(&h->mu);
     *st = NULL;
-    log_info("holding job=%lld layers=%d..%d at step=%llu for a live resume", (long long)as->job_id,
-             as->layer_start, as->layer_end, (unsigned long long)h->step);
+    log_info("holding job=%lld layers=" LAYER_RANGE_FMT " at step=%llu for a live resume",
+             (long long)as->job_id, LAYER_RANGE(as->layer_start, as->layer_end), (unsigned long long)h->step);
 }
 
 json_t *live_held_json(struct live_held *h)
@@ -78,10 +78,10 @@ int live_stage(struct live_held *h, const struct kern_device *dev, const struct 
     else if (!h->st || h->job != as->job_id || h->layer_start != as->layer_start || h->layer_end != as->layer_end ||
         h->step != (uint64_t)as->resume_step) {
         if (h->st)
-            err_set(err, 409, "live_state_gone", NULL, "the plan resumes stage %d (layers %d..%d) of job %lld at "
-                    "step %lld from this agent's memory, which holds job %lld layers %d..%d at step %llu",
-                    as->stage, as->layer_start, as->layer_end - 1, (long long)as->job_id,
-                    (long long)as->resume_step, (long long)h->job, h->layer_start, h->layer_end - 1,
+            err_set(err, 409, "live_state_gone", NULL, "the plan resumes stage %d (layers " LAYER_RANGE_FMT ") of job "
+                    "%lld at step %lld from this agent's memory, which holds job %lld layers " LAYER_RANGE_FMT
+                    " at step %llu", as->stage, LAYER_RANGE(as->layer_start, as->layer_end), (long long)as->job_id,
+                    (long long)as->resume_step, (long long)h->job, LAYER_RANGE(h->layer_start, h->layer_end),
                     (unsigned long long)h->step);
         else
             err_set(err, 409, "live_state_gone", NULL, "the plan resumes stage %d of job %lld at step %lld from "

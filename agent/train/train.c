@@ -587,9 +587,9 @@ static int tasklet_open(struct tasklet *k, struct shoal_err *err)
     uint64_t state = MODEL_STATE_BYTES_PER_PARAM * model_stage_params(&as->model, as->layer_start, as->layer_end,
                                                                       first, last);
     if (k->env->max_memory_bytes > 0 && state > (uint64_t)k->env->max_memory_bytes)
-        return err_set(err, 422, "over_memory_cap", NULL, "stage %d (layers %d..%d) needs %.2f GiB for its weights, "
+        return err_set(err, 422, "over_memory_cap", NULL, "stage %d (layers " LAYER_RANGE_FMT ") needs %.2f GiB for its weights, "
                        "gradients and AdamW moments alone, more than this agent's --max-memory of %.2f GiB",
-                       as->stage, as->layer_start, as->layer_end, (double)state / (1 << 30),
+                       as->stage, LAYER_RANGE(as->layer_start, as->layer_end), (double)state / (1 << 30),
                        (double)k->env->max_memory_bytes / (1 << 30));
     if (live_stage(k->env->held, &k->env->dev, as, &sp, &k->st, err) != 0)
         return -1;
@@ -691,9 +691,9 @@ enum train_result train_run(const struct train_env *env, const struct assignment
         live_share(&k, err) != 0)
         goto out;
     int links, encrypted = encrypted_links(&k, &links);
-    log_info("tasklet connected job=%lld epoch=%u stage=%d replica=%d layers=%d..%d stage_link=%s sync=%s "
-             "encrypted=%d/%d", (long long)as->job_id, as->epoch, as->stage, as->replica, as->layer_start,
-             as->layer_end, k.link->name, as->sync == ASSIGN_SYNC_DILOCO ? "diloco" : "every_step", encrypted, links);
+    log_info("tasklet connected job=%lld epoch=%u stage=%d replica=%d layers=" LAYER_RANGE_FMT " stage_link=%s "
+             "sync=%s encrypted=%d/%d", (long long)as->job_id, as->epoch, as->stage, as->replica,
+             LAYER_RANGE(as->layer_start, as->layer_end), k.link->name, as->sync == ASSIGN_SYNC_DILOCO ? "diloco" : "every_step", encrypted, links);
     for (uint64_t t = (uint64_t)as->resume_step; t < (uint64_t)as->steps; t++) {
         if (tasklet_stopping(&k)) {
             res = TRAIN_ABORTED;

@@ -200,7 +200,7 @@ static int ckpt_begin(struct request *rq, struct response *rs)
         return -1;   /* answered */
     if (has_ls != has_le || (has_ls && le <= ls)) {
         err_set(&e, 400, "invalid_field", "layer_end", "layer_start and layer_end go together, with "
-                "layer_start < layer_end: the layers [start, end) the file holds");
+                "layer_start < layer_end: the file holds layers layer_start to layer_end - 1");
         goto fail;
     }
     if (ckpt_header_sha256(rq, want, &e) != 0)
@@ -361,12 +361,14 @@ static int ckpt_check_stage_file(struct upload *u, int64_t job, int64_t stage, s
                        "was kept", a, (long long)job, b);
     }
     if (sp.layer_start < 0 || sp.layer_end <= sp.layer_start || sp.layer_end > want->layers)
-        return err_set(e, 422, "invalid_field", "body", "the file holds layers [%d, %d); job %lld's model has "
-                       "layers [0, %d) and a stage holds at least one; nothing was kept", sp.layer_start,
-                       sp.layer_end, (long long)job, want->layers);
+        return err_set(e, 422, "invalid_field", "body", "the file holds layer_start %d and layer_end %d; job "
+                       "%lld's model has layers " LAYER_RANGE_FMT " and a stage holds at least one; nothing was "
+                       "kept", sp.layer_start, sp.layer_end, (long long)job, LAYER_RANGE(0, want->layers));
     if (u->layer_start >= 0 && (sp.layer_start != u->layer_start || sp.layer_end != u->layer_end))
-        return err_set(e, 422, "invalid_field", "body", "the file holds layers [%d, %d); the query says [%lld, "
-                       "%lld); nothing was kept", sp.layer_start, sp.layer_end, u->layer_start, u->layer_end);
+        return err_set(e, 422, "invalid_field", "body", "the file holds layers " LAYER_RANGE_FMT "; the query "
+                       "says layers " LAYER_RANGE_FMT " (layer_start %lld, layer_end %lld); nothing was kept",
+                       LAYER_RANGE(sp.layer_start, sp.layer_end), LAYER_RANGE(u->layer_start, u->layer_end),
+                       u->layer_start, u->layer_end);
     int first = stage == 0, last = stage == u->stages - 1;
     if (!!sp.first != first || !!sp.last != last)
         return err_set(e, 422, "invalid_field", "body", "the file is a stage with first=%d last=%d (embeddings, "

@@ -788,8 +788,8 @@ void sched_memory_report(const struct sched_problem *pb, const struct sched_plan
     }
     ctx_free(&cx);
     const double gib = 1024.0 * 1024.0 * 1024.0;
-    snprintf(out, len, "stage %d (layers %d-%d) needs %.2f GiB (%.2f of weights, gradients and AdamW state, %.2f of "
+    snprintf(out, len, "stage %d (layers " LAYER_RANGE_FMT ") needs %.2f GiB (%.2f of weights, gradients and AdamW state, %.2f of "
              "activations for %.0f micro-batches in flight) and its smallest node (id %lld) has %.2f GiB", worst,
-             plan->layer_start[worst], plan->layer_end[worst] - 1, (worst_state + worst_act) / gib, worst_state / gib,
+             LAYER_RANGE(plan->layer_start[worst], plan->layer_end[worst]), (worst_state + worst_act) / gib, worst_state / gib,
              worst_act / gib, worst_stash, (long long)pb->nodes[worst_node].id, worst_mem / gib);
 }

@@ -100,8 +100,9 @@ static int evaluate(const struct sched_problem *pb, struct sched_plan *plan, int
         int want = s == 0 ? 0 : plan->layer_end[s - 1];
         if (plan->layer_start[s] != want || plan->layer_end[s] <= plan->layer_start[s] ||
             (s == P - 1 && plan->layer_end[s] != pb->model.layers)) {
-            err_set(err, 422, "invalid_field", "layers", "stage %d's layers %d..%d: stages must hold at least one "
-                    "layer each, in order, and together all %lld", s, plan->layer_start[s], plan->layer_end[s],
+            err_set(err, 422, "invalid_field", "layers", "stage %d's layer_start %d and layer_end %d: stages must "
+                    "hold at least one layer each, in order, and together all %lld", s, plan->layer_start[s],
+                    plan->layer_end[s],
                     (long long)pb->model.layers);
             goto out;
         }

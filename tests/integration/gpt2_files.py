@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""gpt2_files.py - GPT-2 weight files for the import tests, stdlib only.
+"""gpt2_files.py - GPT-2 weight files for the import tests, and for trying the
+import without a download (docs/models.md names the `big` command), stdlib only.
 
   gpt2_files.py llmc OUT V T C NH L [--peaked TOKEN]
       writes an llm.c version 3 checkpoint (gpt2_124M.bin's format: a

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""llama_files.py - Llama weight files for the import tests, stdlib only.
+"""llama_files.py - Llama weight files for the import tests, and for trying the
+import without a download (docs/models.md names the `big` command), stdlib only.
 
   llama_files.py write DIR V T C NH KVH F L [--tied] [--shards N] [--bf16]
       writes DIR/config.json (LlamaForCausalLM's, theta 10000, eps 1e-5)

@@ -479,8 +479,8 @@ mkstage "$WORK/empty.bin" 256 64 64 4 4 0 0 1 0 1 1
 put_ckpt "$CK/1/stages/0" "$(tok_of 0 0)" "$WORK/stage0.bin" "$(sha "$WORK/other.bin")"
 check "a re-upload with a wrong checksum: 422, the stored checkpoint as it was" "$STATUS $(stored)" "422 $GOOD"
 put_ckpt "$CK/1/stages/0" "$(tok_of 0 0)" "$WORK/empty.bin"
-check "a re-upload of a stage holding layers [0, 0): 422, saying so, the stored checkpoint as it was" \
-    "$STATUS $(printf '%s' "$BODY" | jq -r '.error.message | test("layers \\[0, 0\\)")') $(stored)" "422 true $GOOD"
+check "a re-upload of a stage holding no layer (layer_start 0, layer_end 0): 422, saying so, the stored checkpoint as it was" \
+    "$STATUS $(printf '%s' "$BODY" | jq -r '.error.message | test("layer_start 0 and layer_end 0")') $(stored)" "422 true $GOOD"
 sql a "CREATE FUNCTION refuse_upload() RETURNS trigger LANGUAGE plpgsql AS
        \$\$ BEGIN RAISE EXCEPTION 'injected: the database refuses this row'; END \$\$;
        CREATE TRIGGER refuse_upload BEFORE INSERT OR UPDATE ON checkpoints FOR EACH ROW

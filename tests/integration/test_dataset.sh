@@ -52,9 +52,14 @@ check "it evaluated on the val shards" "$(fetch "$S/v1/jobs/$J" "$ADMIN" | jq '[
 
 run_job "a job naming the manifest's SHA-256 (data.sha256)" "$(job named ",\"sha256\":\"$MANIFEST_SHA\"")"
 
-# the README's walkthrough as written: a text file to shards, a job, a sample
+# the README's walkthrough as written: GPT-2's tokenizer.json to llm.c's
+# tokenizer file, then a text file to shards, a job, a sample
 mkdir -p "$README_DIR"
-cp "$TOKENIZER" "$README_DIR/gpt2_tokenizer.bin"
+cp "$WORK/tok/gpt2.json" "$README_DIR/tokenizer.json"
+readme_example llmc-tokenizer
+check "the README's tokenizer example runs as written: gpt2_tokenizer.bin from tokenizer.json, llm.c's bytes" \
+    "$EXAMPLE_RC $(cat "$README_DIR/llmc-tokenizer.err")$(cmp -s "$TOKENIZER" "$README_DIR/gpt2_tokenizer.bin" && echo same)" \
+    "0 same"
 head -c 200000 "$WORK/corpus/fortunes.txt" > "$README_DIR/book.txt"
 readme_example from-text
 check "the README's text-to-model walkthrough runs as written: the job succeeds on its proven shards" \

@@ -8,7 +8,8 @@
 # and exported again is the same file byte for byte; another model, a
 # damaged file, a scheduled job and bad options are refused with nothing
 # stored; a Llama in Hugging Face's sharded files does the same; the
-# README's fine-tune example runs as written on a GPT-2 124M sized file.
+# documents' fine-tune examples run as written on files of GPT-2 124M's
+# and SmolLM2-135M's shapes, written by their pattern-file examples.
 set -u
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/agents.sh"
@@ -52,9 +53,9 @@ steps_of() { fetch "$S/v1/jobs/$1/checkpoints" "$ADMIN" | jq -c '[.checkpoints[]
 J=$(create "$(job tuned 2 2 32)")
 import "$WORK/imp" --job "$J" --model "$WORK/tiny.bin"
 check "import: exit 0, one line per stage file (its layers, size, SHA-256) and the job it starts" \
-    "$IMPORT_RC $(grep -c '^stage [01] layers [0-9]\.\.[0-9] [0-9]* bytes sha256 [0-9a-f]\{64\}$' "$WORK/imp") $(tail -n 1 "$WORK/imp")" \
+    "$IMPORT_RC $(grep -c '^stage [01] layers [0-9]-[0-9] [0-9]* bytes sha256 [0-9a-f]\{64\}$' "$WORK/imp") $(tail -n 1 "$WORK/imp")" \
     "0 2 job $J starts from $WORK/tiny.bin"
-check "import: the job's step-0 checkpoint is complete, two files splitting the layers 0-2, 2-4" \
+check "import: the job's step-0 checkpoint is complete, two files splitting the layers 0-1, 2-3" \
     "$(fetch "$S/v1/jobs/$J/checkpoints" "$ADMIN" | jq -c '.checkpoints[] | [.step, .complete, [.stages[] | [.layer_start, .layer_end]]]')" \
     '[0,true,[[0,2],[2,4]]]'
 check "import: the printed SHA-256s are the server's" \
@@ -155,8 +156,12 @@ check "GPT-2 weights into a Llama job: exit 1, nothing uploaded" "$IMPORT_RC $(s
 
 # ---- the README's example as written, on a file of GPT-2 124M's sizes
 # (weights a repeated pattern): created, imported, not trained
+# (the documents' pattern-weight examples run from a checkout: its tests/)
 mkdir -p "$README_DIR"
-$GPT2 big "$README_DIR/gpt2_124M.bin"
+ln -s "$TOP/tests" "$README_DIR/tests"
+readme_example finetune-files
+check "docs/models.md's GPT-2 pattern file example runs as written: gpt2_124M.bin of GPT-2 124M's sizes" \
+    "$EXAMPLE_RC $(cat "$README_DIR/finetune-files.err")$(stat -c %s "$README_DIR/gpt2_124M.bin")" "0 497904640"
 readme_example finetune ADMIN="$ADMIN"
 check "the README's fine-tune example runs as written" \
     "$EXAMPLE_RC $(tail -n 1 "$README_DIR/finetune.out" | grep -c 'starts from gpt2_124M.bin')" "0 1"
@@ -167,7 +172,9 @@ check "its job holds GPT-2 124M's weights as two stage files, complete" \
 
 # ---- the README's Llama example as written, on files of SmolLM2-135M's
 # shape (a repeated pattern, bf16): created, imported, not trained
-$LLAMA big "$README_DIR/SmolLM2-135M"
+readme_example finetune-llama-files
+check "docs/models.md's Llama pattern files example runs as written: SmolLM2-135M/ holds config.json and model.safetensors" \
+    "$EXAMPLE_RC $(cat "$README_DIR/finetune-llama-files.err")$(ls "$README_DIR/SmolLM2-135M" | xargs)" "0 config.json model.safetensors"
 readme_example finetune-llama ADMIN="$ADMIN"
 check "the README's Llama fine-tune example runs as written" \
     "$EXAMPLE_RC $(tail -n 1 "$README_DIR/finetune-llama.out" | grep -c 'starts from SmolLM2-135M/model.safetensors')" "0 1"

@@ -84,6 +84,11 @@ check "naming the pair" "$(grep -c '13->12' "$WORK/err")" 1
     --fill-latency-ms 80 --fill-bandwidth-gbps 0.2 --json > "$WORK/out"
 check "fill values let it schedule" "$?" 0
 check "all six layers are placed over three stages" "$(jq -c '[.plan[0].layer_start, .plan[2].layer_end, (.plan | length)]' "$WORK/out")" "[0,6,3]"
+"$SCHED" --nodes "$WORK/nodes.json" --links "$WORK/links.json" --job "$WORK/job.json" --budget-ms 200 \
+    --fill-latency-ms 80 --fill-bandwidth-gbps 0.2 > "$WORK/grid"
+check "the plan's grid writes each stage's layers first-last, both included, as the JSON's numbers say" \
+    "$(sed -n '/^stage (layers)/,$p' "$WORK/grid" | awk 'NR > 1 && NR <= 4 { printf "%s%s %s", sep, $1, $2; sep = " " }')" \
+    "$(jq -r '[.plan | to_entries[] | "\(.key) (layers \(.value.layer_start)-\(.value.layer_end - 1))"] | join(" ")' "$WORK/out" | sed 's/(layers /(/g')"
 
 # a Llama job of the same sizes: the family's own counts (fewer parameters a
 # block with 2 kv heads and an MLP of 256), a different predicted time

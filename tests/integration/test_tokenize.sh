@@ -19,7 +19,7 @@ TOK=$WORK/tok
 CORPUS=$WORK/corpus
 
 $ORACLE files "$TOK" 2> "$WORK/err"
-check "the oracle packages write the tokenizer files" "$? $(ls "$TOK" | wc -l)" "0 8"
+check "the oracle packages write the tokenizer files" "$? $(ls "$TOK" | wc -l)" "0 9"
 check "tiktoken's files are the published ones (SHA-256 of cl100k_base, o200k_base, GPT-2)" \
     "$(sha256sum "$TOK/cl100k_base.tiktoken" "$TOK/o200k_base.tiktoken" "$TOK/gpt2.tiktoken" | cut -c1-16 | tr '\n' ' ')" \
     "223921b76ee99bde 446a9538cb6c348e 306cd27f03c1a714 "
@@ -181,5 +181,21 @@ done
     > /dev/null 2> "$WORK/err"
 check "a tiktoken file named as another encoding: refused, both counts said" \
     "$? $(grep -c '100256 ranks, but encoding llama3 has 128000' "$WORK/err")" "1 1"
+
+# llm.c's tokenizer file written from the others (--write-llmc-tokenizer):
+# GPT-2's from its tokenizer.json or tiktoken ranks is gpt2_tokenizer.bin
+# byte for byte
+for f in gpt2.json gpt2.tiktoken; do
+    "$AGENT" tokenize --tokenizer "$TOK/$f" --write-llmc-tokenizer "$WORK/llmc-$f.bin" > "$WORK/out" 2> "$WORK/err"
+    check "GPT-2's $f written as llm.c's tokenizer file: gpt2_tokenizer.bin byte for byte" \
+        "$? $(cmp -s "$WORK/llmc-$f.bin" "$TOK/gpt2_tokenizer.bin" && echo same) $(grep -c ': 50257 tokens, eot 50256, sha256 [0-9a-f]\{64\}$' "$WORK/out")" \
+        "0 same 1"
+done
+"$AGENT" tokenize --tokenizer "$TOK/llama3.json" --write-llmc-tokenizer "$WORK/llama3.bin" > /dev/null 2> "$WORK/err"
+check "Llama 3's tokenizer.json written as llm.c's file: version 2, 128256 tokens, eot <|end_of_text|>" \
+    "$? $(od -An -tu4 -j 4 -N 12 "$WORK/llama3.bin" | xargs)" "0 2 128256 128001"
+"$AGENT" tokenize --tokenizer "$TOK/gpt2.json" --write-llmc-tokenizer "$WORK/x.bin" "$CORPUS/runs.txt" > /dev/null 2> "$WORK/err"
+check "--write-llmc-tokenizer with an INPUT: exit 2, said, nothing written" \
+    "$? $(grep -c 'writes a tokenizer file only' "$WORK/err") $([ -e "$WORK/x.bin" ] && echo written || echo none)" "2 1 none"
 
 [ "$FAILS" -eq 0 ]

@@ -8,7 +8,8 @@
 //       (llm.c's file of GPT-2), llama3.json (Llama 3's tokenizer.json:
 //       its vocabulary and merges, Split + ByteLevel, ignore_merges) and
 //       smol.json (a SmolLM2-style tokenizer.json: GPT-2's vocabulary, its
-//       merges derived from the ranks, Digits + ByteLevel) and nfc.json
+//       merges derived from the ranks, Digits + ByteLevel), gpt2.json (GPT-2's
+//       own tokenizer.json: ByteLevel with its regex) and nfc.json
 //       (a Qwen2-style one: GPT-2's vocabulary and merges, an NFC
 //       normalizer, Qwen2's split)
 //   node oracle.mjs encode DIR NAME TEXT...
@@ -151,6 +152,11 @@ function files(dir) {
     type: "Sequence", pretokenizers: [
       { type: "Digits", individual_digits: true },
       { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true }] }, false));
+  // GPT-2's own tokenizer.json (Hugging Face's openai-community/gpt2): ByteLevel
+  // with its regex, <|endoftext|> in the vocabulary and an added token
+  fs.writeFileSync(path.join(dir, "gpt2.json"), hfJson({ ...smolVocab, "<|endoftext|>": 50256 }, gpt2Merges,
+    { "<|endoftext|>": 50256 }, { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true },
+    false));
   // Qwen2's kind: NFC first, its split (one digit a piece), then bytes
   fs.writeFileSync(path.join(dir, "nfc.json"), hfJson(smolVocab, gpt2Merges, { "<|endoftext|>": 50256 }, {
     type: "Sequence", pretokenizers: [

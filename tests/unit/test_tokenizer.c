@@ -1,6 +1,7 @@
 /* test_tokenizer.c - agent/tools/tokenizer.h: llm.c's tokenizer files, written
  * here byte by byte as llm.c's write_tokenizer does, are read back token for
- * token; malformed ones are refused with a 422 that says why. */
+ * token; malformed ones are refused with a 422 that says why; tokenizer_write
+ * writes those bytes exactly, and refuses what the format cannot hold. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -269,6 +270,61 @@ static void test_open(void **state)
     free(f.b);
 }
 
+/* The small vocabulary as tokenizer_write asks for it; ctx: the id with no
+ * bytes (a gap), or NULL; a 256-byte token for id 0 when it points at -2. */
+static const unsigned char *small_piece(const void *ctx, uint32_t id, size_t *len)
+{
+    static char lng[256];
+    int special = ctx ? *(const int *)ctx : -1;
+    memset(lng, 'x', sizeof lng);
+    *len = 0;
+    if ((int)id == special)
+        return NULL;
+    if (special == -2 && id == 0)
+        return *len = 256, (const unsigned char *)lng;
+    *len = word_len((int)id);
+    return (const unsigned char *)(id == LONG_TOKEN ? lng : words[id]);
+}
+
+static void test_write(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/shoal-tokenizer-test.XXXXXX", path[256];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/gpt2_tokenizer.bin", dir);
+    struct shoal_err err = { 0 };
+    assert_int_equal(tokenizer_write(path, WORDS, WORDS - 1, small_piece, NULL, &err), 0);
+    struct tokfile want = small_file();
+    FILE *in = fopen(path, "rb");
+    assert_non_null(in);
+    unsigned char *got = malloc(want.len + 1);
+    assert_non_null(got);
+    assert_int_equal(fread(got, 1, want.len + 1, in), want.len);   /* the bytes llm.c writes, no more */
+    fclose(in);
+    assert_memory_equal(got, want.b, want.len);
+    free(got);
+    free(want.b);
+    unlink(path);
+
+    /* what the format cannot hold is refused before a byte is written */
+    int gap = 4, too_long = -2;
+    assert_int_equal(tokenizer_write(path, WORDS, WORDS - 1, small_piece, &gap, &err), -1);
+    assert_int_equal(err.status, 422);
+    assert_non_null(strstr(err.message, "token 4 has 0 bytes"));
+    assert_int_equal(tokenizer_write(path, WORDS, WORDS - 1, small_piece, &too_long, &err), -1);
+    assert_non_null(strstr(err.message, "token 0 has 256 bytes"));
+    assert_int_equal(tokenizer_write(path, WORDS, WORDS, small_piece, NULL, &err), -1);
+    assert_non_null(strstr(err.message, "eot_token 8 is not below its 8 tokens"));
+    assert_int_equal(access(path, F_OK), -1);
+    /* a directory that is not there: 500, the reason */
+    char missing[300];
+    snprintf(missing, sizeof missing, "%s/no/such.bin", dir);
+    assert_int_equal(tokenizer_write(missing, WORDS, WORDS - 1, small_piece, NULL, &err), -1);
+    assert_int_equal(err.status, 500);
+    assert_non_null(strstr(err.message, "No such file or directory"));
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -276,6 +332,7 @@ int main(void)
         cmocka_unit_test(test_v1_is_gpt2_sized),
         cmocka_unit_test(test_malformed_files_are_refused),
         cmocka_unit_test(test_open),
+        cmocka_unit_test(test_write),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
