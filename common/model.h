@@ -134,8 +134,9 @@ uint64_t model_part_params(const struct model_config *m, enum model_part part);
  * layer_start and layer_end, the end excluded (0 and 6).  Use the two
  * together: printf("stage %d (layers " LAYER_RANGE_FMT ")", s,
  * LAYER_RANGE(start, end)); a range must hold a layer (start < end). */
-#define LAYER_RANGE_FMT "%d-%d"
-#define LAYER_RANGE(start, end) (int)(start), (int)(end) - 1
+#define LAYER_RANGE_FMT "%lld-%lld"
+/* (long long: a file's header may say any int, and its end less one must not overflow) */
+#define LAYER_RANGE(start, end) (long long)(start), (long long)(end) - 1
 
 /* Floats of the stage holding blocks [layer_start, layer_end), with the
  * embedding when first and the head when last; 0 when that overflows. */

@@ -158,9 +158,15 @@ build() {
 }
 size_mb() { docker image inspect -f '{{.Size}}' "$1" 2>/dev/null | awk '{ printf "%.0f", $1 / 1048576 }'; }
 
+# The Postgres image (mostly apt's downloads) beside the two that compile.
+build shoal-test-postgres tests/deploy/Dockerfile.postgres >"$WORK/postgres.out" 2>&1 &
+postgres_build=$!
 build shoal-server deploy/Dockerfile.server || exit 1
 build shoal-agent deploy/Dockerfile.agent || exit 1
-build shoal-test-postgres tests/deploy/Dockerfile.postgres || exit 1
+wait "$postgres_build"
+postgres_rc=$?
+cat "$WORK/postgres.out"
+[ "$postgres_rc" -eq 0 ] || { FAILS=$((FAILS + 1)); exit 1; }
 say "image sizes: shoal-server $(size_mb shoal-server:latest) MB, shoal-agent $(size_mb shoal-agent:latest) MB," \
     "shoal-test-postgres $(size_mb shoal-test-postgres:latest) MB"
 

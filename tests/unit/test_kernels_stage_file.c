@@ -50,6 +50,25 @@ static void test_save_load_continue(void **state)
     assert_memory_equal(p, q, kern_stage_param_count(r1) * sizeof(float));
     free(q);
 
+    /* a header whose layer_end is INT_MIN (after the magic, the version and
+     * six int32) is named in the refusal without overflowing its "less one"
+     * (fuzz_checkpoint: regress/header-layer-end-int-min) */
+    {
+        unsigned char hdr[4096];
+        rewind(f0);
+        size_t got = fread(hdr, 1, sizeof hdr, f0);
+        int32_t int_min = INT32_MIN;
+        assert_true(got > 40);
+        memcpy(hdr + 8 + 4 + 6 * 4, &int_min, sizeof int_min);
+        FILE *bad = tmpfile();
+        assert_non_null(bad);
+        assert_int_equal(fwrite(hdr, 1, got, bad), got);
+        rewind(bad);
+        assert_int_equal(kern_stage_load(r1, bad, &err), -1);
+        assert_non_null(strstr(err.msg, "the file holds layers 0--2147483649 of a model"));
+        fclose(bad);
+    }
+
     /* damaged files: truncated, flipped byte, bad magic, trailing byte */
     rewind(f1);
     long len;
