@@ -220,7 +220,7 @@ static void print_grid(const struct sched_problem *pb, const struct sched_plan *
         printf(" replica %-8d", r);
     printf("\n");
     for (int s = 0; s < plan->stages; s++) {
-        char head[32];
+        char head[48];   /* "%d (%lld-%lld)" at their widest */
         snprintf(head, sizeof head, "%d (" LAYER_RANGE_FMT ")", s, LAYER_RANGE(plan->layer_start[s], plan->layer_end[s]));
         printf("%-18s", head);
         for (int r = 0; r < plan->replicas; r++) {
