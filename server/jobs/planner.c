@@ -415,6 +415,8 @@ int planner_prepare(struct server *srv, int64_t job_id, const struct plan_reques
         relay_check_state(srv->relay, w->relay_why, sizeof w->relay_why);
     else
         w->relay = srv->relay ? relay_check_address(srv->relay) : NULL;
+    if (w->relay && relay_check_forget_failures(srv->relay, srv->db, e) != 0)
+        goto out;
     char p_avoid_lat[32], p_avoid_bw[32];
     const char *links_params[] = { w->relay,
                                    db_param_f64(p_avoid_lat, PLANNER_AVOIDED_LATENCY_MS),

@@ -86,8 +86,12 @@ static void check(struct ticker *t, void *arg)
     for (size_t i = 0; i < n && !ticker_stopping(t); i++)
         store(r->srv, json_array_get(due, i), ok[i] == PEER_PROBE_ANSWERED, why[i]);
     json_decref(due);
-    if (!ticker_stopping(t))
+    if (!ticker_stopping(t)) {
+        struct shoal_err e = { 0 };
         relay_check_due(r->srv->relay);
+        if (relay_check_forget_failures(r->srv->relay, r->srv->db, &e) != 0)
+            log_warn("reachability: %s", e.message);
+    }
 }
 
 struct reach *reach_start(struct server *srv, struct shoal_err *err)

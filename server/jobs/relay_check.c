@@ -8,6 +8,7 @@
 
 #include "../../common/clock.h"
 #include "../../common/log.h"
+#include "../store/db.h"
 #include "peer_probe.h"
 
 struct relay_check {
@@ -16,6 +17,7 @@ struct relay_check {
     int state;                          /* -1 not checked yet, 0 silent, 1 answered */
     char why[RELAY_CHECK_WHY_MAX];      /* state 0: why not */
     int64_t checked_ms;                 /* mono_ms() of the last check; 0: none */
+    int came_back;                      /* answered after a check it did not: relay_check_forget_failures */
 };
 
 struct relay_check *relay_check_new(const char *relay)
@@ -53,6 +55,7 @@ int relay_check_now(struct relay_check *rc)
     pthread_mutex_lock(&rc->mu);
     int was = rc->state;
     rc->state = ok;
+    rc->came_back |= ok && was == 0;
     snprintf(rc->why, sizeof rc->why, "%s", ok ? "" : why);
     rc->checked_ms = mono_ms();
     pthread_mutex_unlock(&rc->mu);
@@ -88,4 +91,31 @@ int relay_check_state(struct relay_check *rc, char *why, size_t why_len)
         snprintf(why, why_len, "%s", rc->why);
     pthread_mutex_unlock(&rc->mu);
     return s;
+}
+
+int relay_check_forget_failures(struct relay_check *rc, struct db_pool *db, struct shoal_err *e)
+{
+    if (!rc)
+        return 0;
+    pthread_mutex_lock(&rc->mu);
+    int back = rc->came_back;
+    rc->came_back = 0;
+    pthread_mutex_unlock(&rc->mu);
+    if (!back)
+        return 0;
+    const char *params[] = { rc->relay };
+    json_t *gone = db_query_json(db, "WITH d AS (DELETE FROM relay_reach WHERE relay = $1 AND NOT reachable"
+                                 " RETURNING node_id) SELECT count(*) FROM d", 1, params, "relay_reach", e);
+    if (!gone) {
+        pthread_mutex_lock(&rc->mu);
+        rc->came_back = 1;   /* the next look tries again */
+        pthread_mutex_unlock(&rc->mu);
+        return -1;
+    }
+    if (json_integer_value(gone) > 0)
+        log_info("relay %s (--relay) is back: %lld agents' failed probes of it, made while it was down, no longer "
+                 "keep their links from it (their next probes say again)", rc->relay,
+                 (long long)json_integer_value(gone));
+    json_decref(gone);
+    return 0;
 }

@@ -18,6 +18,9 @@
 
 #include "peer_probe.h"
 
+struct db_pool;
+struct shoal_err;
+
 #define RELAY_CHECK_TIMEOUT_MS 3000   /* ms for connect, ask and answer */
 #define RELAY_CHECK_EVERY_S 10.0      /* s between the reachability thread's checks */
 #define RELAY_CHECK_WHY_MAX PEER_PROBE_WHY_MAX   /* the probe's reason (peer_probe_relay) */
@@ -42,6 +45,14 @@ void relay_check_due(struct relay_check *rc);
 /* The last check: 1 answered, 0 did not (why it did not into why), -1 no
  * relay or not checked yet. */
 int relay_check_state(struct relay_check *rc, char *why, size_t why_len);
+
+/* Once after each return of the relay (it answered a check after one it
+ * did not): forgets the agents' failed probes of it (relay_reach), made
+ * while it was down, so that their links may go through it again (their
+ * next probes say again; a site that cannot reach it reports so anew).
+ * 0, or -1 with e set when the database did not take it (tried again at
+ * the next call). */
+int relay_check_forget_failures(struct relay_check *rc, struct db_pool *db, struct shoal_err *e);
 
 /* The relay's address (host:port), or NULL for none. */
 const char *relay_check_address(const struct relay_check *rc);
