@@ -1,14 +1,17 @@
 /* model.h - the model families shoal trains, as data.
  *
- * A family (gpt2, llama) is one row of model_families[]: the tensors of its
- * embedding, of one transformer block and of its head, each with its shape
- * (in the model's own dimensions), initialisation, weight decay and whether
- * it is a matrix multiplied per token, plus the activation memory a block
- * keeps per token.  From that row come every count the layers above need:
- * parameters of any stage, FLOPs per token, activation bytes.  The kernels
- * (layout, stage files), the scheduler's cost model and the job
- * specification all read it; none of them switches on the family by hand.
- * A third family is a new row here and its layers in the kernels.
+ * A family (gpt2, llama, qwen2, qwen3) is one row of model_families[]: the
+ * tensors of its embedding, of one transformer block and of its head, each
+ * with its shape (in the model's own dimensions), initialisation, weight
+ * decay and whether it is a matrix multiplied per token, plus the
+ * activation memory a block keeps per token.  From that row come every
+ * count the layers above need: parameters of any stage, FLOPs per token,
+ * activation bytes.  The kernels (layout, stage files), the scheduler's
+ * cost model and the job specification all read it; none of them switches
+ * on the family by hand.
+ * A family is a new row here; one whose blocks are Llama's with a
+ * difference the row's fields name (biases, q/k norms) needs nothing
+ * more, another kind of block its layers in the kernels.
  *
  * Needs nothing but libc, so that every program (and the stage-file check
  * the server links alone) can link it.
@@ -23,7 +26,18 @@
 extern "C" {
 #endif
 
-enum model_arch { MODEL_GPT2, MODEL_LLAMA, MODEL_ARCH_COUNT };
+enum model_arch { MODEL_GPT2, MODEL_LLAMA, MODEL_QWEN2, MODEL_QWEN3, MODEL_ARCH_COUNT };
+
+/* The stage code that runs a family's blocks (each backend has one per
+ * kind; a family's other differences are the fields of its row). */
+enum model_blocks { MODEL_BLOCKS_GPT2, MODEL_BLOCKS_LLAMA, MODEL_BLOCKS_COUNT };
+
+/* RMSNorms of q and k after their projection, before the rotation. */
+enum model_qk_norm {
+    MODEL_QK_NONE,
+    MODEL_QK_HEAD,    /* each head over its hd channels, one weight (hd) shared by the heads (Qwen3) */
+    MODEL_QK_WIDTH,   /* over the whole q (NH hd) and k (KV hd) projections, weights that wide (OLMo-2) */
+};
 
 /* Llama 3.1/3.2's "rope_scaling" of type "llama3"; factor 0: none. */
 struct model_rope_scaling {
@@ -40,12 +54,15 @@ struct model_config {
     int vocab;      /* V: tokens in the vocabulary */
     int context;    /* longest sequence (gpt2: rows of the position embedding), tokens */
     int d_model;    /* C: channels of the residual stream */
-    int heads;      /* NH: query heads; d_model % heads == 0, head size hd = C / NH */
+    int heads;      /* NH: query heads */
     int layers;     /* L: transformer blocks */
     enum model_arch arch;
     int kv_heads;   /* key/value heads (grouped-query attention); heads % kv_heads == 0 */
     int ffn_dim;    /* F: the MLP's hidden width (gpt2: 4C) */
     int tied;       /* 1: the output head shares the token embedding's weights */
+    int head_dim;   /* hd: channels of one attention head; 0 (normalised to C / NH, which
+                       must then divide) unless the family lets NH hd differ from C */
+    int sliding_window; /* tokens position t attends to, t itself included ((t - W, t]); 0: all */
     double norm_eps;    /* layer norm / RMS norm epsilon */
     double rope_theta;  /* llama: rotary base */
     struct model_rope_scaling rope_scaling;
@@ -55,7 +72,13 @@ struct model_config {
 enum model_part { MODEL_EMBED, MODEL_BLOCK, MODEL_HEAD, MODEL_PARTS };
 
 /* A tensor dimension in the model's own terms; the extent is times x dim. */
-enum model_dim { MD_ONE, MD_C, MD_V, MD_CTX, MD_KV, MD_FFN };
+enum model_dim {
+    MD_ONE, MD_C, MD_V, MD_CTX,
+    MD_KV,    /* kv_heads x hd: a k or v projection */
+    MD_FFN,
+    MD_Q,     /* heads x hd: the q projection, the attention's output (C unless head_dim says) */
+    MD_HD,    /* hd: one head */
+};
 struct model_extent {
     enum model_dim dim;
     int times;
@@ -82,7 +105,12 @@ struct model_tensor {
 };
 
 struct model_family {
-    const char *name;          /* "gpt2", "llama": the job's model.architecture */
+    const char *name;          /* "gpt2", "llama", "qwen2", "qwen3": the job's model.architecture */
+    enum model_blocks blocks;  /* the stage code that runs its blocks */
+    /* What the llama code path reads (gpt2: 0): */
+    int qkv_bias;              /* 1: q, k and v add biases (qb, kb, vb, consecutive) */
+    enum model_qk_norm qk_norm;  /* q and k normalised (qnormw, knormw) before the rotation */
+    const char *hf_model_type; /* config.json's "model_type" */
     const struct model_tensor *tensors[MODEL_PARTS];
     int n_tensors[MODEL_PARTS];
     /* Activation values one block keeps per token for its backward, at
@@ -96,16 +124,18 @@ struct model_family {
 
 extern const struct model_family model_families[MODEL_ARCH_COUNT];
 
-/* The family of a name ("gpt2", "llama"); NULL when none is. */
+/* The family of a name ("gpt2", "llama", ...); NULL when none is. */
 const struct model_family *model_family_by_name(const char *name);
 
 /* Fills what a caller left 0 with the family's defaults: kv_heads =
- * heads, gpt2's ffn_dim = 4C, norm_eps 1e-5, llama's rope_theta 10000. */
+ * heads, head_dim = C / NH (where NH divides C), gpt2's ffn_dim = 4C,
+ * norm_eps 1e-5, a rotary family's rope_theta 10000. */
 void model_config_normalise(struct model_config *m);
 
-/* Checks a normalised model: sizes >= 1, d_model a multiple of heads,
- * heads a multiple of kv_heads, what the family fixes (gpt2: kv_heads =
- * heads, ffn_dim = 4C, untied; llama: an even head size), a finite
+/* Checks a normalised model: sizes >= 1, heads x head_dim = d_model
+ * unless head_dim was given, heads a multiple of kv_heads, what the family
+ * fixes (gpt2: kv_heads = heads, ffn_dim = 4C, untied, head_dim C / NH,
+ * no window; rotary families: an even head size), a finite
  * positive epsilon and rope_theta, a usable rope_scaling, and tensor sizes
  * within int.  Returns 0, or -1 with *field set to the offending field's
  * name in a job's "model" object ("kv_heads", "rope_scaling.factor") and a
@@ -152,15 +182,28 @@ double model_part_matmul_params(const struct model_config *m, enum model_part pa
 
 /* FLOPs of one forward+backward per token (3x the forward): the matrix
  * products of `blocks` blocks (and the head when `last`) plus causal
- * attention over T tokens, llm.c's convention (6N + 6 L C T). */
+ * attention over T tokens, llm.c's convention (6N + 6 L C T), with NH hd
+ * for C and at most sliding_window positions for T. */
 double model_flops_per_token(const struct model_config *m, int blocks, int last, double T);
 
 /* Activation values one block keeps per token for its backward. */
 double model_block_act_values(const struct model_config *m, double T);
 
-/* Width of a row of the q, k and v products side by side, values: C
- * plus twice the kv heads' C*KV/NH (GQA's smaller k and v). */
+/* Width of a row of the q, k and v products side by side, values: NH hd
+ * plus twice KV hd (GQA's smaller k and v). */
 size_t model_qkv_width(const struct model_config *m);
+
+/* hd, the channels of one head: head_dim, or C / NH where it is 0. */
+int model_head_dim(const struct model_config *m);
+
+/* NH hd: the width of q and of the attention's output. */
+int model_q_width(const struct model_config *m);
+
+/* The segments the family's q and k norms run over (values): each head's
+ * hd, or the whole q (NH hd) and k (KV hd); both 0 when it has none.
+ * Returns the norms' statistics per token (NH hd / sq + KV hd / sk), 0
+ * without norms. */
+int model_qk_segments(const struct model_config *m, int *sq, int *sk);
 
 /* Rotary inverse frequency of pair i (0 <= i < hd/2), radians per
  * position: theta^(-2i/hd), adjusted by rope_scaling as Llama 3 does. */

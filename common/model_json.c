@@ -11,7 +11,7 @@
 /* The object as it comes, before the family's defaults. */
 struct model_raw {
     char architecture[16];
-    int64_t vocab_size, context_length, d_model, heads, layers, kv_heads, ffn_dim;
+    int64_t vocab_size, context_length, d_model, heads, layers, kv_heads, ffn_dim, head_dim, sliding_window;
     double rope_theta, norm_eps;
     int tie_embeddings;
     char rope_type[16];
@@ -19,7 +19,7 @@ struct model_raw {
     int64_t original_context;
 };
 
-static const char *const architectures[] = {"gpt2", "llama", NULL};   /* model_families' names */
+static const char *const architectures[] = {"gpt2", "llama", "qwen2", "qwen3", NULL};   /* model_families' names */
 static const char *const rope_types[] = {"llama3", NULL};
 
 #define F(f) offsetof(struct model_raw, f)
@@ -42,6 +42,8 @@ static const struct jv_field model_fields[] = {
     {"layers", JV_INT, 1, 0, 1, 1024, F(layers), 0, NULL, NULL},
     {"kv_heads", JV_INT, 0, 0, 1, 1024, F(kv_heads), 0, NULL, NULL},
     {"ffn_dim", JV_INT, 0, 0, 1, 1048576, F(ffn_dim), 0, NULL, NULL},
+    {"head_dim", JV_INT, 0, 0, 1, 1024, F(head_dim), 0, NULL, NULL},
+    {"sliding_window", JV_INT, 0, 0, 0, 16777216, F(sliding_window), 0, NULL, NULL},
     {"rope_theta", JV_NUM, 0, 0, 1.000001, 1e12, F(rope_theta), 0, NULL, NULL},
     {"rope_scaling", JV_OBJ, 0, 1, 0, 0, 0, 0, NULL, rope_scaling_fields},
     {"norm_eps", JV_NUM, 0, 0, 1e-12, 0.5, F(norm_eps), 0, NULL, NULL},
@@ -51,9 +53,10 @@ static const struct jv_field model_fields[] = {
 #undef F
 #undef SZ
 
-/* The members only Llama has: given for gpt2, they are refused. */
+/* The members only the rotary families have: given for gpt2, they are
+ * refused. */
 static const char *const llama_only[] = {"rope_theta", "rope_scaling", "tie_embeddings", "ffn_dim", "kv_heads",
-                                         "norm_eps", NULL};
+                                         "norm_eps", "head_dim", "sliding_window", NULL};
 
 int model_json_parse(const json_t *obj, const char *path, struct model_config *m, struct shoal_err *err)
 {
@@ -63,7 +66,7 @@ int model_json_parse(const json_t *obj, const char *path, struct model_config *m
         return -1;
     const struct model_family *fam = model_family_by_name(r.architecture);
     enum model_arch arch = (enum model_arch)(fam - model_families);
-    if (arch == MODEL_GPT2)
+    if (fam->blocks == MODEL_BLOCKS_GPT2)
         for (const char *const *k = llama_only; *k; k++) {
             const json_t *v = json_object_get(obj, *k);
             if (v && !json_is_null(v)) {
@@ -73,16 +76,17 @@ int model_json_parse(const json_t *obj, const char *path, struct model_config *m
                                sub);
             }
         }
-    if (arch == MODEL_LLAMA && !json_object_get(obj, "ffn_dim")) {
+    if (fam->blocks == MODEL_BLOCKS_LLAMA && !json_object_get(obj, "ffn_dim")) {
         snprintf(sub, sizeof sub, "%s.ffn_dim", path);
         return err_set(err, 400, "missing_field", sub, "%s (the SwiGLU hidden width) is required for "
-                       "architecture \"llama\"", sub);
+                       "architecture \"%s\"", sub, fam->name);
     }
     struct model_config c;
     memset(&c, 0, sizeof c);   /* padding too: specs holding it are compared byte for byte */
     c.vocab = (int)r.vocab_size, c.context = (int)r.context_length, c.d_model = (int)r.d_model;
     c.heads = (int)r.heads, c.layers = (int)r.layers, c.arch = arch, c.kv_heads = (int)r.kv_heads;
     c.ffn_dim = (int)r.ffn_dim, c.tied = r.tie_embeddings, c.norm_eps = r.norm_eps, c.rope_theta = r.rope_theta;
+    c.head_dim = (int)r.head_dim, c.sliding_window = (int)r.sliding_window;
     c.rope_scaling.factor = r.factor, c.rope_scaling.low_freq_factor = r.low_freq_factor;
     c.rope_scaling.high_freq_factor = r.high_freq_factor, c.rope_scaling.original_context = (int)r.original_context;
     model_config_normalise(&c);
@@ -101,16 +105,17 @@ json_t *model_json(const struct model_config *m)
     json_t *o = json_pack("{s:s, s:i, s:i, s:i, s:i, s:i}", "architecture", model_families[m->arch].name,
                           "vocab_size", m->vocab, "context_length", m->context, "d_model", m->d_model, "heads",
                           m->heads, "layers", m->layers);
-    if (!o || m->arch == MODEL_GPT2)
+    if (!o || model_families[m->arch].blocks == MODEL_BLOCKS_GPT2)
         return o;
     const struct model_rope_scaling *s = &m->rope_scaling;
     json_t *scaling = s->factor == 0 ? json_null()
         : json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor", s->factor, "low_freq_factor",
                     s->low_freq_factor, "high_freq_factor", s->high_freq_factor,
                     "original_max_position_embeddings", s->original_context);
-    json_t *more = json_pack("{s:i, s:i, s:f, s:o, s:f, s:b}", "kv_heads", m->kv_heads, "ffn_dim", m->ffn_dim,
-                             "rope_theta", m->rope_theta, "rope_scaling", scaling, "norm_eps", m->norm_eps,
-                             "tie_embeddings", m->tied);
+    json_t *more = json_pack("{s:i, s:i, s:i, s:i, s:f, s:o, s:f, s:b}", "kv_heads", m->kv_heads, "ffn_dim",
+                             m->ffn_dim, "head_dim", m->head_dim, "sliding_window", m->sliding_window, "rope_theta",
+                             m->rope_theta, "rope_scaling", scaling, "norm_eps", m->norm_eps, "tie_embeddings",
+                             m->tied);
     if (!more || json_object_update(o, more) != 0) {
         json_decref(more);
         json_decref(o);

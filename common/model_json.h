@@ -1,9 +1,11 @@
 /* model_json.h - a job's "model" object (POST /v1/jobs, the stored spec,
  * an assignment) to and from struct model_config (common/model.h).
  *
- *   {"architecture": "gpt2" | "llama"  (default "gpt2"),
+ *   {"architecture": "gpt2" | "llama" | "qwen2" | "qwen3"  (default "gpt2"),
  *    "vocab_size", "context_length", "d_model", "heads", "layers",
- *    llama only: "kv_heads" (default heads), "ffn_dim" (required),
+ *    the rotary families only: "kv_heads" (default heads), "ffn_dim"
+ *    (required), "head_dim" (default d_model / heads), "sliding_window"
+ *    (default 0: none),
  *    "rope_theta" (default 10000), "rope_scaling" (null, or {"rope_type":
  *    "llama3", "factor", "low_freq_factor", "high_freq_factor",
  *    "original_max_position_embeddings"}), "norm_eps" (default 1e-5),

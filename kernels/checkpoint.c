@@ -3,7 +3,7 @@
  *
  * Layout, little-endian:
  *   char     magic[8]      "SHOALSTG"
- *   uint32   version       KERN_STAGE_FILE_VERSION (3; 1 and 2 are read too)
+ *   uint32   version       KERN_STAGE_FILE_VERSION (4; 1 to 3 are read too)
  *   int32    vocab, context, d_model, heads, layers
  *   int32    layer_start, layer_end, first, last
  *   int32    extras        bit i set: extra buffer i follows (from version 2);
@@ -11,9 +11,10 @@
  *                          left out, zero (saved so at AdamW step 0 when
  *                          they are all zero: a third of the bytes)
  *   int32    architecture, kv_heads, ffn_dim, tied,
- *            rope_scaling.original_context          (version 3)
+ *            rope_scaling.original_context          (from version 3)
+ *   int32    head_dim, sliding_window               (version 4)
  *   float64  norm_eps, rope_theta, rope_scaling.factor,
- *            low_freq_factor, high_freq_factor       (version 3)
+ *            low_freq_factor, high_freq_factor       (from version 3)
  *   uint64   step          AdamW steps taken
  *   uint64   n             floats per buffer
  *   float32  params[n], adam_m[n], adam_v[n], then each extra[n] in order

@@ -9,9 +9,14 @@
  *   matmul     inp (N,IC), weight (OC,IC), bias (OC) or NULL -> out (N,OC)
  *   attention  qkv (B,T,C+2KV) -> out (B,T,C), att (B,NH,T,T) causal softmax;
  *              KV = KVH * hs: q of NH heads, k and v of KVH heads (grouped-
- *              query attention; gpt2: KVH = NH, qkv (B,T,3C)); backward
+ *              query attention; gpt2: KVH = NH, qkv (B,T,3C)); here (and in
+ *              rope) C is q's width NH hs, d_model or not; backward
  *              needs datt (B,NH,T,T) as scratch
  *   rmsnorm    inp (N,C), weight (C) -> out (N,C), rstd (N)
+ *   qknorm     inp (N,Q+2KV) -> out (N,Q+2KV): q's Q channels RMS-normalised
+ *              in segments of sq by wq (sq), k's KV in segments of sk by wk
+ *              (sk), v copied; rstd (N, Q/sq + KV/sk).  sq = sk = hs: each
+ *              head (Qwen3); sq = Q, sk = KV: the whole width (OLMo-2)
  *   rope       qkv (B,T,C+2KV) in place: q and k heads rotated by position,
  *              cos and sin tables (T_ctx, hs/2); backward rotates back
  *   swiglu     gu (N,2F) = [gate | up] -> out (N,F) = silu(gate) * up

@@ -1,25 +1,32 @@
-/* cpu_llama.c - a Llama stage on the CPU (LlamaForCausalLM's equations):
+/* cpu_llama.c - a stage of the llama kind on the CPU (LlamaForCausalLM's
+ * equations, and the families that differ from it only in what their
+ * row of common/model.c says):
  *
  *   x0 = wte[token]                                           first stage
- *   per block:  h = x + o(attn(rope(q(n1)), rope(k(n1)), v(n1))),  n1 = rmsnorm(x)
- *               x' = h + down(silu(gate(n2)) * up(n2)),          n2 = rmsnorm(h)
+ *   per block:  h = x + o(attn(rope(qkn(qkv(n1)))),  n1 = rmsnorm(x)
+ *               x' = h + down(silu(gate(n2)) * up(n2)),   n2 = rmsnorm(h)
  *   rmsnorm(x) -> head (V,C) -> cross-entropy                 last stage
  *
- * No biases; k and v have kv_heads heads, each serving heads / kv_heads
- * query heads; rotary embeddings in Hugging Face's rotate_half convention.
- * q, k and v are one product with the fused (C + 2KV, C) matrix their
- * consecutive weights make, gate and up one with (2F, C).  Built from
- * cpu_layers.h. */
+ * k and v have kv_heads heads, each serving heads / kv_heads query heads;
+ * heads of hd channels (q NH hd wide, C or not); rotary embeddings in
+ * Hugging Face's rotate_half convention.  q, k and v are one product with
+ * the fused (NH hd + 2KV, C) matrix their consecutive weights make, plus
+ * their consecutive biases where the family has them (Qwen2); qkn is the
+ * family's RMSNorm of q and k (Qwen3: each head), else nothing; gate and
+ * up are one product with (2F, C).  Built from cpu_layers.h. */
 #include "cpu_stage.h"
 
 #include <math.h>
 #include <string.h>
 
-/* Activations one block keeps for its backward, per micro-batch. */
+/* Activations one block keeps for its backward, per micro-batch (Q = NH
+ * hd, W = Q + 2KV). */
 struct llama_acts {
     float *ln1, *ln1_rstd; /* (B,T,C), (B,T) */
-    float *qkv;            /* (B,T,C+2KV) after the rotation */
-    float *atty;           /* (B,T,C) attention output before projection */
+    float *qkvp;           /* (B,T,W) the product, before q and k are normalised (qk_norm families) */
+    float *qk_rstd;        /* (B,T,nq+nk) the q and k norms' statistics (qk_norm families) */
+    float *qkv;            /* (B,T,W) after the norm and the rotation */
+    float *atty;           /* (B,T,Q) attention output before projection */
     float *att;            /* (B,NH,T,T) softmax probabilities */
     float *res2;           /* (B,T,C) residual after attention */
     float *ln2, *ln2_rstd; /* (B,T,C), (B,T) */
@@ -31,8 +38,9 @@ struct llama_acts {
 /* The family's scratch. */
 struct llama_work {
     float *proj;   /* (B,T,C) a projection's output before the residual add */
-    float *datty;  /* (B,T,C) */
-    float *dqkv;   /* (B,T,C+2KV) */
+    float *datty;  /* (B,T,Q) */
+    float *dqkv;   /* (B,T,W) */
+    float *dqkvp;  /* (B,T,W) before the q and k norms (qk_norm families) */
     float *datt;   /* (B,NH,T,T) */
     float *dgu;    /* (B,T,2F) */
     float *dh;     /* (B,T,F) */
@@ -40,12 +48,17 @@ struct llama_work {
 
 static size_t acts_layout(const struct kern_stage *st, float *base, struct llama_acts *a)
 {
-    size_t B = st->spec.micro_batch, T = st->spec.seq_len, C = st->model.d_model;
-    size_t NH = st->model.heads, F = st->model.ffn_dim, BT = B * T, used = 0;
+    const struct model_config *m = &st->model;
+    size_t B = st->spec.micro_batch, T = st->spec.seq_len, C = m->d_model, Q = model_q_width(m);
+    size_t NH = m->heads, F = m->ffn_dim, BT = B * T, W = model_qkv_width(m), used = 0;
+    int sq, sk;
+    size_t stats = (size_t)model_qk_segments(m, &sq, &sk);
     a->ln1 = cpu_carve(base, &used, BT * C);
     a->ln1_rstd = cpu_carve(base, &used, BT);
-    a->qkv = cpu_carve(base, &used, BT * model_qkv_width(&st->model));
-    a->atty = cpu_carve(base, &used, BT * C);
+    a->qkvp = cpu_carve(base, &used, stats ? BT * W : 0);
+    a->qk_rstd = cpu_carve(base, &used, BT * stats);
+    a->qkv = cpu_carve(base, &used, BT * W);
+    a->atty = cpu_carve(base, &used, BT * Q);
     a->att = cpu_carve(base, &used, B * NH * T * T);
     a->res2 = cpu_carve(base, &used, BT * C);
     a->ln2 = cpu_carve(base, &used, BT * C);
@@ -58,11 +71,14 @@ static size_t acts_layout(const struct kern_stage *st, float *base, struct llama
 
 static size_t work_layout(const struct kern_stage *st, float *base, struct llama_work *w)
 {
-    size_t B = st->spec.micro_batch, T = st->spec.seq_len, C = st->model.d_model;
-    size_t NH = st->model.heads, F = st->model.ffn_dim, BT = B * T, used = 0;
+    const struct model_config *m = &st->model;
+    size_t B = st->spec.micro_batch, T = st->spec.seq_len, C = m->d_model, Q = model_q_width(m);
+    size_t NH = m->heads, F = m->ffn_dim, BT = B * T, W = model_qkv_width(m), used = 0;
     w->proj = cpu_carve(base, &used, BT * C);
-    w->datty = cpu_carve(base, &used, BT * C);
-    w->dqkv = cpu_carve(base, &used, BT * model_qkv_width(&st->model));
+    w->datty = cpu_carve(base, &used, BT * Q);
+    w->dqkv = cpu_carve(base, &used, BT * W);
+    int sq, sk;
+    w->dqkvp = cpu_carve(base, &used, model_qk_segments(m, &sq, &sk) ? BT * W : 0);
     w->datt = cpu_carve(base, &used, B * NH * T * T);
     w->dgu = cpu_carve(base, &used, BT * 2 * F);
     w->dh = cpu_carve(base, &used, BT * F);
@@ -81,15 +97,15 @@ static size_t llama_work_floats(const struct kern_stage *st)
     return work_layout(st, NULL, &w);
 }
 
-/* cos then sin of position t's angle for pair i, (seq_len, hs/2) each. */
+/* cos then sin of position t's angle for pair i, (seq_len, hd/2) each. */
 static size_t llama_table_floats(const struct kern_stage *st)
 {
-    return 2 * (size_t)st->spec.seq_len * (size_t)(st->model.d_model / st->model.heads / 2);
+    return 2 * (size_t)st->spec.seq_len * (size_t)(model_head_dim(&st->model) / 2);
 }
 
 static void llama_fill_tables(const struct kern_stage *st, float *tables)
 {
-    int T = st->spec.seq_len, half = st->model.d_model / st->model.heads / 2;
+    int T = st->spec.seq_len, half = model_head_dim(&st->model) / 2;
     float *cos_t = tables, *sin_t = tables + (size_t)T * half;
     for (int i = 0; i < half; i++) {
         double inv = model_rope_inv_freq(&st->model, i); /* radians per position */
@@ -114,9 +130,11 @@ static int llama_forward(struct kern_stage *st, struct cpu_slot *s, const void *
     const struct model_config *m = &st->model;
     int B = st->spec.micro_batch, T = st->spec.seq_len, C = m->d_model, NH = m->heads, KVH = m->kv_heads;
     int F = m->ffn_dim, N = B * T, W = (int)model_qkv_width(m), nb = st->spec.layer_end - st->spec.layer_start;
+    int Q = model_q_width(m), KV = KVH * model_head_dim(m), sq, sk;
     size_t BTC = (size_t)N * C;
     const float *cos_t = c->tables, *sin_t = c->tables + llama_table_floats(st) / 2;
     float *p = c->params, eps = (float)m->norm_eps;
+    model_qk_segments(m, &sq, &sk);
     struct llama_work w;
     work_layout(st, c->scratch, &w);
 
@@ -130,16 +148,20 @@ static int llama_forward(struct kern_stage *st, struct cpu_slot *s, const void *
     for (int l = 0; l < nb; l++) {
         struct llama_acts a;
         block_acts(st, s, l, &a);
-        kern_cpu_rmsnorm_forward_f32(a.ln1, a.ln1_rstd, res, cpu_block_tensor(st, p, l, LT_LN1W), eps, N, C);
-        kern_cpu_matmul_forward_f32(a.qkv, a.ln1, cpu_block_tensor(st, p, l, LT_QW), NULL, N, C, W);
-        kern_cpu_rope_forward_f32(a.qkv, cos_t, sin_t, B, T, C, NH, KVH);
-        kern_cpu_attention_forward_f32(a.atty, a.att, a.qkv, B, T, C, NH, KVH);
-        kern_cpu_matmul_forward_f32(w.proj, a.atty, cpu_block_tensor(st, p, l, LT_OW), NULL, N, C, C);
+        kern_cpu_rmsnorm_forward_f32(a.ln1, a.ln1_rstd, res, cpu_llama_tensor(st, p, l, LT_LN1W), eps, N, C);
+        kern_cpu_matmul_forward_f32(sq ? a.qkvp : a.qkv, a.ln1, cpu_llama_tensor(st, p, l, LT_QW),
+                                    cpu_llama_tensor(st, p, l, LT_QB), N, C, W);
+        if (sq)
+            kern_cpu_qknorm_forward_f32(a.qkv, a.qk_rstd, a.qkvp, cpu_llama_tensor(st, p, l, LT_QNORMW),
+                                        cpu_llama_tensor(st, p, l, LT_KNORMW), eps, N, Q, KV, sq, sk);
+        kern_cpu_rope_forward_f32(a.qkv, cos_t, sin_t, B, T, Q, NH, KVH);
+        kern_cpu_attention_forward_f32(a.atty, a.att, a.qkv, B, T, Q, NH, KVH);
+        kern_cpu_matmul_forward_f32(w.proj, a.atty, cpu_llama_tensor(st, p, l, LT_OW), NULL, N, Q, C);
         kern_cpu_residual_forward_f32(a.res2, res, w.proj, BTC);
-        kern_cpu_rmsnorm_forward_f32(a.ln2, a.ln2_rstd, a.res2, cpu_block_tensor(st, p, l, LT_LN2W), eps, N, C);
-        kern_cpu_matmul_forward_f32(a.gu, a.ln2, cpu_block_tensor(st, p, l, LT_GATEW), NULL, N, C, 2 * F);
+        kern_cpu_rmsnorm_forward_f32(a.ln2, a.ln2_rstd, a.res2, cpu_llama_tensor(st, p, l, LT_LN2W), eps, N, C);
+        kern_cpu_matmul_forward_f32(a.gu, a.ln2, cpu_llama_tensor(st, p, l, LT_GATEW), NULL, N, C, 2 * F);
         kern_cpu_swiglu_forward_f32(a.h, a.gu, N, F);
-        kern_cpu_matmul_forward_f32(w.proj, a.h, cpu_block_tensor(st, p, l, LT_DOWNW), NULL, N, F, C);
+        kern_cpu_matmul_forward_f32(w.proj, a.h, cpu_llama_tensor(st, p, l, LT_DOWNW), NULL, N, F, C);
         kern_cpu_residual_forward_f32(a.res3, a.res2, w.proj, BTC);
         res = a.res3;
     }
@@ -158,9 +180,11 @@ static void llama_backward(struct kern_stage *st, struct cpu_slot *s, const floa
     const struct model_config *m = &st->model;
     int B = st->spec.micro_batch, T = st->spec.seq_len, C = m->d_model, NH = m->heads, KVH = m->kv_heads;
     int F = m->ffn_dim, N = B * T, W = (int)model_qkv_width(m), nb = st->spec.layer_end - st->spec.layer_start;
+    int Q = model_q_width(m), KV = KVH * model_head_dim(m), sq, sk;
     size_t BTC = (size_t)N * C;
     const float *cos_t = c->tables, *sin_t = c->tables + llama_table_floats(st) / 2;
     float *p = c->params, *g = c->grads;
+    model_qk_segments(m, &sq, &sk);
     struct llama_work w;
     work_layout(st, c->scratch, &w);
 
@@ -183,27 +207,34 @@ static void llama_backward(struct kern_stage *st, struct cpu_slot *s, const floa
         const float *res_in = l ? prev.res3 : s->x0;
         /* res3 = res2 + down(swiglu(gate|up(ln2(res2)))): dres is d res3, then d res2 */
         memset(w.dh, 0, (size_t)N * F * sizeof(float));
-        kern_cpu_matmul_backward_f32(w.dh, cpu_block_tensor(st, g, l, LT_DOWNW), NULL, c->dres, a.h,
-                                     cpu_block_tensor(st, p, l, LT_DOWNW), N, F, C);
+        kern_cpu_matmul_backward_f32(w.dh, cpu_llama_tensor(st, g, l, LT_DOWNW), NULL, c->dres, a.h,
+                                     cpu_llama_tensor(st, p, l, LT_DOWNW), N, F, C);
         memset(w.dgu, 0, (size_t)N * 2 * F * sizeof(float));
         kern_cpu_swiglu_backward_f32(w.dgu, a.gu, w.dh, N, F);
         memset(c->dln, 0, BTC * sizeof(float));
-        kern_cpu_matmul_backward_f32(c->dln, cpu_block_tensor(st, g, l, LT_GATEW), NULL, w.dgu, a.ln2,
-                                     cpu_block_tensor(st, p, l, LT_GATEW), N, C, 2 * F);
-        kern_cpu_rmsnorm_backward_f32(c->dres, cpu_block_tensor(st, g, l, LT_LN2W), c->dln, a.res2,
-                                      cpu_block_tensor(st, p, l, LT_LN2W), a.ln2_rstd, N, C);
-        /* res2 = res_in + o(attention(rope(qkv(ln1(res_in))))): dres becomes d res_in */
-        memset(w.datty, 0, BTC * sizeof(float));
-        kern_cpu_matmul_backward_f32(w.datty, cpu_block_tensor(st, g, l, LT_OW), NULL, c->dres, a.atty,
-                                     cpu_block_tensor(st, p, l, LT_OW), N, C, C);
+        kern_cpu_matmul_backward_f32(c->dln, cpu_llama_tensor(st, g, l, LT_GATEW), NULL, w.dgu, a.ln2,
+                                     cpu_llama_tensor(st, p, l, LT_GATEW), N, C, 2 * F);
+        kern_cpu_rmsnorm_backward_f32(c->dres, cpu_llama_tensor(st, g, l, LT_LN2W), c->dln, a.res2,
+                                      cpu_llama_tensor(st, p, l, LT_LN2W), a.ln2_rstd, N, C);
+        /* res2 = res_in + o(attention(rope(qkn(qkv(ln1(res_in)))))): dres becomes d res_in */
+        memset(w.datty, 0, (size_t)N * Q * sizeof(float));
+        kern_cpu_matmul_backward_f32(w.datty, cpu_llama_tensor(st, g, l, LT_OW), NULL, c->dres, a.atty,
+                                     cpu_llama_tensor(st, p, l, LT_OW), N, Q, C);
         memset(w.dqkv, 0, (size_t)N * W * sizeof(float));
-        kern_cpu_attention_backward_f32(w.dqkv, w.datt, w.datty, a.qkv, a.att, B, T, C, NH, KVH);
-        kern_cpu_rope_backward_f32(w.dqkv, cos_t, sin_t, B, T, C, NH, KVH);
+        kern_cpu_attention_backward_f32(w.dqkv, w.datt, w.datty, a.qkv, a.att, B, T, Q, NH, KVH);
+        kern_cpu_rope_backward_f32(w.dqkv, cos_t, sin_t, B, T, Q, NH, KVH);
+        if (sq) {
+            memset(w.dqkvp, 0, (size_t)N * W * sizeof(float));
+            kern_cpu_qknorm_backward_f32(w.dqkvp, cpu_llama_tensor(st, g, l, LT_QNORMW),
+                                         cpu_llama_tensor(st, g, l, LT_KNORMW), w.dqkv, a.qkvp,
+                                         cpu_llama_tensor(st, p, l, LT_QNORMW), cpu_llama_tensor(st, p, l, LT_KNORMW),
+                                         a.qk_rstd, N, Q, KV, sq, sk);
+        }
         memset(c->dln, 0, BTC * sizeof(float));
-        kern_cpu_matmul_backward_f32(c->dln, cpu_block_tensor(st, g, l, LT_QW), NULL, w.dqkv, a.ln1,
-                                     cpu_block_tensor(st, p, l, LT_QW), N, C, W);
-        kern_cpu_rmsnorm_backward_f32(c->dres, cpu_block_tensor(st, g, l, LT_LN1W), c->dln, res_in,
-                                      cpu_block_tensor(st, p, l, LT_LN1W), a.ln1_rstd, N, C);
+        kern_cpu_matmul_backward_f32(c->dln, cpu_llama_tensor(st, g, l, LT_QW), cpu_llama_tensor(st, g, l, LT_QB),
+                                     sq ? w.dqkvp : w.dqkv, a.ln1, cpu_llama_tensor(st, p, l, LT_QW), N, C, W);
+        kern_cpu_rmsnorm_backward_f32(c->dres, cpu_llama_tensor(st, g, l, LT_LN1W), c->dln, res_in,
+                                      cpu_llama_tensor(st, p, l, LT_LN1W), a.ln1_rstd, N, C);
     }
     if (st->spec.first)
         kern_cpu_encoder_backward_f32(g + st->off_wte, NULL, c->dres, s->tokens, B, T, C);

@@ -8,15 +8,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The CPU stage of each family. */
-static const struct cpu_family *const cpu_families[MODEL_ARCH_COUNT] = {
-    [MODEL_GPT2] = &kern_cpu_gpt2,
-    [MODEL_LLAMA] = &kern_cpu_llama,
+/* The CPU stage of each kind of block (a family's row names its kind). */
+static const struct cpu_family *const cpu_families[MODEL_BLOCKS_COUNT] = {
+    [MODEL_BLOCKS_GPT2] = &kern_cpu_gpt2,
+    [MODEL_BLOCKS_LLAMA] = &kern_cpu_llama,
 };
 
 static const struct cpu_family *family(const struct kern_stage *st)
 {
-    return cpu_families[st->model.arch];
+    return cpu_families[model_families[st->model.arch].blocks];
 }
 
 static size_t slot_layout(const struct kern_stage *st, struct cpu_slot *s, float *base)

@@ -48,7 +48,7 @@ struct cpu_family {
     void (*backward)(struct kern_stage *st, struct cpu_slot *s, const float *grad_output, float *grad_input);
 };
 
-extern const struct cpu_family kern_cpu_gpt2, kern_cpu_llama;
+extern const struct cpu_family kern_cpu_gpt2, kern_cpu_llama;   /* MODEL_BLOCKS_GPT2, _LLAMA */
 
 /* Hands out consecutive pieces of one allocation; pass base NULL to count. */
 static inline float *cpu_carve(float *base, size_t *used, size_t n)
@@ -62,6 +62,15 @@ static inline float *cpu_carve(float *base, size_t *used, size_t n)
 static inline float *cpu_block_tensor(const struct kern_stage *st, float *base, int l, int t)
 {
     return base + st->off_block0 + (size_t)l * st->block_floats + kern_block_offset(&st->model, t);
+}
+
+/* Parameters (or gradients) of tensor r (enum kern_llama_tensor) of block
+ * l of a stage of the llama kind; NULL when the family has none. */
+static inline float *cpu_llama_tensor(const struct kern_stage *st, float *base, int l, enum kern_llama_tensor r)
+{
+    if (st->llama_off[r] == KERN_ABSENT)
+        return NULL;
+    return base + st->off_block0 + (size_t)l * st->block_floats + st->llama_off[r];
 }
 
 /* The head on the final norm's output s->lnf: logits, then with targets

@@ -37,6 +37,18 @@ __global__ static void colsum_finish_kernel(float *dst, const float *partial, in
     dst[i] += sum;
 }
 
+int kcu_colsum_finish(const struct kcu_ctx *cx, float *dst, const float *partial, int chunks, int width,
+                      int stride, struct kern_err *err)
+{
+    int rc = -1;
+    KCU_LAUNCH(colsum_finish_kernel, (width + KCU_THREADS - 1) / KCU_THREADS, KCU_THREADS, cx->stream)(
+        dst, partial, chunks, width, stride);
+    KCU_TRY_LAUNCH("colsum_finish_kernel");
+    rc = 0;
+out:
+    return rc;
+}
+
 /* ---- matrix products ---- */
 
 int kcu_gemm(const struct kcu_ctx *cx, int trans_a, int trans_b, int M, int N, int K,

@@ -67,6 +67,11 @@ static inline size_t kcu_colsum_chunks(int N)
     return ((size_t)N + KCU_COLSUM_ROWS - 1) / KCU_COLSUM_ROWS;
 }
 
+/* The second pass: dst (width) += sum over c < chunks of partial[c *
+ * stride + i], c in order. */
+int kcu_colsum_finish(const struct kcu_ctx *cx, float *dst, const float *partial, int chunks, int width,
+                      int stride, struct kern_err *err);
+
 #define KCU_NORM_BLOCKS 1024 /* partial sums of kcu_sum_squares */
 
 /* Row stride (elements) of the logits, probabilities and their gradient: V

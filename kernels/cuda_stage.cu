@@ -72,7 +72,9 @@ static size_t scratch_layout(const struct kern_stage *st, struct kcu_stage *c, v
     return used;
 }
 
-static const struct kcu_family *const kcu_families[MODEL_ARCH_COUNT] = {&kcu_gpt2, &kcu_llama};
+/* The GPU stage of each kind of block (a family's row names its kind). */
+static const struct kcu_family *const kcu_kinds[MODEL_BLOCKS_COUNT] = {&kcu_gpt2, &kcu_llama};
+#define kcu_families(st) kcu_kinds[model_families[(st)->model.arch].blocks]
 
 int kcu_slots_alloc(struct kern_stage *st, struct kcu_stage *c,
                     size_t (*layout)(const struct kern_stage *st, struct kcu_slot *s, void *base),
@@ -128,7 +130,7 @@ static void kcu_release(struct kern_stage *st)
         (void)cudaStreamSynchronize(c->cx.stream);
     if (c->copy_stream)
         (void)cudaStreamSynchronize(c->copy_stream);
-    kcu_families[st->model.arch]->release(st, c);
+    kcu_families(st)->release(st, c);
     if (c->slots)
         for (int i = 0; i < st->spec.in_flight; i++)
             (void)cudaFree(c->slots[i].mem);
@@ -185,9 +187,9 @@ static int kcu_init(struct kern_stage *st, const float *params, struct kern_err 
         goto out;
     }
     st->impl = c;
-    if (!kcu_attention_head_size_ok(st->model.d_model / st->model.heads)) {
-        kern_fail(err, "the CUDA backend's attention takes head sizes (d_model / heads) up to 256, not %d",
-                  st->model.d_model / st->model.heads);
+    if (!kcu_attention_head_size_ok(model_head_dim(&st->model))) {
+        kern_fail(err, "the CUDA backend's attention takes head sizes (head_dim) up to 256, not %d",
+                  model_head_dim(&st->model));
         goto out;
     }
     KCU_TRY(cudaSetDevice(st->device.index));
@@ -214,7 +216,7 @@ static int kcu_init(struct kern_stage *st, const float *params, struct kern_err 
         kern_fail(err, "out of memory");
         goto out;
     }
-    if (kcu_families[st->model.arch]->alloc(st, c, err) != 0)
+    if (kcu_families(st)->alloc(st, c, err) != 0)
         goto out;
     if (st->spec.link != CODEC_F32 && !(st->spec.first && st->spec.last))
         KCU_TRY(cudaMalloc(&c->wire, kern_stage_link_bytes(st)));
@@ -571,14 +573,14 @@ static int kcu_forward(struct kern_stage *st, int slot, const void *input, const
                        struct kern_err *err)
 {
     struct kcu_stage *c = (struct kcu_stage *)st->impl;
-    return kcu_families[st->model.arch]->forward(st, &c->slots[slot], input, targets, output, err);
+    return kcu_families(st)->forward(st, &c->slots[slot], input, targets, output, err);
 }
 
 static int kcu_backward(struct kern_stage *st, int slot, const void *grad_output, void *grad_input,
                         struct kern_err *err)
 {
     struct kcu_stage *c = (struct kcu_stage *)st->impl;
-    return kcu_families[st->model.arch]->backward(st, &c->slots[slot], grad_output, grad_input, err);
+    return kcu_families(st)->backward(st, &c->slots[slot], grad_output, grad_input, err);
 }
 
 static int kcu_tie_grads(struct kern_stage *st, size_t a, size_t b, size_t count, struct kern_err *err)

@@ -118,6 +118,17 @@ static inline size_t kcu_toff(const struct kern_stage *st, int l, int t)
     return st->off_block0 + (size_t)l * st->block_floats + kern_block_offset(&st->model, t);
 }
 
+/* Offset (floats) of tensor r (enum kern_llama_tensor) of block l of a
+ * stage of the llama kind, which has it (kcu_lhas). */
+static inline size_t kcu_loff(const struct kern_stage *st, int l, enum kern_llama_tensor r)
+{
+    return st->off_block0 + (size_t)l * st->block_floats + st->llama_off[r];
+}
+static inline int kcu_lhas(const struct kern_stage *st, enum kern_llama_tensor r)
+{
+    return st->llama_off[r] != KERN_ABSENT;
+}
+
 /* The slot's pieces every family has, carved before the blocks' (token
  * ids, targets, the first block's input) and after them (the last stage's
  * final norm, its statistics, probabilities and losses). */

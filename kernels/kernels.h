@@ -223,7 +223,7 @@ float *kern_stage_extra_if(const struct kern_stage *st, enum kern_extra which);
  * a checksum. Load checks that the file belongs to the same model and layer
  * range and is whole before it changes anything.  Version 1 files (no
  * extras) load too. */
-#define KERN_STAGE_FILE_VERSION 3
+#define KERN_STAGE_FILE_VERSION 4
 int kern_stage_save(struct kern_stage *st, FILE *f, struct kern_err *err);
 int kern_stage_load(struct kern_stage *st, FILE *f, struct kern_err *err);
 

@@ -15,6 +15,7 @@
  */
 #include "stage.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +54,22 @@ static void add_tensor(struct kern_stage *st, const char *name, const struct mod
     t->cols = (int)cols;
     t->decay = desc->decay;
     st->n_params += t->count;
+}
+
+const char *const kern_llama_names[LT_COUNT] = {
+    [LT_LN1W] = "ln1w", [LT_QW] = "qw", [LT_OW] = "ow", [LT_LN2W] = "ln2w", [LT_GATEW] = "gatew",
+    [LT_DOWNW] = "downw", [LT_QB] = "qb", [LT_QNORMW] = "qnormw", [LT_KNORMW] = "knormw",
+};
+
+/* The offset in a block of the family's block tensor `name`, or
+ * KERN_ABSENT. */
+static size_t block_offset_of(const struct model_config *m, const char *name)
+{
+    const struct model_family *f = &model_families[m->arch];
+    for (int t = 0; t < f->n_tensors[MODEL_BLOCK]; t++)
+        if (strcmp(f->tensors[MODEL_BLOCK][t].name, name) == 0)
+            return kern_block_offset(m, t);
+    return KERN_ABSENT;
 }
 
 /* The offset of the stage's tensor `name`, or KERN_ABSENT. */
@@ -94,6 +111,11 @@ int kern_layout_build(struct kern_stage *st, struct kern_err *err)
     st->off_lnfw = offset_of(st, "lnfw");
     st->off_lnfb = offset_of(st, "lnfb");
     st->off_head = offset_of(st, "head");
+    for (int r = 0; r < LT_COUNT; r++)
+        st->llama_off[r] = block_offset_of(m, kern_llama_names[r]);
+    /* the row's fields and its tensors say the same */
+    assert(f->blocks != MODEL_BLOCKS_LLAMA || ((st->llama_off[LT_QB] != KERN_ABSENT) == f->qkv_bias &&
+                                               (st->llama_off[LT_QNORMW] != KERN_ABSENT) == (f->qk_norm != MODEL_QK_NONE)));
     return 0;
 }
 

@@ -53,9 +53,19 @@ enum kern_block_tensor {
     KT_LN1W, KT_LN1B, KT_QKVW, KT_QKVB, KT_ATTPROJW, KT_ATTPROJB,
     KT_LN2W, KT_LN2B, KT_FCW, KT_FCB, KT_FCPROJW, KT_FCPROJB, KT_BLOCK_COUNT
 };
-/* Llama's (common/model.c's llama_block): q, k, v consecutive (one fused
- * (C + 2KV, C) matrix), gate and up likewise ((2F, C)). */
-enum kern_llama_tensor { LT_LN1W, LT_QW, LT_KW, LT_VW, LT_OW, LT_LN2W, LT_GATEW, LT_UPW, LT_DOWNW };
+/* What the tensors of a block of the llama kind are to its code (common/
+ * model.c's llama_block, qwen2_block, ...), found by name in the family's
+ * row (kern_llama_names), since a family's extra tensors move the others:
+ * q, k, v consecutive (one fused (NH hd + 2KV, C) matrix), their biases
+ * likewise where the family has them (LT_QB the first), gate and up
+ * likewise ((2F, C)). */
+enum kern_llama_tensor {
+    LT_LN1W, LT_QW, LT_OW, LT_LN2W, LT_GATEW, LT_DOWNW,
+    LT_QB,                 /* qb, kb, vb (NH hd + 2KV): qkv_bias families */
+    LT_QNORMW, LT_KNORMW,  /* q's and k's norm weights: qk_norm families */
+    LT_COUNT
+};
+extern const char *const kern_llama_names[LT_COUNT];
 
 struct kern_stage {
     struct model_config model;
@@ -73,6 +83,9 @@ struct kern_stage {
     size_t off_block0;          /* first block held */
     size_t block_floats;        /* floats per block */
     size_t off_lnfw, off_lnfb, off_head; /* last stage */
+    /* Offset (floats, from the start of a block) of each tensor of a block
+     * of the llama kind (KERN_ABSENT: the family has none). */
+    size_t llama_off[LT_COUNT];
 
     int *slot_mb;               /* in_flight: micro-batch in the slot, -1 when free */
     uint64_t step;              /* AdamW steps taken */

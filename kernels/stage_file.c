@@ -27,7 +27,7 @@ static int fail(struct kern_err *err, const char *fmt, ...)
 /* int32 and float64 fields of the header of a file of `version`. */
 static size_t header_ints(uint32_t version)
 {
-    return version == 1 ? 9 : version == 2 ? 10 : STAGE_FILE_INTS;
+    return version == 1 ? 9 : version == 2 ? 10 : version == 3 ? 15 : STAGE_FILE_INTS;
 }
 
 static size_t header_reals(uint32_t version)
@@ -55,7 +55,7 @@ size_t stage_file_header_pack(const struct stage_file_header *h, unsigned char o
     uint32_t version = KERN_STAGE_FILE_VERSION;
     int32_t v[STAGE_FILE_INTS] = {m->vocab, m->context, m->d_model, m->heads, m->layers, h->layer_start,
                                   h->layer_end, !!h->first, !!h->last, h->extras, (int32_t)m->arch, m->kv_heads,
-                                  m->ffn_dim, m->tied, r->original_context};
+                                  m->ffn_dim, m->tied, r->original_context, m->head_dim, m->sliding_window};
     double d[STAGE_FILE_REALS] = {m->norm_eps, m->rope_theta, r->factor, r->low_freq_factor, r->high_freq_factor};
     memcpy(out, STAGE_FILE_MAGIC, 8);
     memcpy(out + 8, &version, 4);
@@ -89,7 +89,8 @@ int stage_file_header_read(FILE *f, struct stage_file_header *got, unsigned char
     memcpy(&got->n, raw + 20 + 4 * ints + 8 * reals, 8);
     got->model = (struct model_config){ .vocab = v[0], .context = v[1], .d_model = v[2], .heads = v[3],
                                         .layers = v[4], .arch = (enum model_arch)v[10], .kv_heads = v[11],
-                                        .ffn_dim = v[12], .tied = v[13], .norm_eps = d[0], .rope_theta = d[1],
+                                        .ffn_dim = v[12], .tied = v[13], .head_dim = v[15],
+                                        .sliding_window = v[16], .norm_eps = d[0], .rope_theta = d[1],
                                         .rope_scaling = { .factor = d[2], .low_freq_factor = d[3],
                                                           .high_freq_factor = d[4], .original_context = v[14] } };
     if ((uint32_t)v[10] >= MODEL_ARCH_COUNT)

@@ -13,13 +13,14 @@
 #include <stdio.h>
 
 #define STAGE_FILE_MAGIC "SHOALSTG"
-/* Version 3's header: 15 int32 (V, T, C, NH, L, layer_start, layer_end,
+/* Version 4's header: 17 int32 (V, T, C, NH, L, layer_start, layer_end,
  * first, last, extras, architecture, kv_heads, ffn_dim, tied,
- * rope_scaling.original_context) and 5 float64 (norm_eps, rope_theta,
- * rope_scaling's factor, low_freq_factor, high_freq_factor).  Version 2
- * has the first 10 ints and no float64, version 1 the first 9; both hold
- * GPT-2. */
-#define STAGE_FILE_INTS 15
+ * rope_scaling.original_context, head_dim, sliding_window) and 5 float64
+ * (norm_eps, rope_theta, rope_scaling's factor, low_freq_factor,
+ * high_freq_factor).  Version 3 has the first 15 ints (head_dim C / NH,
+ * no window), version 2 the first 10 and no float64, version 1 the first
+ * 9; both of these hold GPT-2. */
+#define STAGE_FILE_INTS 17
 #define STAGE_FILE_REALS 5
 #define STAGE_FILE_HEADER_MAX (8 + 4 + 4 * STAGE_FILE_INTS + 8 * STAGE_FILE_REALS + 8 + 8)   /* bytes */
 /* In the extras mask: the AdamW moments are left out of the file (they

@@ -143,7 +143,8 @@ static int llama_config_write(FILE *f, const struct model_config *m, const float
     return kern_llama_config_write(f, m, err);
 }
 
-/* Each family's Hugging Face files: model.safetensors and config.json. */
+/* Each family's Hugging Face files: model.safetensors and config.json
+ * (NULL: none written for it yet). */
 static const struct {
     export_writer weights, config;
 } hf_writers[MODEL_ARCH_COUNT] = {
@@ -172,6 +173,11 @@ static int export_run(const void *config, FILE *out, struct shoal_err *err)
             "heads %d, vocab %d, context %d, head %s\n", cfg->src.job, (long long)ck.step, ck.stages,
             model_families[m.arch].name, m.layers, m.d_model, m.heads, m.vocab, m.context,
             tied ? "tied to the embedding" : "untied");
+    if (!hf_writers[m.arch].weights) {
+        err_set(err, 1, "unsupported_architecture", "job", "job %ld is architecture \"%s\", whose Hugging Face "
+                "files shoal does not write yet", cfg->src.job, model_families[m.arch].name);
+        goto out;
+    }
     if (export_file(cfg->out_dir, "model.safetensors", hf_writers[m.arch].weights, &m, whole, out, err) != 0 ||
         export_file(cfg->out_dir, "config.json", hf_writers[m.arch].config, &m, whole, out, err) != 0)
         goto out;

@@ -293,6 +293,7 @@ void jobspec_sched_model(const struct job_spec *spec, struct sched_problem *pb)
     pb->model = (struct sched_model){
         .vocab_size = m->vocab, .context_length = m->context, .d_model = m->d_model,
         .heads = m->heads, .layers = m->layers, .arch = m->arch, .kv_heads = m->kv_heads, .ffn_dim = m->ffn_dim,
+        .head_dim = m->head_dim, .sliding_window = m->sliding_window,
         .tied = m->tied, .micro_batches = spec->micro_batches,
         .micro_batch_size = spec->micro_batch_size,
         .schedule = strcmp(spec->schedule, "gpipe") == 0 ? SCHED_GPIPE : SCHED_1F1B, .act_bytes = 2,

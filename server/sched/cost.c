@@ -33,6 +33,7 @@ struct model_config sched_model_family(const struct sched_model *m)
     struct model_config f = {.vocab = (int)m->vocab_size, .context = (int)m->context_length,
                              .d_model = (int)m->d_model, .heads = (int)m->heads, .layers = (int)m->layers,
                              .arch = m->arch, .kv_heads = (int)m->kv_heads, .ffn_dim = (int)m->ffn_dim,
+                             .head_dim = (int)m->head_dim, .sliding_window = (int)m->sliding_window,
                              .tied = m->tied};
     model_config_normalise(&f);
     return f;

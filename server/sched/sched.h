@@ -41,6 +41,8 @@ struct sched_model {
     int64_t vocab_size, context_length, d_model, heads, layers;
     enum model_arch arch;       /* MODEL_GPT2 (0) unless said */
     int64_t kv_heads, ffn_dim;  /* 0: the family's default (heads; gpt2's 4 d_model) */
+    int64_t head_dim;           /* channels of a head; 0: d_model / heads */
+    int64_t sliding_window;     /* positions a token attends to; 0: all */
     int tied;                   /* 1: the head shares the embedding's matrix; across stages the
                                    first and last stage of each replica sum its gradient each step */
     int64_t micro_batches;      /* M, per replica and step */

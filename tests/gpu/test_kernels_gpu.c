@@ -216,6 +216,14 @@ static const struct test_case cases[] = {
                                                .original_context = 16}}, 0, 2, 3, 37},
     {"llama-mha-hs64-first", {.vocab = 1000, .context = 256, .d_model = 256, .heads = 4, .layers = 2,
                               .arch = MODEL_LLAMA, .kv_heads = 4, .ffn_dim = 512, .rope_theta = 10000}, 0, 1, 2, 256},
+    /* Qwen2's q, k, v biases on a last stage (the bias gradient in the
+     * product that overlaps the input gradient's copy); Qwen3's per-head
+     * q and k norms with heads of 32 where C / NH is 24 (q 128 wide, C 96) */
+    {"qwen2-gqa-last", {.vocab = 256, .context = 64, .d_model = 128, .heads = 4, .layers = 2, .arch = MODEL_QWEN2,
+                        .kv_heads = 2, .ffn_dim = 176, .rope_theta = 1000000}, 1, 2, 2, 64},
+    {"qwen3-hd32-whole", {.vocab = 101, .context = 48, .d_model = 96, .heads = 4, .layers = 2, .arch = MODEL_QWEN3,
+                          .kv_heads = 2, .ffn_dim = 160, .head_dim = 32, .rope_theta = 1000000, .tied = 1},
+     0, 2, 3, 37},
 };
 
 static struct kern_stage_spec case_spec(const struct test_case *tc, int in_flight,

@@ -330,6 +330,15 @@ static void test_jobspec_llama(void **state)
         { "an unknown architecture", { { "model.architecture", "\"mamba\"" } }, 422, "invalid_field",
           "model.architecture" },
         { "norm_eps out of range", { LLAMA, { "model.norm_eps", "0" } }, 422, "invalid_field", "model.norm_eps" },
+        { "qwen2", { { "model.architecture", "\"qwen2\"" }, { "model.ffn_dim", "2048" } }, 0, NULL, NULL },
+        { "qwen2 without ffn_dim", { { "model.architecture", "\"qwen2\"" } }, 400, "missing_field",
+          "model.ffn_dim" },
+        { "qwen3 with heads of 128 (q 1536 wide)", { { "model.architecture", "\"qwen3\"" },
+          { "model.ffn_dim", "2048" }, { "model.head_dim", "128" } }, 0, NULL, NULL },
+        { "an odd head_dim", { LLAMA, { "model.head_dim", "63" } }, 422, "invalid_field", "model.head_dim" },
+        { "gpt2 with head_dim", { { "model.head_dim", "64" } }, 400, "invalid_field", "model.head_dim" },
+        { "a negative sliding_window", { LLAMA, { "model.sliding_window", "-1" } }, 422, "invalid_field",
+          "model.sliding_window" },
     };
     run_spec_cases(cases, sizeof cases / sizeof cases[0]);
 
@@ -343,7 +352,8 @@ static void test_jobspec_llama(void **state)
     json_t *out = jobspec_to_json(&s);
     expect_json_equal(json_object_get(out, "model"),
                       "{\"architecture\":\"llama\",\"vocab_size\":50257,\"context_length\":1024,\"d_model\":768,"
-                      "\"heads\":12,\"layers\":12,\"kv_heads\":12,\"ffn_dim\":2048,\"rope_theta\":10000.0,"
+                      "\"heads\":12,\"layers\":12,\"kv_heads\":12,\"ffn_dim\":2048,\"head_dim\":64,"
+                      "\"sliding_window\":0,\"rope_theta\":10000.0,"
                       "\"rope_scaling\":null,\"norm_eps\":1e-05,\"tie_embeddings\":false}");
     assert_int_equal(jobspec_parse(out, &again, &err), 0);
     assert_true(model_config_equal(&again.model, &s.model));

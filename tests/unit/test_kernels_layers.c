@@ -282,6 +282,56 @@ static void test_rmsnorm(void **state)
     free(c.inp), free(c.w), free(c.out), free(c.rstd), free(c.r), free(dinp), free(dw);
 }
 
+/* ---- qknorm ---- */
+struct qknorm_case {
+    int N, Q, KV, sq, sk;
+    double *inp, *wq, *wk, *out, *rstd, *r;
+};
+
+static double qknorm_objective(void *p)
+{
+    struct qknorm_case *c = p;
+    kern_cpu_qknorm_forward_f64(c->out, c->rstd, c->inp, c->wq, c->wk, 1e-6, c->N, c->Q, c->KV, c->sq, c->sk);
+    return dot(c->out, c->r, (size_t)c->N * (c->Q + 2 * c->KV));
+}
+
+/* Per head (Qwen3: three q heads and one k head of 4, one weight of 4
+ * each) and over the whole width (OLMo-2: q 12, k 4): the input and both
+ * weights by finite differences; a segment by hand; v passed through. */
+static void test_qknorm(void **state)
+{
+    (void)state;
+    static const int shapes[][5] = {{5, 12, 4, 4, 4}, {5, 12, 4, 12, 4}};
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        struct qknorm_case c = {.N = shapes[k][0], .Q = shapes[k][1], .KV = shapes[k][2], .sq = shapes[k][3],
+                                .sk = shapes[k][4]};
+        size_t W = (size_t)c.Q + 2 * c.KV, NW = (size_t)c.N * W, stats = c.Q / c.sq + c.KV / c.sk;
+        c.inp = rnd_array(NW, 2);
+        c.wq = rnd_array((size_t)c.sq, 1), c.wk = rnd_array((size_t)c.sk, 1);
+        c.out = zeros(NW), c.rstd = zeros((size_t)c.N * stats);
+        c.r = rnd_array(NW, 1);
+        double *dinp = zeros(NW), *dwq = zeros((size_t)c.sq), *dwk = zeros((size_t)c.sk);
+        qknorm_objective(&c);
+        /* row 1's second q segment and its k segment, by hand; its v copied */
+        const double *x = c.inp + W, *o = c.out + W;
+        double ss = 0, ssk = 0;
+        int q0 = c.sq < c.Q ? c.sq : 0;
+        for (int i = 0; i < c.sq; i++)
+            ss += x[q0 + i] * x[q0 + i];
+        for (int i = 0; i < c.sk; i++)
+            ssk += x[c.Q + i] * x[c.Q + i];
+        assert_true(fabs(o[q0 + 1] - c.wq[1] * x[q0 + 1] / sqrt(ss / c.sq + 1e-6)) < 1e-12);
+        assert_true(fabs(o[c.Q + 2] - c.wk[2] * x[c.Q + 2] / sqrt(ssk / c.sk + 1e-6)) < 1e-12);
+        assert_true(o[c.Q + c.KV + 1] == x[c.Q + c.KV + 1]);
+        kern_cpu_qknorm_backward_f64(dinp, dwq, dwk, c.r, c.inp, c.wq, c.wk, c.rstd, c.N, c.Q, c.KV, c.sq, c.sk);
+        struct fd_input in[] = {{"inp", c.inp, dinp, NW}, {"wq", c.wq, dwq, (size_t)c.sq},
+                                {"wk", c.wk, dwk, (size_t)c.sk}};
+        check_gradients(c.sq < c.Q ? "qknorm per head" : "qknorm over the width", qknorm_objective, &c, in, 3);
+        free(c.inp), free(c.wq), free(c.wk), free(c.out), free(c.rstd), free(c.r), free(dinp), free(dwq),
+            free(dwk);
+    }
+}
+
 /* ---- rope ---- */
 struct rope_case {
     int B, T, C, NH, KVH;
@@ -547,6 +597,7 @@ int main(void)
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_qknorm),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_gelu),

@@ -4,7 +4,11 @@
  * attention, SwiGLU, no biases): logits, loss, and every tensor's gradient
  * (central differences of that forward at sampled elements); stages split
  * bit for bit; a tied head; stage files of the family.  Shapes: grouped
- * (kv 2 of 4 heads), one kv head, and multi-head with an odd head count. */
+ * (kv 2 of 4 heads), one kv head, and multi-head with an odd head count.
+ * The families of the same kind the same way, each from its own
+ * equations: Qwen2 (Qwen2ForCausalLM: q, k, v biases), Qwen3
+ * (Qwen3ForCausalLM: an RMSNorm of each q and k head before the rotation,
+ * head_dim other than C / NH). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -59,11 +63,18 @@ static void rmsnorm(double *y, const double *x, const double *w, int C, double e
         y[i] = w[i] * x[i] * r;
 }
 
+/* The head size: the config's head_dim, else hidden_size / heads (as
+ * transformers' getattr(config, "head_dim", hidden // heads)). */
+static int ref_hd(const struct model_config *m)
+{
+    return m->head_dim ? m->head_dim : m->d_model / m->heads;
+}
+
 /* Llama 3's scaled inverse frequency, written from the config's fields as
  * transformers' _compute_llama3_parameters does. */
 static double inv_freq(const struct model_config *m, int i)
 {
-    int hd = m->d_model / m->heads;
+    int hd = ref_hd(m);
     double inv = 1.0 / pow(m->rope_theta, (2.0 * i) / hd);
     const struct model_rope_scaling *s = &m->rope_scaling;
     if (s->factor == 0)
@@ -79,7 +90,7 @@ static double inv_freq(const struct model_config *m, int i)
 /* q' = q cos + rotate_half(q) sin, rotate_half(x) = cat(-x2, x1). */
 static void rope(double *x, int pos, const struct model_config *m)
 {
-    int hd = m->d_model / m->heads, half = hd / 2;
+    int hd = ref_hd(m), half = hd / 2;
     double y[512];
     for (int i = 0; i < hd; i++) {
         int j = i % half;
@@ -94,10 +105,13 @@ static double ref_forward(const struct ref *r, double *logits_out)
 {
     const struct model_config *m = r->m;
     int B = r->B, T = r->T, C = m->d_model, V = m->vocab, NH = m->heads, KVH = m->kv_heads;
-    int hd = C / NH, KV = KVH * hd, F = m->ffn_dim, BT = B * T;
+    int hd = ref_hd(m), Q = NH * hd, KV = KVH * hd, F = m->ffn_dim, BT = B * T;
+    /* Qwen2: q_proj, k_proj, v_proj with bias=True; Qwen3: q_norm, k_norm
+     * (Qwen3RMSNorm(head_dim)) on q and k viewed as (.., heads, head_dim) */
+    int qkv_bias = m->arch == MODEL_QWEN2, head_norm = m->arch == MODEL_QWEN3;
     double *x = calloc((size_t)BT * C, sizeof *x), *n = calloc((size_t)BT * C, sizeof *n);
-    double *q = calloc((size_t)BT * C, sizeof *q), *k = calloc((size_t)BT * KV, sizeof *k);
-    double *v = calloc((size_t)BT * KV, sizeof *v), *att = calloc((size_t)BT * C, sizeof *att);
+    double *q = calloc((size_t)BT * Q, sizeof *q), *k = calloc((size_t)BT * KV, sizeof *k);
+    double *v = calloc((size_t)BT * KV, sizeof *v), *att = calloc((size_t)BT * Q, sizeof *att);
     double *tmp = calloc((size_t)(F > C ? F : C) * 3, sizeof *tmp), *logits = calloc((size_t)V, sizeof *logits);
     double loss = 0;
     assert_true(x && n && q && k && v && att && tmp && logits);
@@ -107,20 +121,29 @@ static double ref_forward(const struct ref *r, double *logits_out)
     for (int l = 0; l < m->layers; l++) {
         for (int i = 0; i < BT; i++) {
             rmsnorm(n + (size_t)i * C, x + (size_t)i * C, ref_block(r, l, "ln1w"), C, m->norm_eps);
-            linear(q + (size_t)i * C, ref_block(r, l, "qw"), n + (size_t)i * C, C, C);
-            linear(k + (size_t)i * KV, ref_block(r, l, "kw"), n + (size_t)i * C, KV, C);
-            linear(v + (size_t)i * KV, ref_block(r, l, "vw"), n + (size_t)i * C, KV, C);
+            double *qi = q + (size_t)i * Q, *ki = k + (size_t)i * KV, *vi = v + (size_t)i * KV;
+            linear(qi, ref_block(r, l, "qw"), n + (size_t)i * C, Q, C);
+            linear(ki, ref_block(r, l, "kw"), n + (size_t)i * C, KV, C);
+            linear(vi, ref_block(r, l, "vw"), n + (size_t)i * C, KV, C);
+            for (int j = 0; qkv_bias && j < Q; j++)
+                qi[j] += ref_block(r, l, "qb")[j];
+            for (int j = 0; qkv_bias && j < KV; j++)
+                ki[j] += ref_block(r, l, "kb")[j], vi[j] += ref_block(r, l, "vb")[j];
+            for (int h = 0; head_norm && h < NH; h++)
+                rmsnorm(qi + h * hd, qi + h * hd, ref_block(r, l, "qnormw"), hd, m->norm_eps);
+            for (int h = 0; head_norm && h < KVH; h++)
+                rmsnorm(ki + h * hd, ki + h * hd, ref_block(r, l, "knormw"), hd, m->norm_eps);
             for (int h = 0; h < NH; h++)
-                rope(q + (size_t)i * C + h * hd, i % T, m);
+                rope(qi + h * hd, i % T, m);
             for (int h = 0; h < KVH; h++)
-                rope(k + (size_t)i * KV + h * hd, i % T, m);
+                rope(ki + h * hd, i % T, m);
         }
         /* causal attention; query head h reads kv head h / (NH / KVH) */
         for (int b = 0; b < B; b++)
             for (int h = 0; h < NH; h++)
                 for (int t = 0; t < T; t++) {
                     int g = h / (NH / KVH);
-                    const double *qt = q + ((size_t)b * T + t) * C + h * hd;
+                    const double *qt = q + ((size_t)b * T + t) * Q + h * hd;
                     double s[512], max = -INFINITY, sum = 0;
                     for (int u = 0; u <= t; u++) {
                         const double *ku = k + ((size_t)b * T + u) * KV + g * hd;
@@ -132,7 +155,7 @@ static double ref_forward(const struct ref *r, double *logits_out)
                     }
                     for (int u = 0; u <= t; u++)
                         sum += (s[u] = exp(s[u] - max));
-                    double *o = att + ((size_t)b * T + t) * C + h * hd;
+                    double *o = att + ((size_t)b * T + t) * Q + h * hd;
                     for (int i = 0; i < hd; i++) {
                         double acc = 0;
                         for (int u = 0; u <= t; u++)
@@ -142,7 +165,7 @@ static double ref_forward(const struct ref *r, double *logits_out)
                 }
         for (int i = 0; i < BT; i++) {
             double *xi = x + (size_t)i * C, *ni = n + (size_t)i * C, *g = tmp, *u = tmp + F, *d = tmp + 2 * F;
-            linear(d, ref_block(r, l, "ow"), att + (size_t)i * C, C, C);
+            linear(d, ref_block(r, l, "ow"), att + (size_t)i * Q, C, Q);
             for (int c = 0; c < C; c++)
                 xi[c] += d[c];
             rmsnorm(ni, xi, ref_block(r, l, "ln2w"), C, m->norm_eps);
@@ -187,6 +210,16 @@ static const struct model_config mha_odd = {.vocab = 41, .context = 12, .d_model
                                             .arch = MODEL_LLAMA, .kv_heads = 3, .ffn_dim = 64,
                                             .rope_theta = 100000};
 
+/* Qwen2: q, k, v biases, two kv heads of four */
+static const struct model_config qwen2_gqa = {.vocab = 53, .context = 16, .d_model = 32, .heads = 4, .layers = 2,
+                                              .arch = MODEL_QWEN2, .kv_heads = 2, .ffn_dim = 40,
+                                              .rope_theta = 1000000, .norm_eps = 1e-6};
+/* Qwen3: per-head q and k norms, heads of 12 where C / NH is 8 (q 48
+ * wide, C 32), one kv head of four, tied */
+static const struct model_config qwen3_hd = {.vocab = 47, .context = 16, .d_model = 32, .heads = 4, .layers = 2,
+                                             .arch = MODEL_QWEN3, .kv_heads = 1, .ffn_dim = 24, .head_dim = 12,
+                                             .tied = 1, .rope_theta = 1000000, .norm_eps = 1e-6};
+
 static void fold_batch(const struct model_config *m, int B, int T, int k, int32_t *tok, int32_t *tgt)
 {
     text_batch(B, T, k, tok, tgt);
@@ -230,7 +263,8 @@ static void check_against_reference(const struct model_config *m)
     for (size_t i = 0; i < n; i++)
         r.p[i] = pf[i];
     double want = ref_forward(&r, NULL);
-    print_message("%s kv=%d: loss %.9f, reference %.12f\n", m->tied ? "tied" : "untied", m->kv_heads, loss, want);
+    print_message("%s %s kv=%d: loss %.9f, reference %.12f (%.2g relative)\n", model_families[m->arch].name,
+                  m->tied ? "tied" : "untied", m->kv_heads, loss, want, fabs(loss - want) / want);
     assert_true(fabs(loss - want) <= 1e-6 * want);
 
     /* logits */
@@ -246,6 +280,7 @@ static void check_against_reference(const struct model_config *m)
     assert_true(lerr <= 1e-5 * lmax);
 
     /* every tensor's gradient: central differences of the reference */
+    double worst_rel = 0;   /* the largest (off by) / (tensor's largest) */
     for (int ti = 0; ti < kern_stage_tensor_count(st); ti++) {
         const struct kern_tensor *t = kern_stage_tensor(st, ti);
         int shared = m->tied && (!strcmp(t->name, "wte") || !strcmp(t->name, "head"));
@@ -272,7 +307,9 @@ static void check_against_reference(const struct model_config *m)
         }
         if (worst > 1e-5 * gmax + 1e-9)
             fail_msg("%s: gradient off the reference by %.3g (largest %.3g)", t->name, worst, gmax);
+        worst_rel = gmax > 0 ? fmax(worst_rel, worst / gmax) : worst_rel;
     }
+    print_message("  gradients off by at most %.2g of each tensor's largest\n", worst_rel);
     free(pf), free(gf), free(r.p), free(lf), free(ld);
     kern_stage_free(st);
 }
@@ -283,6 +320,13 @@ static void test_matches_reference(void **state)
     check_against_reference(&gqa);
     check_against_reference(&mqa_tied);
     check_against_reference(&mha_odd);
+}
+
+static void test_families_match_reference(void **state)
+{
+    (void)state;
+    check_against_reference(&qwen2_gqa);
+    check_against_reference(&qwen3_hd);
 }
 
 /* The reference's inverse frequencies are model.c's: scaled below,
@@ -316,6 +360,16 @@ static void test_split_equals_whole(void **state)
         fold_batch(m, B, T, k, tok[k], tgt[k]);
     expect_gpipe_split(whole, s0, s1, M, tok[0], tgt[0]);
     kern_stage_free(whole), kern_stage_free(s0), kern_stage_free(s1);
+    /* the families with biases and q/k norms */
+    const struct model_config *fams[] = {&qwen2_gqa, &qwen3_hd};
+    for (int f = 0; f < 2; f++) {
+        m = fams[f];
+        whole = stage_new(m, 0, 2, B, T, M, 5), s0 = stage_new(m, 0, 1, B, T, M, 5), s1 = stage_new(m, 1, 2, B, T, M, 5);
+        for (int k = 0; k < M; k++)
+            fold_batch(m, B, T, k, tok[k], tgt[k]);
+        expect_gpipe_split(whole, s0, s1, M, tok[0], tgt[0]);
+        kern_stage_free(whole), kern_stage_free(s0), kern_stage_free(s1);
+    }
 }
 
 /* A tied model: wte and head start equal, take the same summed gradient
@@ -403,6 +457,27 @@ static void test_stage_file(void **state)
     assert_non_null(strstr(err.msg, "gpt2"));
     fclose(f);
     kern_stage_free(a), kern_stage_free(b), kern_stage_free(gpt);
+
+    /* a Qwen3 stage's file carries head_dim; a Llama of the same sizes
+     * (heads of C / NH) and a Qwen2 of the same shapes refuse it */
+    struct kern_stage *q3 = stage_new(&qwen3_hd, 0, 1, 2, 8, 1, 9);
+    f = tmpfile();
+    assert_non_null(f);
+    save_to(q3, f);
+    assert_int_equal(kern_stage_file_peek(f, &got, &sp, NULL, &err), 0);
+    assert_true(model_config_equal(&got, kern_stage_model(q3)));
+    assert_true(got.arch == MODEL_QWEN3 && got.head_dim == 12);
+    struct model_config l3 = qwen3_hd, q2 = qwen3_hd;
+    l3.arch = MODEL_LLAMA, l3.head_dim = 0;
+    q2.arch = MODEL_QWEN2;
+    struct kern_stage *ll = stage_new(&l3, 0, 1, 2, 8, 1, 9), *qq = stage_new(&q2, 0, 1, 2, 8, 1, 9);
+    assert_int_equal(kern_stage_load(ll, f, &err), -1);
+    assert_non_null(strstr(err.msg, "hd=12"));
+    rewind(f);
+    assert_int_equal(kern_stage_load(qq, f, &err), -1);
+    assert_non_null(strstr(err.msg, "qwen3"));
+    fclose(f);
+    kern_stage_free(q3), kern_stage_free(ll), kern_stage_free(qq);
 }
 
 /* What cannot work is refused, naming the field. */
@@ -423,6 +498,13 @@ static void test_bad_models(void **state)
          "rope_scaling.high_freq_factor"},
         {{.vocab = 8, .context = 4, .d_model = 16, .heads = 4, .layers = 1, .kv_heads = 2}, "kv_heads"},
         {{.vocab = 8, .context = 4, .d_model = 16, .heads = 4, .layers = 1, .tied = 1}, "tie_embeddings"},
+        {{.vocab = 8, .context = 4, .d_model = 16, .heads = 4, .layers = 1, .head_dim = 8}, "head_dim"},
+        {{.vocab = 8, .context = 4, .d_model = 16, .heads = 4, .layers = 1, .arch = MODEL_QWEN3, .ffn_dim = 8,
+          .head_dim = 5}, "head_dim"},
+        {{.vocab = 8, .context = 4, .d_model = 18, .heads = 4, .layers = 1, .arch = MODEL_QWEN2, .ffn_dim = 8},
+         "d_model"},
+        {{.vocab = 8, .context = 4, .d_model = 16, .heads = 4, .layers = 1, .arch = MODEL_QWEN2, .ffn_dim = 8,
+          .sliding_window = -1}, "sliding_window"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct model_config m = bad[i].m;
@@ -445,6 +527,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rope_frequencies),
         cmocka_unit_test(test_matches_reference),
+        cmocka_unit_test(test_families_match_reference),
         cmocka_unit_test(test_split_equals_whole),
         cmocka_unit_test(test_tied_trains),
         cmocka_unit_test(test_stage_file),

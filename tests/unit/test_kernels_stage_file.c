@@ -131,7 +131,7 @@ static void test_step0_without_moments(void **state)
     assert_non_null(f);
     save_to(s0, f);
     fseek(f, 0, SEEK_END);
-    long header = 8 + 4 + 4 * 15 + 8 * 5 + 8 + 8;   /* version 3 (checkpoint.c) */
+    long header = 8 + 4 + 4 * 17 + 8 * 5 + 8 + 8;   /* version 4 (checkpoint.c) */
     assert_int_equal(ftell(f), header + 4 * (long)n + 8);
     rewind(f);
 
@@ -175,11 +175,11 @@ static void test_step0_without_moments(void **state)
     free(back), free(v);
 
     /* the moments left out after AdamW steps: refused by peek and load */
-    unsigned char raw[8 + 4 + 4 * 15 + 8 * 5 + 8 + 8];
+    unsigned char raw[8 + 4 + 4 * 17 + 8 * 5 + 8 + 8];
     rewind(f);
     assert_int_equal(fread(raw, 1, sizeof raw, f), sizeof raw);
     uint64_t five = 5;
-    memcpy(raw + 12 + 4 * 15 + 8 * 5, &five, 8);
+    memcpy(raw + 12 + 4 * 17 + 8 * 5, &five, 8);
     FILE *bad = tmpfile();
     assert_non_null(bad);
     rewind(f);
@@ -266,9 +266,9 @@ static void test_extra_state(void **state)
     assert_memory_equal(kern_stage_extra_if(r1, KERN_EXTRA_OUTER_MOMENTUM), kern_stage_extra_if(a1, KERN_EXTRA_OUTER_MOMENTUM),
                         kern_stage_param_count(a1) * sizeof(float));
     assert_null(kern_stage_extra_if(r1, KERN_EXTRA_SYNC_FEEDBACK));
-    /* its size: header (128), params, moments and one extra, checksum */
+    /* its size: header (136), params, moments and one extra, checksum */
     fseek(f, 0, SEEK_END);
-    assert_int_equal(ftell(f), 128 + 4 * 4 * (long)kern_stage_param_count(a1) + 8);
+    assert_int_equal(ftell(f), 136 + 4 * 4 * (long)kern_stage_param_count(a1) + 8);
     /* a version 1 file: the same without the extras word and buffers */
     long len = ftell(f);
     unsigned char *raw = malloc((size_t)len);
@@ -280,8 +280,8 @@ static void test_extra_state(void **state)
     memcpy(v1, raw, 8);
     memcpy(v1 + 8, &one, 4);
     memcpy(v1 + 12, raw + 12, 36);            /* 9 ints */
-    memcpy(v1 + 48, raw + 112, 16);           /* step, n (after version 3's 15 ints and 5 doubles) */
-    memcpy(v1 + 64, raw + 128, 12 * n);       /* params and moments */
+    memcpy(v1 + 48, raw + 120, 16);           /* step, n (after version 4's 17 ints and 5 doubles) */
+    memcpy(v1 + 64, raw + 136, 12 * n);       /* params and moments */
     uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < v1_len - 8; i++) {
         h ^= v1[i];
@@ -295,7 +295,28 @@ static void test_extra_state(void **state)
     assert_int_equal(kern_stage_load(r1, g, &err), 0);
     assert_null(kern_stage_extra_if(r1, KERN_EXTRA_OUTER_MOMENTUM));
     fclose(g);
-    free(v1), free(raw);
+    /* a version 3 file: 15 ints (no head_dim, no window), the rest as 4's */
+    size_t v3_len = (size_t)len - 8;
+    unsigned char *v3 = malloc(v3_len);
+    uint32_t three_v = 3;
+    memcpy(v3, raw, 8);
+    memcpy(v3 + 8, &three_v, 4);
+    memcpy(v3 + 12, raw + 12, 60);                         /* 15 ints */
+    memcpy(v3 + 72, raw + 80, (size_t)len - 80 - 8);   /* doubles, step, n, the buffers */
+    h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < v3_len - 8; i++) {
+        h ^= v3[i];
+        h *= 0x100000001b3ull;
+    }
+    memcpy(v3 + v3_len - 8, &h, 8);
+    g = fmemopen(v3, v3_len, "rb");
+    assert_int_equal(kern_stage_file_peek(g, &pm, &psp, NULL, &err), 0);
+    assert_true(model_config_equal(&pm, kern_stage_model(a1)));   /* head_dim C / NH */
+    assert_int_equal(kern_stage_load(r1, g, &err), 0);
+    assert_memory_equal(kern_stage_extra_if(r1, KERN_EXTRA_OUTER_MOMENTUM),
+                        kern_stage_extra_if(a1, KERN_EXTRA_OUTER_MOMENTUM), n * sizeof(float));
+    fclose(g);
+    free(v1), free(v3), free(raw);
     fclose(f);
     /* assembled under another split, tensor by tensor */
     struct kern_stage *b0 = stage_new(&three, 0, 2, 4, 32, 2, 99);
@@ -453,17 +474,18 @@ static void test_file_peek_bounds(void **state)
         assert_non_null(copy);
         memcpy(copy, raw, (size_t)len);
         if (bad[i].d_model) {
-            int32_t C = bad[i].d_model, L = 64, ints[15];
+            int32_t C = bad[i].d_model, L = 64, ints[17];
             memcpy(ints, copy + 12, sizeof ints);
             ints[2] = C, ints[4] = L, ints[5] = 0, ints[6] = L, ints[7] = 1, ints[8] = 1;
             ints[12] = 4 * C;   /* gpt2's ffn_dim */
+            ints[15] = C / ints[3];   /* its head_dim */
             memcpy(copy + 12, ints, sizeof ints);
             uint64_t n = (uint64_t)(ints[0] + ints[1]) * C + (uint64_t)L * (12u * C * C + 13u * C) +
                          (uint64_t)(ints[0] + 2) * C;   /* what that model makes: the header agrees */
-            memcpy(copy + 120, &n, 8);   /* version 3: 15 ints, 5 doubles, the step, then n */
+            memcpy(copy + 128, &n, 8);   /* version 4: 17 ints, 5 doubles, the step, then n */
         }
         if (bad[i].n)
-            memcpy(copy + 120, &bad[i].n, 8);
+            memcpy(copy + 128, &bad[i].n, 8);
         FILE *g = fmemopen(copy, (size_t)bad[i].keep, "rb");
         assert_non_null(g);
         if (kern_stage_file_peek(g, &m, &sp, NULL, &err) != -1 || !strstr(err.msg, bad[i].msg))

@@ -372,6 +372,38 @@ static void test_cost_shoal_llama_by_hand(void **state)
     sched_plan_free(&plan);
 }
 
+/* The same plan for Qwen3 of the same sizes with heads of 32 channels
+ * (head_dim; d_model / heads is 16), so q is 128 wide (common/model.c's
+ * row, by hand):
+ *   block: ln1w 64, q 8192, k 2048, v 2048, q_norm 32, k_norm 32, o 8192,
+ *          ln2w 64, gate, up and down 6144 each = 39104 parameters, 38912
+ *          of them in products
+ *   layer_flops = 64 tokens * (6*38912 + 6*128*32) = 16515072 (the
+ *          attention's products are q's width, not d_model, wide)
+ *   t0 = 0.016515072, t1 = (2*16515072 + 3145728)/2e9 = 0.018087936 (the
+ *          split stays [0,1) + [1,3)); compute = 4 t1
+ *   optimizer: stage 0 (39104 + 8192)*12/5e7 = 0.01135104 */
+static void test_cost_shoal_qwen3_by_hand(void **state)
+{
+    (void)state;
+    struct sched_problem pb = shoal2();
+    pb.model.arch = MODEL_QWEN3;
+    pb.model.kv_heads = 1;
+    pb.model.ffn_dim = 96;
+    pb.model.head_dim = 32;
+    struct sched_plan plan;
+    struct shoal_err err;
+    assert_int_equal(sched_plan_init(&plan, 2, 1), 0);
+    plan.node[0] = 0;
+    plan.node[1] = 1;
+    assert_int_equal(sched_evaluate(&pb, &plan, &err), 0);
+    assert_int_equal(plan.layer_end[0], 1);
+    assert_int_equal(plan.layer_end[1], 3);
+    assert_near(plan.cost.compute_s, 4 * 0.018087936, 1e-12);
+    assert_near(plan.cost.optimizer_s, 0.01135104, 1e-12);
+    sched_plan_free(&plan);
+}
+
 /* P = 1, D = 2 on nodes 0 and 1 (both 0.001 TFLOP/s), 2 layers:
  *   0->1: 5 ms, 4 Gbit/s; 1->0: 3 ms, 2 Gbit/s.  The ring of two uses both
  *   directions: slowest 2 Gbit/s, worst latency 5 ms.
@@ -595,6 +627,7 @@ int main(void)
         cmocka_unit_test(test_cost_dtfm_sizes),
         cmocka_unit_test(test_cost_shoal_pipeline_by_hand),
         cmocka_unit_test(test_cost_shoal_llama_by_hand),
+        cmocka_unit_test(test_cost_shoal_qwen3_by_hand),
         cmocka_unit_test(test_cost_shoal_allreduce_by_hand),
         cmocka_unit_test(test_cost_predict_matches_evaluate_shoal),
         cmocka_unit_test(test_cost_predict_over_memory_is_infeasible),
