@@ -85,6 +85,24 @@ static const struct model_tensor qwen3_block[] = {
     {"knormw", VEC, ROW(MD_HD, 1), MI_ONES, 13, 0, 0, "model.layers.%d.self_attn.k_norm.weight"},
     LLAMA_REST,
 };
+/* OLMo-2 (Olmo2ForCausalLM): no norm before the attention or the MLP,
+ * one after each, inside the residual (post_attention_layernorm,
+ * post_feedforward_layernorm: x + norm(attn(x)), x + norm(mlp(x))), and an
+ * RMSNorm over the whole q (NH hd) and k (KV hd) projections before the
+ * rotation; no biases. */
+static const struct model_tensor olmo2_block[] = {
+    {"qw", ROW(MD_Q, 1), ROW(MD_C, 1), MI_NORMAL, 1, 1, 1, "model.layers.%d.self_attn.q_proj.weight"},
+    {"kw", ROW(MD_KV, 1), ROW(MD_C, 1), MI_NORMAL, 2, 1, 1, "model.layers.%d.self_attn.k_proj.weight"},
+    {"vw", ROW(MD_KV, 1), ROW(MD_C, 1), MI_NORMAL, 3, 1, 1, "model.layers.%d.self_attn.v_proj.weight"},
+    {"qnormw", VEC, ROW(MD_Q, 1), MI_ONES, 12, 0, 0, "model.layers.%d.self_attn.q_norm.weight"},
+    {"knormw", VEC, ROW(MD_KV, 1), MI_ONES, 13, 0, 0, "model.layers.%d.self_attn.k_norm.weight"},
+    {"ow", ROW(MD_C, 1), ROW(MD_Q, 1), MI_NORMAL_OUT, 4, 1, 1, "model.layers.%d.self_attn.o_proj.weight"},
+    {"ln1w", VEC, ROW(MD_C, 1), MI_ONES, 0, 0, 0, "model.layers.%d.post_attention_layernorm.weight"},
+    {"gatew", ROW(MD_FFN, 1), ROW(MD_C, 1), MI_NORMAL, 6, 1, 1, "model.layers.%d.mlp.gate_proj.weight"},
+    {"upw", ROW(MD_FFN, 1), ROW(MD_C, 1), MI_NORMAL, 7, 1, 1, "model.layers.%d.mlp.up_proj.weight"},
+    {"downw", ROW(MD_C, 1), ROW(MD_FFN, 1), MI_NORMAL_OUT, 8, 1, 1, "model.layers.%d.mlp.down_proj.weight"},
+    {"ln2w", VEC, ROW(MD_C, 1), MI_ONES, 5, 0, 0, "model.layers.%d.post_feedforward_layernorm.weight"},
+};
 #undef LLAMA_QKV
 #undef LLAMA_REST
 
@@ -107,14 +125,21 @@ static double llama_act_values(const struct model_config *m, double T)
 
 #define N(a) (int)(sizeof a / sizeof a[0])
 const struct model_family model_families[MODEL_ARCH_COUNT] = {
-    [MODEL_GPT2] = {"gpt2", MODEL_BLOCKS_GPT2, 0, MODEL_QK_NONE, "gpt2", {gpt2_embed, gpt2_block, gpt2_head},
+    /* name, blocks, qkv_bias, qk_norm, norm_after, hf_model_type, tensors, their counts, ... */
+    [MODEL_GPT2] = {"gpt2", MODEL_BLOCKS_GPT2, 0, MODEL_QK_NONE, 0, "gpt2", {gpt2_embed, gpt2_block, gpt2_head},
                     {N(gpt2_embed), N(gpt2_block), N(gpt2_head)}, gpt2_act_values, NULL},
-    [MODEL_LLAMA] = {"llama", MODEL_BLOCKS_LLAMA, 0, MODEL_QK_NONE, "llama", {llama_embed, llama_block, llama_head},
-                     {N(llama_embed), N(llama_block), N(llama_head)}, llama_act_values, llama_skipped},
-    [MODEL_QWEN2] = {"qwen2", MODEL_BLOCKS_LLAMA, 1, MODEL_QK_NONE, "qwen2", {llama_embed, qwen2_block, llama_head},
-                     {N(llama_embed), N(qwen2_block), N(llama_head)}, llama_act_values, NULL},
-    [MODEL_QWEN3] = {"qwen3", MODEL_BLOCKS_LLAMA, 0, MODEL_QK_HEAD, "qwen3", {llama_embed, qwen3_block, llama_head},
-                     {N(llama_embed), N(qwen3_block), N(llama_head)}, llama_act_values, NULL},
+    [MODEL_LLAMA] = {"llama", MODEL_BLOCKS_LLAMA, 0, MODEL_QK_NONE, 0, "llama",
+                     {llama_embed, llama_block, llama_head}, {N(llama_embed), N(llama_block), N(llama_head)},
+                     llama_act_values, llama_skipped},
+    [MODEL_QWEN2] = {"qwen2", MODEL_BLOCKS_LLAMA, 1, MODEL_QK_NONE, 0, "qwen2",
+                     {llama_embed, qwen2_block, llama_head}, {N(llama_embed), N(qwen2_block), N(llama_head)},
+                     llama_act_values, NULL},
+    [MODEL_QWEN3] = {"qwen3", MODEL_BLOCKS_LLAMA, 0, MODEL_QK_HEAD, 0, "qwen3",
+                     {llama_embed, qwen3_block, llama_head}, {N(llama_embed), N(qwen3_block), N(llama_head)},
+                     llama_act_values, NULL},
+    [MODEL_OLMO2] = {"olmo2", MODEL_BLOCKS_LLAMA, 0, MODEL_QK_WIDTH, 1, "olmo2",
+                     {llama_embed, olmo2_block, llama_head}, {N(llama_embed), N(olmo2_block),
+                     N(llama_head)}, llama_act_values, NULL},
 };
 #undef N
 

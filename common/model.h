@@ -1,6 +1,6 @@
 /* model.h - the model families shoal trains, as data.
  *
- * A family (gpt2, llama, qwen2, qwen3) is one row of model_families[]: the
+ * A family (gpt2, llama, qwen2, qwen3, olmo2) is one row of model_families[]: the
  * tensors of its embedding, of one transformer block and of its head, each
  * with its shape (in the model's own dimensions), initialisation, weight
  * decay and whether it is a matrix multiplied per token, plus the
@@ -26,7 +26,7 @@
 extern "C" {
 #endif
 
-enum model_arch { MODEL_GPT2, MODEL_LLAMA, MODEL_QWEN2, MODEL_QWEN3, MODEL_ARCH_COUNT };
+enum model_arch { MODEL_GPT2, MODEL_LLAMA, MODEL_QWEN2, MODEL_QWEN3, MODEL_OLMO2, MODEL_ARCH_COUNT };
 
 /* The stage code that runs a family's blocks (each backend has one per
  * kind; a family's other differences are the fields of its row). */
@@ -105,11 +105,14 @@ struct model_tensor {
 };
 
 struct model_family {
-    const char *name;          /* "gpt2", "llama", "qwen2", "qwen3": the job's model.architecture */
+    const char *name;          /* "gpt2", "llama", "qwen2", "qwen3", "olmo2": the job's model.architecture */
     enum model_blocks blocks;  /* the stage code that runs its blocks */
     /* What the llama code path reads (gpt2: 0): */
     int qkv_bias;              /* 1: q, k and v add biases (qb, kb, vb, consecutive) */
     enum model_qk_norm qk_norm;  /* q and k normalised (qnormw, knormw) before the rotation */
+    int norm_after;            /* 1: the block's two norms (ln1w, ln2w) take the attention's and the
+                                  MLP's outputs, inside the residual: x + norm(attn(x)) (OLMo-2);
+                                  0: their inputs, x + attn(norm(x)) */
     const char *hf_model_type; /* config.json's "model_type" */
     const struct model_tensor *tensors[MODEL_PARTS];
     int n_tensors[MODEL_PARTS];

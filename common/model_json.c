@@ -19,7 +19,7 @@ struct model_raw {
     int64_t original_context;
 };
 
-static const char *const architectures[] = {"gpt2", "llama", "qwen2", "qwen3", NULL};   /* model_families' names */
+static const char *const architectures[] = {"gpt2", "llama", "qwen2", "qwen3", "olmo2", NULL};   /* model_families' names */
 static const char *const rope_types[] = {"llama3", NULL};
 
 #define F(f) offsetof(struct model_raw, f)

@@ -1,7 +1,8 @@
 /* model_json.h - a job's "model" object (POST /v1/jobs, the stored spec,
  * an assignment) to and from struct model_config (common/model.h).
  *
- *   {"architecture": "gpt2" | "llama" | "qwen2" | "qwen3"  (default "gpt2"),
+ *   {"architecture": "gpt2" | "llama" | "qwen2" | "qwen3" | "olmo2"
+ *    (default "gpt2"),
  *    "vocab_size", "context_length", "d_model", "heads", "layers",
  *    the rotary families only: "kv_heads" (default heads), "ffn_dim"
  *    (required), "head_dim" (default d_model / heads), "sliding_window"

@@ -5,6 +5,9 @@
  *   x0 = wte[token]                                           first stage
  *   per block:  h = x + o(attn(rope(qkn(qkv(n1)))),  n1 = rmsnorm(x)
  *               x' = h + down(silu(gate(n2)) * up(n2)),   n2 = rmsnorm(h)
+ *   or, norm_after (OLMo-2):
+ *               h = x + rmsnorm(o(attn(rope(qkn(qkv(x)))))
+ *               x' = h + rmsnorm(down(silu(gate(h)) * up(h)))
  *   rmsnorm(x) -> head (V,C) -> cross-entropy                 last stage
  *
  * k and v have kv_heads heads, each serving heads / kv_heads query heads;
@@ -12,8 +15,8 @@
  * Hugging Face's rotate_half convention.  q, k and v are one product with
  * the fused (NH hd + 2KV, C) matrix their consecutive weights make, plus
  * their consecutive biases where the family has them (Qwen2); qkn is the
- * family's RMSNorm of q and k (Qwen3: each head), else nothing; gate and
- * up are one product with (2F, C).  Built from cpu_layers.h. */
+ * family's RMSNorm of q and k (Qwen3: each head; OLMo-2: the whole q and
+ * k), else nothing; gate and up are one product with (2F, C).  Built from cpu_layers.h. */
 #include "cpu_stage.h"
 
 #include <math.h>
@@ -22,14 +25,15 @@
 /* Activations one block keeps for its backward, per micro-batch (Q = NH
  * hd, W = Q + 2KV). */
 struct llama_acts {
-    float *ln1, *ln1_rstd; /* (B,T,C), (B,T) */
+    float *ln1, *ln1_rstd; /* (B,T,C), (B,T): the attention's norm, its output (before) or its
+                              input, o's output (norm_after) */
     float *qkvp;           /* (B,T,W) the product, before q and k are normalised (qk_norm families) */
     float *qk_rstd;        /* (B,T,nq+nk) the q and k norms' statistics (qk_norm families) */
     float *qkv;            /* (B,T,W) after the norm and the rotation */
     float *atty;           /* (B,T,Q) attention output before projection */
     float *att;            /* (B,NH,T,T) softmax probabilities */
     float *res2;           /* (B,T,C) residual after attention */
-    float *ln2, *ln2_rstd; /* (B,T,C), (B,T) */
+    float *ln2, *ln2_rstd; /* (B,T,C), (B,T): the MLP's norm, its output or (norm_after) input */
     float *gu;             /* (B,T,2F) gate | up */
     float *h;              /* (B,T,F) silu(gate) * up */
     float *res3;           /* (B,T,C) block output */
@@ -134,6 +138,7 @@ static int llama_forward(struct kern_stage *st, struct cpu_slot *s, const void *
     size_t BTC = (size_t)N * C;
     const float *cos_t = c->tables, *sin_t = c->tables + llama_table_floats(st) / 2;
     float *p = c->params, eps = (float)m->norm_eps;
+    int post = model_families[m->arch].norm_after;
     model_qk_segments(m, &sq, &sk);
     struct llama_work w;
     work_layout(st, c->scratch, &w);
@@ -148,20 +153,32 @@ static int llama_forward(struct kern_stage *st, struct cpu_slot *s, const void *
     for (int l = 0; l < nb; l++) {
         struct llama_acts a;
         block_acts(st, s, l, &a);
-        kern_cpu_rmsnorm_forward_f32(a.ln1, a.ln1_rstd, res, cpu_llama_tensor(st, p, l, LT_LN1W), eps, N, C);
-        kern_cpu_matmul_forward_f32(sq ? a.qkvp : a.qkv, a.ln1, cpu_llama_tensor(st, p, l, LT_QW),
+        const float *in = res;   /* the attention's input: the stream or (before) its norm */
+        if (!post) {
+            kern_cpu_rmsnorm_forward_f32(a.ln1, a.ln1_rstd, res, cpu_llama_tensor(st, p, l, LT_LN1W), eps, N, C);
+            in = a.ln1;
+        }
+        kern_cpu_matmul_forward_f32(sq ? a.qkvp : a.qkv, in, cpu_llama_tensor(st, p, l, LT_QW),
                                     cpu_llama_tensor(st, p, l, LT_QB), N, C, W);
         if (sq)
             kern_cpu_qknorm_forward_f32(a.qkv, a.qk_rstd, a.qkvp, cpu_llama_tensor(st, p, l, LT_QNORMW),
                                         cpu_llama_tensor(st, p, l, LT_KNORMW), eps, N, Q, KV, sq, sk);
         kern_cpu_rope_forward_f32(a.qkv, cos_t, sin_t, B, T, Q, NH, KVH);
         kern_cpu_attention_forward_f32(a.atty, a.att, a.qkv, B, T, Q, NH, KVH);
-        kern_cpu_matmul_forward_f32(w.proj, a.atty, cpu_llama_tensor(st, p, l, LT_OW), NULL, N, Q, C);
+        kern_cpu_matmul_forward_f32(post ? a.ln1 : w.proj, a.atty, cpu_llama_tensor(st, p, l, LT_OW), NULL, N, Q, C);
+        if (post)   /* (after) the norm of the attention's output */
+            kern_cpu_rmsnorm_forward_f32(w.proj, a.ln1_rstd, a.ln1, cpu_llama_tensor(st, p, l, LT_LN1W), eps, N, C);
         kern_cpu_residual_forward_f32(a.res2, res, w.proj, BTC);
-        kern_cpu_rmsnorm_forward_f32(a.ln2, a.ln2_rstd, a.res2, cpu_llama_tensor(st, p, l, LT_LN2W), eps, N, C);
-        kern_cpu_matmul_forward_f32(a.gu, a.ln2, cpu_llama_tensor(st, p, l, LT_GATEW), NULL, N, C, 2 * F);
+        in = a.res2;
+        if (!post) {
+            kern_cpu_rmsnorm_forward_f32(a.ln2, a.ln2_rstd, a.res2, cpu_llama_tensor(st, p, l, LT_LN2W), eps, N, C);
+            in = a.ln2;
+        }
+        kern_cpu_matmul_forward_f32(a.gu, in, cpu_llama_tensor(st, p, l, LT_GATEW), NULL, N, C, 2 * F);
         kern_cpu_swiglu_forward_f32(a.h, a.gu, N, F);
-        kern_cpu_matmul_forward_f32(w.proj, a.h, cpu_llama_tensor(st, p, l, LT_DOWNW), NULL, N, F, C);
+        kern_cpu_matmul_forward_f32(post ? a.ln2 : w.proj, a.h, cpu_llama_tensor(st, p, l, LT_DOWNW), NULL, N, F, C);
+        if (post)
+            kern_cpu_rmsnorm_forward_f32(w.proj, a.ln2_rstd, a.ln2, cpu_llama_tensor(st, p, l, LT_LN2W), eps, N, C);
         kern_cpu_residual_forward_f32(a.res3, a.res2, w.proj, BTC);
         res = a.res3;
     }
@@ -184,6 +201,7 @@ static void llama_backward(struct kern_stage *st, struct cpu_slot *s, const floa
     size_t BTC = (size_t)N * C;
     const float *cos_t = c->tables, *sin_t = c->tables + llama_table_floats(st) / 2;
     float *p = c->params, *g = c->grads;
+    int post = model_families[m->arch].norm_after;
     model_qk_segments(m, &sq, &sk);
     struct llama_work w;
     work_layout(st, c->scratch, &w);
@@ -205,20 +223,41 @@ static void llama_backward(struct kern_stage *st, struct cpu_slot *s, const floa
         if (l)
             block_acts(st, s, l - 1, &prev);
         const float *res_in = l ? prev.res3 : s->x0;
-        /* res3 = res2 + down(swiglu(gate|up(ln2(res2)))): dres is d res3, then d res2 */
+        /* res3 = res2 + down(swiglu(gate|up(ln2(res2)))), or res2 + ln2(down(swiglu(gate|up(res2)))):
+         * dres is d res3, then d res2 */
+        const float *dout = c->dres;   /* d of down's output */
+        if (post) {
+            memset(c->dln, 0, BTC * sizeof(float));
+            kern_cpu_rmsnorm_backward_f32(c->dln, cpu_llama_tensor(st, g, l, LT_LN2W), c->dres, a.ln2,
+                                          cpu_llama_tensor(st, p, l, LT_LN2W), a.ln2_rstd, N, C);
+            dout = c->dln;
+        }
         memset(w.dh, 0, (size_t)N * F * sizeof(float));
-        kern_cpu_matmul_backward_f32(w.dh, cpu_llama_tensor(st, g, l, LT_DOWNW), NULL, c->dres, a.h,
+        kern_cpu_matmul_backward_f32(w.dh, cpu_llama_tensor(st, g, l, LT_DOWNW), NULL, dout, a.h,
                                      cpu_llama_tensor(st, p, l, LT_DOWNW), N, F, C);
         memset(w.dgu, 0, (size_t)N * 2 * F * sizeof(float));
         kern_cpu_swiglu_backward_f32(w.dgu, a.gu, w.dh, N, F);
-        memset(c->dln, 0, BTC * sizeof(float));
-        kern_cpu_matmul_backward_f32(c->dln, cpu_llama_tensor(st, g, l, LT_GATEW), NULL, w.dgu, a.ln2,
-                                     cpu_llama_tensor(st, p, l, LT_GATEW), N, C, 2 * F);
-        kern_cpu_rmsnorm_backward_f32(c->dres, cpu_llama_tensor(st, g, l, LT_LN2W), c->dln, a.res2,
-                                      cpu_llama_tensor(st, p, l, LT_LN2W), a.ln2_rstd, N, C);
-        /* res2 = res_in + o(attention(rope(qkn(qkv(ln1(res_in)))))): dres becomes d res_in */
+        if (post) {   /* the MLP read the stream itself: its input gradient adds to dres */
+            kern_cpu_matmul_backward_f32(c->dres, cpu_llama_tensor(st, g, l, LT_GATEW), NULL, w.dgu, a.res2,
+                                         cpu_llama_tensor(st, p, l, LT_GATEW), N, C, 2 * F);
+        } else {
+            memset(c->dln, 0, BTC * sizeof(float));
+            kern_cpu_matmul_backward_f32(c->dln, cpu_llama_tensor(st, g, l, LT_GATEW), NULL, w.dgu, a.ln2,
+                                         cpu_llama_tensor(st, p, l, LT_GATEW), N, C, 2 * F);
+            kern_cpu_rmsnorm_backward_f32(c->dres, cpu_llama_tensor(st, g, l, LT_LN2W), c->dln, a.res2,
+                                          cpu_llama_tensor(st, p, l, LT_LN2W), a.ln2_rstd, N, C);
+        }
+        /* res2 = res_in + o(attention(rope(qkn(qkv(ln1(res_in)))))), or the norm after o: dres becomes
+         * d res_in */
+        dout = c->dres;   /* d of o's output */
+        if (post) {
+            memset(c->dln, 0, BTC * sizeof(float));
+            kern_cpu_rmsnorm_backward_f32(c->dln, cpu_llama_tensor(st, g, l, LT_LN1W), c->dres, a.ln1,
+                                          cpu_llama_tensor(st, p, l, LT_LN1W), a.ln1_rstd, N, C);
+            dout = c->dln;
+        }
         memset(w.datty, 0, (size_t)N * Q * sizeof(float));
-        kern_cpu_matmul_backward_f32(w.datty, cpu_llama_tensor(st, g, l, LT_OW), NULL, c->dres, a.atty,
+        kern_cpu_matmul_backward_f32(w.datty, cpu_llama_tensor(st, g, l, LT_OW), NULL, dout, a.atty,
                                      cpu_llama_tensor(st, p, l, LT_OW), N, Q, C);
         memset(w.dqkv, 0, (size_t)N * W * sizeof(float));
         kern_cpu_attention_backward_f32(w.dqkv, w.datt, w.datty, a.qkv, a.att, B, T, Q, NH, KVH);
@@ -229,6 +268,11 @@ static void llama_backward(struct kern_stage *st, struct cpu_slot *s, const floa
                                          cpu_llama_tensor(st, g, l, LT_KNORMW), w.dqkv, a.qkvp,
                                          cpu_llama_tensor(st, p, l, LT_QNORMW), cpu_llama_tensor(st, p, l, LT_KNORMW),
                                          a.qk_rstd, N, Q, KV, sq, sk);
+        }
+        if (post) {   /* q, k and v read the stream itself */
+            kern_cpu_matmul_backward_f32(c->dres, cpu_llama_tensor(st, g, l, LT_QW), cpu_llama_tensor(st, g, l, LT_QB),
+                                         sq ? w.dqkvp : w.dqkv, res_in, cpu_llama_tensor(st, p, l, LT_QW), N, C, W);
+            continue;
         }
         memset(c->dln, 0, BTC * sizeof(float));
         kern_cpu_matmul_backward_f32(c->dln, cpu_llama_tensor(st, g, l, LT_QW), cpu_llama_tensor(st, g, l, LT_QB),

@@ -6,7 +6,8 @@
  * q and k are rotated as the attention splits them into heads, k and v
  * repeated for each query head of their group; the backward sums the group
  * and rotates back as it merges them (cuda_layers.cu).  The q and k norms
- * are kernels of this file. */
+ * and OLMo-2's norms after a sublayer (norm_after) are kernels of this
+ * file. */
 #include "cuda_reduce.cuh"
 #include "cuda_stage.cuh"
 
@@ -16,16 +17,18 @@
 
 /* Activations one block keeps for its backward, per micro-batch (device). */
 struct kcu_llama_acts {
-    bf16 *ln1;       /* (B,T,C) */
+    bf16 *ln1;       /* (B,T,C) what q, k, v read: the norm of the stream, or (norm_after) the stream */
     float *ln1_rstd; /* (B,T) */
+    float *n1in;     /* (B,T,C) norm_after: o's output, the attention's norm's input */
     float *qkvp;     /* (B,T,W) the q|k|v product before the q and k norms (qk_norm families) */
     float *qk_rstd;  /* (B,T,nq+nk) the q and k norms' statistics (qk_norm families) */
     bf16 *qkvr;      /* (3,B,NH,T,hd) q and k rotated, k and v repeated per query head */
     float *lse;      /* (B,NH,T) log-sum-exp of each row's scaled scores */
     bf16 *atty;      /* (B,T,Q) attention output before projection, Q = NH hd */
     float *res2;     /* (B,T,C) residual after attention */
-    bf16 *ln2;       /* (B,T,C) */
+    bf16 *ln2;       /* (B,T,C) what gate and up read (as ln1) */
     float *ln2_rstd; /* (B,T) */
+    float *n2in;     /* (B,T,C) norm_after: down's output, the MLP's norm's input */
     float *gu;       /* (B,T,2F) gate | up, before SwiGLU */
     bf16 *h;         /* (B,T,F) silu(gate) * up */
     float *res3;     /* (B,T,C) block output */
@@ -119,6 +122,38 @@ __global__ static void qknorm_dweight_kernel(float *partial, const float *dout, 
     partial[(size_t)blockIdx.x * (sq + sk) + i] = dw;
 }
 
+/* ---- a norm after a sublayer, inside the residual (norm_after) ---- */
+
+/* One block per row: res = a + w * (x * rsqrt(mean(x^2) + eps)), the CPU's
+ * rmsnorm into the projection's scratch and its residual add. */
+__global__ static void rmsnorm_residual_kernel(float *res, float *rstd, const float *a, const float *x, const float *w,
+                                               float eps, int C)
+{
+    size_t n = blockIdx.x;
+    const float *xr = x + n * C, *ar = a + n * C; /* (C) each */
+    float *o = res + n * C, ss = 0.0f;
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        ss += xr[i] * xr[i];
+    float r = 1.0f / sqrtf(block_sum(ss) / C + eps);
+    for (int i = threadIdx.x; i < C; i += blockDim.x)
+        o[i] = ar[i] + w[i] * (xr[i] * r);
+    if (threadIdx.x == 0)
+        rstd[n] = r;
+}
+
+/* res (N,C) = a + rmsnorm(x) by weight w, rstd (N) kept for the backward. */
+static int rmsnorm_residual(const struct kcu_ctx *cx, float *res, float *rstd, const float *a, const float *x,
+                            const float *w, float eps, int N, int C, struct kern_err *err)
+{
+    int rc = -1;
+    KCU_LAUNCH(rmsnorm_residual_kernel, N, kcu_row_threads((size_t)C, KCU_ROW_THREADS), cx->stream)(res, rstd, a, x,
+                                                                                                  w, eps, C);
+    KCU_TRY_LAUNCH("rmsnorm_residual_kernel");
+    rc = 0;
+out:
+    return rc;
+}
+
 /* q and k of qkv (N,W) normalised in place, rstd (N, nq+nk). */
 static int qknorm_forward(const struct kcu_ctx *cx, float *qkv, float *rstd, const float *wq, const float *wk,
                           float eps, int N, int Q, int W, int sq, int sk, struct kern_err *err)
@@ -159,13 +194,14 @@ static size_t slot_layout(const struct kern_stage *st, struct kcu_slot *s, void 
     size_t B = st->spec.micro_batch, T = st->spec.seq_len, C = m->d_model, F = m->ffn_dim, Q = model_q_width(m);
     size_t NH = m->heads, BT = B * T, W = model_qkv_width(m), used = 0;
     int nb = st->spec.layer_end - st->spec.layer_start, sq, sk;
-    size_t stats = (size_t)model_qk_segments(m, &sq, &sk);
+    size_t stats = (size_t)model_qk_segments(m, &sq, &sk), post = (size_t)model_families[m->arch].norm_after;
 
     kcu_slot_inputs(st, s, base, &used);
     for (int l = 0; l < nb; l++) {
         struct kcu_llama_acts *a = &s->llama[l];
         a->ln1 = CARVE_BF16(base, &used, BT * C);
         a->ln1_rstd = CARVE_F32(base, &used, BT);
+        a->n1in = CARVE_F32(base, &used, post * BT * C);
         a->qkvp = CARVE_F32(base, &used, stats ? BT * W : 0);
         a->qk_rstd = CARVE_F32(base, &used, BT * stats);
         a->qkvr = CARVE_BF16(base, &used, BT * 3 * Q);
@@ -174,6 +210,7 @@ static size_t slot_layout(const struct kern_stage *st, struct kcu_slot *s, void 
         a->res2 = CARVE_F32(base, &used, BT * C);
         a->ln2 = CARVE_BF16(base, &used, BT * C);
         a->ln2_rstd = CARVE_F32(base, &used, BT);
+        a->n2in = CARVE_F32(base, &used, post * BT * C);
         a->gu = CARVE_F32(base, &used, BT * 2 * F);
         a->h = CARVE_BF16(base, &used, BT * F);
         a->res3 = CARVE_F32(base, &used, BT * C);
@@ -278,6 +315,7 @@ static int llama_forward(struct kern_stage *st, struct kcu_slot *s, const void *
     int B = st->spec.micro_batch, T = st->spec.seq_len, C = m->d_model, NH = m->heads, KVH = m->kv_heads;
     int F = m->ffn_dim, N = B * T, W = (int)model_qkv_width(m), nb = st->spec.layer_end - st->spec.layer_start;
     int Q = model_q_width(m), sq, sk, qk_norm = model_qk_segments(m, &sq, &sk) > 0;
+    int post = model_families[m->arch].norm_after;
     size_t BTC = (size_t)N * C;
     float eps = (float)m->norm_eps;
     const float *p = c->params;    /* fp32: the embedding, norm weights */
@@ -293,7 +331,9 @@ static int llama_forward(struct kern_stage *st, struct kcu_slot *s, const void *
     }
     /* Each residual add runs with the norm after it (the block's second, the
      * next block's first or the final norm) in one pass. */
-    if (nb)
+    if (nb && post)
+        KCU_TRY_OK(kcu_to_bf16(cx, s->llama[0].ln1, res, BTC, err));
+    else if (nb)
         KCU_TRY_OK(kcu_rmsnorm_forward(cx, s->llama[0].ln1, s->llama[0].ln1_rstd, res, p + kcu_loff(st, 0, LT_LN1W),
                                        eps, N, C, err));
     else if (st->spec.last)
@@ -310,14 +350,29 @@ static int llama_forward(struct kern_stage *st, struct kcu_slot *s, const void *
         }
         KCU_TRY_OK(kcu_attention_forward(cx, a->atty, a->qkvr, a->lse, w->qkv, w->atty_heads, B, T, Q, NH, KVH,
                                          w->cos_t, w->sin_t, err));
-        KCU_TRY_OK(kcu_matmul_forward(cx, w->proj, a->atty, pb + kcu_loff(st, l, LT_OW), NULL, N, Q, C, C, err));
-        KCU_TRY_OK(kcu_residual_rmsnorm_forward(cx, a->res2, a->ln2, a->ln2_rstd, res, w->proj,
-                                                p + kcu_loff(st, l, LT_LN2W), eps, N, C, err));
+        if (post) {   /* res2 = res + ln1(o(..)), and what the MLP reads */
+            KCU_TRY_OK(kcu_matmul_forward(cx, a->n1in, a->atty, pb + kcu_loff(st, l, LT_OW), NULL, N, Q, C, C, err));
+            KCU_TRY_OK(rmsnorm_residual(cx, a->res2, a->ln1_rstd, res, a->n1in, p + kcu_loff(st, l, LT_LN1W), eps, N,
+                                        C, err));
+            KCU_TRY_OK(kcu_to_bf16(cx, a->ln2, a->res2, BTC, err));
+        } else {
+            KCU_TRY_OK(kcu_matmul_forward(cx, w->proj, a->atty, pb + kcu_loff(st, l, LT_OW), NULL, N, Q, C, C, err));
+            KCU_TRY_OK(kcu_residual_rmsnorm_forward(cx, a->res2, a->ln2, a->ln2_rstd, res, w->proj,
+                                                    p + kcu_loff(st, l, LT_LN2W), eps, N, C, err));
+        }
         KCU_TRY_OK(kcu_matmul_forward(cx, a->gu, a->ln2, pb + kcu_loff(st, l, LT_GATEW), NULL, N, C, 2 * F, 2 * F,
                                       err));
         KCU_TRY_OK(kcu_swiglu_forward(cx, a->h, a->gu, N, F, err));
-        KCU_TRY_OK(kcu_matmul_forward(cx, w->proj, a->h, pb + kcu_loff(st, l, LT_DOWNW), NULL, N, F, C, C, err));
-        if (next)
+        KCU_TRY_OK(kcu_matmul_forward(cx, post ? a->n2in : w->proj, a->h, pb + kcu_loff(st, l, LT_DOWNW), NULL, N, F,
+                                      C, C, err));
+        if (post) {   /* res3 = res2 + ln2(down(..)), and what the next block or the final norm reads */
+            KCU_TRY_OK(rmsnorm_residual(cx, a->res3, a->ln2_rstd, a->res2, a->n2in, p + kcu_loff(st, l, LT_LN2W), eps,
+                                        N, C, err));
+            if (next)
+                KCU_TRY_OK(kcu_to_bf16(cx, next->ln1, a->res3, BTC, err));
+            else if (st->spec.last)
+                KCU_TRY_OK(kcu_rmsnorm_forward(cx, s->lnf, s->lnf_rstd, a->res3, p + st->off_lnfw, eps, N, C, err));
+        } else if (next)
             KCU_TRY_OK(kcu_residual_rmsnorm_forward(cx, a->res3, next->ln1, next->ln1_rstd, a->res2, w->proj,
                                                     p + kcu_loff(st, l + 1, LT_LN1W), eps, N, C, err));
         else if (st->spec.last)
@@ -340,6 +395,36 @@ out:
     return rc;
 }
 
+/* The gradient of a sublayer's output, in bf16 into c->dres_bf for its
+ * last product: c->dres itself, or (norm_after) c->dres through the norm
+ * after it (x its input, w its weight, rstd its statistics; into c->dln,
+ * the weight's gradient into dw). */
+static int sublayer_dout(const struct kcu_ctx *cx, struct kcu_stage *c, int post, float *dw, const float *x,
+                         const float *w, const float *rstd, int N, int C, struct kern_err *err)
+{
+    int rc = -1;
+    size_t n = (size_t)N * C;
+    if (post) {
+        KCU_TRY(cudaMemsetAsync(c->dln, 0, n * sizeof(float), cx->stream));
+        KCU_TRY_OK(kcu_rmsnorm_backward(cx, c->dln, dw, c->dres, x, w, rstd, N, C, err));
+    }
+    KCU_TRY_OK(kcu_to_bf16(cx, c->dres_bf, post ? c->dln : c->dres, n, err));
+    rc = 0;
+out:
+    return rc;
+}
+
+/* c->dln, the input gradient of a sublayer's first product, into c->dres:
+ * added (norm_after: the product read the stream), or through the norm
+ * before it (x the stream, w, rstd, dw as above). */
+static int sublayer_din(const struct kcu_ctx *cx, struct kcu_stage *c, int post, float *dw, const float *x,
+                        const float *w, const float *rstd, int N, int C, struct kern_err *err)
+{
+    if (post)
+        return kcu_residual_forward(cx, c->dres, c->dres, c->dln, (size_t)N * C, err);
+    return kcu_rmsnorm_backward(cx, c->dres, dw, c->dln, x, w, rstd, N, C, err);
+}
+
 static int llama_backward(struct kern_stage *st, struct kcu_slot *s, const void *grad_output, void *grad_input,
                           struct kern_err *err)
 {
@@ -351,6 +436,7 @@ static int llama_backward(struct kern_stage *st, struct kcu_slot *s, const void 
     int B = st->spec.micro_batch, T = st->spec.seq_len, C = m->d_model, NH = m->heads, KVH = m->kv_heads;
     int F = m->ffn_dim, N = B * T, W = (int)model_qkv_width(m), nb = st->spec.layer_end - st->spec.layer_start;
     int Q = model_q_width(m), sq, sk, qk_norm = model_qk_segments(m, &sq, &sk) > 0;
+    int post = model_families[m->arch].norm_after;
     size_t BTC = (size_t)N * C;
     const float *p = c->params;
     const bf16 *pb = c->params_bf;
@@ -369,17 +455,21 @@ static int llama_backward(struct kern_stage *st, struct kcu_slot *s, const void 
     for (int l = nb - 1; l >= 0; l--) {
         struct kcu_llama_acts *a = &s->llama[l];
         const float *res_in = l ? s->llama[l - 1].res3 : s->x0;
-        /* res3 = res2 + down(swiglu(gate|up(ln2(res2)))): dres is d res3, then d res2 */
-        KCU_TRY_OK(kcu_to_bf16(cx, c->dres_bf, c->dres, BTC, err));
+        /* res3 = res2 + down(swiglu(gate|up(ln2(res2)))), or res2 + ln2(down(..(res2))): dres is d res3,
+         * then d res2 */
+        KCU_TRY_OK(sublayer_dout(cx, c, post, g + kcu_loff(st, l, LT_LN2W), a->n2in, p + kcu_loff(st, l, LT_LN2W),
+                                 a->ln2_rstd, N, C, err));
         KCU_TRY_OK(kcu_matmul_backward(cx, w->dh, g + kcu_loff(st, l, LT_DOWNW), NULL, NULL, c->dres_bf, a->h,
                                        pb + kcu_loff(st, l, LT_DOWNW), N, F, C, C, err));
         KCU_TRY_OK(kcu_swiglu_backward(cx, w->dgu, w->dgu_bf, a->gu, w->dh, N, F, err));
         KCU_TRY_OK(kcu_matmul_backward(cx, c->dln, g + kcu_loff(st, l, LT_GATEW), NULL, NULL, w->dgu_bf, a->ln2,
                                        pb + kcu_loff(st, l, LT_GATEW), N, C, 2 * F, 2 * F, err));
-        KCU_TRY_OK(kcu_rmsnorm_backward(cx, c->dres, g + kcu_loff(st, l, LT_LN2W), c->dln, a->res2,
-                                        p + kcu_loff(st, l, LT_LN2W), a->ln2_rstd, N, C, err));
-        /* res2 = res_in + o(attention(rope(qkv(ln1(res_in))))): dres becomes d res_in */
-        KCU_TRY_OK(kcu_to_bf16(cx, c->dres_bf, c->dres, BTC, err));
+        KCU_TRY_OK(sublayer_din(cx, c, post, g + kcu_loff(st, l, LT_LN2W), a->res2, p + kcu_loff(st, l, LT_LN2W),
+                                a->ln2_rstd, N, C, err));
+        /* res2 = res_in + o(attention(rope(qkn(qkv(ln1(res_in)))))), or the norm after o: dres becomes
+         * d res_in */
+        KCU_TRY_OK(sublayer_dout(cx, c, post, g + kcu_loff(st, l, LT_LN1W), a->n1in, p + kcu_loff(st, l, LT_LN1W),
+                                 a->ln1_rstd, N, C, err));
         KCU_TRY_OK(kcu_matmul_backward(cx, w->datty, g + kcu_loff(st, l, LT_OW), NULL, NULL, c->dres_bf, a->atty,
                                        pb + kcu_loff(st, l, LT_OW), N, Q, C, C, err));
         KCU_TRY_OK(kcu_attention_backward(cx, w->dqkv, w->dqkv_bf, w->datty, a->atty, a->qkvr, a->lse, w->delta,
@@ -395,8 +485,8 @@ static int llama_backward(struct kern_stage *st, struct kcu_slot *s, const void 
         float *dbias = kcu_lhas(st, LT_QB) ? g + kcu_loff(st, l, LT_QB) : NULL;
         KCU_TRY_OK(kcu_matmul_backward(cx, c->dln, overlap ? NULL : g + kcu_loff(st, l, LT_QW), overlap ? NULL : dbias,
                                        w->dqkv, w->dqkv_bf, a->ln1, pb + kcu_loff(st, l, LT_QW), N, C, W, W, err));
-        KCU_TRY_OK(kcu_rmsnorm_backward(cx, c->dres, g + kcu_loff(st, l, LT_LN1W), c->dln, res_in,
-                                        p + kcu_loff(st, l, LT_LN1W), a->ln1_rstd, N, C, err));
+        KCU_TRY_OK(sublayer_din(cx, c, post, g + kcu_loff(st, l, LT_LN1W), res_in, p + kcu_loff(st, l, LT_LN1W),
+                                a->ln1_rstd, N, C, err));
         if (overlap) {
             KCU_TRY_OK(kcu_hidden_out_start(st, c->dres, err));
             KCU_TRY_OK(kcu_matmul_backward(cx, NULL, g + kcu_loff(st, l, LT_QW), dbias, w->dqkv, w->dqkv_bf,

@@ -114,8 +114,9 @@ int kern_layout_build(struct kern_stage *st, struct kern_err *err)
     for (int r = 0; r < LT_COUNT; r++)
         st->llama_off[r] = block_offset_of(m, kern_llama_names[r]);
     /* the row's fields and its tensors say the same */
-    assert(f->blocks != MODEL_BLOCKS_LLAMA || ((st->llama_off[LT_QB] != KERN_ABSENT) == f->qkv_bias &&
-                                               (st->llama_off[LT_QNORMW] != KERN_ABSENT) == (f->qk_norm != MODEL_QK_NONE)));
+    assert(f->blocks != MODEL_BLOCKS_LLAMA ||
+           ((st->llama_off[LT_QB] != KERN_ABSENT) == f->qkv_bias &&
+            (st->llama_off[LT_QNORMW] != KERN_ABSENT) == (f->qk_norm != MODEL_QK_NONE)));
     return 0;
 }
 

@@ -224,6 +224,10 @@ static const struct test_case cases[] = {
     {"qwen3-hd32-whole", {.vocab = 101, .context = 48, .d_model = 96, .heads = 4, .layers = 2, .arch = MODEL_QWEN3,
                           .kv_heads = 2, .ffn_dim = 160, .head_dim = 32, .rope_theta = 1000000, .tied = 1},
      0, 2, 3, 37},
+    /* OLMo-2's norms after the attention and the MLP and over q's and k's
+     * whole width, on two blocks ending a stage of its hidden state in */
+    {"olmo2-mha-last", {.vocab = 101, .context = 48, .d_model = 96, .heads = 4, .layers = 3, .arch = MODEL_OLMO2,
+                        .ffn_dim = 160, .rope_theta = 500000}, 1, 3, 2, 40},
 };
 
 static struct kern_stage_spec case_spec(const struct test_case *tc, int in_flight,

@@ -134,8 +134,9 @@ LLAMA_TIED_ONE=$J
 job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/llama-tied-one.losses"
 same_losses "llama, tied: 2x2 equals 1x1 to 1e-5" "$WORK/llama-tied.losses" "$WORK/llama-tied-one.losses" 1e-5
 # the families of the same blocks, 10 steps each: Qwen2's q, k, v biases;
-# Qwen3's per-head q and k norms with heads of 16 where d_model / heads is 8
-for FAM in '"qwen2"' '"qwen3","head_dim":16'; do
+# Qwen3's per-head q and k norms with heads of 16 where d_model / heads is 8;
+# OLMo-2's norms after the attention and the MLP
+for FAM in '"qwen2"' '"qwen3","head_dim":16' '"olmo2"'; do
     NAME=$(printf '%s' "$FAM" | cut -d'"' -f2)
     FMODEL="{\"architecture\":$FAM,${LLAMA#*\"llama\",}"
     MODEL=$FMODEL run_job "a 2x2 $NAME job" "$(MODEL=$FMODEL job "$NAME" 2 2 2 1f1b 10 10)"

@@ -8,7 +8,9 @@
  * The families of the same kind the same way, each from its own
  * equations: Qwen2 (Qwen2ForCausalLM: q, k, v biases), Qwen3
  * (Qwen3ForCausalLM: an RMSNorm of each q and k head before the rotation,
- * head_dim other than C / NH). */
+ * head_dim other than C / NH), OLMo-2 (Olmo2ForCausalLM: q and k
+ * normalised over their whole width, the block's norms after the attention
+ * and the MLP inside the residual). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -109,6 +111,11 @@ static double ref_forward(const struct ref *r, double *logits_out)
     /* Qwen2: q_proj, k_proj, v_proj with bias=True; Qwen3: q_norm, k_norm
      * (Qwen3RMSNorm(head_dim)) on q and k viewed as (.., heads, head_dim) */
     int qkv_bias = m->arch == MODEL_QWEN2, head_norm = m->arch == MODEL_QWEN3;
+    /* OLMo-2: q_norm, k_norm (Olmo2RMSNorm(heads * head_dim), (kv_heads *
+     * head_dim)) on the whole projections; no norm before the attention or
+     * the MLP, post_attention_layernorm and post_feedforward_layernorm on
+     * their outputs, inside the residual */
+    int width_norm = m->arch == MODEL_OLMO2, post = m->arch == MODEL_OLMO2;
     double *x = calloc((size_t)BT * C, sizeof *x), *n = calloc((size_t)BT * C, sizeof *n);
     double *q = calloc((size_t)BT * Q, sizeof *q), *k = calloc((size_t)BT * KV, sizeof *k);
     double *v = calloc((size_t)BT * KV, sizeof *v), *att = calloc((size_t)BT * Q, sizeof *att);
@@ -120,7 +127,10 @@ static double ref_forward(const struct ref *r, double *logits_out)
         memcpy(x + (size_t)i * C, wte + (size_t)r->tok[i] * C, (size_t)C * sizeof *x);
     for (int l = 0; l < m->layers; l++) {
         for (int i = 0; i < BT; i++) {
-            rmsnorm(n + (size_t)i * C, x + (size_t)i * C, ref_block(r, l, "ln1w"), C, m->norm_eps);
+            if (post)
+                memcpy(n + (size_t)i * C, x + (size_t)i * C, (size_t)C * sizeof *n);
+            else
+                rmsnorm(n + (size_t)i * C, x + (size_t)i * C, ref_block(r, l, "ln1w"), C, m->norm_eps);
             double *qi = q + (size_t)i * Q, *ki = k + (size_t)i * KV, *vi = v + (size_t)i * KV;
             linear(qi, ref_block(r, l, "qw"), n + (size_t)i * C, Q, C);
             linear(ki, ref_block(r, l, "kw"), n + (size_t)i * C, KV, C);
@@ -133,6 +143,10 @@ static double ref_forward(const struct ref *r, double *logits_out)
                 rmsnorm(qi + h * hd, qi + h * hd, ref_block(r, l, "qnormw"), hd, m->norm_eps);
             for (int h = 0; head_norm && h < KVH; h++)
                 rmsnorm(ki + h * hd, ki + h * hd, ref_block(r, l, "knormw"), hd, m->norm_eps);
+            if (width_norm) {
+                rmsnorm(qi, qi, ref_block(r, l, "qnormw"), Q, m->norm_eps);
+                rmsnorm(ki, ki, ref_block(r, l, "knormw"), KV, m->norm_eps);
+            }
             for (int h = 0; h < NH; h++)
                 rope(qi + h * hd, i % T, m);
             for (int h = 0; h < KVH; h++)
@@ -166,14 +180,21 @@ static double ref_forward(const struct ref *r, double *logits_out)
         for (int i = 0; i < BT; i++) {
             double *xi = x + (size_t)i * C, *ni = n + (size_t)i * C, *g = tmp, *u = tmp + F, *d = tmp + 2 * F;
             linear(d, ref_block(r, l, "ow"), att + (size_t)i * Q, C, Q);
+            if (post)
+                rmsnorm(d, d, ref_block(r, l, "ln1w"), C, m->norm_eps);
             for (int c = 0; c < C; c++)
                 xi[c] += d[c];
-            rmsnorm(ni, xi, ref_block(r, l, "ln2w"), C, m->norm_eps);
+            if (post)
+                memcpy(ni, xi, (size_t)C * sizeof *ni);
+            else
+                rmsnorm(ni, xi, ref_block(r, l, "ln2w"), C, m->norm_eps);
             linear(g, ref_block(r, l, "gatew"), ni, F, C);
             linear(u, ref_block(r, l, "upw"), ni, F, C);
             for (int f = 0; f < F; f++)
                 g[f] = g[f] / (1 + exp(-g[f])) * u[f];
             linear(d, ref_block(r, l, "downw"), g, C, F);
+            if (post)
+                rmsnorm(d, d, ref_block(r, l, "ln2w"), C, m->norm_eps);
             for (int c = 0; c < C; c++)
                 xi[c] += d[c];
         }
@@ -220,6 +241,12 @@ static const struct model_config qwen3_hd = {.vocab = 47, .context = 16, .d_mode
                                              .arch = MODEL_QWEN3, .kv_heads = 1, .ffn_dim = 24, .head_dim = 12,
                                              .tied = 1, .rope_theta = 1000000, .norm_eps = 1e-6};
 
+/* OLMo-2: the norms after the attention and the MLP, q and k normalised
+ * over their whole width; multi-head (as OLMo-2 1B), untied */
+static const struct model_config olmo2_mha = {.vocab = 59, .context = 16, .d_model = 24, .heads = 3, .layers = 2,
+                                              .arch = MODEL_OLMO2, .ffn_dim = 40, .rope_theta = 500000,
+                                              .norm_eps = 1e-6};
+
 static void fold_batch(const struct model_config *m, int B, int T, int k, int32_t *tok, int32_t *tgt)
 {
     text_batch(B, T, k, tok, tgt);
@@ -264,7 +291,7 @@ static void check_against_reference(const struct model_config *m)
         r.p[i] = pf[i];
     double want = ref_forward(&r, NULL);
     print_message("%s %s kv=%d: loss %.9f, reference %.12f (%.2g relative)\n", model_families[m->arch].name,
-                  m->tied ? "tied" : "untied", m->kv_heads, loss, want, fabs(loss - want) / want);
+                  m->tied ? "tied" : "untied", r.m->kv_heads, loss, want, fabs(loss - want) / want);
     assert_true(fabs(loss - want) <= 1e-6 * want);
 
     /* logits */
@@ -327,6 +354,7 @@ static void test_families_match_reference(void **state)
     (void)state;
     check_against_reference(&qwen2_gqa);
     check_against_reference(&qwen3_hd);
+    check_against_reference(&olmo2_mha);
 }
 
 /* The reference's inverse frequencies are model.c's: scaled below,
@@ -361,10 +389,11 @@ static void test_split_equals_whole(void **state)
     expect_gpipe_split(whole, s0, s1, M, tok[0], tgt[0]);
     kern_stage_free(whole), kern_stage_free(s0), kern_stage_free(s1);
     /* the families with biases and q/k norms */
-    const struct model_config *fams[] = {&qwen2_gqa, &qwen3_hd};
-    for (int f = 0; f < 2; f++) {
+    const struct model_config *fams[] = {&qwen2_gqa, &qwen3_hd, &olmo2_mha};
+    for (int f = 0; f < 3; f++) {
         m = fams[f];
-        whole = stage_new(m, 0, 2, B, T, M, 5), s0 = stage_new(m, 0, 1, B, T, M, 5), s1 = stage_new(m, 1, 2, B, T, M, 5);
+        whole = stage_new(m, 0, 2, B, T, M, 5), s0 = stage_new(m, 0, 1, B, T, M, 5);
+        s1 = stage_new(m, 1, 2, B, T, M, 5);
         for (int k = 0; k < M; k++)
             fold_batch(m, B, T, k, tok[k], tgt[k]);
         expect_gpipe_split(whole, s0, s1, M, tok[0], tgt[0]);
