@@ -262,9 +262,6 @@ int model_config_check(const struct model_config *m, const char **field, char *m
     if (m->head_dim % 2)
         return bad(field, m->head_dim * m->heads == m->d_model ? "heads" : "head_dim", msg, len, "rotary "
                    "embeddings rotate pairs of channels: the head size (%d) must be even", m->head_dim);
-    if (m->sliding_window != 0)
-        return bad(field, "sliding_window", msg, len, "sliding-window attention is not in the kernels yet: "
-                   "sliding_window must be 0");
     return check_rope(m, field, msg, len);
 }
 

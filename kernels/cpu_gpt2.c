@@ -104,7 +104,7 @@ static int gpt2_forward(struct kern_stage *st, struct cpu_slot *s, const void *i
                                        cpu_block_tensor(st, p, l, KT_LN1B), N, C);
         kern_cpu_matmul_forward_f32(a.qkv, a.ln1, cpu_block_tensor(st, p, l, KT_QKVW),
                                     cpu_block_tensor(st, p, l, KT_QKVB), N, C, 3 * C);
-        kern_cpu_attention_forward_f32(a.atty, a.att, a.qkv, B, T, C, NH, NH);
+        kern_cpu_attention_forward_f32(a.atty, a.att, a.qkv, B, T, C, NH, NH, 0);
         kern_cpu_matmul_forward_f32(w.attproj, a.atty, cpu_block_tensor(st, p, l, KT_ATTPROJW),
                                     cpu_block_tensor(st, p, l, KT_ATTPROJB), N, C, C);
         kern_cpu_residual_forward_f32(a.res2, res, w.attproj, BTC);
@@ -176,7 +176,7 @@ static void gpt2_backward(struct kern_stage *st, struct cpu_slot *s, const float
                                      cpu_block_tensor(st, g, l, KT_ATTPROJB), c->dres, a.atty,
                                      cpu_block_tensor(st, p, l, KT_ATTPROJW), N, C, C);
         memset(w.dqkv, 0, BTC * 3 * sizeof(float));
-        kern_cpu_attention_backward_f32(w.dqkv, w.datt, w.datty, a.qkv, a.att, B, T, C, NH, NH);
+        kern_cpu_attention_backward_f32(w.dqkv, w.datt, w.datty, a.qkv, a.att, B, T, C, NH, NH, 0);
         memset(c->dln, 0, BTC * sizeof(float));
         kern_cpu_matmul_backward_f32(c->dln, cpu_block_tensor(st, g, l, KT_QKVW),
                                      cpu_block_tensor(st, g, l, KT_QKVB), w.dqkv, a.ln1,

@@ -10,7 +10,9 @@
  *   attention  qkv (B,T,C+2KV) -> out (B,T,C), att (B,NH,T,T) causal softmax;
  *              KV = KVH * hs: q of NH heads, k and v of KVH heads (grouped-
  *              query attention; gpt2: KVH = NH, qkv (B,T,3C)); here (and in
- *              rope) C is q's width NH hs, d_model or not; backward
+ *              rope) C is q's width NH hs, d_model or not; window > 0:
+ *              row t sees positions (t - window, t] only (sliding window),
+ *              0: all of [0, t]; backward
  *              needs datt (B,NH,T,T) as scratch
  *   rmsnorm    inp (N,C), weight (C) -> out (N,C), rstd (N)
  *   qknorm     inp (N,Q+2KV) -> out (N,Q+2KV): q's Q channels RMS-normalised

@@ -164,7 +164,7 @@ static int llama_forward(struct kern_stage *st, struct cpu_slot *s, const void *
             kern_cpu_qknorm_forward_f32(a.qkv, a.qk_rstd, a.qkvp, cpu_llama_tensor(st, p, l, LT_QNORMW),
                                         cpu_llama_tensor(st, p, l, LT_KNORMW), eps, N, Q, KV, sq, sk);
         kern_cpu_rope_forward_f32(a.qkv, cos_t, sin_t, B, T, Q, NH, KVH);
-        kern_cpu_attention_forward_f32(a.atty, a.att, a.qkv, B, T, Q, NH, KVH);
+        kern_cpu_attention_forward_f32(a.atty, a.att, a.qkv, B, T, Q, NH, KVH, m->sliding_window);
         kern_cpu_matmul_forward_f32(post ? a.ln1 : w.proj, a.atty, cpu_llama_tensor(st, p, l, LT_OW), NULL, N, Q, C);
         if (post)   /* (after) the norm of the attention's output */
             kern_cpu_rmsnorm_forward_f32(w.proj, a.ln1_rstd, a.ln1, cpu_llama_tensor(st, p, l, LT_LN1W), eps, N, C);
@@ -189,6 +189,45 @@ static int llama_forward(struct kern_stage *st, struct cpu_slot *s, const void *
     kern_cpu_rmsnorm_forward_f32(s->lnf, s->lnf_stat1, res, p + st->off_lnfw, eps, N, C);
     cpu_head_forward(st, s, targets, output);
     return 0;
+}
+
+/* The gradient of a sublayer's output: c->dres itself, or (norm_after)
+ * c->dres through the norm after it (x its input, rstd its statistics,
+ * `norm` its weight in block l) into c->dln. */
+static const float *sublayer_dout(struct kern_stage *st, int post, int l, enum kern_llama_tensor norm, const float *x,
+                                  const float *rstd)
+{
+    struct cpu_stage *c = st->impl;
+    int N = st->spec.micro_batch * st->spec.seq_len, C = st->model.d_model;
+    if (!post)
+        return c->dres;
+    memset(c->dln, 0, (size_t)N * C * sizeof(float));
+    kern_cpu_rmsnorm_backward_f32(c->dln, cpu_llama_tensor(st, c->grads, l, norm), c->dres, x,
+                                  cpu_llama_tensor(st, c->params, l, norm), rstd, N, C);
+    return c->dln;
+}
+
+/* The backward of a sublayer's first product (weight `mat` of block l, OC
+ * outputs, their gradient dout; dbias NULL: none) into c->dres: added to
+ * it (norm_after: the product read the stream x), or through the norm
+ * before it (n its output, rstd its statistics, `norm` its weight). */
+static void sublayer_din(struct kern_stage *st, int post, int l, enum kern_llama_tensor mat, float *dbias,
+                         const float *dout, int OC, const float *x, const float *n, enum kern_llama_tensor norm,
+                         const float *rstd)
+{
+    struct cpu_stage *c = st->impl;
+    int N = st->spec.micro_batch * st->spec.seq_len, C = st->model.d_model;
+    float *p = c->params, *g = c->grads;
+    if (post) {
+        kern_cpu_matmul_backward_f32(c->dres, cpu_llama_tensor(st, g, l, mat), dbias, dout, x,
+                                     cpu_llama_tensor(st, p, l, mat), N, C, OC);
+        return;
+    }
+    memset(c->dln, 0, (size_t)N * C * sizeof(float));
+    kern_cpu_matmul_backward_f32(c->dln, cpu_llama_tensor(st, g, l, mat), dbias, dout, n,
+                                 cpu_llama_tensor(st, p, l, mat), N, C, OC);
+    kern_cpu_rmsnorm_backward_f32(c->dres, cpu_llama_tensor(st, g, l, norm), c->dln, x,
+                                  cpu_llama_tensor(st, p, l, norm), rstd, N, C);
 }
 
 static void llama_backward(struct kern_stage *st, struct cpu_slot *s, const float *grad_output, float *grad_input)
@@ -225,42 +264,21 @@ static void llama_backward(struct kern_stage *st, struct cpu_slot *s, const floa
         const float *res_in = l ? prev.res3 : s->x0;
         /* res3 = res2 + down(swiglu(gate|up(ln2(res2)))), or res2 + ln2(down(swiglu(gate|up(res2)))):
          * dres is d res3, then d res2 */
-        const float *dout = c->dres;   /* d of down's output */
-        if (post) {
-            memset(c->dln, 0, BTC * sizeof(float));
-            kern_cpu_rmsnorm_backward_f32(c->dln, cpu_llama_tensor(st, g, l, LT_LN2W), c->dres, a.ln2,
-                                          cpu_llama_tensor(st, p, l, LT_LN2W), a.ln2_rstd, N, C);
-            dout = c->dln;
-        }
+        const float *dout = sublayer_dout(st, post, l, LT_LN2W, a.ln2, a.ln2_rstd);   /* d of down's output */
         memset(w.dh, 0, (size_t)N * F * sizeof(float));
         kern_cpu_matmul_backward_f32(w.dh, cpu_llama_tensor(st, g, l, LT_DOWNW), NULL, dout, a.h,
                                      cpu_llama_tensor(st, p, l, LT_DOWNW), N, F, C);
         memset(w.dgu, 0, (size_t)N * 2 * F * sizeof(float));
         kern_cpu_swiglu_backward_f32(w.dgu, a.gu, w.dh, N, F);
-        if (post) {   /* the MLP read the stream itself: its input gradient adds to dres */
-            kern_cpu_matmul_backward_f32(c->dres, cpu_llama_tensor(st, g, l, LT_GATEW), NULL, w.dgu, a.res2,
-                                         cpu_llama_tensor(st, p, l, LT_GATEW), N, C, 2 * F);
-        } else {
-            memset(c->dln, 0, BTC * sizeof(float));
-            kern_cpu_matmul_backward_f32(c->dln, cpu_llama_tensor(st, g, l, LT_GATEW), NULL, w.dgu, a.ln2,
-                                         cpu_llama_tensor(st, p, l, LT_GATEW), N, C, 2 * F);
-            kern_cpu_rmsnorm_backward_f32(c->dres, cpu_llama_tensor(st, g, l, LT_LN2W), c->dln, a.res2,
-                                          cpu_llama_tensor(st, p, l, LT_LN2W), a.ln2_rstd, N, C);
-        }
+        sublayer_din(st, post, l, LT_GATEW, NULL, w.dgu, 2 * F, a.res2, a.ln2, LT_LN2W, a.ln2_rstd);
         /* res2 = res_in + o(attention(rope(qkn(qkv(ln1(res_in)))))), or the norm after o: dres becomes
          * d res_in */
-        dout = c->dres;   /* d of o's output */
-        if (post) {
-            memset(c->dln, 0, BTC * sizeof(float));
-            kern_cpu_rmsnorm_backward_f32(c->dln, cpu_llama_tensor(st, g, l, LT_LN1W), c->dres, a.ln1,
-                                          cpu_llama_tensor(st, p, l, LT_LN1W), a.ln1_rstd, N, C);
-            dout = c->dln;
-        }
+        dout = sublayer_dout(st, post, l, LT_LN1W, a.ln1, a.ln1_rstd);   /* d of o's output */
         memset(w.datty, 0, (size_t)N * Q * sizeof(float));
         kern_cpu_matmul_backward_f32(w.datty, cpu_llama_tensor(st, g, l, LT_OW), NULL, dout, a.atty,
                                      cpu_llama_tensor(st, p, l, LT_OW), N, Q, C);
         memset(w.dqkv, 0, (size_t)N * W * sizeof(float));
-        kern_cpu_attention_backward_f32(w.dqkv, w.datt, w.datty, a.qkv, a.att, B, T, Q, NH, KVH);
+        kern_cpu_attention_backward_f32(w.dqkv, w.datt, w.datty, a.qkv, a.att, B, T, Q, NH, KVH, m->sliding_window);
         kern_cpu_rope_backward_f32(w.dqkv, cos_t, sin_t, B, T, Q, NH, KVH);
         if (sq) {
             memset(w.dqkvp, 0, (size_t)N * W * sizeof(float));
@@ -269,16 +287,8 @@ static void llama_backward(struct kern_stage *st, struct cpu_slot *s, const floa
                                          cpu_llama_tensor(st, p, l, LT_QNORMW), cpu_llama_tensor(st, p, l, LT_KNORMW),
                                          a.qk_rstd, N, Q, KV, sq, sk);
         }
-        if (post) {   /* q, k and v read the stream itself */
-            kern_cpu_matmul_backward_f32(c->dres, cpu_llama_tensor(st, g, l, LT_QW), cpu_llama_tensor(st, g, l, LT_QB),
-                                         sq ? w.dqkvp : w.dqkv, res_in, cpu_llama_tensor(st, p, l, LT_QW), N, C, W);
-            continue;
-        }
-        memset(c->dln, 0, BTC * sizeof(float));
-        kern_cpu_matmul_backward_f32(c->dln, cpu_llama_tensor(st, g, l, LT_QW), cpu_llama_tensor(st, g, l, LT_QB),
-                                     sq ? w.dqkvp : w.dqkv, a.ln1, cpu_llama_tensor(st, p, l, LT_QW), N, C, W);
-        kern_cpu_rmsnorm_backward_f32(c->dres, cpu_llama_tensor(st, g, l, LT_LN1W), c->dln, res_in,
-                                      cpu_llama_tensor(st, p, l, LT_LN1W), a.ln1_rstd, N, C);
+        sublayer_din(st, post, l, LT_QW, cpu_llama_tensor(st, g, l, LT_QB), sq ? w.dqkvp : w.dqkv, W, res_in, a.ln1,
+                     LT_LN1W, a.ln1_rstd);
     }
     if (st->spec.first)
         kern_cpu_encoder_backward_f32(g + st->off_wte, NULL, c->dres, s->tokens, B, T, C);

@@ -107,7 +107,8 @@ __global__ static void unpermute_qkv_kernel(float *dqkv, bf16 *dqkv_bf, const fl
 /* ---- flash attention: the causal softmax of scale * q.k^T times v, tile by
  * tile, without the (T,T) matrix (Dao et al., FlashAttention-2): a block
  * of FA_THREADS threads takes FA_ROWS(D) rows of one (b,h) against the key
- * tiles at or before them.  The products run on tensor cores (wmma, 16x16x16
+ * tiles at or before them (those within a sliding window, when the model
+ * has one).  The products run on tensor cores (wmma, 16x16x16
  * bf16 tiles, fp32 sums; tests/gpu/host/mma.h on the host); each row's
  * running maximum and sum (online softmax) live with the FA_THREADS /
  * FA_ROWS(D) consecutive lanes that share the row.  The forward keeps each
@@ -245,11 +246,35 @@ __device__ static float fa_row_max(float v)
  * of the three needs (at most 48 KiB). */
 #define FA_SHARED_BYTES(D) FA_MAX(FA_FORWARD_SHARED(D), FA_BACK_SHARED(D))
 
+/* The sliding window: W >= 1 positions a row sees, itself included (T or
+ * more: all before it).  Row t sees key j when t - W < j <= t; a tile of
+ * rows from i0 sees no key before i0 - W + 1, so its first key tile is
+ * fa_first_key's; a tile of keys from j0 is seen by no row past j0 + R - 2
+ * + W, so its last query tile starts before fa_end_query's. */
+__device__ static inline int fa_sees(int t, int j, int W)
+{
+    return j <= t && j > t - W;
+}
+
+template <int D>
+__device__ static inline int fa_first_key(int i0, int W)
+{
+    int j = i0 - W + 1;
+    return j > 0 ? j / FA_ROWS(D) * FA_ROWS(D) : 0;
+}
+
+template <int D>
+__device__ static inline int fa_end_query(int j0, int T, int W)
+{
+    long long end = (long long)j0 + FA_ROWS(D) - 1 + W;   /* past the last row that sees the tile */
+    return end < T ? (int)end : T;
+}
+
 /* y (B*NH,T,hs) bf16 and lse (B*NH,T) fp32 <- q, k, v (B*NH,T,hs) bf16;
  * grid (B*NH, tiles of T). */
 template <int D>
 __global__ static void flash_forward_kernel(bf16 *y, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int T,
-                                            int hs, float scale)
+                                            int hs, float scale, int W)
 {
     constexpr int R = FA_ROWS(D), TPR = FA_THREADS / R;
     KCU_SHARED_BUFFER(raw, FA_SHARED_BYTES(D));
@@ -263,7 +288,7 @@ __global__ static void flash_forward_kernel(bf16 *y, float *lse, const bf16 *q, 
     fa_load<D>(qs, q + base, i0, T, hs);
     for (int i = threadIdx.x; i < R * D; i += FA_THREADS)
         os[i] = 0.0f;
-    for (int j0 = 0; j0 <= i0; j0 += R) {
+    for (int j0 = fa_first_key<D>(i0, W); j0 <= i0; j0 += R) {
         __syncthreads();   /* the previous tile is no longer read */
         fa_load<D>(ks, k + base, j0, T, hs);
         fa_load<D>(vs, v + base, j0, T, hs);
@@ -273,7 +298,7 @@ __global__ static void flash_forward_kernel(bf16 *y, float *lse, const bf16 *q, 
         float sc[R / TPR], mx = -INFINITY;
         for (int c = 0; c < R / TPR; c++) {
             int col = lane + c * TPR;
-            sc[c] = t < T && j0 + col <= t ? scale * ss[r * R + col] : -INFINITY;
+            sc[c] = t < T && fa_sees(t, j0 + col, W) ? scale * ss[r * R + col] : -INFINITY;
             mx = fmaxf(mx, sc[c]);
         }
         float m_new = fmaxf(m, fa_row_max<D>(mx)), sum = 0.0f;
@@ -362,10 +387,10 @@ __device__ static void fa_load_queries(const struct fa_back *s, const bf16 *q, c
 }
 
 /* With the query tile i0 and the key tile j0 loaded: P = exp(scale * q.k^T
- * - lse) and dS = P * (dy.v^T - delta), zero where the causal mask hides a
- * pair, into s->ps and s->dss (bf16). */
+ * - lse) and dS = P * (dy.v^T - delta), zero where the causal mask (or
+ * the window, W) hides a pair, into s->ps and s->dss (bf16). */
 template <int D>
-__device__ static void fa_dscores(const struct fa_back *s, int i0, int j0, int T, int hs16, float scale)
+__device__ static void fa_dscores(const struct fa_back *s, int i0, int j0, int T, int hs16, float scale, int W)
 {
     constexpr int R = FA_ROWS(D), TPR = FA_THREADS / R;
     int r = threadIdx.x / TPR, lane = threadIdx.x % TPR, t = i0 + r;
@@ -375,7 +400,7 @@ __device__ static void fa_dscores(const struct fa_back *s, int i0, int j0, int T
     for (int c = 0; c < R / TPR; c++) {
         int col = lane + c * TPR;
         float p = 0.0f, ds = 0.0f;
-        if (t < T && j0 + col <= t) {
+        if (t < T && fa_sees(t, j0 + col, W)) {
             p = expf(scale * s->ss[r * R + col] - s->lses[r]);
             ds = p * (s->dps[r * R + col] - s->deltas[r]);
         }
@@ -386,12 +411,12 @@ __device__ static void fa_dscores(const struct fa_back *s, int i0, int j0, int T
 }
 
 /* dk, dv (B*NH,T,hs) fp32 of the key tile blockIdx.y, summed over the query
- * tiles at or after it: dv = P^T dy, dk = scale * dS^T q; grid (B*NH,
- * tiles of T). */
+ * tiles at or after it that see it: dv = P^T dy, dk = scale * dS^T q; grid
+ * (B*NH, tiles of T). */
 template <int D>
 __global__ static void flash_backward_kv_kernel(float *dk, float *dv, const bf16 *q, const bf16 *k, const bf16 *v,
                                                 const bf16 *dy, const float *lse, const float *delta, int T, int hs,
-                                                float scale)
+                                                float scale, int W)
 {
     constexpr int R = FA_ROWS(D);
     KCU_SHARED_BUFFER(raw, FA_SHARED_BYTES(D));
@@ -405,12 +430,12 @@ __global__ static void flash_backward_kv_kernel(float *dk, float *dv, const bf16
     }
     fa_load<D>(s.ks, k + base, j0, T, hs);
     fa_load<D>(s.vs, v + base, j0, T, hs);
-    for (int i0 = j0; i0 < T; i0 += R) {
+    for (int i0 = j0, end = fa_end_query<D>(j0, T, W); i0 < end; i0 += R) {
         __syncthreads();
         fa_load_queries<D>(&s, q + base, dy + base, lse + (size_t)blockIdx.x * T, delta + (size_t)blockIdx.x * T, i0,
                            T, hs);
         __syncthreads();
-        fa_dscores<D>(&s, i0, j0, T, hs16, scale);
+        fa_dscores<D>(&s, i0, j0, T, hs16, scale, W);
         int n = 0;
         for (int tile = threadIdx.x / 32; tile < ot; tile += FA_WARPS, n++) {
             fa_accumulate<D, true>(dva[n], tile, s.ps, s.dys, hs16);
@@ -423,11 +448,12 @@ __global__ static void flash_backward_kv_kernel(float *dk, float *dv, const bf16
 }
 
 /* dq (B*NH,T,hs) fp32 of the query tile blockIdx.y, summed over the key
- * tiles at or before it: dq = scale * dS k (a pass of its own, so that no
- * two blocks add into one row: the sums come out the same every run). */
+ * tiles at or before it that it sees: dq = scale * dS k (a pass of its own,
+ * so that no two blocks add into one row: the sums come out the same every
+ * run). */
 template <int D>
 __global__ static void flash_backward_q_kernel(float *dq, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dy,
-                                               const float *lse, const float *delta, int T, int hs, float scale)
+                                               const float *lse, const float *delta, int T, int hs, float scale, int W)
 {
     constexpr int R = FA_ROWS(D);
     KCU_SHARED_BUFFER(raw, FA_SHARED_BYTES(D));
@@ -439,12 +465,12 @@ __global__ static void flash_backward_q_kernel(float *dq, const bf16 *q, const b
         wmma::fill_fragment(dqa[n], 0.0f);
     fa_load_queries<D>(&s, q + base, dy + base, lse + (size_t)blockIdx.x * T, delta + (size_t)blockIdx.x * T, i0, T,
                        hs);
-    for (int j0 = 0; j0 <= i0; j0 += R) {
+    for (int j0 = fa_first_key<D>(i0, W); j0 <= i0; j0 += R) {
         __syncthreads();
         fa_load<D>(s.ks, k + base, j0, T, hs);
         fa_load<D>(s.vs, v + base, j0, T, hs);
         __syncthreads();
-        fa_dscores<D>(&s, i0, j0, T, hs16, scale);
+        fa_dscores<D>(&s, i0, j0, T, hs16, scale, W);
         int n = 0;
         for (int tile = threadIdx.x / 32; tile < ot; tile += FA_WARPS, n++)
             fa_accumulate<D, false>(dqa[n], tile, s.dss, s.ks, hs16);
@@ -456,13 +482,13 @@ __global__ static void flash_backward_q_kernel(float *dq, const bf16 *q, const b
 /* The three passes for head size hs <= D. */
 template <int D>
 static int flash_forward(const struct kcu_ctx *cx, bf16 *y, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-                         int BH, int T, int hs, float scale, struct kern_err *err)
+                         int BH, int T, int hs, float scale, int W, struct kern_err *err)
 {
     int rc = -1;
     dim3 grid((unsigned)BH, (unsigned)((T + FA_ROWS(D) - 1) / FA_ROWS(D)));
-    void (*kernel)(bf16 *, float *, const bf16 *, const bf16 *, const bf16 *, int, int, float) =
+    void (*kernel)(bf16 *, float *, const bf16 *, const bf16 *, const bf16 *, int, int, float, int) =
         flash_forward_kernel<D>;
-    KCU_LAUNCH(kernel, grid, FA_THREADS, cx->stream)(y, lse, q, k, v, T, hs, scale);
+    KCU_LAUNCH(kernel, grid, FA_THREADS, cx->stream)(y, lse, q, k, v, T, hs, scale, W);
     KCU_TRY_LAUNCH("flash_forward_kernel");
     rc = 0;
 out:
@@ -472,17 +498,17 @@ out:
 template <int D>
 static int flash_backward(const struct kcu_ctx *cx, float *dq, float *dk, float *dv, const bf16 *q, const bf16 *k,
                           const bf16 *v, const bf16 *dy, const float *lse, const float *delta, int BH, int T, int hs,
-                          float scale, struct kern_err *err)
+                          float scale, int W, struct kern_err *err)
 {
     int rc = -1;
     dim3 grid((unsigned)BH, (unsigned)((T + FA_ROWS(D) - 1) / FA_ROWS(D)));
     void (*kv)(float *, float *, const bf16 *, const bf16 *, const bf16 *, const bf16 *, const float *, const float *,
-               int, int, float) = flash_backward_kv_kernel<D>;
+               int, int, float, int) = flash_backward_kv_kernel<D>;
     void (*qk)(float *, const bf16 *, const bf16 *, const bf16 *, const bf16 *, const float *, const float *, int, int,
-               float) = flash_backward_q_kernel<D>;
-    KCU_LAUNCH(kv, grid, FA_THREADS, cx->stream)(dk, dv, q, k, v, dy, lse, delta, T, hs, scale);
+               float, int) = flash_backward_q_kernel<D>;
+    KCU_LAUNCH(kv, grid, FA_THREADS, cx->stream)(dk, dv, q, k, v, dy, lse, delta, T, hs, scale, W);
     KCU_TRY_LAUNCH("flash_backward_kv_kernel");
-    KCU_LAUNCH(qk, grid, FA_THREADS, cx->stream)(dq, q, k, v, dy, lse, delta, T, hs, scale);
+    KCU_LAUNCH(qk, grid, FA_THREADS, cx->stream)(dq, q, k, v, dy, lse, delta, T, hs, scale, W);
     KCU_TRY_LAUNCH("flash_backward_q_kernel");
     rc = 0;
 out:
@@ -495,11 +521,11 @@ int kcu_attention_head_size_ok(int hs)
 }
 
 int kcu_attention_forward(const struct kcu_ctx *cx, bf16 *out, bf16 *qkvr, float *lse, const float *qkv, bf16 *y,
-                          int B, int T, int C, int NH, int KVH, const float *cos_t, const float *sin_t,
+                          int B, int T, int C, int NH, int KVH, const float *cos_t, const float *sin_t, int window,
                           struct kern_err *err)
 {
     int rc = -1;
-    int hs = C / NH, BH = B * NH;
+    int hs = C / NH, BH = B * NH, W = window > 0 && window < T ? window : T;   /* positions a row sees */
     size_t n = (size_t)B * T * C;                     /* elements of each of q, k, v */
     bf16 *q = qkvr, *k = qkvr + n, *v = qkvr + 2 * n; /* (B,NH,T,hs) each */
     float scale = 1.0f / sqrtf((float)hs);
@@ -512,9 +538,9 @@ int kcu_attention_forward(const struct kcu_ctx *cx, bf16 *out, bf16 *qkvr, float
     KCU_LAUNCH(permute_qkv_kernel, blocks, KCU_THREADS, cx->stream)(q, k, v, qkv, T, NH, KVH, hs, cos_t, sin_t,
                                                                      n);
     KCU_TRY_LAUNCH("permute_qkv_kernel");
-    KCU_TRY_OK(hs <= 64    ? flash_forward<64>(cx, y, lse, q, k, v, BH, T, hs, scale, err)
-               : hs <= 128 ? flash_forward<128>(cx, y, lse, q, k, v, BH, T, hs, scale, err)
-                           : flash_forward<256>(cx, y, lse, q, k, v, BH, T, hs, scale, err));
+    KCU_TRY_OK(hs <= 64    ? flash_forward<64>(cx, y, lse, q, k, v, BH, T, hs, scale, W, err)
+               : hs <= 128 ? flash_forward<128>(cx, y, lse, q, k, v, BH, T, hs, scale, W, err)
+                           : flash_forward<256>(cx, y, lse, q, k, v, BH, T, hs, scale, W, err));
     KCU_LAUNCH(unpermute_kernel, blocks, KCU_THREADS, cx->stream)(out, y, T, NH, hs, n);
     KCU_TRY_LAUNCH("unpermute_kernel");
     rc = 0;
@@ -524,10 +550,11 @@ out:
 
 int kcu_attention_backward(const struct kcu_ctx *cx, float *dqkv, bf16 *dqkv_bf, const float *dout, const bf16 *out,
                            const bf16 *qkvr, const float *lse, float *delta, bf16 *dy, float *dqkvr, int B, int T,
-                           int C, int NH, int KVH, const float *cos_t, const float *sin_t, struct kern_err *err)
+                           int C, int NH, int KVH, const float *cos_t, const float *sin_t, int window,
+                           struct kern_err *err)
 {
     int rc = -1;
-    int hs = C / NH, BH = B * NH;
+    int hs = C / NH, BH = B * NH, W = window > 0 && window < T ? window : T;
     size_t n = (size_t)B * T * C;
     const bf16 *q = qkvr, *k = qkvr + n, *v = qkvr + 2 * n; /* (B,NH,T,hs) each */
     float *dq = dqkvr, *dk = dqkvr + n, *dv = dqkvr + 2 * n; /* (B,NH,T,hs) each */
@@ -544,9 +571,10 @@ int kcu_attention_backward(const struct kcu_ctx *cx, float *dqkv, bf16 *dqkv_bf,
     KCU_LAUNCH(flash_delta_kernel, kcu_blocks(rows, KCU_THREADS), KCU_THREADS, cx->stream)(delta, dy, out, T, NH, hs,
                                                                                           rows);
     KCU_TRY_LAUNCH("flash_delta_kernel");
-    KCU_TRY_OK(hs <= 64    ? flash_backward<64>(cx, dq, dk, dv, q, k, v, dy, lse, delta, BH, T, hs, scale, err)
-               : hs <= 128 ? flash_backward<128>(cx, dq, dk, dv, q, k, v, dy, lse, delta, BH, T, hs, scale, err)
-                           : flash_backward<256>(cx, dq, dk, dv, q, k, v, dy, lse, delta, BH, T, hs, scale, err));
+    KCU_TRY_OK(hs <= 64    ? flash_backward<64>(cx, dq, dk, dv, q, k, v, dy, lse, delta, BH, T, hs, scale, W, err)
+               : hs <= 128 ? flash_backward<128>(cx, dq, dk, dv, q, k, v, dy, lse, delta, BH, T, hs, scale, W, err)
+                           : flash_backward<256>(cx, dq, dk, dv, q, k, v, dy, lse, delta, BH, T, hs, scale, W,
+                                                 err));
     KCU_LAUNCH(unpermute_qkv_kernel, kcu_blocks(n_out, KCU_THREADS), KCU_THREADS, cx->stream)(
         dqkv, dqkv_bf, dq, dk, dv, T, NH, KVH, hs, cos_t, sin_t, n_out);
     KCU_TRY_LAUNCH("unpermute_qkv_kernel");

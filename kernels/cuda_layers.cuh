@@ -165,9 +165,10 @@ int kcu_matmul_dgelu_backward(const struct kcu_ctx *cx, bf16 *dinp, const bf16 *
 /* qkvr (3,B,NH,T,hs) and lse (B,NH,T) fp32, each row's log-sum-exp of
  * the scaled scores, are kept for the backward (with out); y (B,NH,T,hs)
  * bf16 is scratch.  Head sizes 1..256 (kcu_attention_head_size_ok); no
- * (T,T) matrix is stored. */
+ * (T,T) matrix is stored.  window > 0: row t sees (t - window, t] only,
+ * and the tiles of keys wholly outside it are skipped; 0: all of [0, t]. */
 int kcu_attention_forward(const struct kcu_ctx *cx, bf16 *out, bf16 *qkvr, float *lse, const float *qkv, bf16 *y,
-                          int B, int T, int C, int NH, int KVH, const float *cos_t, const float *sin_t,
+                          int B, int T, int C, int NH, int KVH, const float *cos_t, const float *sin_t, int window,
                           struct kern_err *err);
 /* dqkv (B,T,C+2KV) overwritten in fp32 and bf16 (dqkv_bf), dk and dv
  * summed over each group, dq and dk rotated back; dout (B,T,C) fp32, out
@@ -175,7 +176,8 @@ int kcu_attention_forward(const struct kcu_ctx *cx, bf16 *out, bf16 *qkvr, float
  * (B,NH,T,hs) bf16, dqkvr (3,B,NH,T,hs) fp32. */
 int kcu_attention_backward(const struct kcu_ctx *cx, float *dqkv, bf16 *dqkv_bf, const float *dout, const bf16 *out,
                            const bf16 *qkvr, const float *lse, float *delta, bf16 *dy, float *dqkvr, int B, int T,
-                           int C, int NH, int KVH, const float *cos_t, const float *sin_t, struct kern_err *err);
+                           int C, int NH, int KVH, const float *cos_t, const float *sin_t, int window,
+                           struct kern_err *err);
 /* 1 when the attention takes head size hs. */
 int kcu_attention_head_size_ok(int hs);
 

@@ -349,7 +349,7 @@ static int llama_forward(struct kern_stage *st, struct kcu_slot *s, const void *
                                       p + kcu_loff(st, l, LT_KNORMW), eps, N, Q, W, sq, sk, err));
         }
         KCU_TRY_OK(kcu_attention_forward(cx, a->atty, a->qkvr, a->lse, w->qkv, w->atty_heads, B, T, Q, NH, KVH,
-                                         w->cos_t, w->sin_t, err));
+                                         w->cos_t, w->sin_t, m->sliding_window, err));
         if (post) {   /* res2 = res + ln1(o(..)), and what the MLP reads */
             KCU_TRY_OK(kcu_matmul_forward(cx, a->n1in, a->atty, pb + kcu_loff(st, l, LT_OW), NULL, N, Q, C, C, err));
             KCU_TRY_OK(rmsnorm_residual(cx, a->res2, a->ln1_rstd, res, a->n1in, p + kcu_loff(st, l, LT_LN1W), eps, N,
@@ -473,7 +473,8 @@ static int llama_backward(struct kern_stage *st, struct kcu_slot *s, const void 
         KCU_TRY_OK(kcu_matmul_backward(cx, w->datty, g + kcu_loff(st, l, LT_OW), NULL, NULL, c->dres_bf, a->atty,
                                        pb + kcu_loff(st, l, LT_OW), N, Q, C, C, err));
         KCU_TRY_OK(kcu_attention_backward(cx, w->dqkv, w->dqkv_bf, w->datty, a->atty, a->qkvr, a->lse, w->delta,
-                                          w->dy, w->dqkvr, B, T, Q, NH, KVH, w->cos_t, w->sin_t, err));
+                                          w->dy, w->dqkvr, B, T, Q, NH, KVH, w->cos_t, w->sin_t,
+                                          m->sliding_window, err));
         if (qk_norm)
             KCU_TRY_OK(qknorm_backward(cx, w->dqkv, w->dqkv_bf, g + kcu_loff(st, l, LT_QNORMW),
                                        g + kcu_loff(st, l, LT_KNORMW), a->qkvp, p + kcu_loff(st, l, LT_QNORMW),

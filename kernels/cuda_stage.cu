@@ -450,7 +450,7 @@ static int gpt2_forward(struct kern_stage *st, struct kcu_slot *s, const void *i
         KCU_TRY_OK(kcu_matmul_forward(cx, c->qkv, a->ln1, pb + toff(st, l, KT_QKVW),
                                       p + toff(st, l, KT_QKVB), N, C, 3 * C, 3 * C, err));
         KCU_TRY_OK(kcu_attention_forward(cx, a->atty, a->qkvr, a->lse, c->qkv, c->atty_heads, B, T, C, NH, NH,
-                                         NULL, NULL, err));
+                                         NULL, NULL, 0, err));
         KCU_TRY_OK(kcu_matmul_forward(cx, c->attproj, a->atty, pb + toff(st, l, KT_ATTPROJW),
                                       p + toff(st, l, KT_ATTPROJB), N, C, C, C, err));
         KCU_TRY_OK(kcu_residual_layernorm_forward(cx, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, res, c->attproj,
@@ -532,7 +532,7 @@ static int gpt2_backward(struct kern_stage *st, struct kcu_slot *s, const void *
                                        g + toff(st, l, KT_ATTPROJB), c->dres, c->dres_bf,
                                        a->atty, pb + toff(st, l, KT_ATTPROJW), N, C, C, C, err));
         KCU_TRY_OK(kcu_attention_backward(cx, c->dqkv, c->dqkv_bf, c->datty, a->atty, a->qkvr, a->lse,
-                                          c->delta, c->dy, c->dqkvr, B, T, C, NH, NH, NULL, NULL, err));
+                                          c->delta, c->dy, c->dqkvr, B, T, C, NH, NH, NULL, NULL, 0, err));
         /* on the stage's first block (but the model's), d res_in is the
          * stage's grad_input: it goes to the host while the qkv weight
          * gradients are computed */

@@ -228,6 +228,12 @@ static const struct test_case cases[] = {
      * whole width, on two blocks ending a stage of its hidden state in */
     {"olmo2-mha-last", {.vocab = 101, .context = 48, .d_model = 96, .heads = 4, .layers = 3, .arch = MODEL_OLMO2,
                         .ffn_dim = 160, .rope_theta = 500000}, 1, 3, 2, 40},
+    /* a sliding window of 40 positions over rows of 32 (heads of 32): the
+     * key tiles wholly before a row tile's window are skipped, and (in the
+     * backward) the query tiles wholly after a key tile's */
+    {"llama-window-first", {.vocab = 256, .context = 256, .d_model = 128, .heads = 4, .layers = 2,
+                            .arch = MODEL_LLAMA, .kv_heads = 2, .ffn_dim = 176, .rope_theta = 10000,
+                            .sliding_window = 40}, 0, 1, 2, 256},
 };
 
 static struct kern_stage_spec case_spec(const struct test_case *tc, int in_flight,

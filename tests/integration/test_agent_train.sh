@@ -133,12 +133,13 @@ MODEL=$TIED run_job "a 1x1 llama job with a tied head" "$(MODEL=$TIED job llama-
 LLAMA_TIED_ONE=$J
 job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/llama-tied-one.losses"
 same_losses "llama, tied: 2x2 equals 1x1 to 1e-5" "$WORK/llama-tied.losses" "$WORK/llama-tied-one.losses" 1e-5
-# the families of the same blocks, 10 steps each: Qwen2's q, k, v biases;
-# Qwen3's per-head q and k norms with heads of 16 where d_model / heads is 8;
-# OLMo-2's norms after the attention and the MLP
-for FAM in '"qwen2"' '"qwen3","head_dim":16' '"olmo2"'; do
-    NAME=$(printf '%s' "$FAM" | cut -d'"' -f2)
-    FMODEL="{\"architecture\":$FAM,${LLAMA#*\"llama\",}"
+# the families of the same blocks, 10 steps each (NAME=ARCHITECTURE[,FIELDS]):
+# Qwen2's q, k, v biases; Qwen3's per-head q and k norms with heads of 16
+# where d_model / heads is 8; OLMo-2's norms after the attention and the
+# MLP; a Llama with a sliding window of 8 of the 32 positions
+for FAM in 'qwen2="qwen2"' 'qwen3="qwen3","head_dim":16' 'olmo2="olmo2"' 'window="llama","sliding_window":8'; do
+    NAME=${FAM%%=*}
+    FMODEL="{\"architecture\":${FAM#*=},${LLAMA#*\"llama\",}"
     MODEL=$FMODEL run_job "a 2x2 $NAME job" "$(MODEL=$FMODEL job "$NAME" 2 2 2 1f1b 10 10)"
     job_losses "$S" "$ADMIN" "$J" | sort -k1,1 > "$WORK/$NAME.losses"
     MODEL=$FMODEL run_job "a 1x1 $NAME job" "$(MODEL=$FMODEL job "$NAME-one" 1 1 4 1f1b 10 10)"

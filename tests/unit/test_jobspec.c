@@ -338,6 +338,7 @@ static void test_jobspec_llama(void **state)
         { "olmo2", { { "model.architecture", "\"olmo2\"" }, { "model.ffn_dim", "2048" } }, 0, NULL, NULL },
         { "an odd head_dim", { LLAMA, { "model.head_dim", "63" } }, 422, "invalid_field", "model.head_dim" },
         { "gpt2 with head_dim", { { "model.head_dim", "64" } }, 400, "invalid_field", "model.head_dim" },
+        { "a sliding window", { LLAMA, { "model.sliding_window", "4096" } }, 0, NULL, NULL },
         { "a negative sliding_window", { LLAMA, { "model.sliding_window", "-1" } }, 422, "invalid_field",
           "model.sliding_window" },
     };

@@ -200,26 +200,27 @@ static void test_matmul(void **state)
 
 /* ---- attention ---- */
 struct attention_case {
-    int B, T, C, NH, KVH;
+    int B, T, C, NH, KVH, window;
     double *qkv, *out, *att, *r;
 };
 
 static double attention_objective(void *p)
 {
     struct attention_case *c = p;
-    kern_cpu_attention_forward_f64(c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH, c->KVH);
+    kern_cpu_attention_forward_f64(c->out, c->att, c->qkv, c->B, c->T, c->C, c->NH, c->KVH, c->window);
     return dot(c->out, c->r, (size_t)c->B * c->T * c->C);
 }
 
 /* Multi-head (KVH = NH, GPT-2's qkv of 3C) and grouped-query attention:
- * one kv head for all query heads, and two for four. */
+ * one kv head for all query heads, and two for four; a sliding window of 3
+ * positions (Mistral's: row t sees (t - 3, t]). */
 static void test_attention(void **state)
 {
     (void)state;
-    static const int shapes[][5] = {{2, 5, 8, 2, 2}, {2, 5, 16, 4, 1}, {1, 7, 16, 4, 2}};
+    static const int shapes[][6] = {{2, 5, 8, 2, 2, 0}, {2, 5, 16, 4, 1, 0}, {1, 7, 16, 4, 2, 0}, {2, 7, 16, 4, 2, 3}};
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
     struct attention_case c = {.B = shapes[k][0], .T = shapes[k][1], .C = shapes[k][2], .NH = shapes[k][3],
-                               .KVH = shapes[k][4]};
+                               .KVH = shapes[k][4], .window = shapes[k][5]};
     size_t BTC = (size_t)c.B * c.T * c.C, att_n = (size_t)c.B * c.NH * c.T * c.T;
     size_t W = (size_t)c.C + 2 * (size_t)c.KVH * (c.C / c.NH), BTW = (size_t)c.B * c.T * W;
     c.qkv = rnd_array(BTW, 1);
@@ -227,19 +228,20 @@ static void test_attention(void **state)
     c.r = rnd_array(BTC, 1);
     double *dqkv = zeros(BTW), *datt = zeros(att_n);
     attention_objective(&c);
-    /* causal: every row of att sums to 1 and is zero above the diagonal */
+    /* causal: every row of att sums to 1 and is zero above the diagonal
+     * and (a window) before t - window + 1; within, above zero */
     for (int bh = 0; bh < c.B * c.NH; bh++)
         for (int t = 0; t < c.T; t++) {
             const double *row = c.att + ((size_t)bh * c.T + t) * c.T;
             double sum = 0;
             for (int s = 0; s < c.T; s++) {
                 sum += row[s];
-                if (s > t)
-                    assert_true(row[s] == 0.0);
+                int seen = s <= t && (c.window == 0 || s > t - c.window);
+                assert_true(seen ? row[s] > 0 : row[s] == 0.0);
             }
             assert_true(fabs(sum - 1) < 1e-12);
         }
-    kern_cpu_attention_backward_f64(dqkv, datt, c.r, c.qkv, c.att, c.B, c.T, c.C, c.NH, c.KVH);
+    kern_cpu_attention_backward_f64(dqkv, datt, c.r, c.qkv, c.att, c.B, c.T, c.C, c.NH, c.KVH, c.window);
     struct fd_input in[] = {{"qkv", c.qkv, dqkv, BTW}};
     check_gradients("attention", attention_objective, &c, in, 1);
     free(c.qkv), free(c.out), free(c.att), free(c.r), free(dqkv), free(datt);
@@ -582,8 +584,8 @@ static void test_float_matches_double(void **state)
     assert_non_null(qkvf), assert_non_null(outf), assert_non_null(attf);
     for (size_t i = 0; i < 3 * BTC; i++)
         qkvf[i] = (float)qkv[i];
-    kern_cpu_attention_forward_f64(out, att, qkv, B, T, C, NH, NH);
-    kern_cpu_attention_forward_f32(outf, attf, qkvf, B, T, C, NH, NH);
+    kern_cpu_attention_forward_f64(out, att, qkv, B, T, C, NH, NH, 0);
+    kern_cpu_attention_forward_f32(outf, attf, qkvf, B, T, C, NH, NH, 0);
     for (size_t i = 0; i < BTC; i++)
         assert_true(fabs(outf[i] - out[i]) < 1e-5 * (1 + fabs(out[i])));
     free(qkv), free(out), free(att), free(qkvf), free(outf), free(attf);

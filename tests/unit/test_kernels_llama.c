@@ -152,14 +152,16 @@ static double ref_forward(const struct ref *r, double *logits_out)
             for (int h = 0; h < KVH; h++)
                 rope(ki + h * hd, i % T, m);
         }
-        /* causal attention; query head h reads kv head h / (NH / KVH) */
+        /* causal attention; query head h reads kv head h / (NH / KVH); with
+         * a sliding window W, position t reads positions (t - W, t] */
+        int W = m->sliding_window > 0 ? m->sliding_window : T;
         for (int b = 0; b < B; b++)
             for (int h = 0; h < NH; h++)
                 for (int t = 0; t < T; t++) {
                     int g = h / (NH / KVH);
                     const double *qt = q + ((size_t)b * T + t) * Q + h * hd;
                     double s[512], max = -INFINITY, sum = 0;
-                    for (int u = 0; u <= t; u++) {
+                    for (int u = t - W + 1 > 0 ? t - W + 1 : 0; u <= t; u++) {
                         const double *ku = k + ((size_t)b * T + u) * KV + g * hd;
                         double d = 0;
                         for (int i = 0; i < hd; i++)
@@ -167,12 +169,12 @@ static double ref_forward(const struct ref *r, double *logits_out)
                         s[u] = d / sqrt((double)hd);
                         max = s[u] > max ? s[u] : max;
                     }
-                    for (int u = 0; u <= t; u++)
+                    for (int u = t - W + 1 > 0 ? t - W + 1 : 0; u <= t; u++)
                         sum += (s[u] = exp(s[u] - max));
                     double *o = att + ((size_t)b * T + t) * Q + h * hd;
                     for (int i = 0; i < hd; i++) {
                         double acc = 0;
-                        for (int u = 0; u <= t; u++)
+                        for (int u = t - W + 1 > 0 ? t - W + 1 : 0; u <= t; u++)
                             acc += s[u] / sum * v[((size_t)b * T + u) * KV + g * hd + i];
                         o[i] = acc;
                     }
@@ -247,6 +249,12 @@ static const struct model_config olmo2_mha = {.vocab = 59, .context = 16, .d_mod
                                               .arch = MODEL_OLMO2, .ffn_dim = 40, .rope_theta = 500000,
                                               .norm_eps = 1e-6};
 
+/* Mistral's sliding window on Llama: 4 positions at T 11 (rows past the
+ * third see fewer than all of those before them) */
+static const struct model_config llama_window = {.vocab = 43, .context = 16, .d_model = 32, .heads = 4, .layers = 2,
+                                                 .arch = MODEL_LLAMA, .kv_heads = 2, .ffn_dim = 40,
+                                                 .rope_theta = 10000, .sliding_window = 4};
+
 static void fold_batch(const struct model_config *m, int B, int T, int k, int32_t *tok, int32_t *tgt)
 {
     text_batch(B, T, k, tok, tgt);
@@ -290,8 +298,9 @@ static void check_against_reference(const struct model_config *m)
     for (size_t i = 0; i < n; i++)
         r.p[i] = pf[i];
     double want = ref_forward(&r, NULL);
-    print_message("%s %s kv=%d: loss %.9f, reference %.12f (%.2g relative)\n", model_families[m->arch].name,
-                  m->tied ? "tied" : "untied", r.m->kv_heads, loss, want, fabs(loss - want) / want);
+    print_message("%s %s kv=%d window=%d: loss %.9f, reference %.12f (%.2g relative)\n",
+                  model_families[m->arch].name, m->tied ? "tied" : "untied", r.m->kv_heads, m->sliding_window, loss,
+                  want, fabs(loss - want) / want);
     assert_true(fabs(loss - want) <= 1e-6 * want);
 
     /* logits */
@@ -355,6 +364,7 @@ static void test_families_match_reference(void **state)
     check_against_reference(&qwen2_gqa);
     check_against_reference(&qwen3_hd);
     check_against_reference(&olmo2_mha);
+    check_against_reference(&llama_window);
 }
 
 /* The reference's inverse frequencies are model.c's: scaled below,
@@ -389,8 +399,8 @@ static void test_split_equals_whole(void **state)
     expect_gpipe_split(whole, s0, s1, M, tok[0], tgt[0]);
     kern_stage_free(whole), kern_stage_free(s0), kern_stage_free(s1);
     /* the families with biases and q/k norms */
-    const struct model_config *fams[] = {&qwen2_gqa, &qwen3_hd, &olmo2_mha};
-    for (int f = 0; f < 3; f++) {
+    const struct model_config *fams[] = {&qwen2_gqa, &qwen3_hd, &olmo2_mha, &llama_window};
+    for (int f = 0; f < 4; f++) {
         m = fams[f];
         whole = stage_new(m, 0, 2, B, T, M, 5), s0 = stage_new(m, 0, 1, B, T, M, 5);
         s1 = stage_new(m, 1, 2, B, T, M, 5);

@@ -338,6 +338,17 @@ static void test_cost_shoal_pipeline_by_hand(void **state)
     sched_plan_free(&plan);
 }
 
+/* Evaluates the two-stage plan on nodes 0 and 1 for pb into *plan
+ * (sched_plan_free it); returns sched_evaluate's answer. */
+static int evaluate_two_stages(const struct sched_problem *pb, struct sched_plan *plan)
+{
+    struct shoal_err err;
+    assert_int_equal(sched_plan_init(plan, 2, 1), 0);
+    plan->node[0] = 0;
+    plan->node[1] = 1;
+    return sched_evaluate(pb, plan, &err);
+}
+
 /* The same plan for a Llama model of the same sizes, one kv head of 16
  * channels and an MLP of 96 (common/model.c's row, by hand):
  *   block: ln1w 64, q 4096, k 1024, v 1024, o 4096, ln2w 64, gate, up and
@@ -348,31 +359,8 @@ static void test_cost_shoal_pipeline_by_hand(void **state)
  *   layers [0,1) + [1,3) as before; t0 = 0.01179648,
  *   t1 = (2*11796480 + 3145728)/2e9 = 0.013369344; compute = 4 t1
  *   optimizer: stage 0 (28800 + 8192)*12/5e7 = 0.00887808,
- *              stage 1 (2*28800 + 8256)*12/1e8 = 0.00790272 */
-static void test_cost_shoal_llama_by_hand(void **state)
-{
-    (void)state;
-    struct sched_problem pb = shoal2();
-    pb.model.arch = MODEL_LLAMA;
-    pb.model.kv_heads = 1;
-    pb.model.ffn_dim = 96;
-    struct sched_plan plan;
-    struct shoal_err err;
-    assert_int_equal(sched_plan_init(&plan, 2, 1), 0);
-    plan.node[0] = 0;
-    plan.node[1] = 1;
-    assert_int_equal(sched_evaluate(&pb, &plan, &err), 0);
-    assert_int_equal(plan.layer_end[0], 1);
-    assert_int_equal(plan.layer_end[1], 3);
-    assert_near(plan.cost.compute_s, 4 * 0.013369344, 1e-12);
-    assert_near(plan.cost.optimizer_s, 0.00887808, 1e-12);
-    /* a family's constraint is the problem check's too */
-    pb.model.kv_heads = 3;
-    assert_int_equal(sched_evaluate(&pb, &plan, &err), -1);
-    sched_plan_free(&plan);
-}
-
-/* The same plan for Qwen3 of the same sizes with heads of 32 channels
+ *              stage 1 (2*28800 + 8256)*12/1e8 = 0.00790272
+ * The same plan for Qwen3 of the same sizes with heads of 32 channels
  * (head_dim; d_model / heads is 16), so q is 128 wide (common/model.c's
  * row, by hand):
  *   block: ln1w 64, q 8192, k 2048, v 2048, q_norm 32, k_norm 32, o 8192,
@@ -382,25 +370,40 @@ static void test_cost_shoal_llama_by_hand(void **state)
  *          attention's products are q's width, not d_model, wide)
  *   t0 = 0.016515072, t1 = (2*16515072 + 3145728)/2e9 = 0.018087936 (the
  *          split stays [0,1) + [1,3)); compute = 4 t1
- *   optimizer: stage 0 (39104 + 8192)*12/5e7 = 0.01135104 */
-static void test_cost_shoal_qwen3_by_hand(void **state)
+ *   optimizer: stage 0 (39104 + 8192)*12/5e7 = 0.01135104
+ * and with a sliding window of 16 of the 32 positions: layer_flops = 64 *
+ *   (6*38912 + 6*128*16) = 15728640, t1 = (2*15728640 + 3145728)/2e9 =
+ *   0.017301504 */
+static void test_cost_shoal_families_by_hand(void **state)
 {
     (void)state;
+    static const struct {
+        enum model_arch arch;
+        int head_dim, window;
+        double t1, optimizer_s;   /* s */
+    } cases[] = {
+        {MODEL_LLAMA, 0, 0, 0.013369344, 0.00887808},
+        {MODEL_QWEN3, 32, 0, 0.018087936, 0.01135104},
+        {MODEL_QWEN3, 32, 16, 0.017301504, 0.01135104},
+    };
     struct sched_problem pb = shoal2();
-    pb.model.arch = MODEL_QWEN3;
+    struct sched_plan plan;
     pb.model.kv_heads = 1;
     pb.model.ffn_dim = 96;
-    pb.model.head_dim = 32;
-    struct sched_plan plan;
-    struct shoal_err err;
-    assert_int_equal(sched_plan_init(&plan, 2, 1), 0);
-    plan.node[0] = 0;
-    plan.node[1] = 1;
-    assert_int_equal(sched_evaluate(&pb, &plan, &err), 0);
-    assert_int_equal(plan.layer_end[0], 1);
-    assert_int_equal(plan.layer_end[1], 3);
-    assert_near(plan.cost.compute_s, 4 * 0.018087936, 1e-12);
-    assert_near(plan.cost.optimizer_s, 0.01135104, 1e-12);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        pb.model.arch = cases[i].arch;
+        pb.model.head_dim = cases[i].head_dim;
+        pb.model.sliding_window = cases[i].window;
+        assert_int_equal(evaluate_two_stages(&pb, &plan), 0);
+        assert_int_equal(plan.layer_end[0], 1);
+        assert_int_equal(plan.layer_end[1], 3);
+        assert_near(plan.cost.compute_s, 4 * cases[i].t1, 1e-12);
+        assert_near(plan.cost.optimizer_s, cases[i].optimizer_s, 1e-12);
+        sched_plan_free(&plan);
+    }
+    /* a family's constraint is the problem check's too */
+    pb.model.kv_heads = 3;
+    assert_int_equal(evaluate_two_stages(&pb, &plan), -1);
     sched_plan_free(&plan);
 }
 
@@ -626,8 +629,7 @@ int main(void)
         cmocka_unit_test(test_cost_dtfm_paper_dc_search),
         cmocka_unit_test(test_cost_dtfm_sizes),
         cmocka_unit_test(test_cost_shoal_pipeline_by_hand),
-        cmocka_unit_test(test_cost_shoal_llama_by_hand),
-        cmocka_unit_test(test_cost_shoal_qwen3_by_hand),
+        cmocka_unit_test(test_cost_shoal_families_by_hand),
         cmocka_unit_test(test_cost_shoal_allreduce_by_hand),
         cmocka_unit_test(test_cost_predict_matches_evaluate_shoal),
         cmocka_unit_test(test_cost_predict_over_memory_is_infeasible),
