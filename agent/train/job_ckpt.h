@@ -14,7 +14,7 @@
 #include <stdio.h>
 
 #include "../../common/opts.h"
-#include "../../kernels/kernels.h"
+#include "../../models/checkpoint.h"
 #include "../control/control.h"
 
 /* Where the checkpoint comes from: the options both subcommands share. */
