@@ -162,6 +162,50 @@ check "--separator names another special token; --val-fraction 0 holds nothing o
     "$? $(jq -c '[.separator, .documents.val, ([.shards[].split] | unique)]' "$WORK/dsj/dataset.json")" \
     '0 [128001,0,["train"]]'
 
+# ---- --extend: a dataset's documents, then more, as shards after its own
+check "the manifest records the Unicode version its ids were made with (PCRE2's)" \
+    "$(jq -r .tokenizer.unicode_version "$M" | grep -c '^[0-9][0-9]*\.[0-9][0-9]*\.[0-9][0-9]*$')" 1
+UNI=$(jq -r .tokenizer.unicode_version "$M")
+tokenize gpt2_tokenizer.bin --out "$WORK/dsx" --threads 1 --shard-tokens 4096 --val-fraction 0.05 "$WORK/docs.jsonl"
+jq -c .shards "$WORK/dsx/dataset.json" > "$WORK/dsx.shards"
+tokenize gpt2_tokenizer.bin --out "$WORK/dsx" --extend 1 --threads 1 --shard-tokens 4096 --val-fraction 0.05 \
+    "$CORPUS/fortunes.txt"
+check "--extend 1 adds documents to a dataset: exit 0, its shards all listed as they were, new ones after them" \
+    "$? $(jq -c --slurpfile old "$WORK/dsx.shards" '[($old[0] - .shards), (.shards | length > ($old[0] | length))]' "$WORK/dsx/dataset.json")" \
+    "0 [[],true]"
+check "the extended dataset holds what one run over both inputs does: documents, tokens, each split's ids in order" \
+    "$(python3 - "$WORK/ds1" "$WORK/dsx" <<'PY'
+import json, os, struct, sys
+def load(d):
+    m = json.load(open(os.path.join(d, "dataset.json")))
+    ids = {"train": [], "val": []}
+    for s in m["shards"]:
+        b = open(os.path.join(d, s["name"]), "rb").read()
+        ids[s["split"]] += struct.unpack("<%dH" % s["tokens"], b[1024:])
+    return m["documents"], m["tokens"], ids, [s["name"] for s in m["shards"]]
+a, b = load(sys.argv[1]), load(sys.argv[2])
+print(a[:3] == b[:3], len(set(b[3])) == len(b[3]))
+PY
+)" "True True"
+refused_extend() {   # refused_extend NAME WANT DIR [ARGS...]: exit 2 saying WANT, DIR as it was
+    local name=$1 want=$2 dir=$3 before
+    before=$(cd "$dir" && ls -a | xargs && sha256sum dataset.json)
+    tokenize "${4:-gpt2_tokenizer.bin}" --out "$dir" --extend 1 "$CORPUS/runs.txt"
+    check "--extend: $name: exit 2, said, nothing written" \
+        "$? $(grep -c -F -- "$want" "$WORK/err") $([ "$(cd "$dir" && ls -a | xargs && sha256sum dataset.json)" = "$before" ] && echo unchanged)" \
+        "2 1 unchanged"
+}
+cp -r "$WORK/dsx" "$WORK/dsu"
+jq '.tokenizer.unicode_version = "99.0.0"' "$WORK/dsx/dataset.json" > "$WORK/dsu/dataset.json"
+refused_extend "a dataset made with another Unicode version" \
+    "its ids were made with Unicode 99.0.0 (its site's PCRE2), and this site's PCRE2 has Unicode $UNI" "$WORK/dsu"
+jq 'del(.tokenizer.unicode_version)' "$WORK/dsx/dataset.json" > "$WORK/dsu/dataset.json"
+refused_extend "a manifest from before the Unicode version was recorded" "it records no Unicode version" "$WORK/dsu"
+refused_extend "another tokenizer file" "its ids were made with the tokenizer file of SHA-256" "$WORK/dsx" gpt2.tiktoken
+tokenize gpt2_tokenizer.bin --out "$WORK/dse" --extend 1 "$CORPUS/runs.txt"
+check "--extend: a directory with no dataset: exit 2, said, not made" \
+    "$? $(grep -c 'holds no dataset.json to extend' "$WORK/err") $([ -e "$WORK/dse" ] && echo made || echo none)" "2 1 none"
+
 # ---- refusals: clear, and nothing written
 tokenize gpt2_tokenizer.bin --out "$WORK/ds1" "$WORK/docs.jsonl"
 check "a directory that already holds a dataset: exit 2, said" "$? $(grep -c 'already holds a dataset.json' "$WORK/err")" "2 1"
