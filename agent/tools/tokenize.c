@@ -13,7 +13,6 @@
 
 #include <errno.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -419,18 +418,6 @@ static int write_manifest(const struct tokenize_config *cfg, const struct bpe *t
     return 0;
 }
 
-/* A refusal of --extend: exit 2, nothing written. */
-__attribute__((format(printf, 3, 4)))
-static int extend_refuse(struct shoal_err *err, const char *manifest, const char *fmt, ...)
-{
-    char why[768];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, sizeof why, fmt, ap);
-    va_end(ap);
-    return err_set(err, 2, "invalid_config", "--extend", "cannot extend %s: %s", manifest, why);
-}
-
 /* --extend: the dataset in cfg->out_dir, checked against what this run
  * writes (the tokenizer file, the Unicode version its ids were made with,
  * the separator, the shards' names); its shards, token and document counts
@@ -453,30 +440,29 @@ static int extend_load(const struct tokenize_config *cfg, int64_t separator, str
                           "separator", &sep, "shards", &shards, "tokens", "train", &tokens[0], "val", &tokens[1],
                           "documents", "train", &count[0], "val", &count[1]) != 0 ||
         strcmp(fmt, "shoal-dataset") != 0 || version != 1 || !json_is_array(shards)) {
-        extend_refuse(err, path, "not a manifest tokenize writes (format shoal-dataset, version 1)%s%s",
-                      m ? "" : ": ", m ? "" : je.text);
+        err_set(err, 2, "invalid_config", "--extend", "cannot extend %s: not a manifest tokenize writes (format "
+                "shoal-dataset, version 1)%s%s", path, m ? "" : ": ", m ? "" : je.text);
         goto out;
     }
     if (sha256_file_hex(cfg->tokenizer, hex, err) != 0)
         goto out;
     bpe_unicode_version(ours);
-    if (strcmp(sha, hex) != 0) {
-        extend_refuse(err, path, "its ids were made with the tokenizer file of SHA-256 %.16s..., and --tokenizer "
-                      "'%s' is %.16s...", sha, cfg->tokenizer, hex);
-    } else if (!unicode) {
-        extend_refuse(err, path, "it records no Unicode version (a manifest from before shoal recorded one), so its "
-                      "ids may have been made with another Unicode's letters than this site's %s; tokenize the "
-                      "whole corpus again into a new --out", ours);
-    } else if (strcmp(unicode, ours) != 0) {
-        extend_refuse(err, path, "its ids were made with Unicode %s (its site's PCRE2), and this site's PCRE2 has "
-                      "Unicode %s: a letter or number new in either would get other ids here; extend it where PCRE2 "
-                      "has Unicode %s, or tokenize the whole corpus again", unicode, ours, unicode);
-    } else if (sep != separator) {
-        extend_refuse(err, path, "its documents start with token %lld, this run's with %lld: name its separator "
-                      "with --separator", (long long)sep, (long long)separator);
-    } else {
+    if (strcmp(sha, hex) != 0)
+        err_set(err, 2, "invalid_config", "--extend", "cannot extend %s: its ids are of the tokenizer file of SHA-256 "
+                "%.16s..., --tokenizer's is %.16s...", path, sha, hex);
+    else if (!unicode)
+        err_set(err, 2, "invalid_config", "--extend", "cannot extend %s: it records no Unicode version (it is older), "
+                "so its ids may be of another Unicode's letters than this site's %s: tokenize it all again", path,
+                ours);
+    else if (strcmp(unicode, ours) != 0)
+        err_set(err, 2, "invalid_config", "--extend", "cannot extend %s: its ids were made with Unicode %s, this "
+                "site's PCRE2 has Unicode %s (a letter new in either gets other ids here): extend it where PCRE2 has "
+                "%s, or tokenize it all again", path, unicode, ours, unicode);
+    else if (sep != separator)
+        err_set(err, 2, "invalid_config", "--extend", "cannot extend %s: its documents start with token %lld, this "
+                "run's with %lld: name its separator with --separator", path, (long long)sep, (long long)separator);
+    else
         rc = 0;
-    }
     json_array_foreach(shards, i, sh) {
         const char *name = json_string_value(json_object_get(sh, "name"));
         const char *which = json_string_value(json_object_get(sh, "split"));
@@ -486,8 +472,8 @@ static int extend_load(const struct tokenize_config *cfg, int64_t separator, str
             break;
         snprintf(want, sizeof want, "%s_%06d.bin", split[k].split, split[k].index);
         if (!name || !which || (!k && strcmp(which, "train") != 0) || strcmp(name, want) != 0) {
-            rc = extend_refuse(err, path, "shard %zu is '%s', where tokenize writes '%s'", i, name ? name : "(none)",
-                               want);
+            rc = err_set(err, 2, "invalid_config", "--extend", "cannot extend %s: shard %zu is '%s', where "
+                         "tokenize writes '%s'", path, i, name ? name : "(none)", want);
             break;
         }
         json_array_append(split[k].list, sh);

@@ -198,10 +198,10 @@ refused_extend() {   # refused_extend NAME WANT DIR [ARGS...]: exit 2 saying WAN
 cp -r "$WORK/dsx" "$WORK/dsu"
 jq '.tokenizer.unicode_version = "99.0.0"' "$WORK/dsx/dataset.json" > "$WORK/dsu/dataset.json"
 refused_extend "a dataset made with another Unicode version" \
-    "its ids were made with Unicode 99.0.0 (its site's PCRE2), and this site's PCRE2 has Unicode $UNI" "$WORK/dsu"
+    "its ids were made with Unicode 99.0.0, this site's PCRE2 has Unicode $UNI" "$WORK/dsu"
 jq 'del(.tokenizer.unicode_version)' "$WORK/dsx/dataset.json" > "$WORK/dsu/dataset.json"
 refused_extend "a manifest from before the Unicode version was recorded" "it records no Unicode version" "$WORK/dsu"
-refused_extend "another tokenizer file" "its ids were made with the tokenizer file of SHA-256" "$WORK/dsx" gpt2.tiktoken
+refused_extend "another tokenizer file" "its ids are of the tokenizer file of SHA-256" "$WORK/dsx" gpt2.tiktoken
 tokenize gpt2_tokenizer.bin --out "$WORK/dse" --extend 1 "$CORPUS/runs.txt"
 check "--extend: a directory with no dataset: exit 2, said, not made" \
     "$? $(grep -c 'holds no dataset.json to extend' "$WORK/err") $([ -e "$WORK/dse" ] && echo made || echo none)" "2 1 none"
