@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -298,6 +299,21 @@ static void test_split_edges(void **state)
     assert_non_null(strstr(err.message, "invert is not true or false"));
 }
 
+/* The Unicode version a dataset records (tokenize's dataset.json): PCRE2's,
+ * as "major.minor.update", and newer than 6.3, where U+180E left
+ * White_Space. */
+static void test_unicode_version(void **state)
+{
+    (void)state;
+    char v[BPE_UNICODE_VERSION_MAX];
+    int major = 0, minor = 0, update = 0, end = 0;
+    const char *got = bpe_unicode_version(v);
+    assert_ptr_equal(got, v);
+    if (sscanf(v, "%d.%d.%d%n", &major, &minor, &update, &end) != 3 || v[end] != 0)
+        fail_msg("Unicode version '%s' is not major.minor.update", v);
+    assert_true(major > 6 || (major == 6 && minor >= 3));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -307,6 +323,7 @@ int main(void)
         cmocka_unit_test(test_split_behaviors),
         cmocka_unit_test(test_removed_inverted_on_every_character),
         cmocka_unit_test(test_split_edges),
+        cmocka_unit_test(test_unicode_version),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
