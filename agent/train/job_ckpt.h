@@ -71,9 +71,9 @@ struct job_ckpt {
 int job_ckpt_connect(const struct job_ckpt_source *src, const char *verb, struct ctl *c, struct shoal_err *err);
 
 /* Picks the checkpoint: src->step if it is complete, else (step 0) the
- * newest complete one; fills ck's step, stages, format and spec_vocab.  No stage file
- * is fetched yet, so a caller can refuse options the job's format rules
- * out first.  -1 with err set (404 when there is none) on failure. */
+ * newest complete one; fills ck's step, stages, format and spec_vocab.
+ * No stage file is fetched yet, so a caller can refuse options the job's
+ * format (or vocabulary) rules out first.  -1 with err set (404 when there is none) on failure. */
 int job_ckpt_find(const struct ctl *c, const struct job_ckpt_source *src, struct job_ckpt *ck,
                   struct shoal_err *err);
 
