@@ -59,11 +59,8 @@ NVCCFLAGS := -std=c++17 -O3 -g -arch=$(CUDA_ARCH) -Xcompiler=-Wall,-Wextra,-Werr
 
 KERNELS_CFLAGS := -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-openmp
 KERNELS_LIBS   := -lopenblas -fopenmp -lm
-KERNELS_SRC := kernels/stage.c kernels/layout.c kernels/checkpoint.c kernels/stage_file.c \
-               kernels/cpu_layers.c kernels/cpu_stage.c kernels/cpu_gpt2.c kernels/cpu_llama.c \
-               kernels/model_io.c kernels/gpt2_llmc.c kernels/gpt2_safetensors.c kernels/safetensors.c \
-               kernels/hf_weights.c kernels/llama_config.c \
-               kernels/gpt2_config.c kernels/json_scan.c
+KERNELS_SRC := kernels/stage.c kernels/layout.c \
+               kernels/cpu_layers.c kernels/cpu_stage.c kernels/cpu_gpt2.c kernels/cpu_llama.c
 # The model families' description and the stage links' wire formats
 # (common/model.c, common/codec.c, libc only) are the pieces of common/ the
 # kernels read.
@@ -77,6 +74,12 @@ else
 KERNELS_OBJ += $(BUILD)/kernels/cuda_none.o
 AGENT_NCCL  := agent/net/nccl_none.c
 endif
+# The model files (models/README.md): stage files, llm.c's and Hugging
+# Face's formats, over the kernels; their JSON through jansson.  A program
+# that links them links MODELS_OBJ, KERNELS_OBJ and MODELS_LIBS.
+MODELS_SRC  := $(wildcard models/*.c)
+MODELS_OBJ  := $(MODELS_SRC:%.c=$(BUILD)/%.o)
+MODELS_LIBS := -ljansson
 
 COMMON_SRC  := $(wildcard common/*.c)
 # The server's wings (server/README.md), bottom to top; main.c and
@@ -99,9 +102,9 @@ COMMON_OBJ  := $(COMMON_SRC:%.c=$(BUILD)/%.o)
 AGENT_OBJ   := $(AGENT_SRC:%.c=$(BUILD)/%.o)
 SCHED_OBJ   := $(SCHED_SRC:%.c=$(BUILD)/%.o)
 SERVER_OBJ  := $(SERVER_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/embedded.o $(SCHED_OBJ)
-# The server checks each uploaded stage file's header (kernels/stage_file.c needs only libc
+# The server checks each uploaded stage file's header (models/stage_file.c needs only libc
 # and common/model.c).
-SERVER_OBJ  += $(BUILD)/kernels/stage_file.o
+SERVER_OBJ  += $(BUILD)/models/stage_file.o
 UNIT_BIN    := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 RELAY_OBJ   := $(BUILD)/relay/relay.o $(BUILD)/relay/relay_books.o
 
@@ -132,7 +135,7 @@ $(BINDIR)/shoal-server: $(BUILD)/server/main.o $(SERVER_OBJ) $(COMMON_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BINDIR)/shoal-agent: $(BUILD)/agent/main.o $(AGENT_OBJ) $(COMMON_OBJ) $(KERNELS_OBJ)
+$(BINDIR)/shoal-agent: $(BUILD)/agent/main.o $(AGENT_OBJ) $(COMMON_OBJ) $(MODELS_OBJ) $(KERNELS_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) -lcurl $(KERNELS_LIBS)
 
@@ -168,17 +171,17 @@ $(BUILD)/gen/embedded.c: server/store/embed.sh $(MIGRATIONS) $(STATIC)
 $(BUILD)/gen/embedded.o: $(BUILD)/gen/embedded.c
 	$(CC) $(CFLAGS) -Iserver/store -c -o $@ $<
 
-$(BUILD)/tests/%: tests/unit/%.c $(SERVER_OBJ) $(AGENT_OBJ) $(RELAY_OBJ) $(COMMON_OBJ) $(KERNELS_OBJ)
+$(BUILD)/tests/%: tests/unit/%.c $(SERVER_OBJ) $(AGENT_OBJ) $(RELAY_OBJ) $(COMMON_OBJ) $(MODELS_OBJ) $(KERNELS_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS) -lcurl $(KERNELS_LIBS) -lcmocka
 
 # Kernel tools: the GPU test and the benchmark, linked with the CUDA backend
-# where it is built.
+# where it is built.  The GPU test saves and loads stage files (models/).
 KERNEL_TOOLS := $(BUILD)/tests/gpu/test_kernels_gpu $(BUILD)/bench/bench_kernels $(BUILD)/bench/bench_pipeline
 
-$(BUILD)/tests/gpu/test_kernels_gpu: $(wildcard tests/gpu/*.c) $(KERNELS_OBJ)
+$(BUILD)/tests/gpu/test_kernels_gpu: $(wildcard tests/gpu/*.c) $(MODELS_OBJ) $(KERNELS_OBJ)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(KERNELS_LIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(MODELS_LIBS) $(KERNELS_LIBS)
 
 $(BUILD)/bench/bench_peer: tests/bench/bench_peer.c $(filter $(BUILD)/agent/net/peer% $(BUILD)/agent/net/ring.o,$(AGENT_OBJ)) $(COMMON_OBJ)
 	@mkdir -p $(@D)
@@ -226,14 +229,14 @@ $(BUILD)/hostcuda/agent/net/nccl.o: agent/net/nccl.c
 	$(CC) $(CFLAGS) -I$(HOSTCUDA_DIR) -c -o $@ $<
 
 # test_kernels_gpu's sources against the emulated device.
-$(BUILD)/tests/gpu/test_kernels_host: $(wildcard tests/gpu/*.c) $(HOSTCUDA_CPU_OBJ) $(HOSTCUDA_KERNELS) $(HOSTCUDA_OBJ)
+$(BUILD)/tests/gpu/test_kernels_host: $(wildcard tests/gpu/*.c) $(MODELS_OBJ) $(HOSTCUDA_CPU_OBJ) $(HOSTCUDA_KERNELS) $(HOSTCUDA_OBJ)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(HOSTCUDA_LIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(MODELS_LIBS) $(HOSTCUDA_LIBS)
 
 # agent/net/nccl.c's groups, ranks as threads of one process, against a real server.
 $(BUILD)/tests/gpu/test_nccl_host: $(wildcard tests/gpu/nccl/*.c tests/gpu/nccl/*.h) tests/gpu/gpu_check.c \
         $(BUILD)/hostcuda/agent/net/nccl.o \
-        $(filter-out $(BUILD)/agent/net/nccl%,$(AGENT_OBJ)) $(COMMON_OBJ) $(HOSTCUDA_CPU_OBJ) \
+        $(filter-out $(BUILD)/agent/net/nccl%,$(AGENT_OBJ)) $(COMMON_OBJ) $(MODELS_OBJ) $(HOSTCUDA_CPU_OBJ) \
         $(HOSTCUDA_KERNELS) $(HOSTCUDA_OBJ)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.c %.o,$^) $(LDLIBS) -lcurl $(HOSTCUDA_LIBS)
@@ -348,16 +351,16 @@ FUZZ_OWN_LINK := fuzz_bodies fuzz_sched_files fuzz_checkpoint fuzz_dataset fuzz_
                  fuzz_gpt2_llmc fuzz_safetensors fuzz_hf_llama fuzz_bpe fuzz_relay
 $(BUILD)/bin/fuzz_bodies: $(BUILD)/server/api/bodies.o $(BUILD)/server/jobs/jobspec.o $(SCHED_OBJ)
 $(BUILD)/bin/fuzz_sched_files: $(BUILD)/server/jobs/jobspec.o $(SCHED_OBJ)
-$(BUILD)/bin/fuzz_checkpoint: $(KERNELS_OBJ)
-$(BUILD)/bin/fuzz_gpt2_llmc: $(KERNELS_OBJ)
-$(BUILD)/bin/fuzz_safetensors: $(KERNELS_OBJ)
-$(BUILD)/bin/fuzz_hf_llama: $(KERNELS_OBJ)
+$(BUILD)/bin/fuzz_checkpoint: $(MODELS_OBJ) $(KERNELS_OBJ)
+$(BUILD)/bin/fuzz_gpt2_llmc: $(MODELS_OBJ) $(KERNELS_OBJ)
+$(BUILD)/bin/fuzz_safetensors: $(MODELS_OBJ) $(KERNELS_OBJ)
+$(BUILD)/bin/fuzz_hf_llama: $(MODELS_OBJ) $(KERNELS_OBJ)
 $(BUILD)/bin/fuzz_dataset: $(BUILD)/agent/train/data.o $(BUILD)/agent/train/digests.o $(BUILD)/agent/train/roots.o
 $(BUILD)/bin/fuzz_tokenizer: $(BUILD)/agent/tools/tokenizer.o
-$(BUILD)/bin/fuzz_bpe: $(BUILD)/agent/tools/bpe.o $(BUILD)/agent/tools/bpe_files.o $(BUILD)/agent/tools/tokenizer.o
+$(BUILD)/bin/fuzz_bpe: $(BUILD)/agent/tools/bpe.o $(BUILD)/agent/tools/bpe_pattern.o $(BUILD)/agent/tools/bpe_files.o $(BUILD)/agent/tools/tokenizer.o
 $(BUILD)/bin/fuzz_peer: $(filter $(BUILD)/agent/net/peer%,$(AGENT_OBJ))
 $(BUILD)/bin/fuzz_relay:   # common/ alone: the relay's request and the server's tickets
-$(patsubst %,$(BUILD)/bin/%,$(filter-out $(FUZZ_OWN_LINK),$(FUZZ_NAMES))): $(SERVER_OBJ) $(AGENT_OBJ) $(KERNELS_OBJ)
+$(patsubst %,$(BUILD)/bin/%,$(filter-out $(FUZZ_OWN_LINK),$(FUZZ_NAMES))): $(SERVER_OBJ) $(AGENT_OBJ) $(MODELS_OBJ) $(KERNELS_OBJ)
 
 $(BUILD)/bin/fuzz_%: tests/fuzz/fuzz_%.c $(COMMON_OBJ)
 	@mkdir -p $(@D)

@@ -1,20 +1,25 @@
-/* kernels.h - GPT-2 transformer layers as pipeline stages, forward and
- * backward, on one of two backends chosen at run time: "cpu" (fp32, OpenBLAS,
- * the oracle) or "cuda" (bf16 matrix products with fp32 accumulation, fp32
- * master weights and optimizer state).
+/* kernels.h - transformer pipeline stages of the model families in
+ * common/model.h (GPT-2 and Llama), forward and backward, on one of two
+ * backends chosen at run time: "cpu" (fp32, OpenBLAS, the oracle) or "cuda"
+ * (bf16 matrix products with fp32 accumulation, fp32 master weights and
+ * optimizer state).
  *
  * A stage is a contiguous range of transformer blocks [layer_start,
- * layer_end), plus the token and position embeddings when it is the first
- * stage and the final layer norm, output head and cross-entropy loss when it
- * is the last. The output head is not tied to the token embedding, so stages
- * never share a parameter.
+ * layer_end), plus the embeddings when it is the first stage and the final
+ * norm, output head and cross-entropy loss when it is the last.  A tied
+ * head (model->tied) is a second copy of wte on the last stage, kept equal
+ * by summing the two gradients (kern_stage_tie_grads, kern_stage_tied_tensor),
+ * so stages never share memory.
  *
  * Shapes: B = sequences per micro-batch, T = tokens per sequence,
  * C = d_model, V = vocab, NH = heads, hs = C / NH.
  *
  * Every function that can fail returns 0 on success and -1 on error, with a
  * sentence in err->msg; on error the stage is unchanged unless the function
- * says otherwise. This directory depends on nothing else in shoal.
+ * says otherwise.  This directory is the math only and depends on nothing
+ * else in shoal but common/model.c and common/codec.c; the files models are
+ * read from and written to (stage files, llm.c, safetensors, config.json)
+ * are models/'s.
  */
 #ifndef SHOAL_KERNELS_H
 #define SHOAL_KERNELS_H
@@ -96,6 +101,10 @@ struct kern_tensor {
 };
 
 struct kern_stage;
+
+/* Checks a model as kern_stage_new does: every field >= 1, d_model a
+ * multiple of heads, vocab x d_model and context x d_model within int. */
+int kern_model_check(const struct model_config *m, struct kern_err *err);
 
 /* Validates the model and spec, allocates parameters (initialised from
  * spec->seed: block i gets the same values whatever stage holds it),
@@ -216,48 +225,6 @@ float *kern_stage_extra(struct kern_stage *st, enum kern_extra which);
 
 /* The extra buffer if the stage has it, else NULL. */
 float *kern_stage_extra_if(const struct kern_stage *st, enum kern_extra which);
-
-/* Stage files: magic "SHOALSTG", version, model, layer range, which extras
- * it holds, AdamW step, parameters, both AdamW moments (left out, zero,
- * when the stage is at AdamW step 0 with zero moments) and the extras, and
- * a checksum. Load checks that the file belongs to the same model and layer
- * range and is whole before it changes anything.  Version 1 files (no
- * extras) load too. */
-#define KERN_STAGE_FILE_VERSION 4
-int kern_stage_save(struct kern_stage *st, FILE *f, struct kern_err *err);
-int kern_stage_load(struct kern_stage *st, FILE *f, struct kern_err *err);
-
-/* Fills st's parameters and both AdamW moments, tensor by tensor (by name:
- * "h3.qkvw" is block 3's wherever it lives), from `sources`: stages of the
- * same model that between them hold every tensor of st, typically loaded
- * from the stage files of a checkpoint taken under another layer split.
- * All sources must be at the same AdamW step, which st takes.  Any
- * backends.  Fails, changing nothing, when a tensor is missing or of
- * another size, the models differ, or the steps do. */
-int kern_stage_assemble(struct kern_stage *st, struct kern_stage *const *sources, int n_sources,
-                        struct kern_err *err);
-
-/* Reads a stage file's header: the model and the layer range and first/last
- * flags it holds (into spec; the other spec fields are left alone), so a
- * stage that can load it can be built, and the AdamW steps it has taken
- * (into *step, unless step is NULL).  The file position is back at the
- * start afterwards.  Fails on a short file, bad magic, another version, or a
- * header whose model and layers do not make its float count or whose file
- * is not the size that count makes (so a stage built from it allocates no
- * more than the file holds).  The buffers and checksum are not read.
- * Lives in stage_file.c, which links without the rest of this directory. */
-int kern_stage_file_peek(FILE *f, struct model_config *model, struct kern_stage_spec *spec, uint64_t *step,
-                         struct kern_err *err);
-
-/* A stage file's parameters alone, for a reader that trains nothing
- * (export): the header's model and layers into *model and *spec, the
- * parameters into *params (malloc'd, *n floats: the caller frees it); the
- * other buffers are read through the checksum in small pieces and not
- * kept, so this takes 4 bytes a parameter where a stage takes 16.  -1 with
- * err (a bad header, a truncated or corrupt file, memory) and *params
- * NULL. */
-int kern_stage_file_params(FILE *f, struct model_config *model, struct kern_stage_spec *spec, float **params,
-                           uint64_t *n, struct kern_err *err);
 
 /* FLOPs of one forward+backward of a micro-batch on this stage (matrix
  * products, 3x the forward's), for throughput and MFU reports. */

@@ -1,7 +1,6 @@
 /* stage.c - the backend-neutral half of a stage: validation, device choice,
  * micro-batch slots, and the calls into the backend's operations table. */
 #include "stage.h"
-#include "model_io.h"
 
 #include <errno.h>
 #include <limits.h>

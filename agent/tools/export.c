@@ -11,7 +11,7 @@
 
 #include "../../common/opts.h"
 #include "../../common/sha256.h"
-#include "../../kernels/model_io.h"
+#include "../../models/model_io.h"
 #include "../train/job_ckpt.h"
 
 struct export_config {

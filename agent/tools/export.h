@@ -3,7 +3,7 @@
  *
  * Loads a job's complete checkpoint as `sample` does (job_ckpt.h: every
  * stage file SHA-256 checked on the way down), joins the stages into the
- * whole model (kernels/model_io.h) and writes into --out:
+ * whole model (models/model_io.h) and writes into --out:
  *
  *   model.safetensors   Hugging Face GPT2LMHeadModel weights, F32, with
  *                       lm_head.weight when the head is not tied (shoal

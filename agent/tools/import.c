@@ -11,7 +11,8 @@
 #include "../../common/model_json.h"
 #include "../../common/opts.h"
 #include "../../common/sha256.h"
-#include "../../kernels/model_io.h"
+#include "../../models/checkpoint.h"
+#include "../../models/model_io.h"
 #include "../train/job_ckpt.h"
 
 #define IMPORT_CALL_S 30             /* s for one JSON call */

@@ -7,7 +7,7 @@
  * even split of the layers; the agents assemble any other split the plan
  * picks, tensor by tensor) and uploads each stage file as the job's step-0
  * checkpoint (the parameters alone: the AdamW moments of a step-0 stage
- * are zero and left out, kernels.h), SHA-256 checked by the server.  The job must not have been
+ * are zero and left out, models/checkpoint.h), SHA-256 checked by the server.  The job must not have been
  * scheduled yet; when it is, every stage trains on from these weights (the
  * head starts as a copy of the tied embedding), and a failure before its
  * first checkpoint recovers from them too.

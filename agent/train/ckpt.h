@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #include "../../common/err.h"
-#include "../../kernels/kernels.h"
+#include "../../models/checkpoint.h"
 #include "assign.h"
 #include "../control/control.h"
 #include "../control/report.h"

@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 #include "../../common/err.h"
-#include "../../kernels/kernels.h"
+#include "../../models/checkpoint.h"
 #include "assign.h"
 
 struct tasklet;

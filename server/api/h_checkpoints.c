@@ -35,7 +35,7 @@
 #include "../../common/model_json.h"
 #include "../../common/sha256.h"
 #include "../../common/token.h"
-#include "../../kernels/kernels.h"
+#include "../../models/checkpoint.h"
 #include "../store/checkpoints.h"
 #include "../http/http.h"
 #include "routes.h"

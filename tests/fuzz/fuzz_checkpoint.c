@@ -1,4 +1,4 @@
-/* fuzz_checkpoint.c - the stage file reader (kernels/checkpoint.c) as the
+/* fuzz_checkpoint.c - the stage file reader (models/checkpoint.c) as the
  * agent uses it on a checkpoint it downloaded: read from memory (fmemopen),
  *
  *   1. kern_stage_file_peek, then a CPU stage built from the header, then
@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../kernels/kernels.h"
+#include "../../models/checkpoint.h"
 
-/* magic 8, version 4, 9 (version 1) or 10 int32, step 8, n 8 (kernels/checkpoint.c) */
+/* magic 8, version 4, 9 (version 1) or 10 int32, step 8, n 8 (models/checkpoint.c) */
 #define HEADER_BYTES_V1 64
 #define HEADER_BYTES_V2 68
 #define EXTRAS_AT 48      /* version 2: the extras mask, after 9 int32 */

@@ -1,4 +1,4 @@
-/* fuzz_gpt2_llmc.c - the llm.c checkpoint reader (kernels/gpt2_llmc.c), as
+/* fuzz_gpt2_llmc.c - the llm.c checkpoint reader (models/gpt2_llmc.c), as
  * an import reads a gpt2_124M.bin someone uploaded: from memory and from a
  * FILE* (fmemopen), then again with the file cut or zero-padded to the
  * length its header makes (so that mutated headers reach the parameters
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../kernels/model_io.h"
+#include "../../models/model_io.h"
 
 #define HEADER 1024
 #define MAX_FIXED (1u << 20) /* bytes: the longest length-fixed copy tried */

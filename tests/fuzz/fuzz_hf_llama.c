@@ -1,6 +1,6 @@
-/* fuzz_hf_llama.c - the Llama readers (kernels/hf_weights.c,
- * llama_config.c, the safetensors container safetensors.c and the JSON
- * cursor json_scan.c), as an import reads a model.safetensors, its
+/* fuzz_hf_llama.c - the Llama readers (models/hf_weights.c,
+ * llama_config.c, the safetensors container safetensors.c and their JSON
+ * through jansson, hf_json.c), as an import reads a model.safetensors, its
  * config.json and a shard index.  Byte 0 says what follows:
  *
  *   0x80 set     a config.json text;
@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../kernels/model_io.h"
+#include "../../models/model_io.h"
 
 static void expect(int ok, const char *what)
 {

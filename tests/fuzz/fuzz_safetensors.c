@@ -1,5 +1,5 @@
-/* fuzz_safetensors.c - the Hugging Face readers (kernels/gpt2_safetensors.c,
- * gpt2_config.c and their JSON cursor, json_scan.c), as an import reads an
+/* fuzz_safetensors.c - the Hugging Face readers (models/gpt2_safetensors.c,
+ * gpt2_config.c, their JSON through jansson in hf_json.c), as an import reads an
  * uploaded model.safetensors and config.json.  Byte 0 says what follows:
  *
  *   bit 7 set      a config.json text;
@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../kernels/model_io.h"
+#include "../../models/model_io.h"
 
 static void expect(int ok, const char *what)
 {

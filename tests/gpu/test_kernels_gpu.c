@@ -38,7 +38,7 @@
  * `--device cpu` compares the oracle with itself: it checks this harness
  * (every error is ~0) on a machine without a GPU.
  */
-#include "../../kernels/kernels.h"
+#include "../../models/checkpoint.h"
 #include "gpu_check.h"
 
 #include <math.h>

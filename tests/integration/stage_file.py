@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""stage_file.py - writes a shoal stage file (kernels/checkpoint.c's layout,
+"""stage_file.py - writes a shoal stage file (models/checkpoint.c's layout,
 version 2, no extras) for integration suites: a real header, a float count
 its model and layers make (kernels/layout.c), arbitrary parameters and
 zero AdamW moments, and the FNV-1a 64 checksum.  Standard library only.

@@ -5,7 +5,7 @@
 # a job with some but not all initial weights is not scheduled; one with
 # all of them starts from them (the assignment's resume is the job's own
 # step 0).  Stage files come from stage_file.py (the real layout and
-# checksum, kernels/checkpoint.c).
+# checksum, models/checkpoint.c).
 set -u
 . "$(dirname "$0")/lib.sh"
 

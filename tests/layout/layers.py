@@ -3,10 +3,12 @@
 
 Prints "ok - ..." / "not ok - ..." lines (tests/run.sh counts them):
   - every folder of server/ and agent/ opens with a README.md;
-  - no folder holds more than MAX_UNITS source units (a .c with its .h is one);
+  - no folder of server/, agent/, kernels/ or models/ holds more than
+    MAX_UNITS source units (a .c with its .h is one);
   - every #include "..." between folders runs down the order below (a
-    folder includes only from folders after it in its list, and from
-    common/ and kernels/), so the folders form no circle;
+    folder includes only from folders after it in its list: models/ from
+    kernels/ and common/, kernels/ from common/ alone), so the folders form
+    no circle;
   - no two units include each other's headers across .c files (a circle
     of files such as a.c -> b.h, b.c -> a.h), except where a room's own
     hub header gathers its parts (HUBS);
@@ -23,8 +25,9 @@ MAX_UNITS = 20
 # Top first: a folder may include from any folder after it.
 ORDER = {
     'server': ['server', 'server/api', 'server/jobs', 'server/http', 'server/sched', 'server/store',
-               'server/base', 'kernels', 'common'],
-    'agent': ['agent', 'agent/tools', 'agent/train', 'agent/net', 'agent/control', 'kernels', 'common'],
+               'server/base', 'models', 'kernels', 'common'],
+    'agent': ['agent', 'agent/tools', 'agent/train', 'agent/net', 'agent/control', 'models', 'kernels', 'common'],
+    'models': ['models', 'kernels', 'common'],
     'kernels': ['kernels', 'common'],
     'common': ['common'],
 }
@@ -78,9 +81,10 @@ def main():
     folders = sorted({os.path.dirname(p) for p in sources() if p.split('/')[0] in ('server', 'agent')})
     missing = [f for f in folders if not os.path.exists(os.path.join(TOP, f, 'README.md'))]
     results.append((not missing, 'every folder of server/ and agent/ opens with a README.md', ' '.join(missing)))
-    sizes = {f: len({unit(os.path.basename(p)) for p in sources() if os.path.dirname(p) == f}) for f in folders}
+    sized = folders + ['kernels', 'models']
+    sizes = {f: len({unit(os.path.basename(p)) for p in sources() if os.path.dirname(p) == f}) for f in sized}
     big = [f'{f} ({n})' for f, n in sizes.items() if n > MAX_UNITS]
-    results.append((not big, f'no folder of server/ and agent/ holds more than {MAX_UNITS} source units '
+    results.append((not big, f'no folder of server/, agent/, kernels/ or models/ holds more than {MAX_UNITS} source units '
                     f'(largest: {max(sizes.values())})', ' '.join(big)))
     upward = []
     for p, ts in sorted(includes.items()):

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../kernels/kernels.h"
+#include "../../models/checkpoint.h"
 
 static const struct kern_device cpu = {KERN_CPU, 0};
 

@@ -1,5 +1,5 @@
 /* test_hf_llama.c - Llama weights in and out the Hugging Face way
- * (kernels/hf_weights.c, llama_config.c): files written here, by the
+ * (models/hf_weights.c, llama_config.c): files written here, by the
  * test's own writer, from a formula that gives every tensor of every block
  * its own values, in F32 and BF16, whole and in shards with an index, in
  * any order, with the rotary buffers older files carry, import with each
@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../kernels/model_io.h"
+#include "../../models/model_io.h"
 #include "bytes_fixture.h"
 
 /* A small Llama: grouped (2 kv heads of 4), an MLP of 40, three blocks. */
@@ -351,7 +351,7 @@ static void test_configs(void **state)
          "kv_heads"},
         {"{\"vocab_size\":8}", "model_type is missing"},
         {"[1]", "config.json"},
-        {"{\"model_type\":\"llama\",\"model_type\":\"llama\"}", "a second model_type"},
+        {"{\"model_type\":\"llama\",\"model_type\":\"llama\"}", "duplicate object key"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         struct model_config keep = {.vocab = 99};

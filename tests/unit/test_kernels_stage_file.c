@@ -1,4 +1,4 @@
-/* test_kernels_stage_file.c - kernels/kernels.h's stage files on the CPU
+/* test_kernels_stage_file.c - models/checkpoint.h's stage files on the CPU
  * backend (kernels_fixture.h): save, load and train on exactly; a checkpoint
  * of one layer split assembled into another; the extra state of version 2
  * (outer momentum, sync feedback); a step-0 stage saved without its zero
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../kernels/kernels.h"
+#include "../../models/checkpoint.h"
 #include "kernels_fixture.h"
 
 static void test_save_load_continue(void **state)

@@ -4,8 +4,9 @@
  *   build (from the repository root):
  *     cc -std=c11 -D_GNU_SOURCE -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-openmp \
  *        -o /tmp/make_checkpoint_seeds tests/fuzz/seeds/make_checkpoint_seeds.c \
- *        kernels/stage.c kernels/layout.c kernels/checkpoint.c kernels/stage_file.c kernels/cpu_layers.c \
- *        kernels/cpu_stage.c kernels/cuda_none.c -lopenblas -lm -fopenmp
+ *        kernels/stage.c kernels/layout.c models/checkpoint.c models/stage_file.c kernels/cpu_layers.c \
+ *        kernels/cpu_stage.c kernels/cpu_gpt2.c kernels/cpu_llama.c kernels/cuda_none.c common/model.c \
+ *        common/codec.c -lopenblas -lm -fopenmp
  *     /tmp/make_checkpoint_seeds tests/fuzz/corpus/fuzz_checkpoint
  *
  * The model is fuzz_checkpoint.c's seed_model; stage 0 of two is the one
@@ -13,7 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "../../../kernels/kernels.h"
+#include "../../../models/checkpoint.h"
 
 static const struct model_config model = { .vocab = 8, .context = 4, .d_model = 4, .heads = 2, .layers = 2 };
 

@@ -22,7 +22,8 @@
  *
  * The header is read and checked by stage_file.c (kern_stage_file_peek).
  */
-#include "stage.h"
+#include "../kernels/stage.h"
+#include "checkpoint.h"
 #include "stage_file.h"
 
 #include <stdlib.h>

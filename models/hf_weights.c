@@ -8,7 +8,7 @@
  * lm_head.weight (absent when the head is tied).  Shapes are those the
  * model (its config.json) makes, so the heads, kv heads and MLP width are
  * checked, not guessed. */
-#include "json_scan.h"
+#include "hf_json.h"
 #include "safetensors.h"
 
 #include <stdlib.h>
@@ -265,56 +265,47 @@ out:
 
 int kern_hf_index_read(const char *text, size_t len, struct kern_hf_index *ix, struct kern_err *err)
 {
-    struct jscan j;
-    char key[ST_NAME_MAX], file[KERN_HF_FILE_MAX];
-    int first = 1, r, seen_map = 0;
-    size_t klen;
-
+    static const char what[] = "model.safetensors.index.json";
+    const char *name, *file;
+    json_t *v, *map;
+    int rc = -1;
+    json_t *root = hj_parse_object(text, len, what, err);
     memset(ix, 0, sizeof *ix);
-    js_init(&j, text, len, "model.safetensors.index.json", err);
-    if (js_object(&j))
+    if (!root)
         return -1;
-    while ((r = js_member(&j, &first, key, sizeof key, &klen)) == 1) {
-        if (strcmp(key, "weight_map") != 0) {
-            if (js_skip(&j))
-                goto fail;
-            continue;
-        }
-        if (seen_map++) {
-            js_fail(&j, "a second weight_map");
-            goto fail;
-        }
-        int f2 = 1, r2;
-        if (js_object(&j))
-            goto fail;
-        while ((r2 = js_member(&j, &f2, key, sizeof key, &klen)) == 1) {
-            if (js_peek(&j) != '"' || js_string(&j, file, sizeof file, &klen))
-                goto fail;
-            if (!file[0] || strchr(file, '/') || strcmp(file, ".") == 0 || strcmp(file, "..") == 0) {
-                js_fail(&j, "tensor '%s' is in '%s', which is not a file name beside the index", key, file);
-                goto fail;
-            }
-            int k = 0;
-            while (k < ix->n_files && strcmp(ix->files[k], file) != 0)
-                k++;
-            if (k == ix->n_files) {
-                if (ix->n_files == KERN_HF_FILES_MAX) {
-                    js_fail(&j, "more than %d shard files", KERN_HF_FILES_MAX);
-                    goto fail;
-                }
-                snprintf(ix->files[ix->n_files++], KERN_HF_FILE_MAX, "%s", file);
-            }
-            ix->n_names++;
-        }
-        if (r2 < 0)
-            goto fail;
+    if (!(map = json_object_get(root, "weight_map")) || !json_is_object(map)) {
+        kern_fail(err, "%s: no weight_map naming a shard", what);
+        goto out;
     }
-    if (r < 0 || js_finish(&j))
-        goto fail;
-    if (!seen_map || ix->n_files == 0)
-        return kern_fail(err, "model.safetensors.index.json: no weight_map naming a shard");
-    return 0;
-fail:
-    memset(ix, 0, sizeof *ix);
-    return -1;
+    json_object_foreach(map, name, v) {
+        if (hj_string(v, what, "a weight_map entry", &file, err))
+            goto out;
+        if (!file[0] || strlen(file) >= KERN_HF_FILE_MAX || strchr(file, '/') || strcmp(file, ".") == 0 ||
+            strcmp(file, "..") == 0) {
+            kern_fail(err, "%s: tensor '%s' is in '%s', which is not a file name beside the index", what, name,
+                      file);
+            goto out;
+        }
+        int k = 0;
+        while (k < ix->n_files && strcmp(ix->files[k], file) != 0)
+            k++;
+        if (k == ix->n_files) {
+            if (ix->n_files == KERN_HF_FILES_MAX) {
+                kern_fail(err, "%s: more than %d shard files", what, KERN_HF_FILES_MAX);
+                goto out;
+            }
+            snprintf(ix->files[ix->n_files++], KERN_HF_FILE_MAX, "%s", file);
+        }
+        ix->n_names++;
+    }
+    if (ix->n_files == 0) {
+        kern_fail(err, "%s: no weight_map naming a shard", what);
+        goto out;
+    }
+    rc = 0;
+out:
+    if (rc)
+        memset(ix, 0, sizeof *ix);
+    json_decref(root);
+    return rc;
 }

@@ -1,7 +1,7 @@
 /* safetensors.c - the safetensors container (safetensors.h): its header
  * read and checked whatever model it holds, and a file written. */
 #include "safetensors.h"
-#include "json_scan.h"
+#include "hf_json.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -60,128 +60,134 @@ int st_header_read(const struct io_src *src, const char *who, char **text, uint6
     return 0;
 }
 
-/* {"dtype": ..., "shape": [...], "data_offsets": [b, e]}, each once. */
-static int parse_entry(struct jscan *j, struct st_entry *e, const char *name, uint64_t data_len)
+#define WHAT "safetensors header"
+
+/* An array of at most max non-negative integers into v[]; *n of them. */
+static int read_uints(const json_t *a, const char *name, const char *member, int max, uint64_t *v, int *n,
+                      struct kern_err *err)
 {
-    char key[32], dtype[16];
-    int first = 1, r, seen = 0;
-    size_t len;
-    if (js_object(j))
-        return -1;
-    while ((r = js_member(j, &first, key, sizeof key, &len)) == 1) {
-        int bit = strcmp(key, "dtype") == 0 ? 1 : strcmp(key, "shape") == 0 ? 2
-                  : strcmp(key, "data_offsets") == 0 ? 4 : 0;
-        if (!bit || (seen & bit))
-            return js_fail(j, "tensor '%s': %s member '%s'", name, bit ? "a second" : "unknown", key);
-        seen |= bit;
-        int el = 1, n = 0;
-        if (bit == 1) {
-            if (js_string(j, dtype, sizeof dtype, &len))
-                return -1;
-            for (e->dtype = 0; e->dtype < N_DTYPES && strcmp(dtypes[e->dtype].name, dtype) != 0; e->dtype++)
-                ;
-            if (e->dtype == N_DTYPES)
-                return js_fail(j, "tensor '%s': unknown dtype '%s'", name, dtype);
-            continue;
-        }
-        uint64_t v[MAX_DIMS];
-        if (js_array(j))
-            return -1;
-        while ((r = js_element(j, &el)) == 1) {
-            if (n == (bit == 2 ? MAX_DIMS : 2))
-                return js_fail(j, "tensor '%s': more than %d %s", name, bit == 2 ? MAX_DIMS : 2,
-                               bit == 2 ? "dimensions" : "offsets");
-            if (js_uint64(j, &v[n++]))
-                return -1;
-        }
-        if (r < 0)
-            return -1;
-        if (bit == 2) {
-            e->ndim = n;
-            e->numel = 1;
-            for (int i = 0; i < n; i++)
-                if (__builtin_mul_overflow(e->numel, v[i], &e->numel))
-                    return js_fail(j, "tensor '%s': its shape overflows 64 bits", name);
-            e->dim[0] = n > 0 ? v[0] : 0;
-            e->dim[1] = n > 1 ? v[1] : 0;
-        } else if (n != 2) {
-            return js_fail(j, "tensor '%s': data_offsets is not [begin, end]", name);
-        } else {
-            e->begin = v[0];
-            e->end = v[1];
-        }
+    size_t i;
+    const json_t *x;
+    if (!json_is_array(a))
+        return kern_fail(err, WHAT ": tensor '%s': %s is not an array", name, member);
+    if (json_array_size(a) > (size_t)max)
+        return kern_fail(err, WHAT ": tensor '%s': more than %d %s", name, max,
+                         strcmp(member, "shape") == 0 ? "dimensions" : "offsets");
+    json_array_foreach(a, i, x) {
+        if (!json_is_integer(x) || json_integer_value(x) < 0)
+            return kern_fail(err, WHAT ": tensor '%s': %s holds something other than a non-negative integer",
+                             name, member);
+        v[i] = (uint64_t)json_integer_value(x);
     }
-    if (r < 0)
+    *n = (int)json_array_size(a);
+    return 0;
+}
+
+/* {"dtype": ..., "shape": [...], "data_offsets": [b, e]}, nothing else. */
+static int parse_entry(const json_t *o, struct st_entry *e, const char *name, uint64_t data_len,
+                       struct kern_err *err)
+{
+    const char *key, *dtype;
+    const json_t *v, *shape = json_object_get(o, "shape"), *offsets = json_object_get(o, "data_offsets");
+    uint64_t dim[MAX_DIMS], off[2], bytes;
+    int n, n_off;
+    if (!json_is_object(o))
+        return kern_fail(err, WHAT ": tensor '%s' is not an object", name);
+    json_object_foreach((json_t *)o, key, v)
+        if (strcmp(key, "dtype") != 0 && strcmp(key, "shape") != 0 && strcmp(key, "data_offsets") != 0)
+            return kern_fail(err, WHAT ": tensor '%s': unknown member '%s'", name, key);
+    if (!(v = json_object_get(o, "dtype")) || !shape || !offsets)
+        return kern_fail(err, WHAT ": tensor '%s' lacks %s", name, !v ? "its dtype" : !shape ? "its shape"
+                                                                                             : "its data_offsets");
+    if (hj_string(v, WHAT, "dtype", &dtype, err))
         return -1;
-    if (seen != 7)
-        return js_fail(j, "tensor '%s' lacks %s", name, !(seen & 1) ? "its dtype" : !(seen & 2) ? "its shape"
-                                                                                                : "its data_offsets");
-    uint64_t bytes;
+    for (e->dtype = 0; e->dtype < N_DTYPES && strcmp(dtypes[e->dtype].name, dtype) != 0; e->dtype++)
+        ;
+    if (e->dtype == N_DTYPES)
+        return kern_fail(err, WHAT ": tensor '%s': unknown dtype '%s'", name, dtype);
+    if (read_uints(shape, name, "shape", MAX_DIMS, dim, &n, err) ||
+        read_uints(offsets, name, "data_offsets", 2, off, &n_off, err))
+        return -1;
+    if (n_off != 2)
+        return kern_fail(err, WHAT ": tensor '%s': data_offsets is not [begin, end]", name);
+    e->ndim = n;
+    e->numel = 1;
+    for (int i = 0; i < n; i++)
+        if (__builtin_mul_overflow(e->numel, dim[i], &e->numel))
+            return kern_fail(err, WHAT ": tensor '%s': its shape overflows 64 bits", name);
+    e->dim[0] = n > 0 ? dim[0] : 0;
+    e->dim[1] = n > 1 ? dim[1] : 0;
+    e->begin = off[0];
+    e->end = off[1];
     if (e->begin > e->end || e->end > data_len)
-        return js_fail(j, "tensor '%s': data_offsets [%llu,%llu] are not inside the %llu bytes of data", name,
-                       (unsigned long long)e->begin, (unsigned long long)e->end, (unsigned long long)data_len);
+        return kern_fail(err, WHAT ": tensor '%s': data_offsets [%llu,%llu] are not inside the %llu bytes of data",
+                         name, (unsigned long long)e->begin, (unsigned long long)e->end,
+                         (unsigned long long)data_len);
     if (__builtin_mul_overflow(e->numel, (uint64_t)dtypes[e->dtype].size, &bytes) || bytes != e->end - e->begin)
-        return js_fail(j, "tensor '%s': %llu bytes of data for %llu elements of %s", name,
-                       (unsigned long long)(e->end - e->begin), (unsigned long long)e->numel, dtypes[e->dtype].name);
+        return kern_fail(err, WHAT ": tensor '%s': %llu bytes of data for %llu elements of %s", name,
+                         (unsigned long long)(e->end - e->begin), (unsigned long long)e->numel,
+                         dtypes[e->dtype].name);
+    return 0;
+}
+
+/* __metadata__: an object of strings, kept by nobody here. */
+static int check_metadata(const json_t *meta, struct kern_err *err)
+{
+    const char *key;
+    const json_t *v;
+    if (!json_is_object(meta))
+        return kern_fail(err, WHAT ": __metadata__ is not an object");
+    json_object_foreach((json_t *)meta, key, v)
+        if (!json_is_string(v))
+            return kern_fail(err, WHAT ": __metadata__ member '%s' is not a string", key);
     return 0;
 }
 
 int st_parse_header(const char *text, size_t len, uint64_t data_len, st_classify_fn classify, void *ctx,
                     const char *model, struct st_entry **out, int *n, struct kern_err *err)
 {
-    struct jscan j;
     struct st_entry *e = NULL;
-    size_t cap = 0, klen;
-    int count = 0, first = 1, r, meta = 0;
-    char key[ST_NAME_MAX];
+    const char *key;
+    json_t *v, *root = NULL;
+    int count = 0, rc = -1;
 
-    js_init(&j, text, len, "safetensors header", err);
-    if (len == 0 || text[0] != '{')
-        return js_fail(&j, "the header does not start with '{'");
-    if (js_object(&j))
-        return -1;
-    while ((r = js_member(&j, &first, key, sizeof key, &klen)) == 1) {
-        if (strcmp(key, "__metadata__") == 0) { /* string to string; kept by nobody here */
-            int f2 = 1, r2;
-            if (meta++)
-                goto fail_dup;
-            if (js_object(&j))
-                goto fail;
-            while ((r2 = js_member(&j, &f2, NULL, 0, &klen)) == 1)
-                if (js_string(&j, NULL, 0, NULL))
-                    goto fail;
-            if (r2 < 0)
-                goto fail;
+    if (len == 0 || text[0] != '{') {
+        kern_fail(err, WHAT ": the header does not start with '{'");
+        goto out;
+    }
+    if (!(root = hj_parse_object(text, len, WHAT, err)))
+        goto out;
+    size_t cap = json_object_size(root);
+    if (!(e = calloc(cap ? cap : 1, sizeof *e))) {
+        kern_fail(err, "safetensors: out of memory for %zu header entries", cap);
+        goto out;
+    }
+    json_object_foreach(root, key, v) {
+        if (strcmp(key, "__metadata__") == 0) {
+            if (check_metadata(v, err))
+                goto out;
             continue;
         }
-        if ((size_t)count == cap) {
-            cap = cap ? 2 * cap : 64;
-            struct st_entry *grown = realloc(e, cap * sizeof *e);
-            if (!grown) {
-                kern_fail(err, "safetensors: out of memory for %zu header entries", cap);
-                goto fail;
-            }
-            e = grown;
+        if (strlen(key) >= ST_NAME_MAX) {
+            kern_fail(err, WHAT ": a tensor name of %zu bytes, over the %d this reads", strlen(key), ST_NAME_MAX - 1);
+            goto out;
         }
-        memset(&e[count], 0, sizeof e[count]);
         snprintf(e[count].name, sizeof e[count].name, "%s", key);
         if (classify(key, ctx, &e[count].kind, &e[count].layer)) {
-            js_fail(&j, "tensor '%s' is not part of %s", key, model);
-            goto fail;
+            kern_fail(err, WHAT ": tensor '%s' is not part of %s", key, model);
+            goto out;
         }
-        if (parse_entry(&j, &e[count++], key, data_len))
-            goto fail;
+        if (parse_entry(v, &e[count++], key, data_len, err))
+            goto out;
     }
-    if (r < 0 || js_finish(&j))
-        goto fail;
     *out = e;
     *n = count;
-    return 0;
-fail_dup:
-    js_fail(&j, "a second __metadata__");
-fail:
+    e = NULL;
+    rc = 0;
+out:
     free(e);
-    return -1;
+    json_decref(root);
+    return rc;
 }
 
 static int by_begin(const void *a, const void *b)

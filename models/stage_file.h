@@ -1,12 +1,13 @@
 /* stage_file.h - the header of a stage file (layout in checkpoint.c): read,
  * checked against itself and the file's size.  Not part of the public API;
- * kern_stage_file_peek (kernels.h) is.  stage_file.c needs nothing but
- * libc, so that a program that only checks stage files (the server) links
- * it without the rest of the kernels. */
-#ifndef SHOAL_KERNELS_STAGE_FILE_H
-#define SHOAL_KERNELS_STAGE_FILE_H
+ * kern_stage_file_peek (checkpoint.h) is.  stage_file.c needs nothing but
+ * libc and common/model.c, so that a program that only checks stage files
+ * (the server) links it without the rest of models/ (jansson) or the
+ * kernels (OpenBLAS, CUDA). */
+#ifndef SHOAL_MODELS_STAGE_FILE_H
+#define SHOAL_MODELS_STAGE_FILE_H
 
-#include "kernels.h"
+#include "checkpoint.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -11,8 +11,8 @@
  *                      start of the data, which the tensors cover exactly
  *   data
  */
-#ifndef SHOAL_KERNELS_SAFETENSORS_H
-#define SHOAL_KERNELS_SAFETENSORS_H
+#ifndef SHOAL_MODELS_SAFETENSORS_H
+#define SHOAL_MODELS_SAFETENSORS_H
 
 #include "model_io_impl.h"
 

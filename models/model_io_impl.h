@@ -2,11 +2,11 @@
  * gpt2_llmc.c, gpt2_safetensors.c, gpt2_config.c): the whole model's
  * layout, a file read from memory or a FILE*, and element types.  Not part
  * of the public API. */
-#ifndef SHOAL_KERNELS_MODEL_IO_IMPL_H
-#define SHOAL_KERNELS_MODEL_IO_IMPL_H
+#ifndef SHOAL_MODELS_MODEL_IO_IMPL_H
+#define SHOAL_MODELS_MODEL_IO_IMPL_H
 
 #include "model_io.h"
-#include "stage.h"
+#include "../kernels/stage.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "llm.c and safetensors files are little-endian, read here in host order"

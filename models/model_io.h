@@ -9,7 +9,7 @@
  *     GPT2Model, F32, F16 or BF16), with the config.json beside it.
  *
  * The whole-model buffer is the flat parameter buffer of a stage that holds
- * layers [0, L), first and last (kernels.h, layout.c): wte (V,C), wpe
+ * layers [0, L), first and last (kernels/kernels.h, kernels/layout.c): wte (V,C), wpe
  * (context,C), the L blocks, lnfw (C), lnfb (C), head (V,C).  Matrices are
  * stored (out, in), as PyTorch's nn.Linear and llm.c hold them.
  *
@@ -21,12 +21,12 @@
  * *model and *params as they were (a FILE*'s position is then unspecified).
  * Writers check everything before their first byte: when they refuse,
  * nothing is written; when a write fails halfway the caller removes the
- * partial file.  Nothing here depends on the rest of shoal.
+ * partial file.  JSON is read through jansson (hf_json.h).
  */
-#ifndef SHOAL_KERNELS_MODEL_IO_H
-#define SHOAL_KERNELS_MODEL_IO_H
+#ifndef SHOAL_MODELS_MODEL_IO_H
+#define SHOAL_MODELS_MODEL_IO_H
 
-#include "kernels.h"
+#include "../kernels/kernels.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -37,10 +37,6 @@
 #define KERN_MODEL_MAX_PARAMS ((uint64_t)1 << 35)
 /* ... and at most this many blocks (GPT-3 has 96). */
 #define KERN_MODEL_MAX_LAYERS 4096
-
-/* Checks a model as kern_stage_new does: every field >= 1, d_model a
- * multiple of heads, vocab x d_model and context x d_model within int. */
-int kern_model_check(const struct model_config *m, struct kern_err *err);
 
 /* Floats of the whole-model buffer; 0 when the model fails kern_model_check
  * or is over KERN_MODEL_MAX_PARAMS or KERN_MODEL_MAX_LAYERS. */
