@@ -114,6 +114,7 @@ struct model_family {
                                   MLP's outputs, inside the residual: x + norm(attn(x)) (OLMo-2);
                                   0: their inputs, x + attn(norm(x)) */
     const char *hf_model_type; /* config.json's "model_type" */
+    const char *hf_class;      /* config.json's "architectures": transformers' class */
     const struct model_tensor *tensors[MODEL_PARTS];
     int n_tensors[MODEL_PARTS];
     /* Activation values one block keeps per token for its backward, at

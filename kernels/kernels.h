@@ -1,5 +1,6 @@
 /* kernels.h - transformer pipeline stages of the model families in
- * common/model.h (GPT-2 and Llama), forward and backward, on one of two
+ * common/model.h (GPT-2, and Llama with the families of its kind: Qwen2,
+ * Qwen3, OLMo-2), forward and backward, on one of two
  * backends chosen at run time: "cpu" (fp32, OpenBLAS, the oracle) or "cuda"
  * (bf16 matrix products with fp32 accumulation, fp32 master weights and
  * optimizer state).
@@ -12,7 +13,8 @@
  * so stages never share memory.
  *
  * Shapes: B = sequences per micro-batch, T = tokens per sequence,
- * C = d_model, V = vocab, NH = heads, hs = C / NH.
+ * C = d_model, V = vocab, NH = heads, hs = the head size (C / NH unless
+ * the model's head_dim says).
  *
  * Every function that can fail returns 0 on success and -1 on error, with a
  * sentence in err->msg; on error the stage is unchanged unless the function

@@ -1,5 +1,8 @@
-/* llama_config.c - the config.json beside a Hugging Face LlamaForCausalLM's
- * weights (model_io.h): every field shoal's model has, in and out. */
+/* llama_config.c - the config.json beside the weights of a Hugging Face
+ * model of the llama kind (model_io.h): LlamaForCausalLM's, and those of
+ * the families whose rows of common/model.c share its blocks (Qwen2, Qwen3,
+ * OLMo-2), told apart by model_type; every field shoal's model has, in and
+ * out. */
 #include "hf_json.h"
 #include "model_io_impl.h"
 
@@ -51,20 +54,38 @@ static int read_expected(const json_t *root, const char *name, const char *want,
     if (hj_string(v, WHAT, name, &s, err))
         return -1;
     if (strcmp(s, want) != 0)
-        return kern_fail(err, WHAT ": %s is '%s'; a Llama here has %s", name, s, want);
+        return kern_fail(err, WHAT ": %s is '%s'; a model of the llama kind here has %s", name, s, want);
     return 0;
 }
 
-/* The members that say which model this is: model_type "llama", and the
- * others absent or what shoal's Llama is (silu, no biases). */
-static int check_kind(const json_t *root, struct kern_err *err)
+/* The family whose row names this model_type (of the llama kind). */
+static int read_family(const json_t *root, enum model_arch *arch, struct kern_err *err)
+{
+    const json_t *v = json_object_get(root, "model_type");
+    const char *type;
+    if (!v)
+        return kern_fail(err, WHAT ": model_type is missing; this reads Llama's (\"llama\"), \"qwen2\", "
+                         "\"qwen3\" and \"olmo2\"");
+    if (hj_string(v, WHAT, "model_type", &type, err))
+        return -1;
+    for (int a = 0; a < MODEL_ARCH_COUNT; a++)
+        if (model_families[a].blocks == MODEL_BLOCKS_LLAMA && strcmp(model_families[a].hf_model_type, type) == 0) {
+            *arch = (enum model_arch)a;
+            return 0;
+        }
+    return kern_fail(err, WHAT ": model_type is '%s'; this reads \"llama\", \"qwen2\", \"qwen3\" and \"olmo2\"",
+                     type);
+}
+
+/* The members that say which model this is: model_type one of the rows',
+ * and the others absent or what its row is (silu; no biases but the ones
+ * the row has, which come with its model_type: Qwen2's). */
+static int check_kind(const json_t *root, enum model_arch *arch, struct kern_err *err)
 {
     static const char *const biases[] = {"attention_bias", "mlp_bias"};
     const json_t *v;
     int on;
-    if (!json_object_get(root, "model_type"))
-        return kern_fail(err, WHAT ": model_type is missing; this reads Llama's (\"llama\")");
-    if (read_expected(root, "model_type", "llama", err) || read_expected(root, "hidden_act", "silu", err))
+    if (read_family(root, arch, err) || read_expected(root, "hidden_act", "silu", err))
         return -1;
     for (int k = 0; k < 2; k++) {
         if (!(v = json_object_get(root, biases[k])))
@@ -72,38 +93,50 @@ static int check_kind(const json_t *root, struct kern_err *err)
         if (hj_bool(v, WHAT, biases[k], &on, err))
             return -1;
         if (on)
-            return kern_fail(err, WHAT ": %s is true; a Llama here has no biases (Qwen2's q/k/v biases are "
-                             "not read)", biases[k]);
+            return kern_fail(err, WHAT ": %s is true; shoal's models have no biases on o or the MLP (the "
+                             "q, k, v biases of Qwen2 come with its model_type)", biases[k]);
     }
     return 0;
 }
 
-/* head_dim, when given: hidden_size / num_attention_heads. */
-static int check_head_dim(const json_t *root, const struct model_config *m, struct kern_err *err)
+/* Qwen's sliding window: use_sliding_window true slides layers
+ * max_window_layers and on over sliding_window positions; shoal slides all
+ * of them or none. */
+static int read_window(const json_t *root, struct model_config *m, struct kern_err *err)
 {
-    const json_t *v = json_object_get(root, "head_dim");
-    int head_dim;
-    if (!v || json_is_null(v))
-        return 0;
-    if (hj_size(v, WHAT, "head_dim", &head_dim, err))
+    const json_t *v = json_object_get(root, "use_sliding_window");
+    int on = 0;
+    int64_t from = 0;
+    if (v && hj_bool(v, WHAT, "use_sliding_window", &on, err))
         return -1;
-    if (m->d_model % m->heads || head_dim != m->d_model / m->heads)
-        return kern_fail(err, WHAT ": head_dim %d is not hidden_size / num_attention_heads (%d / %d)", head_dim,
-                         m->d_model, m->heads);
+    if (!on)
+        return 0;
+    if (!(v = json_object_get(root, "max_window_layers")) || hj_int(v, WHAT, "max_window_layers", 0, INT32_MAX,
+                                                                     &from, err))
+        return v ? -1 : kern_fail(err, WHAT ": use_sliding_window is true without max_window_layers");
+    if (from >= m->layers)
+        return 0;   /* no layer slides */
+    if (from > 0)
+        return kern_fail(err, WHAT ": a sliding window on layers %lld and on only (max_window_layers); shoal "
+                         "slides every layer or none", (long long)from);
+    if (!(v = json_object_get(root, "sliding_window")) || hj_size(v, WHAT, "sliding_window", &m->sliding_window, err))
+        return v ? -1 : kern_fail(err, WHAT ": use_sliding_window is true without sliding_window");
     return 0;
 }
 
 int kern_llama_config_read(const char *text, size_t len, struct model_config *model, struct kern_err *err)
 {
     struct model_config m = {.arch = MODEL_LLAMA, .norm_eps = 1e-6, .rope_theta = 10000};
+    enum model_arch arch = MODEL_LLAMA;
     int *size[N_SIZES] = {&m.vocab, &m.context, &m.d_model, &m.ffn_dim, &m.heads, &m.layers};
     const json_t *v;
     int rc = -1;
     json_t *root = hj_parse_object(text, len, WHAT, err);
     if (!root)
         return -1;
-    if (check_kind(root, err) || read_scaling(json_object_get(root, "rope_scaling"), &m.rope_scaling, err))
+    if (check_kind(root, &arch, err) || read_scaling(json_object_get(root, "rope_scaling"), &m.rope_scaling, err))
         goto out;
+    m.arch = arch;
     for (int k = 0; k < N_SIZES; k++) {
         if (!(v = json_object_get(root, sizes[k]))) {
             kern_fail(err, WHAT ": %s is missing", sizes[k]);
@@ -118,7 +151,9 @@ int kern_llama_config_read(const char *text, size_t len, struct model_config *mo
         ((v = json_object_get(root, "rope_theta")) && hj_number(v, WHAT, "rope_theta", &m.rope_theta, err)) ||
         ((v = json_object_get(root, "tie_word_embeddings")) &&
          hj_bool(v, WHAT, "tie_word_embeddings", &m.tied, err)) ||
-        check_head_dim(root, &m, err))
+        ((v = json_object_get(root, "head_dim")) && !json_is_null(v) &&
+         hj_size(v, WHAT, "head_dim", &m.head_dim, err)) ||
+        read_window(root, &m, err))
         goto out;
     model_config_normalise(&m);
     if (kern_model_check(&m, err)) {
@@ -136,9 +171,12 @@ int kern_llama_config_write(FILE *f, const struct model_config *m, struct kern_e
 {
     struct model_config n = *m;
     model_config_normalise(&n);
-    if (n.arch != MODEL_LLAMA)
-        return kern_fail(err, "config.json export: the model is architecture \"%s\", not llama",
+    if (n.arch >= MODEL_ARCH_COUNT || model_families[n.arch].blocks != MODEL_BLOCKS_LLAMA)
+        return kern_fail(err, "config.json export: the model is architecture \"%s\", not of the llama kind",
                          model_families[n.arch < MODEL_ARCH_COUNT ? n.arch : MODEL_GPT2].name);
+    if (n.sliding_window)
+        return kern_fail(err, "config.json export: a sliding window (%d) is not written (transformers' Llama "
+                         "and OLMo-2 have none, Qwen's slides per layer)", n.sliding_window);
     if (kern_model_check(&n, err))
         return io_fail_in(err, "config.json export");
     const struct model_rope_scaling *s = &n.rope_scaling;
@@ -151,7 +189,7 @@ int kern_llama_config_write(FILE *f, const struct model_config *m, struct kern_e
     /* the members in the order transformers writes them: sorted */
     if (fprintf(f,
                 "{\n"
-                "  \"architectures\": [\n    \"LlamaForCausalLM\"\n  ],\n"
+                "  \"architectures\": [\n    \"%s\"\n  ],\n"
                 "  \"attention_bias\": false,\n"
                 "  \"attention_dropout\": 0.0,\n"
                 "  \"head_dim\": %d,\n"
@@ -161,7 +199,7 @@ int kern_llama_config_write(FILE *f, const struct model_config *m, struct kern_e
                 "  \"intermediate_size\": %d,\n"
                 "  \"max_position_embeddings\": %d,\n"
                 "  \"mlp_bias\": false,\n"
-                "  \"model_type\": \"llama\",\n"
+                "  \"model_type\": \"%s\",\n"
                 "  \"num_attention_heads\": %d,\n"
                 "  \"num_hidden_layers\": %d,\n"
                 "  \"num_key_value_heads\": %d,\n"
@@ -174,7 +212,8 @@ int kern_llama_config_write(FILE *f, const struct model_config *m, struct kern_e
                 "  \"use_cache\": true,\n"
                 "  \"vocab_size\": %d\n"
                 "}\n",
-                n.d_model / n.heads, n.d_model, n.ffn_dim, n.context, n.heads, n.layers, n.kv_heads, n.norm_eps,
+                model_families[n.arch].hf_class, n.head_dim, n.d_model, n.ffn_dim, n.context,
+                model_families[n.arch].hf_model_type, n.heads, n.layers, n.kv_heads, n.norm_eps,
                 scaling, n.rope_theta, n.tied ? "true" : "false", n.vocab) < 0 || fflush(f) != 0)
         return kern_fail(err, "config.json export: write failed");
     return 0;

@@ -143,13 +143,13 @@ static int llama_config_write(FILE *f, const struct model_config *m, const float
     return kern_llama_config_write(f, m, err);
 }
 
-/* Each family's Hugging Face files: model.safetensors and config.json
- * (NULL: none written for it yet). */
+/* Each kind of family's Hugging Face files: model.safetensors and
+ * config.json (the llama kind's names and model_type from the family's row). */
 static const struct {
     export_writer weights, config;
-} hf_writers[MODEL_ARCH_COUNT] = {
-    [MODEL_GPT2] = {kern_safetensors_write, kern_gpt2_config_write},
-    [MODEL_LLAMA] = {kern_hf_write, llama_config_write},
+} hf_writers[MODEL_BLOCKS_COUNT] = {
+    [MODEL_BLOCKS_GPT2] = {kern_safetensors_write, kern_gpt2_config_write},
+    [MODEL_BLOCKS_LLAMA] = {kern_hf_write, llama_config_write},
 };
 
 static int export_run(const void *config, FILE *out, struct shoal_err *err)
@@ -173,13 +173,9 @@ static int export_run(const void *config, FILE *out, struct shoal_err *err)
             "heads %d, vocab %d, context %d, head %s\n", cfg->src.job, (long long)ck.step, ck.stages,
             model_families[m.arch].name, m.layers, m.d_model, m.heads, m.vocab, m.context,
             tied ? "tied to the embedding" : "untied");
-    if (!hf_writers[m.arch].weights) {
-        err_set(err, 1, "unsupported_architecture", "job", "job %ld is architecture \"%s\", whose Hugging Face "
-                "files shoal does not write yet", cfg->src.job, model_families[m.arch].name);
-        goto out;
-    }
-    if (export_file(cfg->out_dir, "model.safetensors", hf_writers[m.arch].weights, &m, whole, out, err) != 0 ||
-        export_file(cfg->out_dir, "config.json", hf_writers[m.arch].config, &m, whole, out, err) != 0)
+    enum model_blocks kind = model_families[m.arch].blocks;
+    if (export_file(cfg->out_dir, "model.safetensors", hf_writers[kind].weights, &m, whole, out, err) != 0 ||
+        export_file(cfg->out_dir, "config.json", hf_writers[kind].config, &m, whole, out, err) != 0)
         goto out;
     if (llmc && !tied) {
         err_set(err, 1, "untied_head", "--llmc", "model.bin not written: job %ld's head is not tied to its "

@@ -5,7 +5,11 @@
  * any order, with the rotary buffers older files carry, import with each
  * tensor where its name says; export and re-import are byte for byte;
  * config.json files of SmolLM2-135M's and Llama-3.2-1B's shapes read into
- * those models; bad files and configs are refused with the reason. */
+ * those models; bad files and configs are refused with the reason.  The
+ * families of the llama kind (Qwen2, Qwen3, OLMo-2): export and re-import
+ * byte for byte under the names transformers gives their extra tensors,
+ * their config.json (Qwen2.5-0.5B's, Qwen3-0.6B's, OLMo-2-0425-1B's) read
+ * into those models and written back. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -343,7 +347,9 @@ static void test_configs(void **state)
         {"{\"model_type\":\"llama\",\"attention_bias\":true}", "no biases"},
         {"{\"model_type\":\"llama\",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}}", "type 'yarn'"},
         {"{\"model_type\":\"llama\",\"vocab_size\":8,\"max_position_embeddings\":8,\"hidden_size\":16,"
-         "\"intermediate_size\":8,\"num_attention_heads\":4,\"num_hidden_layers\":1,\"head_dim\":8}", "head_dim 8"},
+         "\"intermediate_size\":8,\"num_attention_heads\":4,\"num_hidden_layers\":1,\"head_dim\":7}",
+         "head size (7)"},
+        {"{\"model_type\":\"mistral\"}", "model_type is 'mistral'"},
         {"{\"model_type\":\"llama\",\"vocab_size\":8,\"max_position_embeddings\":8,\"intermediate_size\":8,"
          "\"num_attention_heads\":4,\"num_hidden_layers\":1}", "hidden_size is missing"},
         {"{\"model_type\":\"llama\",\"vocab_size\":8,\"max_position_embeddings\":8,\"hidden_size\":16,"
@@ -360,6 +366,131 @@ static void test_configs(void **state)
             fail_msg("config %zu: said '%s', want '%s'", i, err.msg, bad[i].want);
         assert_int_equal(m.vocab, 99);
     }
+}
+
+/* Qwen2, Qwen3 (heads of 8 where C / NH is 4) and OLMo-2 of M's sizes:
+ * exported under their Hugging Face names (the ones Llama lacks, and not
+ * the ones they lack), re-imported bit for bit, config.json and back. */
+static void test_families_round_trip(void **state)
+{
+    (void)state;
+    static const struct {
+        enum model_arch arch;
+        int head_dim;
+        const char *has, *lacks;
+    } fams[] = {
+        {MODEL_QWEN2, 0, "\"model.layers.2.self_attn.v_proj.bias\":{\"dtype\":\"F32\",\"shape\":[8]", "o_proj.bias"},
+        {MODEL_QWEN3, 8, "\"model.layers.0.self_attn.q_norm.weight\":{\"dtype\":\"F32\",\"shape\":[8]",
+         "q_proj.bias"},
+        {MODEL_OLMO2, 0, "\"model.layers.1.post_feedforward_layernorm.weight\"", "input_layernorm"},
+    };
+    struct kern_err err;
+    for (size_t k = 0; k < sizeof fams / sizeof fams[0]; k++) {
+        struct model_config m = M;
+        m.arch = fams[k].arch, m.head_dim = fams[k].head_dim;
+        model_config_normalise(&m);
+        size_t n = kern_model_param_count(&m);
+        float *p = malloc(n * sizeof *p), *q = NULL;
+        assert_non_null(p);
+        for (size_t i = 0; i < n; i++)
+            p[i] = value((int)(i % 13), (int)(i % 7), i);
+        char *text = NULL;
+        size_t len = 0;
+        FILE *f = open_memstream(&text, &len);
+        assert_int_equal(kern_hf_write(f, &m, p, &err), 0);
+        fclose(f);
+        uint64_t header;
+        memcpy(&header, text, 8);
+        char *json = strndup(text + 8, (size_t)header);
+        assert_non_null(json);
+        if (!strstr(json, fams[k].has) || strstr(json, fams[k].lacks))
+            fail_msg("%s: want %s and no %s in %s", model_families[m.arch].name, fams[k].has, fams[k].lacks, json);
+        free(json);
+        struct bytes out = {(unsigned char *)text, len, len};
+        assert_int_equal(read_files(&m, &out, 1, &q, &err), 0);
+        assert_memory_equal(p, q, n * sizeof *p);
+        free(text), free(p), free(q);
+        f = open_memstream(&text, &len);
+        assert_int_equal(kern_llama_config_write(f, &m, &err), 0);
+        fclose(f);
+        struct model_config c;
+        if (kern_llama_config_read(text, len, &c, &err))
+            fail_msg("config.json back: %s\n%s", err.msg, text);
+        assert_true(model_config_equal(&c, &m));
+        free(text);
+    }
+}
+
+/* As the hub holds them (abridged). */
+static const char qwen25_05b_config[] =
+    "{\"architectures\":[\"Qwen2ForCausalLM\"],\"attention_dropout\":0.0,\"bos_token_id\":151643,"
+    "\"eos_token_id\":151643,\"hidden_act\":\"silu\",\"hidden_size\":896,\"initializer_range\":0.02,"
+    "\"intermediate_size\":4864,\"max_position_embeddings\":32768,\"max_window_layers\":24,\"model_type\":\"qwen2\","
+    "\"num_attention_heads\":14,\"num_hidden_layers\":24,\"num_key_value_heads\":2,\"rms_norm_eps\":1e-06,"
+    "\"rope_theta\":1000000.0,\"sliding_window\":32768,\"tie_word_embeddings\":true,\"torch_dtype\":\"bfloat16\","
+    "\"use_cache\":true,\"use_sliding_window\":false,\"vocab_size\":151936}";
+static const char qwen3_06b_config[] =
+    "{\"architectures\":[\"Qwen3ForCausalLM\"],\"attention_bias\":false,\"attention_dropout\":0.0,"
+    "\"bos_token_id\":151643,\"eos_token_id\":151645,\"head_dim\":128,\"hidden_act\":\"silu\",\"hidden_size\":1024,"
+    "\"initializer_range\":0.02,\"intermediate_size\":3072,\"max_position_embeddings\":40960,"
+    "\"max_window_layers\":28,\"model_type\":\"qwen3\",\"num_attention_heads\":16,\"num_hidden_layers\":28,"
+    "\"num_key_value_heads\":8,\"rms_norm_eps\":1e-06,\"rope_scaling\":null,\"rope_theta\":1000000,"
+    "\"sliding_window\":null,\"tie_word_embeddings\":true,\"torch_dtype\":\"bfloat16\",\"use_cache\":true,"
+    "\"use_sliding_window\":false,\"vocab_size\":151936}";
+static const char olmo2_1b_config[] =
+    "{\"architectures\":[\"Olmo2ForCausalLM\"],\"attention_bias\":false,\"attention_dropout\":0.0,"
+    "\"eos_token_id\":100257,\"hidden_act\":\"silu\",\"hidden_size\":2048,\"initializer_range\":0.02,"
+    "\"intermediate_size\":8192,\"max_position_embeddings\":4096,\"model_type\":\"olmo2\","
+    "\"num_attention_heads\":16,\"num_hidden_layers\":16,\"num_key_value_heads\":16,\"pad_token_id\":100277,"
+    "\"rms_norm_eps\":1e-06,\"rope_scaling\":null,\"rope_theta\":500000,\"tie_word_embeddings\":false,"
+    "\"torch_dtype\":\"float32\",\"use_cache\":true,\"vocab_size\":100352}";
+
+/* Parameters of a model as transformers counts them (a tied matrix once). */
+static uint64_t hf_params(const struct model_config *m)
+{
+    return model_stage_params(m, 0, m->layers, 1, 1) - model_tied_params(m);
+}
+
+static void test_family_configs(void **state)
+{
+    (void)state;
+    struct kern_err err;
+    struct model_config m;
+    assert_int_equal(kern_llama_config_read(qwen25_05b_config, strlen(qwen25_05b_config), &m, &err), 0);
+    assert_true(m.arch == MODEL_QWEN2 && m.d_model == 896 && m.heads == 14 && m.kv_heads == 2 && m.head_dim == 64 &&
+                m.ffn_dim == 4864 && m.layers == 24 && m.tied == 1 && m.rope_theta == 1e6 &&
+                m.sliding_window == 0);
+    assert_int_equal(hf_params(&m), 494032768);   /* Qwen2.5-0.5B's model card: 0.49B */
+    assert_int_equal(kern_llama_config_read(qwen3_06b_config, strlen(qwen3_06b_config), &m, &err), 0);
+    assert_true(m.arch == MODEL_QWEN3 && m.d_model == 1024 && m.heads == 16 && m.kv_heads == 8 &&
+                m.head_dim == 128 && model_q_width(&m) == 2048 && m.layers == 28 && m.tied == 1);
+    assert_int_equal(hf_params(&m), 596049920);   /* the hub's count for Qwen3-0.6B */
+    assert_int_equal(kern_llama_config_read(olmo2_1b_config, strlen(olmo2_1b_config), &m, &err), 0);
+    assert_true(m.arch == MODEL_OLMO2 && m.d_model == 2048 && m.heads == 16 && m.kv_heads == 16 &&
+                m.ffn_dim == 8192 && m.layers == 16 && m.tied == 0 && m.vocab == 100352 && m.rope_theta == 5e5);
+    print_message("OLMo-2-0425-1B: %llu parameters\n", (unsigned long long)hf_params(&m));
+
+    /* Qwen's window: every layer (max_window_layers 0), none (all below it), or refused */
+    static const char window_all[] =
+        "{\"model_type\":\"qwen2\",\"vocab_size\":8,\"max_position_embeddings\":8,\"hidden_size\":16,"
+        "\"intermediate_size\":8,\"num_attention_heads\":4,\"num_hidden_layers\":3,\"use_sliding_window\":true,"
+        "\"sliding_window\":4,\"max_window_layers\":0}";
+    assert_int_equal(kern_llama_config_read(window_all, strlen(window_all), &m, &err), 0);
+    assert_int_equal(m.sliding_window, 4);
+    char text[sizeof window_all + 8];
+    snprintf(text, sizeof text, "%.*s3}", (int)(strlen(window_all) - 2), window_all);
+    assert_int_equal(kern_llama_config_read(text, strlen(text), &m, &err), 0);
+    assert_int_equal(m.sliding_window, 0);
+    snprintf(text, sizeof text, "%.*s1}", (int)(strlen(window_all) - 2), window_all);
+    assert_int_equal(kern_llama_config_read(text, strlen(text), &m, &err), -1);
+    assert_non_null(strstr(err.msg, "every layer or none"));
+    /* a window is not exported */
+    m.sliding_window = 4;
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    assert_int_equal(kern_llama_config_write(f, &m, &err), -1);
+    assert_non_null(strstr(err.msg, "sliding window"));
+    fclose(f);
 }
 
 static void test_index(void **state)
@@ -394,6 +525,8 @@ int main(void)
         cmocka_unit_test(test_bad_files),
         cmocka_unit_test(test_export_round_trip),
         cmocka_unit_test(test_configs),
+        cmocka_unit_test(test_families_round_trip),
+        cmocka_unit_test(test_family_configs),
         cmocka_unit_test(test_index),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
