@@ -256,6 +256,24 @@ static void test_bad_files(void **state)
     expect_refused(&M, b, 1, "safetensors", "a truncated file");
 }
 
+/* m's config.json, written and read back: m (normalised). */
+static void expect_config_round_trip(const struct model_config *m)
+{
+    struct kern_err err;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    assert_non_null(f);
+    assert_int_equal(kern_llama_config_write(f, m, &err), 0);
+    fclose(f);
+    struct model_config c, want = *m;
+    if (kern_llama_config_read(text, len, &c, &err))
+        fail_msg("config.json back: %s\n%s", err.msg, text);
+    model_config_normalise(&want);
+    assert_true(model_config_equal(&c, &want));
+    free(text);
+}
+
 /* Export and re-import: bit for bit; config.json and back. */
 static void test_export_round_trip(void **state)
 {
@@ -288,17 +306,8 @@ static void test_export_round_trip(void **state)
         assert_int_equal(again_len, len);
         assert_memory_equal(again, text, len);
         free(again), free(text);
-        /* config.json */
-        f = open_memstream(&text, &len);
-        assert_int_equal(kern_llama_config_write(f, &m, &err), 0);
-        fclose(f);
-        struct model_config c;
-        if (kern_llama_config_read(text, len, &c, &err))
-            fail_msg("config.json back: %s\n%s", err.msg, text);
-        struct model_config want = m;
-        model_config_normalise(&want);
-        assert_true(model_config_equal(&c, &want));
-        free(text), free(p), free(q);
+        expect_config_round_trip(&m);
+        free(p), free(q);
     }
 }
 
@@ -410,14 +419,7 @@ static void test_families_round_trip(void **state)
         assert_int_equal(read_files(&m, &out, 1, &q, &err), 0);
         assert_memory_equal(p, q, n * sizeof *p);
         free(text), free(p), free(q);
-        f = open_memstream(&text, &len);
-        assert_int_equal(kern_llama_config_write(f, &m, &err), 0);
-        fclose(f);
-        struct model_config c;
-        if (kern_llama_config_read(text, len, &c, &err))
-            fail_msg("config.json back: %s\n%s", err.msg, text);
-        assert_true(model_config_equal(&c, &m));
-        free(text);
+        expect_config_round_trip(&m);
     }
 }
 
