@@ -95,6 +95,25 @@ static int same_value(const json_t *a, const json_t *b)
     return json_equal((json_t *)a, (json_t *)b);
 }
 
+/* What transformers takes for member `key` of m's family's config.json
+ * when the file leaves it out (a new reference), or NULL when it has no
+ * default that shoal's model could equal. */
+static json_t *default_of(const char *key, const struct model_config *m)
+{
+    int gpt2 = m->arch == MODEL_GPT2;
+    if (strcmp(key, "tie_word_embeddings") == 0)
+        return json_boolean(gpt2);
+    if (gpt2)
+        return NULL;
+    if (strcmp(key, "num_key_value_heads") == 0)
+        return json_integer(m->heads);
+    if (strcmp(key, "rms_norm_eps") == 0)
+        return json_real(1e-6);
+    if (strcmp(key, "rope_theta") == 0)
+        return json_real(10000);
+    return NULL;
+}
+
 /* The family's own config.json as an object: its writer's text, parsed. */
 static json_t *family_config(const struct model_config *m, const float *params, struct kern_err *err)
 {
@@ -131,9 +150,10 @@ int kern_hf_config_merge(FILE *f, const char *config, size_t clen, const struct 
         for (int k = 0; keys[k]; k++) {
             json_t *mine = json_object_get(ours, keys[k]);
             const json_t *theirs = json_object_get(out, keys[k]);
-            /* an absent tie_word_embeddings is transformers' default: true for GPT-2, false for Llama */
-            if (!theirs && strcmp(keys[k], "tie_word_embeddings") == 0 &&
-                json_is_true(mine) == (m->arch == MODEL_GPT2))
+            json_t *dflt = theirs ? NULL : default_of(keys[k], m);
+            int as_default = dflt && mine && same_value(mine, dflt);   /* absent, and the model says the default */
+            json_decref(dflt);
+            if (as_default)
                 continue;
             if (mine && (!theirs || !same_value(mine, theirs)) && json_object_set(out, keys[k], mine) != 0) {
                 kern_fail(err, "config.json export: out of memory");

@@ -41,7 +41,9 @@ int kern_hf_source_get(const char *source, size_t len, const char *name, char **
  * clen bytes) with every member kept as it was but those shoal's model
  * sets, which are written as m has them where their values differ (the
  * sizes, the norm and rope numbers, tie_word_embeddings, GPT-2's
- * n_positions and n_ctx after a shorter job context), and torch_dtype.
+ * n_positions and n_ctx after a shorter job context; a member the source
+ * leaves out is transformers' default, and stays out when m says that),
+ * and torch_dtype.
  * NULL config: the family's own config.json (kern_gpt2_config_write,
  * kern_llama_config_write) with torch_dtype.  Members sorted, indented by
  * two, as save_pretrained writes them. */

@@ -281,6 +281,10 @@ static int export_run(const void *config, FILE *out, struct shoal_err *err)
         return err_set(err, 2, "invalid_config", "--llmc", "--llmc must be off or on, not '%s'", cfg->llmc);
     if (!bf16 && strcmp(cfg->dtype, "f32") != 0)
         return err_set(err, 2, "invalid_config", "--dtype", "--dtype must be f32 or bf16, not '%s'", cfg->dtype);
+    char probe[PATH_MAX + 32];
+    snprintf(probe, sizeof probe, "%s/tokenizer.json", cfg->tokenizer_dir);
+    if (cfg->tokenizer_dir[0] && access(probe, R_OK) != 0)
+        return err_set(err, 2, "invalid_config", "--tokenizer", "cannot read %s: %s", probe, strerror(errno));
     if (job_ckpt_connect(&cfg->src, "export", &c, err) != 0 || out_dir_ready(cfg->out_dir, err) != 0)
         return -1;
     if (job_ckpt_find(&c, &cfg->src, &ck, err) != 0 || job_ckpt_load_params(&c, &cfg->src, &ck, err) != 0 ||

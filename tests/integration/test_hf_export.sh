@@ -84,6 +84,9 @@ check "export --tokenizer DIR writes DIR's tokenizer files instead of the kept o
 export_model "$WORK/e5" --job "$J" --dtype f16
 check "export --dtype f16: exit 2, the reason, nothing written" \
     "$EXPORT_RC $(grep -c 'dtype must be f32 or bf16' "$WORK/e5.err") $(ls "$WORK/e5" 2>/dev/null | wc -l)" "2 1 0"
+export_model "$WORK/e6" --job "$J" --tokenizer "$WORK/nowhere"
+check "export --tokenizer of a folder without tokenizer.json: exit 2, found before anything is written" \
+    "$EXPORT_RC $(grep -c 'cannot read .*nowhere/tokenizer.json' "$WORK/e6.err") $(ls "$WORK/e6" 2>/dev/null | wc -l)" "2 1 0"
 L=$(create smol-bad)
 import "$WORK/imp3" --job "$L" --model "$WORK/smol/model.safetensors" --tokenizer "$WORK/nowhere"
 check "import --tokenizer of a folder without tokenizer.json: exit 2, nothing uploaded" \

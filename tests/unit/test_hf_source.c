@@ -118,6 +118,23 @@ static void test_config_merge(void **state)
     free(g);
     free(t);
 
+    /* members the source leaves out stay out when the model says
+     * transformers' default; max_position_embeddings is the source's */
+    const char *lsrc = "{\"model_type\":\"llama\",\"vocab_size\":16,\"hidden_size\":8,\"intermediate_size\":12,"
+                       "\"num_attention_heads\":2,\"num_hidden_layers\":1,\"max_position_embeddings\":4096}";
+    struct model_config plain = llama;
+    plain.kv_heads = 2, plain.norm_eps = 1e-6, plain.tied = 0;
+    f = tmpfile();
+    assert_int_equal(kern_hf_config_merge(f, lsrc, strlen(lsrc), &plain, NULL, "float32", &err), 0);
+    t = text_of(f);
+    fclose(f);
+    assert_null(strstr(t, "num_key_value_heads"));
+    assert_null(strstr(t, "rms_norm_eps"));
+    assert_null(strstr(t, "rope_theta"));
+    assert_null(strstr(t, "tie_word_embeddings"));
+    assert_non_null(strstr(t, "\"max_position_embeddings\": 4096"));
+    free(t);
+
     /* a source that is not JSON: refused, nothing written */
     f = tmpfile();
     assert_int_equal(kern_hf_config_merge(f, "{", 1, &gpt2, whole, "float32", &err), -1);
