@@ -31,6 +31,30 @@ static char *text_of(FILE *f)
     return t;
 }
 
+/* kern_hf_config_merge's text (src may be NULL), which must succeed */
+static char *merged(const char *src, const struct model_config *m, const float *params, const char *dtype)
+{
+    struct kern_err err;
+    FILE *f = tmpfile();
+    if (kern_hf_config_merge(f, src, src ? strlen(src) : 0, m, params, dtype, &err) != 0)
+        fail_msg("merge: %s", err.msg);
+    char *t = text_of(f);
+    fclose(f);
+    return t;
+}
+
+/* kern_hf_generation_config_write's text of config text t */
+static char *generation(const char *t, const struct model_config *m)
+{
+    struct kern_err err;
+    FILE *f = tmpfile();
+    if (kern_hf_generation_config_write(f, t, strlen(t), m, &err) != 0)
+        fail_msg("generation: %s", err.msg);
+    char *g = text_of(f);
+    fclose(f);
+    return g;
+}
+
 static void test_pack_get(void **state)
 {
     (void)state;
@@ -74,10 +98,7 @@ static void test_config_merge(void **state)
                       "\"n_layer\":2,\"vocab_size\":16,\"bos_token_id\":7,\"eos_token_id\":9,\"pad_token_id\":null,"
                       "\"layer_norm_epsilon\":1e-05,\"task_specific_params\":{\"x\":[1,2]},\"torch_dtype\":\"float32\","
                       "\"transformers_version\":\"4.0\"}";
-    FILE *f = tmpfile();
-    assert_int_equal(kern_hf_config_merge(f, src, strlen(src), &gpt2, whole, "bfloat16", &err), 0);
-    char *t = text_of(f);
-    fclose(f);
+    char *t = merged(src, &gpt2, whole, "bfloat16");
     /* kept as they were */
     assert_non_null(strstr(t, "\"bos_token_id\": 7"));
     assert_non_null(strstr(t, "\"pad_token_id\": null"));
@@ -91,10 +112,7 @@ static void test_config_merge(void **state)
     /* sorted, as save_pretrained writes */
     assert_true(strstr(t, "\"bos_token_id\"") < strstr(t, "\"eos_token_id\""));
 
-    f = tmpfile();
-    assert_int_equal(kern_hf_generation_config_write(f, t, strlen(t), &gpt2, &err), 0);
-    char *g = text_of(f);
-    fclose(f);
+    char *g = generation(t, &gpt2);
     assert_string_equal(g, "{\n  \"_from_model_config\": true,\n  \"bos_token_id\": 7,\n  \"eos_token_id\": 9,\n"
                            "  \"transformers_version\": \"4.0\"\n}\n");
     free(g);
@@ -105,15 +123,9 @@ static void test_config_merge(void **state)
                                  .kv_heads = 1, .ffn_dim = 12, .layers = 1, .norm_eps = 1e-5,
                                  .rope_theta = 10000, .tied = 1};
     model_config_normalise(&llama);
-    f = tmpfile();
-    assert_int_equal(kern_hf_config_merge(f, NULL, 0, &llama, NULL, "float32", &err), 0);
-    t = text_of(f);
-    fclose(f);
+    t = merged(NULL, &llama, NULL, "float32");
     assert_non_null(strstr(t, "\"tie_word_embeddings\": true"));
-    f = tmpfile();
-    assert_int_equal(kern_hf_generation_config_write(f, t, strlen(t), &llama, &err), 0);
-    g = text_of(f);
-    fclose(f);
+    g = generation(t, &llama);
     assert_non_null(strstr(g, "\"bos_token_id\": 1,\n  \"eos_token_id\": 2\n"));
     free(g);
     free(t);
@@ -124,10 +136,7 @@ static void test_config_merge(void **state)
                        "\"num_attention_heads\":2,\"num_hidden_layers\":1,\"max_position_embeddings\":4096}";
     struct model_config plain = llama;
     plain.kv_heads = 2, plain.norm_eps = 1e-6, plain.tied = 0;
-    f = tmpfile();
-    assert_int_equal(kern_hf_config_merge(f, lsrc, strlen(lsrc), &plain, NULL, "float32", &err), 0);
-    t = text_of(f);
-    fclose(f);
+    t = merged(lsrc, &plain, NULL, "float32");
     assert_null(strstr(t, "num_key_value_heads"));
     assert_null(strstr(t, "rms_norm_eps"));
     assert_null(strstr(t, "rope_theta"));
@@ -136,7 +145,7 @@ static void test_config_merge(void **state)
     free(t);
 
     /* a source that is not JSON: refused, nothing written */
-    f = tmpfile();
+    FILE *f = tmpfile();
     assert_int_equal(kern_hf_config_merge(f, "{", 1, &gpt2, whole, "float32", &err), -1);
     assert_non_null(strstr(err.msg, "the imported config.json"));
     assert_int_equal(ftell(f), 0);
