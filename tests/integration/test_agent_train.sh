@@ -407,8 +407,8 @@ readme_example sample-tokens J="$LLMC"
 check "the README's --tokenizer example runs as written: 300 tokens as text" \
     "$EXAMPLE_RC $(grep -c 'checkpoint step 10' "$README_DIR/sample-tokens.err") $(($(wc -c < "$README_DIR/sample-tokens.out") >= 300))" "0 1 1"
 readme_example export J="$MAIN"
-check "the README's export example runs as written: gpt-job holds model.safetensors and config.json" \
-    "$EXAMPLE_RC $(ls "$README_DIR/gpt-job" | tr '\n' ' ')" "0 config.json model.safetensors "
+check "the README's export example runs as written: gpt-job holds model.safetensors, config.json and generation_config.json" \
+    "$EXAMPLE_RC $(ls "$README_DIR/gpt-job" | tr '\n' ' ')" "0 config.json generation_config.json model.safetensors "
 
 # ---- garbage on a peer port: dropped and logged, the agent goes on (a
 # wrong secret, CRC, job, epoch, step or shape is tested in test_peer)
