@@ -357,7 +357,7 @@ $(BUILD)/bin/fuzz_safetensors: $(MODELS_OBJ) $(KERNELS_OBJ)
 $(BUILD)/bin/fuzz_hf_llama: $(MODELS_OBJ) $(KERNELS_OBJ)
 $(BUILD)/bin/fuzz_dataset: $(BUILD)/agent/train/data.o $(BUILD)/agent/train/digests.o $(BUILD)/agent/train/roots.o
 $(BUILD)/bin/fuzz_tokenizer: $(BUILD)/agent/tools/tokenizer.o
-$(BUILD)/bin/fuzz_bpe: $(BUILD)/agent/tools/bpe.o $(BUILD)/agent/tools/bpe_files.o $(BUILD)/agent/tools/tokenizer.o
+$(BUILD)/bin/fuzz_bpe: $(BUILD)/agent/tools/bpe.o $(BUILD)/agent/tools/bpe_pattern.o $(BUILD)/agent/tools/bpe_files.o $(BUILD)/agent/tools/tokenizer.o
 $(BUILD)/bin/fuzz_peer: $(filter $(BUILD)/agent/net/peer%,$(AGENT_OBJ))
 $(BUILD)/bin/fuzz_relay:   # common/ alone: the relay's request and the server's tickets
 $(patsubst %,$(BUILD)/bin/%,$(filter-out $(FUZZ_OWN_LINK),$(FUZZ_NAMES))): $(SERVER_OBJ) $(AGENT_OBJ) $(MODELS_OBJ) $(KERNELS_OBJ)

@@ -2,6 +2,7 @@
  * file formats are read in bpe_files.c. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "bpe.h"
+#include "bpe_pattern.h"
 
 #include "../../common/mix.h"
 
@@ -152,25 +153,31 @@ int bpe_set_token(struct bpe *b, uint32_t id, const unsigned char *bytes, size_t
     return 0;
 }
 
-int bpe_add_split(struct bpe *b, const char *pattern, struct shoal_err *err)
+int bpe_add_split(struct bpe *b, const char *pattern, enum bpe_split_behavior behavior, int invert,
+                  struct shoal_err *err)
 {
     int code;
     PCRE2_SIZE at;
+    char spelled[8192], why[128];
     if (b->n_splits == BPE_SPLITS_MAX)
         return bpe_bad(err, b->name, "more than %d split patterns", BPE_SPLITS_MAX);
     if (strlen(pattern) >= sizeof b->pattern[0])
         return bpe_bad(err, b->name, "a split pattern of %zu bytes (at most %zu)", strlen(pattern),
                        sizeof b->pattern[0] - 1);
-    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &code, &at,
+    if (bpe_pattern_white_space(pattern, spelled, sizeof spelled, why, sizeof why) != 0)
+        return bpe_bad(err, b->name, "split pattern '%s': %s", pattern, why);
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)spelled, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &code, &at,
                                    NULL);
     if (!re) {
         PCRE2_UCHAR msg[160];
         pcre2_get_error_message(code, msg, sizeof msg);
-        return bpe_bad(err, b->name, "split pattern '%s' does not compile at offset %zu: %s", pattern, (size_t)at,
-                       (const char *)msg);
+        return bpe_bad(err, b->name, "split pattern '%s' does not compile (as '%s', White_Space spelled out) at "
+                       "offset %zu: %s", pattern, spelled, (size_t)at, (const char *)msg);
     }
     (void)pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);   /* the interpreter is the fallback */
     snprintf(b->pattern[b->n_splits], sizeof b->pattern[0], "%s", pattern);
+    b->behavior[b->n_splits] = (unsigned char)behavior;
+    b->invert[b->n_splits] = (unsigned char)(invert != 0);
     b->split[b->n_splits++] = re;
     return 0;
 }
@@ -241,6 +248,13 @@ void bpe_free(struct bpe *b)
     free(b->special);
     memset(b, 0, sizeof *b);
     b->eot = b->bot = -1;
+}
+
+const char *bpe_unicode_version(char out[BPE_UNICODE_VERSION_MAX])
+{
+    if (pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, out) < 0)
+        snprintf(out, BPE_UNICODE_VERSION_MAX, "unknown");
+    return out;
 }
 
 const unsigned char *bpe_decode(const struct bpe *b, int64_t id, size_t *len)
@@ -596,17 +610,82 @@ static int encode_piece(const struct bpe *b, struct bpe_work *w, const unsigned 
     return 0;
 }
 
-/* Pieces of text[start, end) by split pattern `level` and the ones after
- * it (HF's Isolated behaviour: the matches and the text between them are
- * pieces; a later pattern sees one piece as its whole subject). */
+static int split_level(const struct bpe *b, struct bpe_work *w, const unsigned char *text, size_t len, int level,
+                       struct bpe_ids *ids, struct shoal_err *err);
+
+/* One split level's cutting: the segments its pattern finds (matches and
+ * the text between them, in order) folded into pieces by its behavior, as
+ * Hugging Face's NormalizedString::split folds them; a piece goes on to
+ * the next level as soon as no later segment can join it. */
+struct cut {
+    const struct bpe *b;
+    struct bpe_work *w;
+    const unsigned char *text;
+    int level;
+    struct bpe_ids *ids;
+    struct shoal_err *err;
+    size_t from, to;       /* the piece held back: a later segment may join it */
+    int held;
+    int last_match;        /* the last segment was a match */
+};
+
+static int cut_piece(struct cut *c, size_t from, size_t to)
+{
+    return to > from ? split_level(c->b, c->w, c->text + from, to - from, c->level + 1, c->ids, c->err) : 0;
+}
+
+/* Hands on the held piece and holds [from, to) instead. */
+static int cut_hold(struct cut *c, size_t from, size_t to)
+{
+    int rc = c->held ? cut_piece(c, c->from, c->to) : 0;
+    c->from = from, c->to = to, c->held = 1;
+    return rc;
+}
+
+/* The segment [from, to), a match or not (after invert). */
+static int cut_segment(struct cut *c, size_t from, size_t to, int match)
+{
+    int last = c->last_match, rc = 0;
+    c->last_match = match;
+    switch ((enum bpe_split_behavior)c->b->behavior[c->level]) {
+    case BPE_ISOLATED:
+        return cut_piece(c, from, to);
+    case BPE_REMOVED:
+        return match ? 0 : cut_piece(c, from, to);
+    case BPE_MERGED_WITH_PREVIOUS:   /* a match after a non-match ends the piece before it */
+        if (match && !last && c->held)
+            return c->to = to, 0;
+        return cut_hold(c, from, to);
+    case BPE_CONTIGUOUS:             /* runs of matches (and of non-matches) are one piece */
+        if (match == last && c->held)
+            return c->to = to, 0;
+        return cut_hold(c, from, to);
+    case BPE_MERGED_WITH_NEXT:       /* a match starts the non-match after it; before a match it is alone */
+        if (match)
+            return cut_hold(c, from, to);
+        if (c->held)
+            rc = cut_piece(c, c->from, to);
+        else
+            rc = cut_piece(c, from, to);
+        c->held = 0;
+        return rc;
+    }
+    return 0;
+}
+
+/* Pieces of text[0, len) by split pattern `level` and the ones after it. */
 static int split_level(const struct bpe *b, struct bpe_work *w, const unsigned char *text, size_t len, int level,
                        struct bpe_ids *ids, struct shoal_err *err)
 {
     if (level == b->n_splits)
         return encode_piece(b, w, text, len, ids, err);
+    if (len == 0)
+        return 0;
     const pcre2_code *re = b->split[level];
-    size_t pos = 0, from = 0;
-    while (from < len) {
+    int invert = b->invert[level];
+    struct cut c = { .b = b, .w = w, .text = text, .level = level, .ids = ids, .err = err };
+    size_t pos = 0, from = 0, last_end = SIZE_MAX;
+    while (from <= len) {
         int rc = pcre2_match(re, text, len, from, PCRE2_NO_UTF_CHECK, w->match, NULL);
         if (rc == PCRE2_ERROR_NOMATCH)
             break;
@@ -618,21 +697,21 @@ static int split_level(const struct bpe *b, struct bpe_work *w, const unsigned c
         }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(w->match);
         size_t s = ov[0], e = ov[1];
-        if (e == s) {   /* an empty match: step over one character */
-            from = s + 1;
+        if (e == s && e == last_end) {   /* no empty match where the last one ended: step over a character */
+            if (from == len)
+                break;
+            from++;
             while (from < len && (text[from] & 0xc0) == 0x80)
                 from++;
             continue;
         }
-        if (s > pos && split_level(b, w, text + pos, s - pos, level + 1, ids, err) != 0)
+        if ((s > pos && cut_segment(&c, pos, s, invert) != 0) || cut_segment(&c, s, e, !invert) != 0)
             return -1;
-        if (split_level(b, w, text + s, e - s, level + 1, ids, err) != 0)
-            return -1;
-        pos = from = e;
+        pos = from = last_end = e;
     }
-    if (pos < len)
-        return split_level(b, w, text + pos, len - pos, level + 1, ids, err);
-    return 0;
+    if (pos < len && cut_segment(&c, pos, len, invert) != 0)
+        return -1;
+    return c.held ? cut_piece(&c, c.from, c.to) : 0;
 }
 
 int bpe_encode(const struct bpe *b, struct bpe_work *w, const char *text, size_t len, struct bpe_ids *ids,

@@ -18,7 +18,10 @@
  * sequence becomes U+FFFD, as a WHATWG decoder and so Node's readFile do)
  * and, where the tokenizer.json says so, NFC-normalised (utf8proc),
  * is cut into pieces by each split pattern in turn (PCRE2 with UTF and
- * UCP: \p{L}, \p{N} are Unicode's); a piece that is a token is that token
+ * UCP: \p{L}, \p{N} are Unicode's, of PCRE2's Unicode version; \s is
+ * Unicode's White_Space, bpe_pattern.h), the matches and the text between
+ * them made pieces as the pattern's Split behavior says (tiktoken's and
+ * ByteLevel's: Isolated); a piece that is a token is that token
  * where the format says so (tiktoken always, hf with ignore_merges);
  * otherwise its bytes start as one token each and the adjacent pair of
  * lowest rank merges until none is left: tiktoken's rank is the merged
@@ -39,6 +42,17 @@
 #define BPE_TOKENS_MAX (1u << 21)   /* ids; o200k has 200019 */
 #define BPE_TOKEN_BYTES_MAX 4096    /* bytes of one token */
 #define BPE_FILE_MAX ((size_t)64 << 20)   /* bytes of a tokenizer file; Llama 3's tokenizer.json is 9 MB */
+
+/* What a split pattern's matches and the text between them become
+ * (Hugging Face's SplitDelimiterBehavior), splitting "the-final--countdown"
+ * on "-": */
+enum bpe_split_behavior {
+    BPE_ISOLATED,                /* the, -, final, -, -, countdown (tiktoken's patterns; ByteLevel) */
+    BPE_REMOVED,                 /* the, final, countdown */
+    BPE_MERGED_WITH_PREVIOUS,    /* the-, final-, -, countdown */
+    BPE_MERGED_WITH_NEXT,        /* the, -final, -, -countdown */
+    BPE_CONTIGUOUS,              /* the, -, final, --, countdown */
+};
 
 enum bpe_mode {
     BPE_RANKS,    /* tiktoken and llm.c: a pair's rank is its merged bytes' rank (= id) */
@@ -72,7 +86,9 @@ struct bpe {
     uint32_t byte_id[256];      /* each single byte's id */
     int n_splits;
     void *split[BPE_SPLITS_MAX];   /* pcre2_code *, JIT-compiled where PCRE2 can */
-    char pattern[BPE_SPLITS_MAX][512];
+    char pattern[BPE_SPLITS_MAX][512];   /* as the file or encoding writes it, for messages */
+    unsigned char behavior[BPE_SPLITS_MAX];   /* enum bpe_split_behavior */
+    unsigned char invert[BPE_SPLITS_MAX];     /* 1: the text between matches is what the behavior calls matches */
     int64_t eot;                /* end of text (<|endoftext|>, <|end_of_text|>), -1 if none */
     int64_t bot;                /* begin of text (<|begin_of_text|>), -1 if none */
 };
@@ -125,6 +141,13 @@ const unsigned char *bpe_decode(const struct bpe *b, int64_t id, size_t *len);
 /* The id of a special token by its text, or -1. */
 int64_t bpe_special(const struct bpe *b, const char *text);
 
+#define BPE_UNICODE_VERSION_MAX 24   /* bytes, NUL included (PCRE2's own bound) */
+
+/* Writes the Unicode version of PCRE2's tables ("14.0.0" on Debian 12) to
+ * out: what \p{L} and \p{N} mean, so which ids a text gets where a letter
+ * is newer than the tables.  Returns out. */
+const char *bpe_unicode_version(char out[BPE_UNICODE_VERSION_MAX]);
+
 /* Releases what bpe_encode's scratch holds, and empties it. */
 void bpe_work_free(struct bpe_work *w);
 void bpe_ids_free(struct bpe_ids *ids);
@@ -142,7 +165,13 @@ int bpe_set_token(struct bpe *b, uint32_t id, const unsigned char *bytes, size_t
  * must be a token) and the eot and bot specials; compiles the patterns
  * added with bpe_add_split.  -1 with err naming b->name. */
 int bpe_finish(struct bpe *b, struct shoal_err *err);
-int bpe_add_split(struct bpe *b, const char *pattern, struct shoal_err *err);
+/* A split pattern, after those added before it: `\s` and `\S` mean
+ * Unicode's White_Space (bpe_pattern.h); `behavior` and `invert` as
+ * Hugging Face's Split (tiktoken's patterns: BPE_ISOLATED, 0).  An empty
+ * match is a match (of no text), except where the last match ended, as
+ * Oniguruma's find_iter has it; pieces of no text are dropped. */
+int bpe_add_split(struct bpe *b, const char *pattern, enum bpe_split_behavior behavior, int invert,
+                  struct shoal_err *err);
 /* BPE_MERGES: the merge of `left` and `right` at `rank` into `merged`. */
 int bpe_add_merge(struct bpe *b, uint32_t left, uint32_t right, uint32_t rank, uint32_t merged,
                   struct shoal_err *err);

@@ -103,7 +103,7 @@ static int encoding_specials(struct bpe *b, const struct bpe_encoding *e, struct
         if (bpe_set_token(b, id, (const unsigned char *)text, (size_t)n, 1, err) != 0)
             return -1;
     }
-    return bpe_add_split(b, e->pattern, err);
+    return bpe_add_split(b, e->pattern, BPE_ISOLATED, 0, err);
 }
 
 /* ---- llm.c: gpt2_tokenizer.bin ---------------------------------------- */
@@ -139,7 +139,7 @@ static int load_llmc(struct bpe *b, const unsigned char *buf, size_t len, const 
         if (bpe_set_token(b, id, p, n, id == t.eot, err) != 0)
             goto out;
     }
-    rc = e ? bpe_add_split(b, e->pattern, err) : 0;
+    rc = e ? bpe_add_split(b, e->pattern, BPE_ISOLATED, 0, err) : 0;
 out:
     tokenizer_free(&t);
     return rc;
@@ -313,8 +313,53 @@ static long alphabet_bytes(const char *s, size_t n, const int *to_byte, unsigned
     return (long)o;
 }
 
-/* One pre-tokenizer step: Split (a Regex, Isolated), ByteLevel (GPT-2's
- * pattern when use_regex), Digits. */
+/* Hugging Face's SplitDelimiterBehavior names, in enum bpe_split_behavior's order. */
+static const char *const split_behaviors[] = { "Isolated", "Removed", "MergedWithPrevious", "MergedWithNext",
+                                               "Contiguous" };
+
+/* A Split pattern's String as a regex: every ASCII character but a letter
+ * or digit escaped (PCRE2 reads those escapes as the character itself). */
+static int hf_literal(struct bpe *b, const char *text, char *re, size_t cap, struct shoal_err *err)
+{
+    size_t n = 0;
+    if (!text[0])
+        return bpe_bad(err, b->name, "a Split pre_tokenizer of an empty String pattern");
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+        int plain = *p >= 0x80 || (*p >= '0' && *p <= '9') || ((*p | 0x20) >= 'a' && (*p | 0x20) <= 'z');
+        if (n + 3 > cap)
+            return bpe_bad(err, b->name, "a Split pre_tokenizer's String pattern of %zu bytes", strlen(text));
+        if (!plain)
+            re[n++] = '\\';
+        re[n++] = (char)*p;
+    }
+    re[n] = 0;
+    return 0;
+}
+
+/* A Split step: its pattern (a Regex, or a String taken literally), its
+ * behavior and invert, as Hugging Face's Split pre-tokenizer has them. */
+static int hf_split(struct bpe *b, json_t *step, struct shoal_err *err)
+{
+    json_t *pattern = json_object_get(step, "pattern"), *inv = json_object_get(step, "invert");
+    const char *re = json_string_value(json_object_get(pattern, "Regex"));
+    const char *text = json_string_value(json_object_get(pattern, "String"));
+    const char *behavior = json_string_value(json_object_get(step, "behavior"));
+    char literal[512];
+    if (!re && !text)
+        return bpe_bad(err, b->name, "a Split pre_tokenizer without a Regex or String pattern");
+    if (!re && hf_literal(b, text, literal, sizeof literal, err) != 0)
+        return -1;
+    if (inv && !json_is_boolean(inv))
+        return bpe_bad(err, b->name, "a Split pre_tokenizer's invert is not true or false");
+    for (size_t k = 0; behavior && k < sizeof split_behaviors / sizeof split_behaviors[0]; k++)
+        if (strcmp(behavior, split_behaviors[k]) == 0)
+            return bpe_add_split(b, re ? re : literal, (enum bpe_split_behavior)k, json_is_true(inv), err);
+    return bpe_bad(err, b->name, "a Split pre_tokenizer of behavior %s: Isolated, Removed, MergedWithPrevious, "
+                   "MergedWithNext or Contiguous", behavior ? behavior : "(none)");
+}
+
+/* One pre-tokenizer step: Split, ByteLevel (GPT-2's pattern when
+ * use_regex), Digits (Contiguous runs of numbers, or each alone). */
 static int hf_pre_step(struct bpe *b, json_t *step, struct shoal_err *err)
 {
     const char *type = json_string_value(json_object_get(step, "type"));
@@ -324,22 +369,37 @@ static int hf_pre_step(struct bpe *b, json_t *step, struct shoal_err *err)
         if (json_is_true(json_object_get(step, "add_prefix_space")))
             return bpe_bad(err, b->name, "ByteLevel's add_prefix_space is not supported");
         json_t *use = json_object_get(step, "use_regex");
-        return use && !json_is_true(use) ? 0 : bpe_add_split(b, PAT_GPT2, err);
+        return use && !json_is_true(use) ? 0 : bpe_add_split(b, PAT_GPT2, BPE_ISOLATED, 0, err);
     }
     if (strcmp(type, "Digits") == 0)
-        return bpe_add_split(b, json_is_true(json_object_get(step, "individual_digits")) ? "\\p{N}" : "\\p{N}+", err);
-    if (strcmp(type, "Split") == 0) {
-        const char *re = json_string_value(json_object_get(json_object_get(step, "pattern"), "Regex"));
-        const char *behavior = json_string_value(json_object_get(step, "behavior"));
-        if (!re)
-            return bpe_bad(err, b->name, "a Split pre_tokenizer without a Regex pattern");
-        if (!behavior || strcmp(behavior, "Isolated") != 0 || json_is_true(json_object_get(step, "invert")))
-            return bpe_bad(err, b->name, "a Split pre_tokenizer of behavior %s%s: only Isolated is supported",
-                           behavior ? behavior : "(none)", json_is_true(json_object_get(step, "invert")) ?
-                           ", inverted" : "");
-        return bpe_add_split(b, re, err);
-    }
+        return bpe_add_split(b, json_is_true(json_object_get(step, "individual_digits")) ? "\\p{N}" : "\\p{N}+",
+                             BPE_ISOLATED, 0, err);
+    if (strcmp(type, "Split") == 0)
+        return hf_split(b, step, err);
     return bpe_bad(err, b->name, "pre_tokenizer %s is not supported (ByteLevel, Split, Digits are)", type);
+}
+
+/* The normalizer: none, NFC (Qwen2's), or a Sequence of those (an empty
+ * one, DeepSeek-V3's, does nothing). */
+static int hf_normalizer(struct bpe *b, json_t *norm, int depth, struct shoal_err *err)
+{
+    const char *type = json_string_value(json_object_get(norm, "type"));
+    size_t i;
+    json_t *v;
+    if (!norm || json_is_null(norm))
+        return 0;
+    if (type && strcmp(type, "NFC") == 0) {
+        b->nfc = 1;
+        return 0;
+    }
+    if (type && strcmp(type, "Sequence") == 0 && depth < 4 && json_is_array(json_object_get(norm, "normalizers"))) {
+        json_array_foreach(json_object_get(norm, "normalizers"), i, v)
+            if (hf_normalizer(b, v, depth + 1, err) != 0)
+                return -1;
+        return 0;
+    }
+    return bpe_bad(err, b->name, "normalizer %s is not supported (NFC is, and a Sequence of NFC or of none)",
+                   type ? type : "(untyped)");
 }
 
 struct hf_token {
@@ -441,14 +501,8 @@ static int load_hf(struct bpe *b, const unsigned char *buf, size_t len, const ch
             goto out;
         }
     }
-    json_t *norm = json_object_get(doc, "normalizer");
-    const char *nt = json_string_value(json_object_get(norm, "type"));
-    if (nt && strcmp(nt, "NFC") == 0) {
-        b->nfc = 1;   /* Qwen2's */
-    } else if (norm && !json_is_null(norm)) {
-        bpe_bad(err, b->name, "normalizer %s is not supported (NFC is)", nt ? nt : "(untyped)");
+    if (hf_normalizer(b, json_object_get(doc, "normalizer"), 0, err) != 0)
         goto out;
-    }
     if (!json_is_object(vocab) || !json_is_array(merges)) {
         bpe_bad(err, b->name, "model.vocab (an object) or model.merges (an array) is missing");
         goto out;

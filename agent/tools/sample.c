@@ -35,8 +35,8 @@ static const struct opt sample_opts[] = {
       "empty: \"llmc\" jobs start at token 0 (llm.c starts at <|endoftext|>: pass 50256)" },
     { "--tokenizer", "SHOAL_SAMPLE_TOKENIZER", S(tokenizer), "",
       "the job's tokenizer (tokenizer.json, a tiktoken file or llm.c's gpt2_tokenizer.bin) to encode --prompt "
-      "and print an \"llmc\" job's tokens as text; empty: they print as ids.  Ids past its vocabulary (a padded "
-      "model's rows) print as <|id|>" },
+      "and print an \"llmc\" job's tokens as text; empty: they print as ids.  It may hold fewer tokens than the "
+      "model's vocab_size (a padded model's rows: never drawn), never more" },
     { "--tokens", "SHOAL_SAMPLE_TOKENS", L(tokens, 1, 100000), "200", "tokens to generate" },
     { "--temperature", "SHOAL_SAMPLE_TEMPERATURE", S(temperature), "0.8",
       "divides the logits; lower is more predictable, 0 takes the likeliest token" },
@@ -60,6 +60,7 @@ struct sampler {
     float *logits;                /* (1,T,V) */
     int32_t *window;              /* (T) the latest tokens */
     int filled;                   /* tokens in the window */
+    unsigned char *drawable;      /* (V) 1: an id the tokenizer has bytes for; NULL: every id (no tokenizer) */
     double temperature;
     uint64_t rng;
 };
@@ -70,6 +71,7 @@ static void sampler_free(struct sampler *sm)
     free(sm->hidden);
     free(sm->logits);
     free(sm->window);
+    free(sm->drawable);
 }
 
 /* Loads the checkpoint job_ckpt_find picked into sm->ck and allocates the
@@ -77,6 +79,7 @@ static void sampler_free(struct sampler *sm)
 static int sampler_open(const struct ctl *c, const struct sample_config *cfg, struct sampler *sm,
                         struct shoal_err *err)
 {
+    sm->ck.progress = "sample";   /* a large model takes a while: say how it goes */
     if (job_ckpt_load(c, &cfg->src, 0, &sm->ck, err) != 0)
         return -1;
     size_t T = (size_t)sm->ck.model.context;
@@ -99,24 +102,27 @@ static void window_push(struct sampler *sm, int32_t token)
     sm->window[sm->filled++] = token;
 }
 
-/* Draws the next token from the logits at the newest position. */
+/* Draws the next token from the logits at the newest position, among the
+ * drawable ids only: the others' logits count as minus infinity. */
 static int32_t draw(struct sampler *sm)
 {
     int V = sm->ck.model.vocab;
     const float *l = sm->logits + (size_t)(sm->filled - 1) * V;
-    int best = 0;
-    for (int v = 1; v < V; v++)
-        best = l[v] > l[best] ? v : best;
+    const unsigned char *ok = sm->drawable;
+    int best = -1;
+    for (int v = 0; v < V; v++)
+        if ((!ok || ok[v]) && (best < 0 || l[v] > l[best]))
+            best = v;
     if (sm->temperature <= 0)
         return best;
     double z = 0;
     for (int v = 0; v < V; v++)
-        z += exp((l[v] - l[best]) / sm->temperature);
+        z += !ok || ok[v] ? exp((l[v] - l[best]) / sm->temperature) : 0;
     sm->rng = splitmix64(sm->rng);
     double u = (double)(sm->rng >> 11) * 0x1.0p-53 * z, acc = 0;
     for (int v = 0; v < V; v++) {
-        acc += exp((l[v] - l[best]) / sm->temperature);
-        if (u < acc)
+        acc += !ok || ok[v] ? exp((l[v] - l[best]) / sm->temperature) : 0;
+        if ((!ok || ok[v]) && u < acc)
             return v;
     }
     return best;
@@ -271,11 +277,60 @@ static int prompt_encode(const char *text, const struct bpe *tok, struct prompt_
     return rc;
 }
 
-/* The prompt's ids against the model's vocabulary, and a word on stderr
- * about how the tokens will print. */
-static int check_tokens(const struct sample_config *cfg, const char *format, const struct sampler *sm,
+/* The rows a model may pad its vocabulary with past its tokenizer's: tens
+ * to a few hundred in real models (llm.c's GPT-2 has 50304 rows for 50257
+ * tokens, Pythia 50304 for 50277, Qwen2 151936 for 151665: a multiple of
+ * 64 or 128 for the matrix products), so 1024, or 1/64 of the tokenizer if
+ * that is more. */
+static uint32_t pad_max(uint32_t tokens)
+{
+    return tokens / 64 > 1024 ? tokens / 64 : 1024;
+}
+
+/* The tokenizer against the model's vocabulary of `vocab` rows (0: not
+ * known yet): it may hold fewer tokens (the rest are padding, never drawn),
+ * never more, and not so few that the rows past it cannot be padding. */
+static int check_vocab(const struct sample_config *cfg, const struct bpe *tok, int vocab, struct shoal_err *err)
+{
+    if (!tok || vocab <= 0)
+        return 0;
+    if ((int64_t)tok->n_ids > vocab)
+        return err_set(err, 2, "invalid_config", "--tokenizer", "tokenizer '%s' holds %u tokens, more than the "
+                       "%d of job %ld's model: it is not the tokenizer the job's shards were made with", cfg->tokenizer,
+                       tok->n_ids, vocab, cfg->src.job);
+    if ((uint32_t)vocab - tok->n_ids > pad_max(tok->n_ids))
+        return err_set(err, 2, "invalid_config", "--tokenizer", "tokenizer '%s' holds %u tokens, far fewer than the "
+                       "%d of job %ld's model (a model pads its vocabulary by at most %u rows past its tokenizer's): "
+                       "it is not the tokenizer the job's shards were made with", cfg->tokenizer, tok->n_ids, vocab,
+                       cfg->src.job, pad_max(tok->n_ids));
+    return 0;
+}
+
+/* Which ids the sample may draw: those the tokenizer has bytes for. */
+static int drawable_ids(struct sampler *sm, const struct bpe *tok, struct shoal_err *err)
+{
+    int V = sm->ck.model.vocab;
+    if (!tok || V < 1)
+        return 0;
+    if (!(sm->drawable = malloc((size_t)V)))
+        return err_set(err, 500, "internal", NULL, "out of memory");
+    int any = 0;
+    for (int v = 0; v < V; v++) {
+        size_t n;
+        sm->drawable[v] = bpe_decode(tok, v, &n) != NULL;
+        any |= sm->drawable[v];
+    }
+    return any ? 0 : err_set(err, 2, "invalid_config", "--tokenizer", "tokenizer '%s' has bytes for none of the "
+                             "model's %d ids", tok->name, V);
+}
+
+/* The prompt's ids against the model's vocabulary, the tokenizer against
+ * it, and a word on stderr about how the tokens will print. */
+static int check_tokens(const struct sample_config *cfg, const char *format, struct sampler *sm,
                         const struct prompt_ids *prompt, const struct bpe *tok, struct shoal_err *err)
 {
+    if (check_vocab(cfg, tok, sm->ck.model.vocab, err) != 0 || drawable_ids(sm, tok, err) != 0)
+        return -1;
     for (size_t i = 0; i < prompt->n; i++)
         if (prompt->id[i] >= sm->ck.model.vocab)
             return err_set(err, 2, "invalid_config", cfg->prompt[0] ? "--prompt" : "--prompt-tokens", "%s: id %d "
@@ -289,8 +344,8 @@ static int check_tokens(const struct sample_config *cfg, const char *format, con
                 "shards were made with) to print them as text\n", cfg->src.job);
     else if ((int64_t)tok->n_ids < sm->ck.model.vocab)
         fprintf(stderr, "shoal-agent sample: the tokenizer holds %u tokens, the model %d: ids %u to %d (padding "
-                "rows, if the tokenizer is the job's) print as <|id|>\n", tok->n_ids, sm->ck.model.vocab, tok->n_ids,
-                sm->ck.model.vocab - 1);
+                "rows) are never drawn, and print as <|id|> in a prompt\n", tok->n_ids, sm->ck.model.vocab,
+                tok->n_ids, sm->ck.model.vocab - 1);
     return 0;
 }
 
@@ -321,7 +376,9 @@ static int sample_run(const void *config, FILE *out, struct shoal_err *err)
             err->status = 2;
         goto out;
     }
-    if (job_ckpt_find(&c, &cfg->src, &sm.ck, err) != 0 || check_format(cfg, sm.ck.format, err) != 0)
+    /* the tokenizer against the job's spec before a byte of the model is fetched */
+    if (job_ckpt_find(&c, &cfg->src, &sm.ck, err) != 0 || check_format(cfg, sm.ck.format, err) != 0 ||
+        check_vocab(cfg, cfg->tokenizer[0] ? &tok : NULL, sm.ck.spec_vocab, err) != 0)
         goto out;
     if (strcmp(sm.ck.format, "text") != 0 && cfg->prompt[0] && prompt_encode(cfg->prompt, &tok, &prompt, err) != 0)
         goto out;

@@ -7,11 +7,13 @@
  * draws from the last stage's logits at the newest position, softened by a
  * temperature.  Byte-level jobs ("text") print the bytes and take a text
  * --prompt.  Token-shard jobs ("llmc") print token ids, or with --tokenizer
- * (llm.c's gpt2_tokenizer.bin, tokenizer.h) each token's bytes, "<|id|>"
- * for ids past the tokenizer's vocabulary (the rows a model pads its
- * vocabulary with); their prompt is token ids (--prompt-tokens), since
- * shoal decodes GPT-2's BPE but cannot encode text into it.  Both kinds
- * print control characters other than newline and tab as '?'.
+ * (any file bpe.h reads) each token's bytes; their prompt is text encoded
+ * with that tokenizer, or token ids (--prompt-tokens).  The tokenizer must
+ * be the model's: no more tokens than its vocabulary, and no fewer than
+ * padding explains (a model pads its vocabulary by a few hundred rows);
+ * ids it has no bytes for (the padding) are never drawn, and print as
+ * "<|id|>" in a prompt.  Both kinds print control characters other than
+ * newline and tab as '?'.  Loading says on stderr how far it is.
  *
  * It needs the admin token (checkpoints are an operator's to read) and
  * nothing else of the agent: no node identity, no peer port. */

@@ -41,6 +41,7 @@ struct tokenize_config {
     long shard_tokens;
     long threads;
     long print_ids;
+    long extend;
     char write_llmc[PATH_MAX];
 };
 
@@ -56,7 +57,7 @@ static const struct opt tokenize_opts[] = {
       "a tiktoken file's encoding (gpt2, p50k_base, cl100k_base, o200k_base, llama3): its split pattern and "
       "special tokens; empty: recognised by its number of ranks" },
     { "--out", "SHOAL_TOKENIZE_OUT", S(out_dir), "",
-      "directory the shards and dataset.json go to (created; must not hold a dataset.json)" },
+      "directory the shards and dataset.json go to (created; must not hold a dataset.json, but with --extend 1)" },
     { "--text-field", "SHOAL_TOKENIZE_TEXT_FIELD", S(text_field), "text",
       "the field of each JSON line that holds a document" },
     { "--separator", "SHOAL_TOKENIZE_SEPARATOR", S(separator), "",
@@ -70,6 +71,9 @@ static const struct opt tokenize_opts[] = {
       "encoding threads; 0: one per core (the output is the same whatever the count)" },
     { "--print-ids", "SHOAL_TOKENIZE_PRINT_IDS", L(print_ids, 0, 1), "0",
       "1: print each document's ids (no separator) on a line of its own instead of writing shards" },
+    { "--extend", "SHOAL_TOKENIZE_EXTEND", L(extend, 0, 1), "0",
+      "1: add the INPUTs' documents to the dataset in --out, as shards after its own, and rewrite its dataset.json; "
+      "it must have been made with the same tokenizer file, separator and Unicode version (PCRE2's)" },
     { "--write-llmc-tokenizer", "SHOAL_TOKENIZE_WRITE_LLMC", S(write_llmc), "",
       "FILE: instead of tokenizing (no INPUT, no --out), write the --tokenizer as llm.c's tokenizer file "
       "(version 2: every id's bytes, its end-of-text token), which llm.c and --tokenizer read; from GPT-2's "
@@ -388,19 +392,19 @@ static int print_batch(const struct batch *b, FILE *out)
 static int write_manifest(const struct tokenize_config *cfg, const struct bpe *tok, int64_t separator,
                           int token_bytes, struct shard_out *split, uint64_t docs[2], struct shoal_err *err)
 {
-    char hex[SHA256_HEX], path[PATH_MAX + 32], tmp[PATH_MAX + 40];
+    char hex[SHA256_HEX], path[PATH_MAX + 32], tmp[PATH_MAX + 40], unicode[BPE_UNICODE_VERSION_MAX];
     if (sha256_file_hex(cfg->tokenizer, hex, err) != 0)
         return -1;
     const char *base = strrchr(cfg->tokenizer, '/');
     json_t *shards = json_array();
     json_array_extend(shards, split[0].list);
     json_array_extend(shards, split[1].list);
-    json_t *doc = json_pack("{s:s, s:i, s:{s:s, s:s, s:s, s:I, s:I, s:I}, s:I, s:s, s:o, s:{s:I, s:I}, "
+    json_t *doc = json_pack("{s:s, s:i, s:{s:s, s:s, s:s, s:I, s:I, s:I, s:s}, s:I, s:s, s:o, s:{s:I, s:I}, "
                             "s:{s:I, s:I}}",
                             "format", "shoal-dataset", "version", 1,
                             "tokenizer", "file", base ? base + 1 : cfg->tokenizer, "format", tok->format,
                             "sha256", hex, "vocab_size", (json_int_t)tok->n_ids, "eot", (json_int_t)tok->eot,
-                            "bot", (json_int_t)tok->bot,
+                            "bot", (json_int_t)tok->bot, "unicode_version", bpe_unicode_version(unicode),
                             "separator", (json_int_t)separator, "token_type", token_bytes == 2 ? "uint16" : "uint32",
                             "shards", shards,
                             "tokens", "train", (json_int_t)split[0].total, "val", (json_int_t)split[1].total,
@@ -412,6 +416,76 @@ static int write_manifest(const struct tokenize_config *cfg, const struct bpe *t
     if (rc != 0)
         return err_set(err, 500, "io_error", "--out", "cannot write %s: %s", path, strerror(errno));
     return 0;
+}
+
+/* --extend: the dataset in cfg->out_dir, checked against what this run
+ * writes (the tokenizer file, the Unicode version its ids were made with,
+ * the separator, the shards' names); its shards, token and document counts
+ * carried into split and docs, so new shards follow its own and documents
+ * are held out as one run over all the inputs would. */
+static int extend_load(const struct tokenize_config *cfg, int64_t separator, struct shard_out split[2],
+                       uint64_t docs[2], struct shoal_err *err)
+{
+    char path[PATH_MAX + 32], hex[SHA256_HEX], ours[BPE_UNICODE_VERSION_MAX];
+    const char *fmt = NULL, *sha = NULL, *unicode = NULL;
+    json_int_t version = 0, sep = -1, tokens[2] = {0, 0}, count[2] = {0, 0};
+    json_t *shards = NULL, *sh;
+    json_error_t je;
+    size_t i;
+    int rc = -1;
+    snprintf(path, sizeof path, "%s/dataset.json", cfg->out_dir);
+    json_t *m = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!m || json_unpack(m, "{s:s, s:I, s:{s:s, s?s}, s:I, s:o, s:{s:I, s:I}, s:{s:I, s:I}}", "format", &fmt,
+                          "version", &version, "tokenizer", "sha256", &sha, "unicode_version", &unicode,
+                          "separator", &sep, "shards", &shards, "tokens", "train", &tokens[0], "val", &tokens[1],
+                          "documents", "train", &count[0], "val", &count[1]) != 0 ||
+        strcmp(fmt, "shoal-dataset") != 0 || version != 1 || !json_is_array(shards)) {
+        err_set(err, 2, "invalid_config", "--extend", "cannot extend %s: not a manifest tokenize writes (format "
+                "shoal-dataset, version 1)%s%s", path, m ? "" : ": ", m ? "" : je.text);
+        goto out;
+    }
+    if (sha256_file_hex(cfg->tokenizer, hex, err) != 0)
+        goto out;
+    bpe_unicode_version(ours);
+    if (strcmp(sha, hex) != 0)
+        err_set(err, 2, "invalid_config", "--extend", "cannot extend %s: its ids are of the tokenizer file of SHA-256 "
+                "%.16s..., --tokenizer's is %.16s...", path, sha, hex);
+    else if (!unicode)
+        err_set(err, 2, "invalid_config", "--extend", "cannot extend %s: it records no Unicode version (it is older), "
+                "so its ids may be of another Unicode's letters than this site's %s: tokenize it all again", path,
+                ours);
+    else if (strcmp(unicode, ours) != 0)
+        err_set(err, 2, "invalid_config", "--extend", "cannot extend %s: its ids were made with Unicode %s, this "
+                "site's PCRE2 has Unicode %s (a letter new in either gets other ids here): extend it where PCRE2 has "
+                "%s, or tokenize it all again", path, unicode, ours, unicode);
+    else if (sep != separator)
+        err_set(err, 2, "invalid_config", "--extend", "cannot extend %s: its documents start with token %lld, this "
+                "run's with %lld: name its separator with --separator", path, (long long)sep, (long long)separator);
+    else
+        rc = 0;
+    json_array_foreach(shards, i, sh) {
+        const char *name = json_string_value(json_object_get(sh, "name"));
+        const char *which = json_string_value(json_object_get(sh, "split"));
+        int k = which && strcmp(which, "val") == 0;
+        char want[64];
+        if (rc != 0)
+            break;
+        snprintf(want, sizeof want, "%s_%06d.bin", split[k].split, split[k].index);
+        if (!name || !which || (!k && strcmp(which, "train") != 0) || strcmp(name, want) != 0) {
+            rc = err_set(err, 2, "invalid_config", "--extend", "cannot extend %s: shard %zu is '%s', where "
+                         "tokenize writes '%s'", path, i, name ? name : "(none)", want);
+            break;
+        }
+        json_array_append(split[k].list, sh);
+        split[k].index++;
+    }
+    for (int k = 0; rc == 0 && k < 2; k++) {
+        split[k].total = (uint64_t)tokens[k];
+        docs[k] = (uint64_t)count[k];
+    }
+out:
+    json_decref(m);
+    return rc;
 }
 
 static int run(const struct tokenize_config *cfg, char **inputs, int n_inputs, FILE *out, struct shoal_err *err)
@@ -433,6 +507,8 @@ static int run(const struct tokenize_config *cfg, char **inputs, int n_inputs, F
                        cfg->val_fraction);
     if (!cfg->print_ids && !cfg->out_dir[0])
         return err_set(err, 2, "invalid_config", "--out", "--out names the directory the shards go to");
+    if (cfg->print_ids && cfg->extend)
+        return err_set(err, 2, "invalid_config", "--extend", "--extend adds to a dataset; --print-ids writes none");
     if (bpe_open(cfg->tokenizer, cfg->format, cfg->encoding, &tok, err) != 0)
         return -1;
     int64_t separator = -1;
@@ -446,13 +522,17 @@ static int run(const struct tokenize_config *cfg, char **inputs, int n_inputs, F
         }
         char probe[PATH_MAX + 32];
         snprintf(probe, sizeof probe, "%s/dataset.json", cfg->out_dir);
+        if (cfg->extend && access(probe, F_OK) != 0) {
+            err_set(err, 2, "invalid_config", "--extend", "'%s' holds no dataset.json to extend", cfg->out_dir);
+            goto out;
+        }
         if (mkdir(cfg->out_dir, 0755) != 0 && errno != EEXIST) {
             err_set(err, 2, "invalid_config", "--out", "cannot create '%s': %s", cfg->out_dir, strerror(errno));
             goto out;
         }
-        if (access(probe, F_OK) == 0) {
-            err_set(err, 2, "invalid_config", "--out", "'%s' already holds a dataset.json: choose an empty directory",
-                    cfg->out_dir);
+        if (!cfg->extend && access(probe, F_OK) == 0) {
+            err_set(err, 2, "invalid_config", "--out", "'%s' already holds a dataset.json: choose an empty directory "
+                    "(or add to it with --extend 1)", cfg->out_dir);
             goto out;
         }
     }
@@ -461,6 +541,9 @@ static int run(const struct tokenize_config *cfg, char **inputs, int n_inputs, F
         split[k] = (struct shard_out){ .dir = cfg->out_dir, .split = k ? "val" : "train", .token_bytes = token_bytes,
                                        .limit = cfg->shard_tokens, .list = json_array() };
     }
+    if (cfg->extend && extend_load(cfg, separator, split, docs, err) != 0)
+        goto out;
+    doc_index = docs[0] + docs[1];
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = cfg->threads ? (int)cfg->threads : (int)(cores < 1 ? 1 : cores > THREADS_MAX ? THREADS_MAX : cores);
     if (!(b.docs = calloc(BATCH_DOCS, sizeof *b.docs))) {

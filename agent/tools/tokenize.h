@@ -16,9 +16,14 @@
  * [2] tokens), then the tokens little-endian: uint16 (magic 20240520,
  * version 1) where the vocabulary fits, else uint32 (magic 20240801,
  * version 7, as llm.c writes Llama 3's).  The manifest, dataset.json
- * (data.h), lists the tokenizer, the token type and every shard's split,
- * tokens and SHA-256; it is written last, so a directory with one is
- * complete. */
+ * (data.h), lists the tokenizer (with the Unicode version of PCRE2's
+ * tables, which decide what a letter is), the token type and every
+ * shard's split, tokens and SHA-256; it is written last, so a directory
+ * with one is complete.  --extend 1 adds documents to such a directory:
+ * new shards after its own, document indices going on from its count, the
+ * manifest rewritten by a rename; only a dataset of the same tokenizer
+ * file, separator and Unicode version (a manifest that records none is
+ * refused too). */
 #ifndef SHOAL_AGENT_TOKENIZE_H
 #define SHOAL_AGENT_TOKENIZE_H
 

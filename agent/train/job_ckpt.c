@@ -78,6 +78,9 @@ int job_ckpt_find(const struct ctl *c, const struct job_ckpt_source *src, struct
     }
     ck->stages = (int)P;
     snprintf(ck->format, sizeof ck->format, "%s", fmt);
+    json_int_t V = json_integer_value(json_object_get(json_object_get(json_object_get(job, "spec"), "model"),
+                                                      "vocab_size"));
+    ck->spec_vocab = V > 0 && V <= INT_MAX ? (int)V : 0;
     rc = 0;
 out:
     json_decref(job);
@@ -89,7 +92,7 @@ out:
  * micro-batch of one sequence of seq_len tokens (0: the context), or
  * (params set) its parameters alone. */
 static int load_stage(const struct ctl *c, const struct job_ckpt_source *src, int64_t step, int s, int seq_len,
-                      struct kern_stage **out, float **params, struct kern_stage_spec *sp,
+                      const char *progress, struct kern_stage **out, float **params, struct kern_stage_spec *sp,
                       struct model_config *model, struct job_ckpt *ck, struct shoal_err *err)
 {
     char file[PATH_MAX + 64], path[128];
@@ -110,6 +113,10 @@ static int load_stage(const struct ctl *c, const struct job_ckpt_source *src, in
     if (!(f = fopen(file, "rb"))) {
         err_set(err, 500, "io_error", NULL, "cannot open %s: %s", file, strerror(errno));
         goto out;
+    }
+    if (progress && fseek(f, 0, SEEK_END) == 0) {
+        fprintf(stderr, "shoal-agent %s: stage %d: %.1f MB fetched; building it\n", progress, s, ftell(f) / 1e6);
+        rewind(f);
     }
     if (params) {
         if (kern_stage_file_params(f, model, sp, params, &n, &ke) != 0 ||
@@ -170,10 +177,18 @@ static int load_all(const struct ctl *c, const struct job_ckpt_source *src, int 
         err_set(err, 500, "internal", NULL, "out of memory");
         goto out;
     }
-    for (int s = 0; s < ck->stages; s++)
-        if (load_stage(c, src, ck->step, s, seq_len, params_only ? NULL : &ck->st[s],
+    double start = ctl_now();
+    if (ck->progress)
+        fprintf(stderr, "shoal-agent %s: loading job %ld's checkpoint of step %lld: %d stage file(s) from the "
+                "server\n", ck->progress, src->job, (long long)ck->step, ck->stages);
+    for (int s = 0; s < ck->stages; s++) {
+        if (load_stage(c, src, ck->step, s, seq_len, ck->progress, params_only ? NULL : &ck->st[s],
                        params_only ? &ck->params[s] : NULL, &specs[s], &models[s], ck, err) != 0)
             goto out;
+        if (ck->progress)
+            fprintf(stderr, "shoal-agent %s: stage %d built (%d of %d, %.1f s so far)\n", ck->progress, s,
+                    s + 1, ck->stages, ctl_now() - start);
+    }
     if (check_chain(ck, specs, models, err) != 0)
         goto out;
     ck->model = models[0];

@@ -55,6 +55,9 @@ struct job_ckpt {
     int64_t step;                 /* the checkpoint's step */
     int stages;                   /* the job's pipeline stages, one file each */
     char format[16];              /* the job's data.format: "text", "llmc" */
+    int spec_vocab;               /* the job spec's model.vocab_size, 0 if it has none (job_ckpt_find) */
+    const char *progress;         /* the caller's name ("sample"): job_ckpt_load says on stderr as it starts and
+                                     as each stage is fetched and built; NULL: silent */
     struct model_config model;      /* set by job_ckpt_load */
     struct kern_stage **st;       /* stage s holds the layers after stage s-1's; cpu, B=1 */
     /* job_ckpt_load_params instead: each stage's layers and parameters alone */
@@ -72,9 +75,9 @@ struct job_ckpt {
 int job_ckpt_connect(const struct job_ckpt_source *src, const char *verb, struct ctl *c, struct shoal_err *err);
 
 /* Picks the checkpoint: src->step if it is complete, else (step 0) the
- * newest complete one; fills ck's step, stages and format.  No stage file
- * is fetched yet, so a caller can refuse options the job's format rules
- * out first.  -1 with err set (404 when there is none) on failure. */
+ * newest complete one; fills ck's step, stages, format and spec_vocab.
+ * No stage file is fetched yet, so a caller can refuse options the job's
+ * format (or vocabulary) rules out first.  -1 with err set (404 when there is none) on failure. */
 int job_ckpt_find(const struct ctl *c, const struct job_ckpt_source *src, struct job_ckpt *ck,
                   struct shoal_err *err);
 

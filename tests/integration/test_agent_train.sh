@@ -150,16 +150,25 @@ req PUT "$S/v1/links" "$(node_token "$NC")" "{\"samples\":[$(blocked "$ND")]}"
 req PUT "$S/v1/links" "$(node_token "$ND")" "{\"samples\":[$(blocked "$NC"),$(blocked "$NB")]}"
 req PUT "$S/v1/links" "$(node_token "$NB")" "{\"samples\":[$(blocked "$ND")]}"
 req POST "$S/v1/jobs" "$ADMIN" "$(MODEL=$TIED job llama-turned 2 2 2 1f1b 20 20)"; TURNED=$(printf '%s' "$BODY" | jq -r .id)
+# C's agent is stopped from the plan to the check of its assignment below:
+# the job trains its 20 steps in about a second, and an assignment asked
+# for after it succeeded is none (the check failed so on loaded machines).
+# The others wait for C on their connections (--peer-timeout 20).
+TOKEN_C=$(node_token "$NC"); PID_C=$(cat "$WORK/agent-$(sql s "SELECT name FROM nodes WHERE id = $NC").pid")
+kill -STOP "$PID_C"
 req POST "$S/v1/jobs/$TURNED/plan" "$ADMIN" "{\"stages\":[{\"nodes\":[$NA,$NB]},{\"nodes\":[$NC,$ND]}]}"
 expect "a plan on nodes whose links are blocked one way or both is stored" 201 .epoch 1
 check "it says how each connection is made (next, ring up, tied head; by stage and replica)" \
     "$(sql s "SELECT string_agg(a.next_way || '/' || a.up_way || '/' || a.tie_way, ' ' ORDER BY a.stage, a.replica)
               || ' ' || p.relay FROM assignments a JOIN plans p ON p.id = a.plan_id WHERE p.job_id = $TURNED GROUP BY p.relay")" \
     "reverse/reverse/reverse relay/dial/relay dial/relay/dial dial/relay/relay $RELAY_r"
-req GET "$S/v1/agent/assignment" "$(node_token "$NC")"
+req GET "$S/v1/agent/assignment" "$TOKEN_C"
+kill -CONT "$PID_C"
+tickets=$(printf '%s' "$BODY" | jq -c '[[.assignment.group[] | .up_ticket | .[0:2], length],
+    ([.assignment.pipeline[] | has("next_ticket") or has("tie_ticket")] | any)]' 2>/dev/null) ||
+    tickets="HTTP $STATUS: $(printf '%.400s' "$BODY")"
 check "C's assignment carries its tickets for its relayed ring edges only: the dialer's to D, the listener's from D" \
-    "$(printf '%s' "$BODY" | jq -c '[[.assignment.group[] | .up_ticket | .[0:2], length],
-        ([.assignment.pipeline[] | has("next_ticket") or has("tie_ticket")] | any)]')" '[["00",176,"01",176],false]'
+    "$tickets" '[["00",176,"01",176],false]'
 req GET "$S/v1/jobs/$TURNED" "$ADMIN"
 check "the job's plan says which stage opens each pipeline link" \
     "$(printf '%s' "$BODY" | jq -c '[.plan.assignments[] | .dials_next]')" "[false,true,true,true]"
@@ -339,27 +348,32 @@ done
 
 # ---- an llm.c-shard job: sampled as ids, then through a tokenizer file in
 # llm.c's format written here, as text.  The shard is the corpus's bytes
-# folded into 64 tokens; the tokenizer knows 60 of them (60-63 stand for a
-# model's padding rows): 0 and 1 are the two halves of "é", the others "·N".
+# folded into 64 tokens; tokenizer.bin knows 60 of them (60-63 stand for a
+# model's padding rows, never drawn through it), tokenizer64.bin all 64,
+# tokenizer65.bin one more than the model has: 0 and 1 are the two halves
+# of "é", the others "·N".
 cat > "$WORK/llmc.py" <<'EOF'
 import struct, sys
-KNOWN = 60
 def piece(i):
     return b"\xc3" if i == 0 else b"\xa9" if i == 1 else ("\u00b7%d" % i).encode()
-if sys.argv[1] == "files":   # files CORPUS SHARD TOKENIZER
+if sys.argv[1] == "shard":         # shard CORPUS SHARD
     ids = [b & 63 for b in open(sys.argv[2], "rb").read()[:100000]]
     with open(sys.argv[3], "wb") as f:
         f.write(struct.pack("<256i", 20240520, 1, len(ids), *[0] * 253))
         f.write(struct.pack("<%dH" % len(ids), *ids))
-    with open(sys.argv[4], "wb") as f:
-        f.write(struct.pack("<256I", 20240328, 2, KNOWN, KNOWN - 1, *[0] * 252))
-        for i in range(KNOWN):
+elif sys.argv[1] == "tokenizer":   # tokenizer FILE KNOWN
+    known = int(sys.argv[3])
+    with open(sys.argv[2], "wb") as f:
+        f.write(struct.pack("<256I", 20240328, 2, known, known - 1, *[0] * 252))
+        for i in range(known):
             f.write(bytes([len(piece(i))]) + piece(i))
-else:                        # decode IDS_FILE: the text of the ids `sample` printed
-    ids = [int(t) for t in open(sys.argv[2]).read().split()]
-    sys.stdout.buffer.write(b"".join(piece(i) if i < KNOWN else b"<|%d|>" % i for i in ids) + b"\n")
+else:                              # decode IDS_FILE KNOWN: the text of the ids `sample` printed
+    ids, known = [int(t) for t in open(sys.argv[2]).read().split()], int(sys.argv[3])
+    sys.stdout.buffer.write(b"".join(piece(i) if i < known else b"<|%d|>" % i for i in ids) + b"\n")
 EOF
-python3 "$WORK/llmc.py" files "$CORPUS" "$WORK/shard.bin" "$WORK/tokenizer.bin"
+python3 "$WORK/llmc.py" shard "$CORPUS" "$WORK/shard.bin"
+for k in 60 64 65; do python3 "$WORK/llmc.py" tokenizer "$WORK/tokenizer$k.bin" "$k"; done
+mv "$WORK/tokenizer60.bin" "$WORK/tokenizer.bin"
 run_job "an llmc-shard job (a 64-token vocabulary)" \
     "$(printf '{"name":"llmc","model":{"vocab_size":64,"context_length":32,"d_model":32,"heads":2,"layers":2},
         "parallelism":{"stages":1,"replicas":1,"micro_batches":2,"micro_batch_size":2,"schedule":"1f1b"},
@@ -370,13 +384,34 @@ sample "$WORK/ids" --job "$LLMC" --prompt-tokens 0,1,63 --tokens 40 --seed 3
 check "sample: an llmc job prints the prompt's and 40 drawn token ids, and says to pass --tokenizer for text" \
     "$SAMPLE_RC $(awk '{ print NF, $1, $2, $3 }' "$WORK/ids") $(grep -c 'pass --tokenizer' "$WORK/ids.err")" \
     "0 43 0 1 63 1"
-sample "$WORK/text" --job "$LLMC" --prompt-tokens 0,1,63 --tokens 40 --seed 3 --tokenizer "$WORK/tokenizer.bin"
-check "sample --tokenizer: the same ids decoded, byte for byte" \
-    "$SAMPLE_RC $(python3 "$WORK/llmc.py" decode "$WORK/ids" | cmp -s - "$WORK/text" && echo same)" "0 same"
-check "sample --tokenizer: the prompt's tokens 0 and 1 make 'é', 63 (past the tokenizer) '<|63|>'" \
-    "$(head -c 8 "$WORK/text")" "é<|63|>"
-check "sample --tokenizer: it says which ids print as <|id|>" \
-    "$(grep -c 'holds 60 tokens, the model 64: ids 60 to 63' "$WORK/text.err")" 1
+sample "$WORK/text" --job "$LLMC" --prompt-tokens 0,1,63 --tokens 40 --seed 3 --tokenizer "$WORK/tokenizer64.bin"
+check "sample --tokenizer (the model's 64 tokens): the same ids decoded, byte for byte" \
+    "$SAMPLE_RC $(python3 "$WORK/llmc.py" decode "$WORK/ids" 64 | cmp -s - "$WORK/text" && echo same)" "0 same"
+check "sample: as the checkpoint loads it says how far it is, on stderr" \
+    "$(grep -c -e "loading job $LLMC's checkpoint of step 10: 1 stage file(s)" -e 'stage 0: [0-9.]* MB fetched' \
+       -e 'stage 0 built (1 of 1' "$WORK/text.err")" 3
+# tokenizer.bin, 60 tokens for the model's 64 rows: 60-63 are padding,
+# which the model draws (ids300) but the sample through it never does
+sample "$WORK/ids300" --job "$LLMC" --prompt-tokens 0,1,63 --tokens 300 --seed 3
+sample "$WORK/text" --job "$LLMC" --prompt-tokens 0,1,63 --tokens 300 --seed 3 --tokenizer "$WORK/tokenizer.bin"
+tail -c +9 "$WORK/text" > "$WORK/drawn"
+check "sample --tokenizer (60 of the model's 64): the prompt's 63 prints as <|63|>, no drawn id is 60 or more" \
+    "$SAMPLE_RC $(awk '{ for (i = 4; i <= NF; i++) n += $i >= 60 } END { print (n > 0) }' "$WORK/ids300") $(head -c 8 "$WORK/text") $(grep -a -c '<|' "$WORK/drawn") $(grep -a -o '·[0-9]*' "$WORK/drawn" | awk -F'·' '$2 >= 60' | wc -l) $(($(wc -c < "$WORK/drawn") > 300))" \
+    "0 1 é<|63|> 0 0 1"
+check "sample --tokenizer: it says which ids are padding, never drawn" \
+    "$(grep -c 'holds 60 tokens, the model 64: ids 60 to 63 (padding rows) are never drawn' "$WORK/text.err")" 1
+sample "$WORK/sx" --job "$LLMC" --tokenizer "$WORK/tokenizer65.bin"
+check "sample: a tokenizer of more tokens than the model's vocabulary: refused with both numbers before a download, nothing printed" \
+    "$SAMPLE_RC $(grep -c 'holds 65 tokens, more than the 64 of job' "$WORK/sx.err") $(wc -c < "$WORK/sx") $(grep -c 'loading job' "$WORK/sx.err")" \
+    "2 1 0 0"
+run_job "an llmc-shard job of 2048 rows (its shard's ids use 64)" \
+    "$(printf '{"name":"llmc-wide","model":{"vocab_size":2048,"context_length":32,"d_model":32,"heads":2,"layers":1},
+        "parallelism":{"stages":1,"replicas":1,"micro_batches":1,"micro_batch_size":2,"schedule":"1f1b"},
+        "training":{"steps":2,"learning_rate":0.003,"warmup_steps":1,"seed":7},
+        "data":{"path":"%s","format":"llmc"},"checkpoint_interval":2}' "$WORK/shard.bin")"
+sample "$WORK/sx" --job "$J" --tokenizer "$WORK/tokenizer.bin" --tokens 5
+check "sample: a tokenizer far smaller than the model's vocabulary (60 for 2048) is another's: refused, both numbers said, nothing printed" \
+    "$SAMPLE_RC $(grep -c 'holds 60 tokens, far fewer than the 2048 of job' "$WORK/sx.err") $(wc -c < "$WORK/sx")" "2 1 0"
 sample "$WORK/sx" --job "$LLMC" --prompt "The "
 check "sample: a text prompt for an llmc job needs the tokenizer to encode it" \
     "$SAMPLE_RC $(grep -c 'encoded with --tokenizer.*--prompt-tokens' "$WORK/sx.err")" "2 1"

@@ -6,10 +6,14 @@
 # packages (tests/tokenize/oracle.mjs): tiktoken (Rust compiled to WASM)
 # for GPT-2, cl100k_base, o200k_base and Llama 3's ranks, and
 # @huggingface/tokenizers for a Llama 3 tokenizer.json, a SmolLM2-style
-# one (Digits + ByteLevel) and a Qwen2-style one (NFC first); llm.c's gpt2_tokenizer.bin must give GPT-2's
+# one (Digits + ByteLevel), a Qwen2-style one (NFC first) and a
+# DeepSeek-V3-style one (an empty Sequence normalizer, a Split of behavior
+# Removed, inverted); llm.c's gpt2_tokenizer.bin must give GPT-2's
 # ids.  The texts (tests/tokenize/corpus.py) are the fortunes, the
 # translations under /usr/share/locale, generated words of many scripts and
-# emoji, long runs of spaces and digits, and invalid UTF-8.
+# emoji, long runs of spaces and digits, and invalid UTF-8; and edges.txt,
+# U+180E (not White_Space since Unicode 6.3, though PCRE2's \s holds it)
+# beside spaces, letters, digits and punctuation, and Unicode's other spaces.
 set -u
 . "$(dirname "$0")/lib.sh"
 TOP=$(cd "$(dirname "$0")/../.." && pwd)
@@ -19,7 +23,7 @@ TOK=$WORK/tok
 CORPUS=$WORK/corpus
 
 $ORACLE files "$TOK" 2> "$WORK/err"
-check "the oracle packages write the tokenizer files" "$? $(ls "$TOK" | wc -l)" "0 9"
+check "the oracle packages write the tokenizer files" "$? $(ls "$TOK" | wc -l)" "0 10"
 check "tiktoken's files are the published ones (SHA-256 of cl100k_base, o200k_base, GPT-2)" \
     "$(sha256sum "$TOK/cl100k_base.tiktoken" "$TOK/o200k_base.tiktoken" "$TOK/gpt2.tiktoken" | cut -c1-16 | tr '\n' ' ')" \
     "223921b76ee99bde 446a9538cb6c348e 306cd27f03c1a714 "
@@ -29,6 +33,12 @@ check "the texts are written" "$(ls "$CORPUS" | wc -l)" 5
 check "the translations hold several scripts (Cyrillic, CJK, Arabic)" \
     "$(grep -c -P '[\x{0400}-\x{04FF}]' "$CORPUS/locales.txt" | awk '{print ($1 > 0)}')$(grep -c -P '[\x{4E00}-\x{9FFF}]' "$CORPUS/locales.txt" | awk '{print ($1 > 0)}')$(grep -c -P '[\x{0600}-\x{06FF}]' "$CORPUS/locales.txt" | awk '{print ($1 > 0)}')" \
     "111"
+# U+180E (e1 a0 8e) after one space, two, a tab, a newline; between letters,
+# digits and punctuation; at the ends; and Unicode's White_Space beside it
+MVS='\xe1\xa0\x8e'
+printf "a${MVS} b  ${MVS}${MVS} x\t${MVS}1\n${MVS}\n  ${MVS}z 12${MVS}34 !${MVS}? ${MVS}  \n${MVS}\xe2\x80\x83 \xe3\x80\x80${MVS}\xe2\x80\xaf${MVS}a\xc2\xa0${MVS} ${MVS}" \
+    > "$CORPUS/edges.txt"
+TEXTS="$TEXTS edges.txt"
 
 # same NAME FILE ORACLE_NAME: shoal's ids for every text equal the oracle's
 # (one line of ids a text, each program started once)
@@ -69,6 +79,7 @@ same "Llama 3 (tokenizer.model)" llama3.tiktoken llama3
 same "Llama 3 (tokenizer.json, ignore_merges)" llama3.json llama3.json
 same "SmolLM2-style tokenizer.json (Digits, ByteLevel, merges)" smol.json smol.json
 same "Qwen2-style tokenizer.json (NFC, Split, ByteLevel)" nfc.json nfc.json
+same "DeepSeek-V3-style tokenizer.json (an empty Sequence normalizer; Split Removed, inverted)" seq.json seq.json
 printf 'caf\x65\xcc\x81\n' > "$WORK/nfd.txt"
 printf 'caf\xc3\xa9\n' > "$WORK/nfc.txt"
 check "NFC: e and a combining acute encode as the one character" \
@@ -150,6 +161,50 @@ tokenize llama3.json --out "$WORK/dsj" --separator '<|end_of_text|>' --val-fract
 check "--separator names another special token; --val-fraction 0 holds nothing out" \
     "$? $(jq -c '[.separator, .documents.val, ([.shards[].split] | unique)]' "$WORK/dsj/dataset.json")" \
     '0 [128001,0,["train"]]'
+
+# ---- --extend: a dataset's documents, then more, as shards after its own
+check "the manifest records the Unicode version its ids were made with (PCRE2's)" \
+    "$(jq -r .tokenizer.unicode_version "$M" | grep -c '^[0-9][0-9]*\.[0-9][0-9]*\.[0-9][0-9]*$')" 1
+UNI=$(jq -r .tokenizer.unicode_version "$M")
+tokenize gpt2_tokenizer.bin --out "$WORK/dsx" --threads 1 --shard-tokens 4096 --val-fraction 0.05 "$WORK/docs.jsonl"
+jq -c .shards "$WORK/dsx/dataset.json" > "$WORK/dsx.shards"
+tokenize gpt2_tokenizer.bin --out "$WORK/dsx" --extend 1 --threads 1 --shard-tokens 4096 --val-fraction 0.05 \
+    "$CORPUS/fortunes.txt"
+check "--extend 1 adds documents to a dataset: exit 0, its shards all listed as they were, new ones after them" \
+    "$? $(jq -c --slurpfile old "$WORK/dsx.shards" '[($old[0] - .shards), (.shards | length > ($old[0] | length))]' "$WORK/dsx/dataset.json")" \
+    "0 [[],true]"
+check "the extended dataset holds what one run over both inputs does: documents, tokens, each split's ids in order" \
+    "$(python3 - "$WORK/ds1" "$WORK/dsx" <<'PY'
+import json, os, struct, sys
+def load(d):
+    m = json.load(open(os.path.join(d, "dataset.json")))
+    ids = {"train": [], "val": []}
+    for s in m["shards"]:
+        b = open(os.path.join(d, s["name"]), "rb").read()
+        ids[s["split"]] += struct.unpack("<%dH" % s["tokens"], b[1024:])
+    return m["documents"], m["tokens"], ids, [s["name"] for s in m["shards"]]
+a, b = load(sys.argv[1]), load(sys.argv[2])
+print(a[:3] == b[:3], len(set(b[3])) == len(b[3]))
+PY
+)" "True True"
+refused_extend() {   # refused_extend NAME WANT DIR [ARGS...]: exit 2 saying WANT, DIR as it was
+    local name=$1 want=$2 dir=$3 before
+    before=$(cd "$dir" && ls -a | xargs && sha256sum dataset.json)
+    tokenize "${4:-gpt2_tokenizer.bin}" --out "$dir" --extend 1 "$CORPUS/runs.txt"
+    check "--extend: $name: exit 2, said, nothing written" \
+        "$? $(grep -c -F -- "$want" "$WORK/err") $([ "$(cd "$dir" && ls -a | xargs && sha256sum dataset.json)" = "$before" ] && echo unchanged)" \
+        "2 1 unchanged"
+}
+cp -r "$WORK/dsx" "$WORK/dsu"
+jq '.tokenizer.unicode_version = "99.0.0"' "$WORK/dsx/dataset.json" > "$WORK/dsu/dataset.json"
+refused_extend "a dataset made with another Unicode version" \
+    "its ids were made with Unicode 99.0.0, this site's PCRE2 has Unicode $UNI" "$WORK/dsu"
+jq 'del(.tokenizer.unicode_version)' "$WORK/dsx/dataset.json" > "$WORK/dsu/dataset.json"
+refused_extend "a manifest from before the Unicode version was recorded" "it records no Unicode version" "$WORK/dsu"
+refused_extend "another tokenizer file" "its ids are of the tokenizer file of SHA-256" "$WORK/dsx" gpt2.tiktoken
+tokenize gpt2_tokenizer.bin --out "$WORK/dse" --extend 1 "$CORPUS/runs.txt"
+check "--extend: a directory with no dataset: exit 2, said, not made" \
+    "$? $(grep -c 'holds no dataset.json to extend' "$WORK/err") $([ -e "$WORK/dse" ] && echo made || echo none)" "2 1 none"
 
 # ---- refusals: clear, and nothing written
 tokenize gpt2_tokenizer.bin --out "$WORK/ds1" "$WORK/docs.jsonl"

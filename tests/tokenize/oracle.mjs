@@ -11,13 +11,16 @@
 //       merges derived from the ranks, Digits + ByteLevel), gpt2.json (GPT-2's
 //       own tokenizer.json: ByteLevel with its regex) and nfc.json
 //       (a Qwen2-style one: GPT-2's vocabulary and merges, an NFC
-//       normalizer, Qwen2's split)
+//       normalizer, Qwen2's split), seq.json (GPT-2's vocabulary and
+//       merges, DeepSeek-V3's empty Sequence normalizer, Llama 3's split as
+//       a Split of behavior Removed, inverted: its matches kept, and as
+//       they cover every character, Isolated's cut)
 //   node oracle.mjs encode DIR NAME TEXT...
 //       prints the ids of each TEXT file (read as UTF-8, invalid bytes as
 //       U+FFFD), one line of space-separated ids per file: NAME gpt2,
 //       cl100k_base, o200k_base, llama3 through tiktoken's encode_ordinary
 //       (Rust, compiled to WASM); llama3.json, smol.json, nfc.json through
-//       @huggingface/tokenizers without special tokens
+//       @huggingface/tokenizers without special tokens (seq.json too)
 //   node oracle.mjs strip-numerics IN OUT
 //       IN (as UTF-8) without its non-ASCII numerics (\p{N} but 0-9):
 //       Hugging Face's Rust tokenizers split Digits on char::is_numeric,
@@ -163,6 +166,11 @@ function files(dir) {
       { type: "Split", pattern: { Regex: QWEN2_PATTERN }, behavior: "Isolated", invert: false },
       { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: false }] }, false,
     { type: "NFC" }));
+  fs.writeFileSync(path.join(dir, "seq.json"), hfJson(smolVocab, gpt2Merges, { "<|endoftext|>": 50256 }, {
+    type: "Sequence", pretokenizers: [
+      { type: "Split", pattern: { Regex: LLAMA3_PATTERN }, behavior: "Removed", invert: true },
+      { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: false }] }, false,
+    { type: "Sequence", normalizers: [] }));
 }
 
 function encoder(dir, name) {

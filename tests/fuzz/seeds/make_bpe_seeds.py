@@ -32,6 +32,14 @@ def main(out):
               {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]},
           "model": {"type": "BPE", "vocab": vocab, "merges": ["h e", "\u0120 t", "\u0120t he"],
                     "ignore_merges": True}}
+    # Split at its edges: every behavior, invert, a String pattern, empty
+    # matches, \S in a class; an empty Sequence normalizer
+    edges = dict(hf, normalizer={"type": "Sequence", "normalizers": []}, pre_tokenizer={
+        "type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": "[\\s\\S]"}, "behavior": "Removed", "invert": True},
+            {"type": "Split", "pattern": {"String": "-"}, "behavior": "MergedWithPrevious", "invert": False},
+            {"type": "Split", "pattern": {"Regex": "x*|[^\\S\\n]"}, "behavior": "Contiguous", "invert": True},
+            {"type": "Split", "pattern": {"Regex": "\\s+(?!\\S)"}, "behavior": "MergedWithNext", "invert": False}]})
     llmc = struct.pack("<256I", *([20240328, 2, 260, 259] + [0] * 252)) + b"".join(
         bytes([len(t)]) + t for t in [bytes([b]) for b in range(256)] + [b"he", b" t", b" the", b"<|endoftext|>"])
     tiktoken = "".join("%s %d\n" % (base64.b64encode(bytes([b])).decode(), b) for b in range(256))
@@ -41,6 +49,7 @@ def main(out):
         "text-invalid": b"\x80ok \xff\xc3 \xe2\x82 \xed\xa0\x80 \xf0\x9f\x98 end",
         "text-spaces": b"\x80" + b" " * 300 + b"x" + b"\n" * 40 + b"9" * 50,
         "hf-small": b"\x01" + json.dumps(hf).encode(),
+        "hf-split-edges": b"\x01" + json.dumps(edges).encode(),
         "llmc-small": b"\x00" + llmc,
         "tiktoken-bytes": b"\x02" + tiktoken.encode(),
     }
