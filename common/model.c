@@ -125,20 +125,21 @@ static double llama_act_values(const struct model_config *m, double T)
 
 #define N(a) (int)(sizeof a / sizeof a[0])
 const struct model_family model_families[MODEL_ARCH_COUNT] = {
-    /* name, blocks, qkv_bias, qk_norm, norm_after, hf_model_type, hf_class, tensors, their counts, ... */
-    [MODEL_GPT2] = {"gpt2", MODEL_BLOCKS_GPT2, 0, MODEL_QK_NONE, 0, "gpt2", "GPT2LMHeadModel",
+    /* name, blocks, qkv_bias, qk_norm, norm_after, hf_model_type, hf_class, hf_bos, hf_eos, hf_norm_eps,
+     * tensors, their counts, ... */
+    [MODEL_GPT2] = {"gpt2", MODEL_BLOCKS_GPT2, 0, MODEL_QK_NONE, 0, "gpt2", "GPT2LMHeadModel", 50256, 50256, 1e-5,
                     {gpt2_embed, gpt2_block, gpt2_head}, {N(gpt2_embed), N(gpt2_block), N(gpt2_head)},
                     gpt2_act_values, NULL},
-    [MODEL_LLAMA] = {"llama", MODEL_BLOCKS_LLAMA, 0, MODEL_QK_NONE, 0, "llama", "LlamaForCausalLM",
+    [MODEL_LLAMA] = {"llama", MODEL_BLOCKS_LLAMA, 0, MODEL_QK_NONE, 0, "llama", "LlamaForCausalLM", 1, 2, 1e-6,
                      {llama_embed, llama_block, llama_head}, {N(llama_embed), N(llama_block), N(llama_head)},
                      llama_act_values, llama_skipped},
-    [MODEL_QWEN2] = {"qwen2", MODEL_BLOCKS_LLAMA, 1, MODEL_QK_NONE, 0, "qwen2", "Qwen2ForCausalLM",
+    [MODEL_QWEN2] = {"qwen2", MODEL_BLOCKS_LLAMA, 1, MODEL_QK_NONE, 0, "qwen2", "Qwen2ForCausalLM", -1, -1, 1e-6,
                      {llama_embed, qwen2_block, llama_head}, {N(llama_embed), N(qwen2_block), N(llama_head)},
                      llama_act_values, NULL},
-    [MODEL_QWEN3] = {"qwen3", MODEL_BLOCKS_LLAMA, 0, MODEL_QK_HEAD, 0, "qwen3", "Qwen3ForCausalLM",
+    [MODEL_QWEN3] = {"qwen3", MODEL_BLOCKS_LLAMA, 0, MODEL_QK_HEAD, 0, "qwen3", "Qwen3ForCausalLM", -1, -1, 1e-6,
                      {llama_embed, qwen3_block, llama_head}, {N(llama_embed), N(qwen3_block), N(llama_head)},
                      llama_act_values, NULL},
-    [MODEL_OLMO2] = {"olmo2", MODEL_BLOCKS_LLAMA, 0, MODEL_QK_WIDTH, 1, "olmo2", "Olmo2ForCausalLM",
+    [MODEL_OLMO2] = {"olmo2", MODEL_BLOCKS_LLAMA, 0, MODEL_QK_WIDTH, 1, "olmo2", "Olmo2ForCausalLM", -1, 50279, 1e-5,
                      {llama_embed, olmo2_block, llama_head}, {N(llama_embed), N(olmo2_block),
                      N(llama_head)}, llama_act_values, NULL},
 };

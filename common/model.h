@@ -115,6 +115,11 @@ struct model_family {
                                   0: their inputs, x + attn(norm(x)) */
     const char *hf_model_type; /* config.json's "model_type" */
     const char *hf_class;      /* config.json's "architectures": transformers' class */
+    /* transformers' defaults for what a config.json may leave out (its
+     * configuration class's): bos_token_id and eos_token_id (-1: None),
+     * the norm's epsilon */
+    int hf_bos, hf_eos;
+    double hf_norm_eps;
     const struct model_tensor *tensors[MODEL_PARTS];
     int n_tensors[MODEL_PARTS];
     /* Activation values one block keeps per token for its backward, at

@@ -180,6 +180,7 @@ void kern_stage_free(struct kern_stage *st)
     free(st->link_out);
     for (int i = 0; i < KERN_EXTRA_COUNT; i++)
         free(st->extra[i]);
+    free(st->file_source);
     free(st);
 }
 

@@ -90,6 +90,12 @@ struct kern_stage {
     int *slot_mb;               /* in_flight: micro-batch in the slot, -1 when free */
     uint64_t step;              /* AdamW steps taken */
     float *extra[KERN_EXTRA_COUNT]; /* host, n_params each, or NULL (kern_stage_extra) */
+    /* Bytes a stage file carries beside the buffers (models/checkpoint.c:
+     * the Hugging Face files a model was imported from), kept through
+     * load, save and assemble; the kernels never read them.  malloc'd, or
+     * NULL with file_source_len 0. */
+    char *file_source;
+    size_t file_source_len;
     /* Host (B,T,C) each: a link's hidden states unpacked for a backend
      * without encodes_links (in, out); NULL when the link is f32. */
     float *link_in, *link_out;

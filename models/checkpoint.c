@@ -17,7 +17,9 @@
  *            low_freq_factor, high_freq_factor       (from version 3)
  *   uint64   step          AdamW steps taken
  *   uint64   n             floats per buffer
+ *   uint64   source_bytes  bytes of the source section, 0: none (version 4)
  *   float32  params[n], adam_m[n], adam_v[n], then each extra[n] in order
+ *   char     source[source_bytes]   the stage's file_source (version 4)
  *   uint64   checksum      FNV-1a 64 of every byte before it
  *
  * The header is read and checked by stage_file.c (kern_stage_file_peek).
@@ -52,7 +54,29 @@ static void header_of_stage(const struct kern_stage *st, struct stage_file_heade
     *h = (struct stage_file_header){ .version = KERN_STAGE_FILE_VERSION, .model = st->model,
                                      .layer_start = st->spec.layer_start, .layer_end = st->spec.layer_end,
                                      .first = !!st->spec.first, .last = !!st->spec.last, .extras = extras,
-                                     .step = st->step, .n = st->n_params };
+                                     .step = st->step, .n = st->n_params,
+                                     .source_bytes = st->file_source_len };
+}
+
+int kern_stage_set_source(struct kern_stage *st, const void *bytes, size_t len, struct kern_err *err)
+{
+    char *copy = NULL;
+    if (len > KERN_STAGE_SOURCE_MAX)
+        return kern_fail(err, "source: %zu bytes, over the %u a stage file holds", len, KERN_STAGE_SOURCE_MAX);
+    if (len && !(copy = malloc(len)))
+        return kern_fail(err, "source: out of memory");
+    if (len)
+        memcpy(copy, bytes, len);
+    free(st->file_source);
+    st->file_source = copy;
+    st->file_source_len = len;
+    return 0;
+}
+
+const char *kern_stage_source(const struct kern_stage *st, size_t *len)
+{
+    *len = st->file_source_len;
+    return st->file_source;
 }
 
 int kern_stage_save(struct kern_stage *st, FILE *f, struct kern_err *err)
@@ -96,6 +120,11 @@ int kern_stage_save(struct kern_stage *st, FILE *f, struct kern_err *err)
             goto out;
         }
     }
+    sum = fnv1a(sum, st->file_source, st->file_source_len);
+    if (st->file_source_len && fwrite(st->file_source, 1, st->file_source_len, f) != st->file_source_len) {
+        kern_fail(err, "save: write failed");
+        goto out;
+    }
     if (fwrite(&sum, sizeof sum, 1, f) != 1 || fflush(f)) {
         kern_fail(err, "save: write failed");
         goto out;
@@ -112,6 +141,7 @@ int kern_stage_load(struct kern_stage *st, FILE *f, struct kern_err *err)
     unsigned char raw[STAGE_FILE_HEADER_MAX];
     size_t raw_len;
     float *buf[3 + KERN_EXTRA_COUNT] = {NULL};
+    char *source = NULL;
     uint64_t sum = FNV_START, stored;
     int rc = -1;
 
@@ -149,6 +179,15 @@ int kern_stage_load(struct kern_stage *st, FILE *f, struct kern_err *err)
         }
         sum = fnv1a(sum, buf[i], st->n_params * sizeof *buf[i]);
     }
+    if (got.source_bytes && !(source = malloc(got.source_bytes))) {
+        kern_fail(err, "load: out of memory");
+        goto out;
+    }
+    if (got.source_bytes && fread(source, 1, got.source_bytes, f) != got.source_bytes) {
+        kern_fail(err, "load: file is truncated (in its source section)");
+        goto out;
+    }
+    sum = fnv1a(sum, source, got.source_bytes);
     if (fread(&stored, sizeof stored, 1, f) != 1) {
         kern_fail(err, "load: file is truncated (no checksum)");
         goto out;
@@ -170,12 +209,17 @@ int kern_stage_load(struct kern_stage *st, FILE *f, struct kern_err *err)
         st->extra[i] = buf[3 + i];
         buf[3 + i] = NULL;
     }
+    free(st->file_source);
+    st->file_source = source;
+    st->file_source_len = got.source_bytes;
+    source = NULL;
     st->step = got.step;
     kern_stage_drop_in_flight(st);
     rc = 0;
 out:
     for (int i = 0; i < 3 + KERN_EXTRA_COUNT; i++)
         free(buf[i]);
+    free(source);
     return rc;
 }
 
@@ -201,11 +245,12 @@ int kern_stage_file_params(FILE *f, struct model_config *model, struct kern_stag
         goto out;
     }
     sum = fnv1a(sum, *params, h.n * sizeof **params);
-    /* the moments (unless left out) and the extras: summed, not kept */
+    /* the moments (unless left out), the extras and the source: summed,
+     * not kept (kern_stage_file_source reads the source) */
     uint64_t rest = (uint64_t)(h.extras & STAGE_FILE_NO_MOMENTS ? 0 : 2);
     for (int i = 0; i < KERN_EXTRA_COUNT; i++)
         rest += (h.extras >> i) & 1;
-    for (uint64_t left = rest * h.n * sizeof(float); left > 0;) {
+    for (uint64_t left = rest * h.n * sizeof(float) + h.source_bytes; left > 0;) {
         size_t want = left < sizeof chunk ? (size_t)left : sizeof chunk;
         if (fread(chunk, 1, want, f) != want) {
             kern_fail(err, "params: file is truncated");
@@ -323,6 +368,12 @@ int kern_stage_assemble(struct kern_stage *st, struct kern_stage *const *sources
         st->extra[e] = dst[3 + e];
         dst[3 + e] = NULL;
     }
+    for (int k = 0; k < n_sources; k++)   /* the first source's file_source that there is */
+        if (sources[k]->file_source_len) {
+            if (kern_stage_set_source(st, sources[k]->file_source, sources[k]->file_source_len, err))
+                goto out;
+            break;
+        }
     st->step = n_sources > 0 ? sources[0]->step : 0;
     kern_stage_drop_in_flight(st);
     rc = 0;
@@ -334,4 +385,33 @@ out:
     }
     free(filled);
     return rc;
+}
+
+int kern_stage_file_source(FILE *f, char **text, size_t *len, struct kern_err *err)
+{
+    struct stage_file_header h;
+    struct model_config m;
+    struct kern_stage_spec sp;
+    unsigned char raw[STAGE_FILE_HEADER_MAX];
+    size_t raw_len;
+    uint64_t skip;
+    *text = NULL;
+    *len = 0;
+    if (fseek(f, 0, SEEK_SET) != 0)
+        return kern_fail(err, "source: the file is not seekable");
+    if (kern_stage_file_peek(f, &m, &sp, NULL, err) != 0 || stage_file_header_read(f, &h, raw, &raw_len, err) != 0)
+        return -1;
+    if (h.source_bytes == 0)
+        return 0;
+    skip = (uint64_t)raw_len + (uint64_t)4 * h.n * (uint64_t)stage_file_buffers(&h);   /* bytes; peek checked them */
+    if (!(*text = malloc(h.source_bytes + 1)))
+        return kern_fail(err, "source: out of memory");
+    if (fseeko(f, (off_t)skip, SEEK_SET) != 0 || fread(*text, 1, h.source_bytes, f) != h.source_bytes) {
+        free(*text);
+        *text = NULL;
+        return kern_fail(err, "source: file is truncated");
+    }
+    (*text)[h.source_bytes] = '\0';
+    *len = h.source_bytes;
+    return 0;
 }

@@ -18,6 +18,10 @@
  * range and is whole before it changes anything.  Version 1 files (no
  * extras) load too. */
 #define KERN_STAGE_FILE_VERSION 4
+/* Version 4 files may carry a source section after the buffers: the stage's
+ * file_source bytes (a JSON object of the Hugging Face files the model was
+ * imported from, models/hf_source.h), at most this many. */
+#define KERN_STAGE_SOURCE_MAX (64u << 20)
 int kern_stage_save(struct kern_stage *st, FILE *f, struct kern_err *err);
 int kern_stage_load(struct kern_stage *st, FILE *f, struct kern_err *err);
 
@@ -43,6 +47,21 @@ int kern_stage_assemble(struct kern_stage *st, struct kern_stage *const *sources
  * (the server checks uploads with it). */
 int kern_stage_file_peek(FILE *f, struct model_config *model, struct kern_stage_spec *spec, uint64_t *step,
                          struct kern_err *err);
+
+/* The stage's source: bytes its stage files carry beside the buffers (the
+ * Hugging Face files a model was imported from: models/hf_source.h), kept
+ * through load, save and assemble; NULL and 0 when it has none.
+ * set_source copies len bytes (at most KERN_STAGE_SOURCE_MAX; len 0
+ * removes it); -1 with err when they are too many or memory is short,
+ * the stage unchanged. */
+int kern_stage_set_source(struct kern_stage *st, const void *bytes, size_t len, struct kern_err *err);
+const char *kern_stage_source(const struct kern_stage *st, size_t *len);
+
+/* A stage file's source section (version 4), after the header is checked
+ * as kern_stage_file_peek checks it: *text malloc'd and NUL-terminated,
+ * *len bytes; NULL and 0 when the file has none.  The checksum is not read
+ * (kern_stage_file_params or kern_stage_load reads it).  -1 with err. */
+int kern_stage_file_source(FILE *f, char **text, size_t *len, struct kern_err *err);
 
 /* A stage file's parameters alone, for a reader that trains nothing
  * (export): the header's model and layers into *model and *spec, the

@@ -301,6 +301,12 @@ static int written_kind(int i, int L, int *layer)
 
 int kern_safetensors_write(FILE *f, const struct model_config *m, const float *params, struct kern_err *err)
 {
+    return kern_safetensors_write_as(f, m, params, 0, err);
+}
+
+int kern_safetensors_write_as(FILE *f, const struct model_config *m, const float *params, int bf16,
+                              struct kern_err *err)
+{
     struct kern_stage w;
     struct st_out *out = NULL;
     char name[64];
@@ -328,7 +334,7 @@ int kern_safetensors_write(FILE *f, const struct model_config *m, const float *p
         out[i].data = params + t->offset;
         out[i].transpose = kind >= S_BLOCK && block_names[kind - S_BLOCK].conv1d; /* (out, in) to (in, out) */
     }
-    rc = st_write(f, out, n, "safetensors export", err);
+    rc = st_write(f, out, n, bf16, "safetensors export", err);
 out:
     free(out);
     io_layout_free(&w);

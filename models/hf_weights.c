@@ -228,6 +228,11 @@ out:
 
 int kern_hf_write(FILE *f, const struct model_config *m, const float *params, struct kern_err *err)
 {
+    return kern_hf_write_as(f, m, params, 0, err);
+}
+
+int kern_hf_write_as(FILE *f, const struct model_config *m, const float *params, int bf16, struct kern_err *err)
+{
     struct kern_stage w;
     struct st_out *out = NULL;
     int rc = -1, n = 0;
@@ -256,7 +261,7 @@ int kern_hf_write(FILE *f, const struct model_config *m, const float *params, st
         out[n].data = params + k->offset;
         n++;
     }
-    rc = st_write(f, out, n, "safetensors export", err);
+    rc = st_write(f, out, n, bf16, "safetensors export", err);
 out:
     free(out);
     io_layout_free(&w);

@@ -126,7 +126,7 @@ static int read_window(const json_t *root, struct model_config *m, struct kern_e
 
 int kern_llama_config_read(const char *text, size_t len, struct model_config *model, struct kern_err *err)
 {
-    struct model_config m = {.arch = MODEL_LLAMA, .norm_eps = 1e-6, .rope_theta = 10000};
+    struct model_config m = {.arch = MODEL_LLAMA, .rope_theta = 10000};
     enum model_arch arch = MODEL_LLAMA;
     int *size[N_SIZES] = {&m.vocab, &m.context, &m.d_model, &m.ffn_dim, &m.heads, &m.layers};
     const json_t *v;
@@ -137,6 +137,7 @@ int kern_llama_config_read(const char *text, size_t len, struct model_config *mo
     if (check_kind(root, &arch, err) || read_scaling(json_object_get(root, "rope_scaling"), &m.rope_scaling, err))
         goto out;
     m.arch = arch;
+    m.norm_eps = model_families[arch].hf_norm_eps;   /* what transformers takes when the file says none */
     for (int k = 0; k < N_SIZES; k++) {
         if (!(v = json_object_get(root, sizes[k]))) {
             kern_fail(err, WHAT ": %s is missing", sizes[k]);

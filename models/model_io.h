@@ -115,6 +115,10 @@ int kern_safetensors_read_file(FILE *f, int heads, struct model_config *model, f
  * only when the head is not tied (kern_model_head_tied). */
 int kern_safetensors_write(FILE *f, const struct model_config *m, const float *params,
                            struct kern_err *err);
+/* ... in BF16 when bf16 is set (what save_pretrained writes of a bf16
+ * model: each value rounded to nearest, ties to even), else F32. */
+int kern_safetensors_write_as(FILE *f, const struct model_config *m, const float *params, int bf16,
+                              struct kern_err *err);
 
 /* Reads vocab_size, n_positions, n_embd, n_head and n_layer from the text of
  * a Hugging Face GPT-2 config.json (all required), and refuses a config of
@@ -161,6 +165,8 @@ int kern_hf_read(const struct model_config *m, FILE *const *files, const char *c
  * Hugging Face names, F32, in shoal's order, lm_head.weight left out when
  * the model is tied. */
 int kern_hf_write(FILE *f, const struct model_config *m, const float *params, struct kern_err *err);
+/* ... in BF16 when bf16 is set, as kern_safetensors_write_as. */
+int kern_hf_write_as(FILE *f, const struct model_config *m, const float *params, int bf16, struct kern_err *err);
 
 /* Reads a Hugging Face LlamaForCausalLM config.json into *model: model_type
  * "llama", hidden_act "silu", no attention or MLP biases, head_dim (when

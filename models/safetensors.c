@@ -230,30 +230,48 @@ out:
     return rc;
 }
 
-int st_write(FILE *f, const struct st_out *t, int n, const char *who, struct kern_err *err)
+uint16_t st_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)   /* NaN: kept a (quiet) NaN */
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1);         /* round to nearest, ties to even */
+    return (uint16_t)(u >> 16);
+}
+
+int st_write(FILE *f, const struct st_out *t, int n, int bf16, const char *who, struct kern_err *err)
 {
     char *text = NULL;
-    size_t text_len = 0, widest = 0;
+    size_t text_len = 0, widest = 0, largest = 0;
     float *scratch = NULL;
+    uint16_t *half = NULL;
     FILE *h = NULL;
     int rc = -1;
+    const char *dtype = bf16 ? "BF16" : "F32";
+    unsigned size = bf16 ? 2 : 4;   /* bytes an element */
 
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
         if (t[i].transpose && t[i].rows * t[i].cols > widest)
             widest = t[i].rows * t[i].cols;
-    if ((widest && !(scratch = malloc(widest * sizeof *scratch))) || !(h = open_memstream(&text, &text_len))) {
+        if (t[i].rows * t[i].cols > largest)
+            largest = t[i].rows * t[i].cols;
+    }
+    if ((widest && !(scratch = malloc(widest * sizeof *scratch))) ||
+        (bf16 && largest && !(half = malloc(largest * sizeof *half))) || !(h = open_memstream(&text, &text_len))) {
         kern_fail(err, "%s: out of memory", who);
         goto out;
     }
     fprintf(h, "{\"__metadata__\":{\"format\":\"pt\"}");
     uint64_t at = 0;
     for (int i = 0; i < n; i++) {
-        uint64_t bytes = 4 * t[i].rows * t[i].cols;
+        uint64_t bytes = (uint64_t)size * t[i].rows * t[i].cols;
         if (t[i].ndim == 2)
-            fprintf(h, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%llu,%llu]", t[i].name,
+            fprintf(h, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%llu,%llu]", t[i].name, dtype,
                     (unsigned long long)t[i].rows, (unsigned long long)t[i].cols);
         else
-            fprintf(h, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%llu]", t[i].name, (unsigned long long)t[i].cols);
+            fprintf(h, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[%llu]", t[i].name, dtype,
+                    (unsigned long long)t[i].cols);
         fprintf(h, ",\"data_offsets\":[%llu,%llu]}", (unsigned long long)at, (unsigned long long)(at + bytes));
         at += bytes;
     }
@@ -277,7 +295,11 @@ int st_write(FILE *f, const struct st_out *t, int n, const char *who, struct ker
                     scratch[r * t[i].cols + c] = src[c * t[i].rows + r];
             src = scratch;
         }
-        if (io_write(f, src, t[i].rows * t[i].cols * sizeof(float), who, err))
+        size_t count = t[i].rows * t[i].cols;
+        if (bf16)
+            for (size_t k = 0; k < count; k++)
+                half[k] = st_bf16(src[k]);
+        if (io_write(f, bf16 ? (const void *)half : (const void *)src, count * size, who, err))
             goto out;
     }
     if (fflush(f) != 0) {
@@ -290,5 +312,6 @@ out:
         fclose(h);
     free(text);
     free(scratch);
+    free(half);
     return rc;
 }

@@ -64,8 +64,13 @@ struct st_out {
 };
 
 /* Writes the file safetensors' own writer writes: the tensors in the given
- * order, F32, metadata {"format":"pt"}, the header padded with spaces to a
- * multiple of 8 bytes.  `who` prefixes errors. */
-int st_write(FILE *f, const struct st_out *t, int n, const char *who, struct kern_err *err);
+ * order, F32 (or BF16 when bf16 is set: st_bf16), metadata
+ * {"format":"pt"}, the header padded with spaces to a multiple of 8 bytes.
+ * `who` prefixes errors. */
+int st_write(FILE *f, const struct st_out *t, int n, int bf16, const char *who, struct kern_err *err);
+
+/* x as bfloat16, rounded to nearest, ties to even (what PyTorch's
+ * tensor.to(torch.bfloat16) gives); a NaN stays a NaN. */
+uint16_t st_bf16(float x);
 
 #endif

@@ -38,12 +38,12 @@ static size_t header_reals(uint32_t version)
 /* Bytes of the header of a file of `version`. */
 static size_t header_bytes(uint32_t version)
 {
-    return 8 + 4 + 4 * header_ints(version) + 8 * header_reals(version) + 8 + 8;
+    return 8 + 4 + 4 * header_ints(version) + 8 * header_reals(version) + 8 + 8 + (version >= 4 ? 8 : 0);
 }
 
 /* Buffers a file of header h holds: params, both moments (unless left
  * out), the extras. */
-static int header_buffers(const struct stage_file_header *h)
+int stage_file_buffers(const struct stage_file_header *h)
 {
     return (h->extras & STAGE_FILE_NO_MOMENTS ? 1 : 3) + __builtin_popcount((unsigned)h->extras & EXTRAS_ALL);
 }
@@ -63,7 +63,8 @@ size_t stage_file_header_pack(const struct stage_file_header *h, unsigned char o
     memcpy(out + 12 + sizeof v, d, sizeof d);
     memcpy(out + 12 + sizeof v + sizeof d, &h->step, 8);
     memcpy(out + 20 + sizeof v + sizeof d, &h->n, 8);
-    return STAGE_FILE_HEADER_MAX;
+    memcpy(out + 28 + sizeof v + sizeof d, &h->source_bytes, 8);
+    return header_bytes(version);
 }
 
 int stage_file_header_read(FILE *f, struct stage_file_header *got, unsigned char raw[STAGE_FILE_HEADER_MAX],
@@ -87,6 +88,12 @@ int stage_file_header_read(FILE *f, struct stage_file_header *got, unsigned char
     memcpy(d, raw + 12 + 4 * ints, 8 * reals);
     memcpy(&got->step, raw + 12 + 4 * ints + 8 * reals, 8);
     memcpy(&got->n, raw + 20 + 4 * ints + 8 * reals, 8);
+    got->source_bytes = 0;
+    if (got->version >= 4)
+        memcpy(&got->source_bytes, raw + 28 + 4 * ints + 8 * reals, 8);
+    if (got->source_bytes > KERN_STAGE_SOURCE_MAX)
+        return fail(err, "load: the stage file's source section is %llu bytes, over the %u this build reads",
+                    (unsigned long long)got->source_bytes, KERN_STAGE_SOURCE_MAX);
     got->model = (struct model_config){ .vocab = v[0], .context = v[1], .d_model = v[2], .heads = v[3],
                                         .layers = v[4], .arch = (enum model_arch)v[10], .kv_heads = v[11],
                                         .ffn_dim = v[12], .tied = v[13], .head_dim = v[15],
@@ -150,9 +157,9 @@ static int header_check_size(FILE *f, const struct stage_file_header *h, struct 
                     (unsigned long long)floats);
     }
     /* header, params, adam_m, adam_v (unless left out), extras (4 bytes a
-     * float), checksum */
-    uint64_t want = header_bytes(h->version) + 8;
-    if (mul_add(&want, 4 * (uint64_t)header_buffers(h), floats) || (uint64_t)size != want)
+     * float), the source section, checksum */
+    uint64_t want = header_bytes(h->version) + 8 + h->source_bytes;
+    if (mul_add(&want, 4 * (uint64_t)stage_file_buffers(h), floats) || (uint64_t)size != want)
         return fail(err, "peek: the header says %llu floats per buffer, and the file is %ld bytes instead of "
                     "the %llu that makes", (unsigned long long)floats, size, (unsigned long long)want);
     return 0;

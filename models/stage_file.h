@@ -23,7 +23,10 @@
  * 9; both of these hold GPT-2. */
 #define STAGE_FILE_INTS 17
 #define STAGE_FILE_REALS 5
-#define STAGE_FILE_HEADER_MAX (8 + 4 + 4 * STAGE_FILE_INTS + 8 * STAGE_FILE_REALS + 8 + 8)   /* bytes */
+/* Version 4 adds a uint64 after n: the bytes of the source section, which
+ * follows the buffers (KERN_STAGE_SOURCE_MAX at most).  A file without a
+ * source is written as version 3. */
+#define STAGE_FILE_HEADER_MAX (8 + 4 + 4 * STAGE_FILE_INTS + 8 * STAGE_FILE_REALS + 8 + 8 + 8)   /* bytes */
 /* In the extras mask: the AdamW moments are left out of the file (they
  * are zero: a stage at AdamW step 0, such as imported weights). */
 #define STAGE_FILE_NO_MOMENTS (1 << 30)
@@ -35,6 +38,7 @@ struct stage_file_header {
     int32_t extras;                  /* bit i: extra buffer i follows; STAGE_FILE_NO_MOMENTS */
     uint64_t step;                   /* AdamW steps taken */
     uint64_t n;                      /* floats per buffer */
+    uint64_t source_bytes;           /* bytes of the source section (version 4; else 0) */
 };
 
 /* Reads and unpacks a header (of any version) from the file's current
@@ -43,7 +47,12 @@ struct stage_file_header {
 int stage_file_header_read(FILE *f, struct stage_file_header *got, unsigned char raw[STAGE_FILE_HEADER_MAX],
                            size_t *raw_len, struct kern_err *err);
 
-/* Packs h as a header of the current version into out; returns its bytes. */
+/* Float buffers a file of header h holds: params, both moments (unless
+ * left out), the extras. */
+int stage_file_buffers(const struct stage_file_header *h);
+
+/* Packs h into out as KERN_STAGE_FILE_VERSION (its source_bytes 0 when it
+ * has no source section); returns its bytes. */
 size_t stage_file_header_pack(const struct stage_file_header *h, unsigned char out[STAGE_FILE_HEADER_MAX]);
 
 #endif

@@ -5,10 +5,15 @@
  * stage file SHA-256 checked on the way down), joins the stages into the
  * whole model (models/model_io.h) and writes into --out:
  *
- *   model.safetensors   Hugging Face GPT2LMHeadModel weights, F32, with
+ *   model.safetensors   Hugging Face weights (GPT2LMHeadModel's or
+ *                       LlamaForCausalLM's), F32 or --dtype bf16, with
  *                       lm_head.weight when the head is not tied (shoal
  *                       trains it apart from wte, so it almost never is);
- *   config.json         the GPT-2 config beside it (tie_word_embeddings);
+ *   config.json         the config beside it: the one imported with the
+ *                       model (models/hf_source.h) with what training
+ *                       changed changed, else the family's own;
+ *   generation_config.json  the token ids transformers derives from it;
+ *   tokenizer files     those the import kept, or --tokenizer's;
  *   model.bin           with --llmc on: llm.c's checkpoint (version 3,
  *                       fp32), which holds one matrix for the embedding and
  *                       the head, so it is refused when they differ.

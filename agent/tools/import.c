@@ -12,6 +12,7 @@
 #include "../../common/opts.h"
 #include "../../common/sha256.h"
 #include "../../models/checkpoint.h"
+#include "../../models/hf_source.h"
 #include "../../models/model_io.h"
 #include "../train/job_ckpt.h"
 
@@ -19,11 +20,21 @@
 #define IMPORT_UPLOAD_DEADLINE_S 600 /* s to upload one stage file, retries included */
 #define IMPORT_STAGES_MAX 1024       /* as the server allows */
 #define IMPORT_CONFIG_MAX (1u << 20) /* bytes of a config.json we read */
+#define IMPORT_TOKENIZER_MAX (32u << 20) /* bytes of a tokenizer file we read */
 
 struct import_config {
     struct job_ckpt_source src;   /* --server, --job, --tmp-dir, ... (no --step) */
     char model_path[PATH_MAX];
     char config_path[PATH_MAX];
+    char tokenizer_dir[PATH_MAX];
+};
+
+/* What the import read besides the weights: the config.json's text (kept
+ * whole with the checkpoint: hf_source.h) and the context the file says. */
+struct import_read_out {
+    char *config;                 /* malloc'd, or NULL: no config.json */
+    size_t config_len;
+    int file_context;
 };
 
 #define S(f) OPT_STR_FIELD(struct import_config, f)
@@ -35,6 +46,9 @@ static const struct opt import_opts[] = {
     { "--config", "SHOAL_IMPORT_CONFIG", S(config_path), "",
       "a safetensors file's config.json, checked against the job; empty: config.json beside --model if there "
       "is one, else the job's model" },
+    { "--tokenizer", "SHOAL_IMPORT_TOKENIZER", S(tokenizer_dir), "",
+      "folder of the model's tokenizer.json, tokenizer_config.json and special_tokens_map.json, kept with the "
+      "weights for export to write beside them; empty: --model's folder when it holds tokenizer.json" },
     { "--tmp-dir", "SHOAL_IMPORT_TMP_DIR", S(src.tmp_dir), "/tmp", "where stage files are kept while uploading" },
 };
 #undef S
@@ -112,8 +126,11 @@ static int read_text(const char *path, size_t max, const char *opt, char **text,
     fclose(f);
     if (!bad)
         return 0;
-    err_set(err, 422, "bad_model", opt, "%s: %s", path, !*text ? "out of memory" : *len == max
-            ? "larger than this reads (1 MiB of config.json, 16 MiB of index)" : strerror(errno));
+    if (!*text || *len == max)
+        err_set(err, 422, "bad_model", opt, "%s: %s %zu bytes", path, !*text ? "out of memory for" : "larger than the",
+                max - 1);
+    else
+        err_set(err, 422, "bad_model", opt, "%s: %s", path, strerror(errno));
     free(*text);
     *text = NULL;
     return -1;
@@ -135,23 +152,21 @@ static void config_path(const struct import_config *cfg, char *path, size_t cap)
 
 /* The heads a safetensors file is read with: --config's n_head, else the
  * config.json beside the model's file when there is one, else the job's.
- * *cfg_model gets the config's model (vocab 0 when no config was read). */
+ * *cfg_model gets the config's model (vocab 0 when no config was read),
+ * got->config its text. */
 static int import_heads(const struct import_config *cfg, const struct import_job *job, int *heads,
-                        struct model_config *cfg_model, struct shoal_err *err)
+                        struct model_config *cfg_model, struct import_read_out *got, struct shoal_err *err)
 {
-    char path[PATH_MAX + 16], *text = NULL;
-    size_t len;
+    char path[PATH_MAX + 16];
     struct kern_err ke = {{0}};
     memset(cfg_model, 0, sizeof *cfg_model);
     *heads = job->model.heads;
     config_path(cfg, path, sizeof path);
     if (!path[0])
         return 0;   /* none beside it: the job's heads */
-    if (read_text(path, IMPORT_CONFIG_MAX, "--config", &text, &len, err) != 0)
+    if (read_text(path, IMPORT_CONFIG_MAX, "--config", &got->config, &got->config_len, err) != 0)
         return -1;
-    int rc = kern_gpt2_config_read(text, len, cfg_model, &ke);
-    free(text);
-    if (rc != 0)
+    if (kern_gpt2_config_read(got->config, got->config_len, cfg_model, &ke) != 0)
         return err_set(err, 422, "bad_model", "--config", "%s: %s", path, ke.msg);
     *heads = cfg_model->heads;
     return 0;
@@ -162,7 +177,7 @@ static int import_heads(const struct import_config *cfg, const struct import_job
  * --model, a model.safetensors or a model.safetensors.index.json and the
  * shards beside it, read in the job's model's shapes. */
 static int import_read_hf(const struct import_config *cfg, const struct import_job *job, struct model_config *model,
-                          float **params, struct shoal_err *err)
+                          float **params, struct import_read_out *got, struct shoal_err *err)
 {
     char path[PATH_MAX + 16], *text = NULL;
     const char *file_names[KERN_HF_FILES_MAX];
@@ -175,13 +190,11 @@ static int import_read_hf(const struct import_config *cfg, const struct import_j
     config_path(cfg, path, sizeof path);
     if (path[0]) {
         struct model_config c;
-        if (read_text(path, IMPORT_CONFIG_MAX, "--config", &text, &len, err) != 0)
+        if (read_text(path, IMPORT_CONFIG_MAX, "--config", &got->config, &got->config_len, err) != 0)
             return -1;
-        int bad = kern_llama_config_read(text, len, &c, &ke);
-        free(text);
-        text = NULL;
-        if (bad)
+        if (kern_llama_config_read(got->config, got->config_len, &c, &ke) != 0)
             return err_set(err, 422, "bad_model", "--config", "%s: %s", path, ke.msg);
+        got->file_context = c.context;
         c.context = job->model.context;   /* rotary positions: any context works */
         if (!model_config_equal(&c, &job->model)) {
             char a[200], b[200];
@@ -226,6 +239,8 @@ static int import_read_hf(const struct import_config *cfg, const struct import_j
         goto out;
     }
     *model = job->model;
+    if (!got->file_context)
+        got->file_context = model->context;   /* no config.json: nothing says another */
     rc = 0;
 out:
     for (int i = 0; files && i < n; i++)
@@ -241,7 +256,7 @@ out:
 /* Reads --model in whichever of the two formats it is (llm.c's files
  * start with their magic number).  *params is the malloc'd whole model. */
 static int import_read(const struct import_config *cfg, const struct import_job *job, struct model_config *model,
-                       float **params, struct shoal_err *err)
+                       float **params, struct import_read_out *got, struct shoal_err *err)
 {
     struct kern_err ke = {{0}};
     struct model_config cfg_model;
@@ -258,11 +273,11 @@ static int import_read(const struct import_config *cfg, const struct import_job 
     if (llmc) {
         if (kern_llmc_read_file(f, model, params, &ke) != 0)
             goto bad;
-    } else if (job->model.arch != MODEL_GPT2) {   /* GPT-2's files are read by their own reader */
-        rc = import_read_hf(cfg, job, model, params, err);
+    } else if (model_families[job->model.arch].blocks != MODEL_BLOCKS_GPT2) {   /* GPT-2's: their own reader */
+        rc = import_read_hf(cfg, job, model, params, got, err);
         goto out;
     } else {
-        if (import_heads(cfg, job, &heads, &cfg_model, err) != 0)
+        if (import_heads(cfg, job, &heads, &cfg_model, got, err) != 0)
             goto out;
         if (kern_safetensors_read_file(f, heads, model, params, &ke) != 0)
             goto bad;
@@ -277,12 +292,72 @@ static int import_read(const struct import_config *cfg, const struct import_job 
             goto out;
         }
     }
+    got->file_context = model->context;
     rc = 0;
     goto out;
 bad:
     err_set(err, 422, "bad_model", "--model", "%s: %s", cfg->model_path, ke.msg);
 out:
     fclose(f);
+    return rc;
+}
+
+/* --tokenizer, else --model's folder when it holds tokenizer.json; "" when
+ * neither. */
+static void tokenizer_dir(const struct import_config *cfg, char *dir, size_t cap)
+{
+    char probe[PATH_MAX + 32];
+    if (cfg->tokenizer_dir[0]) {
+        snprintf(dir, cap, "%s", cfg->tokenizer_dir);
+        return;
+    }
+    const char *slash = strrchr(cfg->model_path, '/');
+    snprintf(dir, cap, "%.*s", slash ? (int)(slash - cfg->model_path) : 1, slash ? cfg->model_path : ".");
+    snprintf(probe, sizeof probe, "%s/tokenizer.json", dir);
+    if (access(probe, F_OK) != 0)
+        dir[0] = '\0';
+}
+
+/* The source kept with the checkpoint (hf_source.h): the config.json the
+ * import read and the tokenizer files of --tokenizer (each that is there;
+ * --tokenizer given must hold tokenizer.json).  *source NULL when there
+ * is nothing to keep. */
+static int import_source(const struct import_config *cfg, const struct import_read_out *got, char **source,
+                         size_t *source_len, int *n_tokenizer, struct shoal_err *err)
+{
+    const char *names[8];
+    char *texts[8] = {NULL}, dir[PATH_MAX], path[PATH_MAX + 32];
+    size_t lens[8];
+    struct kern_err ke = {{0}};
+    int n = 0, rc = -1;
+    *source = NULL;
+    *n_tokenizer = 0;
+    if (got->config) {
+        names[n] = "config.json", texts[n] = got->config, lens[n++] = got->config_len;
+    }
+    tokenizer_dir(cfg, dir, sizeof dir);
+    for (int k = 1; dir[0] && kern_hf_source_files[k]; k++) {
+        snprintf(path, sizeof path, "%s/%s", dir, kern_hf_source_files[k]);
+        if (access(path, F_OK) != 0) {
+            if (k == 1) {
+                err_set(err, 2, "invalid_config", "--tokenizer", "%s has no tokenizer.json", dir);
+                goto out;
+            }
+            continue;
+        }
+        if (read_text(path, IMPORT_TOKENIZER_MAX, "--tokenizer", &texts[n], &lens[n], err) != 0)
+            goto out;
+        names[n++] = kern_hf_source_files[k];
+        (*n_tokenizer)++;
+    }
+    if (n > 0 && kern_hf_source_pack(names, (const char *const *)texts, lens, n, source, source_len, &ke) != 0) {
+        err_set(err, 422, "bad_model", "--tokenizer", "%s/%s", dir, ke.msg);   /* the config was read already */
+        goto out;
+    }
+    rc = 0;
+out:
+    for (int i = got->config ? 1 : 0; i < n; i++)   /* the config's text is got's */
+        free(texts[i]);
     return rc;
 }
 
@@ -322,9 +397,11 @@ static void import_split(int layers, int stages, int s, struct kern_stage_spec *
 }
 
 /* Writes stage s of the whole model as a stage file (AdamW step 0, zero
- * moments) into `file` (created by the caller) and hashes it. */
+ * moments; stage 0's with the source, when there is one) into `file`
+ * (created by the caller) and hashes it. */
 static int import_stage_file(const struct model_config *m, const float *whole, const struct kern_stage_spec *sp,
-                             const char *file, char sha[SHA256_HEX], struct shoal_err *err)
+                             const char *source, size_t source_len, const char *file, char sha[SHA256_HEX],
+                             struct shoal_err *err)
 {
     struct kern_err ke = {{0}};
     struct kern_device cpu = { KERN_CPU, 0 };
@@ -339,7 +416,8 @@ static int import_stage_file(const struct model_config *m, const float *whole, c
                 kern_stage_param_count(st));
         goto out;
     }
-    if (kern_model_split(m, whole, sp, buf, &ke) != 0 || kern_stage_write(st, KERN_PARAMS, buf, &ke) != 0)
+    if (kern_model_split(m, whole, sp, buf, &ke) != 0 || kern_stage_write(st, KERN_PARAMS, buf, &ke) != 0 ||
+        (sp->first && kern_stage_set_source(st, source, source_len, &ke) != 0))
         goto bad;
     if (!(f = fopen(file, "wb"))) {
         err_set(err, 500, "io_error", "--tmp-dir", "cannot write %s: %s", file, strerror(errno));
@@ -366,7 +444,8 @@ out:
 
 /* Builds stage s's file and PUTs it as the job's step-0 checkpoint. */
 static int import_stage(const struct ctl *c, const struct import_config *cfg, const struct import_job *job,
-                        const float *whole, int s, FILE *out, struct shoal_err *err)
+                        const float *whole, const char *source, size_t source_len, int s, FILE *out,
+                        struct shoal_err *err)
 {
     char file[PATH_MAX + 32], path[160], sha[SHA256_HEX];
     struct kern_stage_spec sp;
@@ -378,7 +457,7 @@ static int import_stage(const struct ctl *c, const struct import_config *cfg, co
         return err_set(err, 2, "invalid_config", "--tmp-dir", "cannot create a file in %s: %s", cfg->src.tmp_dir,
                        strerror(errno));
     close(fd);
-    if (import_stage_file(&job->model, whole, &sp, file, sha, err) != 0)
+    if (import_stage_file(&job->model, whole, &sp, source, source_len, file, sha, err) != 0)
         goto out;
     snprintf(path, sizeof path, "/v1/jobs/%ld/checkpoints/0/stages/%d?layer_start=%d&layer_end=%d", cfg->src.job,
              s, sp.layer_start, sp.layer_end);
@@ -402,30 +481,42 @@ static int import_run(const void *config, FILE *out, struct shoal_err *err)
     const struct import_config *cfg = config;
     struct import_job job;
     struct model_config model;
+    struct import_read_out got = {0};
     struct ctl c;
     float *whole = NULL;
-    int rc = -1;
+    char *source = NULL;
+    size_t source_len = 0;
+    int rc = -1, n_tokenizer;
     if (!cfg->model_path[0])
         return err_set(err, 2, "invalid_config", "--model", "--model is required: llm.c's gpt2_124M.bin (or "
                        "another of its checkpoints) or a Hugging Face model.safetensors");
     if (job_ckpt_connect(&cfg->src, "import into", &c, err) != 0 || import_job_get(&c, cfg->src.job, &job, err) != 0)
         return -1;
-    if (import_read(cfg, &job, &model, &whole, err) != 0)
+    if (import_read(cfg, &job, &model, &whole, &got, err) != 0 ||
+        import_source(cfg, &got, &source, &source_len, &n_tokenizer, err) != 0 ||
+        import_fit(&job, cfg->model_path, &model, whole, err) != 0)
         goto out;
-    int file_context = model.context;
-    if (import_fit(&job, cfg->model_path, &model, whole, err) != 0)
-        goto out;
+    int tied = model.tied || kern_model_head_tied(&model, whole);
     fprintf(stderr, "shoal-agent import: %s into job %ld: %s, %d layers, d_model %d, heads %d, vocab %d, context %d "
             "(the file's %d), head %s, %d stage file(s)\n", cfg->model_path, cfg->src.job,
             model_families[model.arch].name, model.layers, model.d_model, model.heads, model.vocab, model.context,
-            file_context, model.arch == MODEL_GPT2 || model.tied ? "tied to the embedding" : "untied", job.stages);
+            got.file_context, tied ? "tied to the embedding" : "untied", job.stages);
+    if (tied)
+        fprintf(stderr, "shoal-agent import: the head is tied to the embedding: lm_head is wte (%d x %d), %s\n",
+                model.vocab, model.d_model, model.tied ? "one matrix trained from both ends, and an export writes "
+                "no lm_head.weight (tie_word_embeddings true)" : "a copy that GPT-2 training then trains apart, so "
+                "an export writes lm_head.weight (tie_word_embeddings false)");
+    fprintf(stderr, "shoal-agent import: kept for export: %s, %d tokenizer file(s)\n",
+            got.config ? "config.json" : "no config.json", n_tokenizer);
     for (int s = 0; s < job.stages; s++)
-        if (import_stage(&c, cfg, &job, whole, s, out, err) != 0)
+        if (import_stage(&c, cfg, &job, whole, source, source_len, s, out, err) != 0)
             goto out;
     fprintf(out, "job %ld starts from %s\n", cfg->src.job, cfg->model_path);
     rc = 0;
 out:
     free(whole);
+    free(got.config);
+    free(source);
     return rc;
 }
 

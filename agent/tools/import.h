@@ -12,6 +12,10 @@
  * head starts as a copy of the tied embedding), and a failure before its
  * first checkpoint recovers from them too.
  *
+ * A Hugging Face import keeps the folder's config.json whole and its
+ * tokenizer files (--tokenizer, or --model's folder) in stage 0's file
+ * (models/hf_source.h), for export to write back.
+ *
  * Nothing is uploaded when the file cannot be read or holds another model:
  * V, d_model, heads and layers must equal the job's; the job's context may
  * be shorter than the file's (the position embedding's first rows are

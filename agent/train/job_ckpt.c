@@ -93,7 +93,7 @@ out:
  * (params set) its parameters alone. */
 static int load_stage(const struct ctl *c, const struct job_ckpt_source *src, int64_t step, int s, int seq_len,
                       const char *progress, struct kern_stage **out, float **params, struct kern_stage_spec *sp,
-                      struct model_config *model, struct shoal_err *err)
+                      struct model_config *model, struct job_ckpt *ck, struct shoal_err *err)
 {
     char file[PATH_MAX + 64], path[128];
     struct kern_err ke = {{0}};
@@ -119,7 +119,8 @@ static int load_stage(const struct ctl *c, const struct job_ckpt_source *src, in
         rewind(f);
     }
     if (params) {
-        if (kern_stage_file_params(f, model, sp, params, &n, &ke) != 0)
+        if (kern_stage_file_params(f, model, sp, params, &n, &ke) != 0 ||
+            (s == 0 && kern_stage_file_source(f, &ck->source, &ck->source_len, &ke) != 0))
             goto bad;
     } else {
         if (kern_stage_file_peek(f, model, sp, NULL, &ke) != 0)
@@ -182,7 +183,7 @@ static int load_all(const struct ctl *c, const struct job_ckpt_source *src, int 
                 "server\n", ck->progress, src->job, (long long)ck->step, ck->stages);
     for (int s = 0; s < ck->stages; s++) {
         if (load_stage(c, src, ck->step, s, seq_len, ck->progress, params_only ? NULL : &ck->st[s],
-                       params_only ? &ck->params[s] : NULL, &specs[s], &models[s], err) != 0)
+                       params_only ? &ck->params[s] : NULL, &specs[s], &models[s], ck, err) != 0)
             goto out;
         if (ck->progress)
             fprintf(stderr, "shoal-agent %s: stage %d built (%d of %d, %.1f s so far)\n", ck->progress, s,
@@ -226,6 +227,9 @@ void job_ckpt_free(struct job_ckpt *ck)
     free(ck->spec);
     ck->params = NULL;
     ck->spec = NULL;
+    free(ck->source);
+    ck->source = NULL;
+    ck->source_len = 0;
 }
 
 int job_ckpt_main(const struct job_ckpt_command *cmd, int argc, char **argv, int first, FILE *out)

@@ -63,6 +63,10 @@ struct job_ckpt {
     /* job_ckpt_load_params instead: each stage's layers and parameters alone */
     struct kern_stage_spec *spec;
     float **params;
+    /* ... and stage 0's source (checkpoint.h: the Hugging Face files the
+     * model was imported from, hf_source.h), NULL when it has none */
+    char *source;
+    size_t source_len;
 };
 
 /* Checks src->job and loads the admin token, and fills *c to call the
@@ -87,7 +91,8 @@ int job_ckpt_load(const struct ctl *c, const struct job_ckpt_source *src, int se
 
 /* job_ckpt_load for a reader that trains nothing (export): each stage's
  * spec and parameters only (ck->spec, ck->params: 4 bytes a parameter,
- * where a cpu stage holds 16), checked the same way. */
+ * where a cpu stage holds 16), checked the same way, and stage 0's source
+ * (ck->source). */
 int job_ckpt_load_params(const struct ctl *c, const struct job_ckpt_source *src, struct job_ckpt *ck,
                          struct shoal_err *err);
 

@@ -12,13 +12,16 @@
  * An accepted file must fill the whole-model buffer, export, and read back
  * to the same bits (its tied head equal to the embedding); an accepted
  * config.json must make a model that passes kern_model_check and write a
- * config.json that reads back to it; an accepted index must name between 1
- * and KERN_HF_FILES_MAX plain file names. */
+ * config.json that reads back to it, and merged into itself as an export
+ * keeps it (models/hf_source.h) give a config.json that reads back to it
+ * and a generation_config.json; an accepted index must name between 1 and
+ * KERN_HF_FILES_MAX plain file names. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../models/hf_source.h"
 #include "../../models/model_io.h"
 
 static void expect(int ok, const char *what)
@@ -78,6 +81,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fclose(w);
         expect(kern_llama_config_read(out, out_len, &back, &err) == 0 && model_config_equal(&back, &m),
                "its config.json reads back");
+        free(out);
+        out = NULL;
+        w = open_memstream(&out, &out_len);
+        expect(w && kern_hf_config_merge(w, (const char *)data, size, &m, NULL, "bfloat16", &err) == 0,
+               "an accepted config.json merges");
+        fclose(w);
+        expect(kern_llama_config_read(out, out_len, &back, &err) == 0 && model_config_equal(&back, &m),
+               "the merged config.json reads back");
+        char *gen = NULL;
+        size_t gen_len = 0;
+        FILE *g = open_memstream(&gen, &gen_len);
+        expect(g && kern_hf_generation_config_write(g, out, out_len, &m, &err) == 0,
+               "its generation_config.json is written");
+        fclose(g);
+        free(gen);
         free(out);
         return 0;
     }

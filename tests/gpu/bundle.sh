@@ -6,7 +6,9 @@
 #                                            build/rel/bench/bench_kernels build/rel/bench/bench_pipeline)
 # Unpacked into DIR it holds DIR/bin (shoal-*, kernel tools, jq, curl), DIR/pg
 # (lib/postgresql/N/bin with its share/ beside it, where Postgres looks for it)
-# and DIR/lib. tests/gpu/device_check.sh runs from it.
+# and DIR/lib (every library ldd names, libjansson among them: the agent and
+# test_kernels_gpu link models/, which reads JSON through it).
+# tests/gpu/device_check.sh runs from it.
 # Left out: glibc and the C++ runtime (the GPU machine has newer ones) and
 # CUDA's own libraries, which must come from that machine's CUDA.
 set -eu

@@ -286,8 +286,8 @@ sample "$WORK/sx" --job "$MAIN" --prompt "The " --prompt-tokens 84
 check "sample: --prompt and --prompt-tokens together are refused" \
     "$SAMPLE_RC $(grep -c 'pass one' "$WORK/sx.err")" "2 1"
 
-# ---- the 2x2 job's model exported (shoal-agent export): model.safetensors
-# and config.json, each named with its size and SHA-256; llm.c's format
+# ---- the 2x2 job's model exported (shoal-agent export): model.safetensors,
+# config.json and generation_config.json, each named with its size and SHA-256; llm.c's format
 # refused, since shoal trains the head apart from the embedding
 # the files export printed whose size and SHA-256 match the file's own
 export_verified() {
@@ -298,10 +298,10 @@ export_verified() {
     done <"$1.out"
 }
 export_model "$WORK/ex" --job "$MAIN"
-check "export: the 2x2 job's newest checkpoint as model.safetensors and config.json, nothing else" \
-    "$EXPORT_RC $(ls -A "$WORK/ex" | tr '\n' ' ')" "0 config.json model.safetensors "
+check "export: the 2x2 job's newest checkpoint as model.safetensors, config.json and generation_config.json, nothing else" \
+    "$EXPORT_RC $(ls -A "$WORK/ex" | tr '\n' ' ')" "0 config.json generation_config.json model.safetensors "
 check "export: each printed size and SHA-256 is the file's" "$(export_verified "$WORK/ex")" \
-    "model.safetensors config.json "
+    "model.safetensors config.json generation_config.json "
 check "export: config.json states the job's model, gpt2, and an untied head" \
     "$(jq -r '[.model_type, .n_embd, .n_head, .n_layer, .n_positions, .vocab_size, .tie_word_embeddings]
         | map(tostring) | join(" ")' "$WORK/ex/config.json")" "gpt2 32 2 4 32 256 false"
@@ -343,9 +343,9 @@ export_model "$WORK/ex10" --job "$MAIN" --step 10
 check "export: --step 10 writes that checkpoint's model, another one" \
     "$EXPORT_RC $(cmp -s "$WORK/ex/model.safetensors" "$WORK/ex10/model.safetensors" || echo differs)" "0 differs"
 export_model "$WORK/ex" --job "$MAIN" --llmc on
-check "export --llmc on: an untied head is refused, saying why, after the other two files; no model.bin, no temporary file" \
+check "export --llmc on: an untied head is refused, saying why, after the other files; no model.bin, no temporary file" \
     "$EXPORT_RC $(grep -c 'model.bin not written.*not tied' "$WORK/ex.err") $(ls -A "$WORK/ex" | tr '\n' ' ')" \
-    "1 1 config.json model.safetensors "
+    "1 1 config.json generation_config.json model.safetensors "
 export_model "$WORK/exx" --job 987654
 check "export: an unknown job fails and says so" "$EXPORT_RC $(grep -c 'job 987654' "$WORK/exx.err")" "1 1"
 export_model "$WORK/exx" --llmc yes --job "$MAIN"
@@ -455,8 +455,8 @@ readme_example sample-tokens J="$LLMC"
 check "the README's --tokenizer example runs as written: 300 tokens as text" \
     "$EXAMPLE_RC $(grep -c 'checkpoint step 10' "$README_DIR/sample-tokens.err") $(($(wc -c < "$README_DIR/sample-tokens.out") >= 300))" "0 1 1"
 readme_example export J="$MAIN"
-check "the README's export example runs as written: gpt-job holds model.safetensors and config.json" \
-    "$EXAMPLE_RC $(ls "$README_DIR/gpt-job" | tr '\n' ' ')" "0 config.json model.safetensors "
+check "the README's export example runs as written: gpt-job holds model.safetensors, config.json and generation_config.json" \
+    "$EXAMPLE_RC $(ls "$README_DIR/gpt-job" | tr '\n' ' ')" "0 config.json generation_config.json model.safetensors "
 
 # ---- garbage on a peer port: dropped and logged, the agent goes on (a
 # wrong secret, CRC, job, epoch, step or shape is tested in test_peer)

@@ -136,6 +136,9 @@ req POST "$S/v1/jobs/$LJ/schedule" "$ADMIN" '{"budget_ms":200}'
 wait_for 300 finished "$LJ"
 check "the imported Llama trains to success on four agents" "$(job_state "$S" "$ADMIN" "$LJ")" succeeded
 export_model "$WORK/lex" --job "$LJ"
+check "the trained export's config.json is the imported one, carried through training's checkpoints (max_position_embeddings 64; the job's context is 32)" \
+    "$EXPORT_RC $(jq -c '[.max_position_embeddings, .torch_dtype]' "$WORK/lex/config.json") $(python3 "$TOP/tests/integration/hf_folder.py" config "$WORK/llama/config.json" "$WORK/lex/config.json")" \
+    '0 [64,"float32"] changed torch_dtype'
 LE=$(create "$(llama_job llama-elsewhere 4 1)")
 import "$WORK/limp" --job "$LE" --model "$WORK/lex/model.safetensors"
 export_model "$WORK/lex2" --job "$LE"

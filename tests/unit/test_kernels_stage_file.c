@@ -131,7 +131,7 @@ static void test_step0_without_moments(void **state)
     assert_non_null(f);
     save_to(s0, f);
     fseek(f, 0, SEEK_END);
-    long header = 8 + 4 + 4 * 17 + 8 * 5 + 8 + 8;   /* version 4 (checkpoint.c) */
+    long header = 8 + 4 + 4 * 17 + 8 * 5 + 8 + 8 + 8;   /* version 4 (checkpoint.c), no source */
     assert_int_equal(ftell(f), header + 4 * (long)n + 8);
     rewind(f);
 
@@ -175,7 +175,7 @@ static void test_step0_without_moments(void **state)
     free(back), free(v);
 
     /* the moments left out after AdamW steps: refused by peek and load */
-    unsigned char raw[8 + 4 + 4 * 17 + 8 * 5 + 8 + 8];
+    unsigned char raw[8 + 4 + 4 * 17 + 8 * 5 + 8 + 8 + 8];
     rewind(f);
     assert_int_equal(fread(raw, 1, sizeof raw, f), sizeof raw);
     uint64_t five = 5;
@@ -266,9 +266,9 @@ static void test_extra_state(void **state)
     assert_memory_equal(kern_stage_extra_if(r1, KERN_EXTRA_OUTER_MOMENTUM), kern_stage_extra_if(a1, KERN_EXTRA_OUTER_MOMENTUM),
                         kern_stage_param_count(a1) * sizeof(float));
     assert_null(kern_stage_extra_if(r1, KERN_EXTRA_SYNC_FEEDBACK));
-    /* its size: header (136), params, moments and one extra, checksum */
+    /* its size: header (144), params, moments and one extra, checksum */
     fseek(f, 0, SEEK_END);
-    assert_int_equal(ftell(f), 136 + 4 * 4 * (long)kern_stage_param_count(a1) + 8);
+    assert_int_equal(ftell(f), 144 + 4 * 4 * (long)kern_stage_param_count(a1) + 8);
     /* a version 1 file: the same without the extras word and buffers */
     long len = ftell(f);
     unsigned char *raw = malloc((size_t)len);
@@ -281,7 +281,7 @@ static void test_extra_state(void **state)
     memcpy(v1 + 8, &one, 4);
     memcpy(v1 + 12, raw + 12, 36);            /* 9 ints */
     memcpy(v1 + 48, raw + 120, 16);           /* step, n (after version 4's 17 ints and 5 doubles) */
-    memcpy(v1 + 64, raw + 136, 12 * n);       /* params and moments */
+    memcpy(v1 + 64, raw + 144, 12 * n);       /* params and moments (after the source's size) */
     uint64_t h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < v1_len - 8; i++) {
         h ^= v1[i];
@@ -295,14 +295,15 @@ static void test_extra_state(void **state)
     assert_int_equal(kern_stage_load(r1, g, &err), 0);
     assert_null(kern_stage_extra_if(r1, KERN_EXTRA_OUTER_MOMENTUM));
     fclose(g);
-    /* a version 3 file: 15 ints (no head_dim, no window), the rest as 4's */
-    size_t v3_len = (size_t)len - 8;
+    /* a version 3 file: 15 ints (no head_dim, no window), no source's size, the rest as 4's */
+    size_t v3_len = (size_t)len - 16;
     unsigned char *v3 = malloc(v3_len);
     uint32_t three_v = 3;
     memcpy(v3, raw, 8);
     memcpy(v3 + 8, &three_v, 4);
     memcpy(v3 + 12, raw + 12, 60);                         /* 15 ints */
-    memcpy(v3 + 72, raw + 80, (size_t)len - 80 - 8);   /* doubles, step, n, the buffers */
+    memcpy(v3 + 72, raw + 80, 56);                         /* doubles, step, n */
+    memcpy(v3 + 128, raw + 144, (size_t)len - 144 - 8);    /* the buffers */
     h = 0xcbf29ce484222325ull;
     for (size_t i = 0; i < v3_len - 8; i++) {
         h ^= v3[i];
@@ -464,7 +465,7 @@ static void test_file_peek_bounds(void **state)
         uint64_t n;         /* floats per buffer written into the header; 0: as saved */
         const char *msg;
     } bad[] = {
-        {"a 3 GB model in a small file", 136, 1024, 0, "bytes instead of"},
+        {"a 3 GB model in a small file", 144, 1024, 0, "bytes instead of"},
         {"n that the model does not make", len, 0, 12345, "make"},
         {"n that fits the model, a truncated file", len - 4, 0, 0, "bytes instead of"},
         {"n that would overflow", len, 0, UINT64_MAX / 4, "make"},
