@@ -1,13 +1,22 @@
 #!/usr/bin/env python3
-"""llama_files.py - Llama weight files for the import tests, and for trying the
-import without a download (docs/models.md names the `big` command), stdlib only.
+"""llama_files.py - weight files of the llama kind (Llama, Qwen2, Qwen3, OLMo-2)
+for the import tests, and for trying the import without a download
+(docs/models.md names the `big` command), stdlib only.
 
   llama_files.py write DIR V T C NH KVH F L [--tied] [--shards N] [--bf16]
+                       [--family F] [--head-dim D] [--pattern]
       writes DIR/config.json (LlamaForCausalLM's, theta 10000, eps 1e-5)
       and the weights under Hugging Face's names: DIR/model.safetensors, or
       with --shards N the tensors dealt into N files
       model-0000K-of-0000N.safetensors and DIR/model.safetensors.index.json;
       weights from a fixed seed, F32 or BF16; no lm_head.weight with --tied.
+      --family qwen2, qwen3 or olmo2 writes that family's tensors under the
+      names transformers gives them (Qwen2's q, k, v biases; Qwen3's q_norm
+      and k_norm of one head; OLMo-2's over the whole width, and its
+      post_attention_layernorm and post_feedforward_layernorm) and its
+      class and model_type; --head-dim D a head of D (config.json's
+      head_dim), not C / NH; --pattern weights from a formula instead of the
+      seed (pattern_values: each tensor's its own, BF16's ties included).
   llama_files.py big DIR [SHAPE]
       the files of a published model's shape (its config.json and one BF16
       model.safetensors), the weights a short pattern repeated: fast to
@@ -33,18 +42,40 @@ import struct
 import sys
 
 
-def names(C, NH, KVH, F, L, V, tied):
-    """(name, shape) in LlamaForCausalLM's state dict order."""
-    kv = KVH * (C // NH)
+# Each family's block as transformers' modules register it (the state dict's
+# order): (the name after "model.layers.N.", rows, cols); rows and cols are
+# "C", "F", "Q" (NH hd), "KV" (KVH hd), "HD" (hd) or 1 (a vector).
+def _proj(p, rows, cols):
+    return ("self_attn.%s_proj.weight" % p, rows, cols)
+
+
+QKV = [_proj("q", "Q", "C"), _proj("k", "KV", "C"), _proj("v", "KV", "C")]
+MLP = [("mlp.gate_proj.weight", "F", "C"), ("mlp.up_proj.weight", "F", "C"), ("mlp.down_proj.weight", "C", "F")]
+NORMS = [("input_layernorm.weight", "C", 1), ("post_attention_layernorm.weight", "C", 1)]
+FAMILIES = {
+    # Llama's in the order this file always wrote it (input_layernorm first)
+    "llama": ("LlamaForCausalLM", NORMS[:1] + QKV + [_proj("o", "C", "Q")] + NORMS[1:] + MLP),
+    "qwen2": ("Qwen2ForCausalLM", [t for w in QKV for t in (w, (w[0].replace("weight", "bias"), w[1], 1))] +
+              [_proj("o", "C", "Q")] + MLP + NORMS),
+    "qwen3": ("Qwen3ForCausalLM", QKV + [_proj("o", "C", "Q"), ("self_attn.q_norm.weight", "HD", 1),
+                                         ("self_attn.k_norm.weight", "HD", 1)] + MLP + NORMS),
+    # OLMo-2: its q and k norms over the whole width, its two norms after
+    # the attention and the MLP, none before
+    "olmo2": ("Olmo2ForCausalLM", QKV + [_proj("o", "C", "Q"), ("self_attn.q_norm.weight", "Q", 1),
+                                         ("self_attn.k_norm.weight", "KV", 1), NORMS[1]] + MLP +
+              [("post_feedforward_layernorm.weight", "C", 1)]),
+}
+
+
+def names(C, NH, KVH, F, L, V, tied, family="llama", head_dim=None):
+    """(name, shape) in the family's state dict order (Llama's in the order
+    this file always wrote it); head_dim None is C / NH."""
+    hd = head_dim or C // NH
+    dims = {"C": C, "F": F, "Q": NH * hd, "KV": KVH * hd, "HD": hd}
     out = [("model.embed_tokens.weight", (V, C))]
     for l in range(L):
-        p = "model.layers.%d." % l
-        out += [(p + "input_layernorm.weight", (C,)),
-                (p + "self_attn.q_proj.weight", (C, C)), (p + "self_attn.k_proj.weight", (kv, C)),
-                (p + "self_attn.v_proj.weight", (kv, C)), (p + "self_attn.o_proj.weight", (C, C)),
-                (p + "post_attention_layernorm.weight", (C,)),
-                (p + "mlp.gate_proj.weight", (F, C)), (p + "mlp.up_proj.weight", (F, C)),
-                (p + "mlp.down_proj.weight", (C, F))]
+        out += [("model.layers.%d.%s" % (l, name), (dims[rows],) if cols == 1 else (dims[rows], dims[cols]))
+                for name, rows, cols in FAMILIES[family][1]]
     out.append(("model.norm.weight", (C,)))
     if not tied:
         out.append(("lm_head.weight", (V, C)))
@@ -96,16 +127,33 @@ def read_safetensors(path):
     return out
 
 
+def pattern_values(index, n):
+    """Tensor `index`'s n values from a formula, not a seed: each distinct
+    from its neighbours' and from every other tensor's (so a tensor moved
+    or transposed is seen), of either sign and of several magnitudes, and
+    the low 16 bits cycling through BF16 rounding's cases (exact, below
+    half, a tie to even down, a tie to even up, above half), which random
+    values almost never hit."""
+    low = (0x0000, 0x7FFF, 0x8000, 0x8001, 0x1234, 0xC000)
+    bits = array.array("I", ((i // 3 + index) % 2 << 31 | (0x78 + (i * 7 + index) % 3) << 23 |
+                             (i * 37 + i // 6 + index * 11) % 128 << 16 | low[(i + index) % 6] for i in range(n)))
+    return array.array("f", bits.tobytes())
+
+
 def write(argv):
     d = argv[0]
     V, T, C, NH, KVH, F, L = (int(x) for x in argv[1:8])
     tied, bf16 = "--tied" in argv, "--bf16" in argv
     shards = int(argv[argv.index("--shards") + 1]) if "--shards" in argv else 0
+    family = argv[argv.index("--family") + 1] if "--family" in argv else "llama"
+    head_dim = int(argv[argv.index("--head-dim") + 1]) if "--head-dim" in argv else None
     os.makedirs(d, exist_ok=True)
     rng = random.Random(20241127)
     tensors = []
-    for name, shape in names(C, NH, KVH, F, L, V, tied):
-        if len(shape) == 1:
+    for k, (name, shape) in enumerate(names(C, NH, KVH, F, L, V, tied, family, head_dim)):
+        if "--pattern" in argv:
+            values = pattern_values(k, numel(shape))
+        elif len(shape) == 1:
             values = array.array("f", (1.0 + rng.uniform(-0.1, 0.1) for _ in range(numel(shape))))
         else:
             values = array.array("f", (rng.uniform(-0.08, 0.08) for _ in range(numel(shape))))
@@ -113,11 +161,13 @@ def write(argv):
             raw = values.tobytes()
             values = array.array("f", b"".join(b"\0\0" + raw[i + 2:i + 4] for i in range(0, len(raw), 4)))
         tensors.append((name, shape, values))
-    config = {"architectures": ["LlamaForCausalLM"], "attention_bias": False, "hidden_act": "silu",
-              "hidden_size": C, "intermediate_size": F, "max_position_embeddings": T, "model_type": "llama",
+    config = {"architectures": [FAMILIES[family][0]], "attention_bias": False, "hidden_act": "silu",
+              "hidden_size": C, "intermediate_size": F, "max_position_embeddings": T, "model_type": family,
               "num_attention_heads": NH, "num_hidden_layers": L, "num_key_value_heads": KVH,
               "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 10000.0, "tie_word_embeddings": tied,
               "torch_dtype": "bfloat16" if bf16 else "float32", "vocab_size": V}
+    if head_dim:
+        config["head_dim"] = head_dim
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
     if not shards:
@@ -211,8 +261,8 @@ def pattern(argv):
     print("same %d" % len(want))
 
 
-def same(argv):
-    d, ex = argv
+def same_of(d, ex):
+    """What `same` prints."""
     want = {}
     index = os.path.join(d, "model.safetensors.index.json")
     files = sorted(set(json.load(open(index))["weight_map"].values())) if os.path.exists(index) \
@@ -221,27 +271,27 @@ def same(argv):
         want.update(read_safetensors(os.path.join(d, f)))
     got = read_safetensors(os.path.join(ex, "model.safetensors"))
     if set(got) != set(want):
-        print("names differ: %s" % sorted(set(got) ^ set(want))[:4])
-        return
+        return "names differ: %s" % sorted(set(got) ^ set(want))[:4]
     for name in want:
         if got[name][0] != want[name][0]:
-            print("%s: shape %s, want %s" % (name, got[name][0], want[name][0]))
-            return
+            return "%s: shape %s, want %s" % (name, got[name][0], want[name][0])
         if got[name][1] != want[name][1]:
-            print("%s: values differ" % name)
-            return
+            return "%s: values differ" % name
     a, b = json.load(open(os.path.join(d, "config.json"))), json.load(open(os.path.join(ex, "config.json")))
     for k in ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads",
               "num_hidden_layers", "vocab_size", "rms_norm_eps", "rope_theta", "tie_word_embeddings",
               "model_type", "hidden_act"):
-        if a[k] != b[k]:
-            print("config.json: %s is %s, want %s" % (k, b[k], a[k]))
-            return
-    print("same %d" % len(want))
+        if a.get(k) != b.get(k):
+            return "config.json: %s is %s, want %s" % (k, b.get(k), a.get(k))
+    return "same %d" % len(want)
+
+
+def same(argv):
+    print(same_of(*argv))
 
 
 if __name__ == "__main__":
     commands = {"write": write, "big": big, "same": same, "pattern": pattern}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
-        raise SystemExit(__doc__.strip().splitlines()[2])
+        raise SystemExit(__doc__)
     commands[sys.argv[1]](sys.argv[2:])
