@@ -39,14 +39,17 @@ static void alphabet(unsigned b, char out[3])
     }
 }
 
-/* Raw bytes in the alphabet. */
-static void spell(const char *raw, char *out)
+/* Raw bytes in the alphabet, into out (cap bytes, at least 1). */
+static void spell(const char *raw, char *out, size_t cap)
 {
+    size_t len = 0;
     out[0] = 0;
     for (const unsigned char *p = (const unsigned char *)raw; *p; p++) {
         char c[3];
         alphabet(*p, c);
-        strcat(out, c);
+        int n = snprintf(out + len, cap - len, "%s", c);
+        assert_true(n >= 0 && (size_t)n < cap - len);
+        len += (size_t)n;
     }
 }
 
@@ -63,8 +66,8 @@ static int load(struct bpe *b, const char *const merges[][2], size_t n_merges, j
         json_object_set_new(vocab, s, json_integer(c));
     }
     for (size_t k = 0; k < n_merges; k++) {
-        spell(merges[k][0], l);
-        spell(merges[k][1], r);
+        spell(merges[k][0], l, sizeof l);
+        spell(merges[k][1], r, sizeof r);
         snprintf(both, sizeof both, "%s%s", l, r);
         json_object_set_new(vocab, both, json_integer(256 + (json_int_t)k));
         snprintf(both, sizeof both, "%s %s", l, r);
